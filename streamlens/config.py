@@ -1,0 +1,426 @@
+"""The pipeline file: load, interpolate `${VAR}`, validate, and turn into plain config objects.
+
+Every mistake becomes one line `FILE: key.path: what is wrong`; all of them are gathered before
+`ConfigError` is raised, so a user fixes a file in one pass. Relative paths are relative to the
+pipeline file's folder.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "p.yaml").write_text("sources: [{uri: rtsp://cam/1}]\\ndetector: {backend: motion}\\n")
+    >>> cfg = load_pipeline(d / "p.yaml")
+    >>> (cfg.sources[0].name, cfg.sources[0].live, cfg.detector.backend)
+    ('cam1', True, 'motion')
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError
+from .urls import is_url, mask_url
+
+DETECTOR_BACKENDS = ("onnx", "ultralytics", "motion")
+TRACKER_MOTIONS = ("kalman", "flow", "mv")
+SINK_TYPES = ("jsonl", "video", "zmq")
+RESIZE_MODES = ("letterbox", "resize")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+@dataclass(slots=True)
+class SourceConfig:
+    name: str
+    uri: str  # an absolute path for files, the URL as written (secrets included) for cameras
+    live: bool
+    loop: bool = False
+    max_fps: float | None = None
+    options: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_file(self) -> bool:
+        return not is_url(self.uri) and not self.uri.startswith("/dev/")
+
+    @property
+    def display_uri(self) -> str:
+        """The URI safe to print: passwords masked."""
+        return mask_url(self.uri)
+
+
+@dataclass(slots=True)
+class DetectorConfig:
+    backend: str
+    model: Path | None = None
+    imgsz: tuple[int, int] | None = None
+    conf: float = 0.25
+    iou: float = 0.45
+    classes: list[str | int] | None = None
+    names: Path | None = None
+    device: str = "auto"
+    half: bool = False
+    resize: str = "letterbox"
+    max_batch: int = 4
+    max_wait_ms: float = 10.0
+    #: backend-specific settings, e.g. the motion detector's min_area
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class KeyframeConfig:
+    interval: int = 1
+    adaptive: bool = False
+    max_interval: int = 15
+
+
+@dataclass(slots=True)
+class TrackerConfig:
+    motion: str | None  # None: detections pass through untracked (id -1)
+
+
+@dataclass(slots=True)
+class SinkConfig:
+    type: str
+    options: dict[str, Any]
+
+
+@dataclass(slots=True)
+class RuntimeConfig:
+    queue_size: int = 8
+
+
+@dataclass(slots=True)
+class PipelineConfig:
+    path: Path
+    sources: list[SourceConfig]
+    detector: DetectorConfig
+    keyframes: KeyframeConfig
+    tracker: TrackerConfig
+    sinks: list[SinkConfig]
+    runtime: RuntimeConfig
+
+
+# Keys each section accepts; a key outside these is a mistake (a typo, most often).
+_TOP_KEYS = ("sources", "detector", "keyframes", "tracker", "sinks", "runtime")
+_SOURCE_KEYS = ("name", "uri", "live", "loop", "max_fps", "options")
+_DETECTOR_COMMON = ("backend", "max_batch", "max_wait_ms")
+_DETECTOR_NEURAL = ("model", "imgsz", "conf", "iou", "classes", "names", "device", "half", "resize")
+_DETECTOR_MOTION = ("min_area", "history", "var_threshold", "work_width", "warmup")
+_SINK_KEYS = {
+    "jsonl": ("type", "path"),
+    "video": ("type", "path", "codec", "preset", "crf"),
+    "zmq": ("type", "endpoint", "hwm"),
+}
+
+
+class _Problems:
+    """Collects `file: key.path: message` lines."""
+
+    def __init__(self, file: str):
+        self.file = file
+        self.lines: list[str] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.lines.append(f"{self.file}: {path}: {message}" if path else f"{self.file}: {message}")
+
+
+_KIND_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+               list: "a list", dict: "a mapping"}
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else yaml.safe_dump(value, default_flow_style=True).strip()
+    text = text.removesuffix("\n...").strip()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _Section:
+    """Reads one mapping of the file, reporting mistakes against its key path."""
+
+    def __init__(self, node: Any, path: str, allowed: tuple[str, ...], problems: _Problems,
+                 only_for: dict[str, str] | None = None):
+        self.path, self.problems = path, problems
+        self.node: dict[str, Any] = node if isinstance(node, dict) else {}
+        if node is not None and not isinstance(node, dict):
+            problems.add(path, f"wrong type: expected a mapping, got {_show(node)}")
+        for key in self.node:
+            if key in allowed:
+                continue
+            where = f"{path}.{key}" if path else str(key)
+            if only_for and key in only_for:
+                problems.add(where, f"only for {only_for[key]}")
+            else:
+                problems.add(where, f"unknown key (expected one of: {', '.join(allowed)})")
+
+    def where(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def get(self, key: str, kind: type, default: Any = None, *, required: bool = False,
+            minimum: float | None = None, maximum: float | None = None,
+            choices: tuple[str, ...] | None = None) -> Any:
+        if key not in self.node or self.node[key] is None:
+            if required:
+                self.problems.add(self.where(key), "missing")
+            return default
+        value = self.node[key]
+        ok = isinstance(value, kind) and not (kind in (int, float) and isinstance(value, bool))
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value, ok = float(value), True
+        if not ok:
+            self.problems.add(self.where(key), f"wrong type: expected {_KIND_WORDS[kind]}, got {_show(value)}")
+            return default
+        if choices is not None and value not in choices:
+            self.problems.add(self.where(key), f"unknown {_show(value)} ({', '.join(choices)})")
+            return default
+        if minimum is not None and value < minimum:
+            self.problems.add(self.where(key), f"must be >= {minimum}, got {value}")
+            return default
+        if maximum is not None and value > maximum:
+            self.problems.add(self.where(key), f"must be <= {maximum}, got {value}")
+            return default
+        return value
+
+
+def interpolate(node: Any, path: str, problems: _Problems, env: dict[str, str] | None = None) -> Any:
+    """Replace `${VAR}` and `${VAR:-default}` in every string of a loaded YAML tree."""
+    env = os.environ if env is None else env
+    if isinstance(node, dict):
+        return {k: interpolate(v, f"{path}.{k}" if path else str(k), problems, env) for k, v in node.items()}
+    if isinstance(node, list):
+        return [interpolate(v, f"{path}[{i}]", problems, env) for i, v in enumerate(node)]
+    if not isinstance(node, str) or "${" not in node:
+        return node
+
+    def substitute(m: re.Match) -> str:
+        name, default = m.group(1), m.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        problems.add(path, f"environment variable {name} is not set")
+        return ""
+
+    return _VAR_RE.sub(substitute, node)
+
+
+def _resolve(base: Path, text: str) -> Path:
+    p = Path(os.path.expanduser(text))
+    return p if p.is_absolute() else (base / p).resolve()
+
+
+def _sources(node: Any, base: Path, problems: _Problems) -> list[SourceConfig]:
+    if not isinstance(node, list) or not node:
+        problems.add("sources", "missing" if node is None else "expected a non-empty list of sources")
+        return []
+    sources, seen = [], set()
+    for i, item in enumerate(node):
+        sec = _Section(item, f"sources[{i}]", _SOURCE_KEYS, problems)
+        uri = sec.get("uri", str, required=True)
+        name = sec.get("name", str, f"cam{i + 1}")
+        if not _NAME_RE.match(name):
+            problems.add(sec.where("name"), f"{name!r}: use letters, digits, '_' and '-' only")
+        elif name in seen:
+            problems.add(sec.where("name"), f"{name!r} is used by another source")
+        seen.add(name)
+        if uri is None:
+            continue
+        url = is_url(uri) or uri.startswith("/dev/")
+        if not url:
+            path = _resolve(base, uri)
+            if not path.exists():
+                problems.add(sec.where("uri"), f"file not found: {path}")
+            elif not path.is_file():
+                problems.add(sec.where("uri"), f"not a file: {path}")
+            uri = str(path)
+        options = sec.get("options", dict, {})
+        bad = [k for k, v in options.items() if not isinstance(v, (str, int, float)) or isinstance(v, bool)]
+        for k in bad:
+            problems.add(f"{sec.where('options')}.{k}", "wrong type: expected a string or a number")
+        sources.append(SourceConfig(
+            name=name, uri=uri,
+            live=sec.get("live", bool, url),
+            loop=sec.get("loop", bool, False),
+            max_fps=sec.get("max_fps", float, None, minimum=0.1),
+            options={str(k): str(v) for k, v in options.items() if k not in bad},
+        ))
+    return sources
+
+
+def _imgsz(sec: _Section) -> tuple[int, int] | None:
+    value = sec.node.get("imgsz")
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 32:
+        return (value, value)
+    if (isinstance(value, list) and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 32 for v in value)):
+        return (value[0], value[1])
+    sec.problems.add(sec.where("imgsz"), f"expected an integer >= 32 or [height, width], got {_show(value)}")
+    return None
+
+
+def _detector(node: Any, base: Path, problems: _Problems) -> DetectorConfig:
+    if node is None:
+        problems.add("detector", "missing")
+        return DetectorConfig(backend="motion")
+    backend = node.get("backend") if isinstance(node, dict) else None
+    neural = backend in ("onnx", "ultralytics")
+    allowed = _DETECTOR_COMMON + (_DETECTOR_NEURAL if neural else _DETECTOR_MOTION if backend == "motion" else ())
+    only_for = {k: "backend onnx or ultralytics" for k in _DETECTOR_NEURAL}
+    only_for.update({k: "backend motion" for k in _DETECTOR_MOTION})
+    if backend not in DETECTOR_BACKENDS:  # report the backend alone, not every key it would allow
+        allowed, only_for = tuple(node) if isinstance(node, dict) else (), None
+    sec = _Section(node, "detector", allowed, problems, only_for)
+    backend = sec.get("backend", str, "motion", required=True, choices=DETECTOR_BACKENDS)
+    cfg = DetectorConfig(
+        backend=backend,
+        max_batch=sec.get("max_batch", int, 4, minimum=1, maximum=256),
+        max_wait_ms=sec.get("max_wait_ms", float, 10.0, minimum=0),
+    )
+    if backend == "motion":
+        cfg.options = {
+            "min_area": sec.get("min_area", float, None, minimum=0),
+            "history": sec.get("history", int, None, minimum=1),
+            "var_threshold": sec.get("var_threshold", float, None, minimum=0),
+            "work_width": sec.get("work_width", int, None, minimum=32),
+            "warmup": sec.get("warmup", int, None, minimum=0),
+        }
+        cfg.options = {k: v for k, v in cfg.options.items() if v is not None}
+        return cfg
+    model = sec.get("model", str, required=True)
+    if model is not None:
+        cfg.model = _resolve(base, model)
+        if not cfg.model.exists():
+            problems.add("detector.model", f"file not found: {cfg.model}")
+    names = sec.get("names", str)
+    if names is not None:
+        cfg.names = _resolve(base, names)
+        if not cfg.names.is_file():
+            problems.add("detector.names", f"file not found: {cfg.names}")
+    cfg.imgsz = _imgsz(sec)
+    cfg.conf = sec.get("conf", float, 0.25, minimum=0, maximum=1)
+    cfg.iou = sec.get("iou", float, 0.45, minimum=0, maximum=1)
+    cfg.device = sec.get("device", str, "auto")
+    cfg.half = sec.get("half", bool, False)
+    cfg.resize = sec.get("resize", str, "letterbox", choices=RESIZE_MODES)
+    classes = sec.get("classes", list)
+    if classes is not None:
+        for j, c in enumerate(classes):
+            if not isinstance(c, (str, int)) or isinstance(c, bool):
+                problems.add(f"detector.classes[{j}]", f"expected a class name or id, got {_show(c)}")
+        cfg.classes = classes
+    return cfg
+
+
+def _keyframes(node: Any, problems: _Problems) -> KeyframeConfig:
+    sec = _Section(node, "keyframes", ("interval", "adaptive", "max_interval"), problems)
+    cfg = KeyframeConfig(
+        interval=sec.get("interval", int, 1, minimum=1),
+        adaptive=sec.get("adaptive", bool, False),
+    )
+    cfg.max_interval = sec.get("max_interval", int, max(15, cfg.interval), minimum=1)
+    if cfg.max_interval < cfg.interval:
+        problems.add("keyframes.max_interval", f"must be >= keyframes.interval ({cfg.interval})")
+    return cfg
+
+
+def _tracker(node: Any, problems: _Problems) -> TrackerConfig:
+    if node is None or node == "none" or node is False:
+        return TrackerConfig(motion=None) if node is not None else TrackerConfig(motion="kalman")
+    if isinstance(node, str):
+        if node in TRACKER_MOTIONS:
+            return TrackerConfig(motion=node)
+        problems.add("tracker", f"unknown {node!r} (none, or a mapping with motion: {', '.join(TRACKER_MOTIONS)})")
+        return TrackerConfig(motion=None)
+    sec = _Section(node, "tracker", ("motion",), problems)
+    return TrackerConfig(motion=sec.get("motion", str, "kalman", choices=TRACKER_MOTIONS))
+
+
+def _sinks(node: Any, base: Path, problems: _Problems) -> list[SinkConfig]:
+    if node is None:
+        return []
+    if not isinstance(node, list):
+        problems.add("sinks", f"wrong type: expected a list, got {_show(node)}")
+        return []
+    sinks = []
+    for i, item in enumerate(node):
+        kind = item.get("type") if isinstance(item, dict) else None
+        path = f"sinks[{i}]"
+        if kind not in SINK_TYPES:
+            sec = _Section(item, path, tuple(item) if isinstance(item, dict) else (), problems)
+            sec.get("type", str, required=True, choices=SINK_TYPES)
+            continue
+        sec = _Section(item, path, _SINK_KEYS[kind], problems)
+        options: dict[str, Any] = {}
+        if kind in ("jsonl", "video"):
+            target = sec.get("path", str, required=True)
+            if target is not None:
+                options["path"] = _resolve(base, target)
+        if kind == "video":
+            for key, typ, lo, hi in (("codec", str, None, None), ("preset", str, None, None),
+                                     ("crf", int, 0, 51)):
+                value = sec.get(key, typ, None, minimum=lo, maximum=hi)
+                if value is not None:
+                    options[key] = value
+        if kind == "zmq":
+            endpoint = sec.get("endpoint", str, required=True)
+            if endpoint is not None and not re.match(r"^(tcp|ipc|inproc)://.+", endpoint):
+                problems.add(sec.where("endpoint"), f"expected tcp://HOST:PORT or ipc://PATH, got {endpoint!r}")
+            options["endpoint"] = endpoint
+            options["hwm"] = sec.get("hwm", int, 1000, minimum=1)
+        sinks.append(SinkConfig(type=kind, options=options))
+    return sinks
+
+
+def parse_pipeline(data: Any, path: Path, display: str | None = None,
+                   env: dict[str, str] | None = None) -> PipelineConfig:
+    """Validate an already-loaded YAML tree. `display` is how the file is named in messages."""
+    problems = _Problems(display or str(path))
+    base = path.resolve().parent
+    if not isinstance(data, dict):
+        problems.add("", "expected a mapping with sources, detector, keyframes, tracker and sinks")
+        raise ConfigError(problems.lines)
+    data = interpolate(data, "", problems, env)
+    _Section(data, "", _TOP_KEYS, problems)
+    runtime = _Section(data.get("runtime"), "runtime", ("queue_size",), problems)
+    cfg = PipelineConfig(
+        path=path,
+        sources=_sources(data.get("sources"), base, problems),
+        detector=_detector(data.get("detector"), base, problems),
+        keyframes=_keyframes(data.get("keyframes"), problems),
+        tracker=_tracker(data.get("tracker"), problems),
+        sinks=_sinks(data.get("sinks"), base, problems),
+        runtime=RuntimeConfig(queue_size=runtime.get("queue_size", int, 8, minimum=1)),
+    )
+    if problems.lines:
+        raise ConfigError(problems.lines)
+    return cfg
+
+
+def load_pipeline(path: str | Path, env: dict[str, str] | None = None) -> PipelineConfig:
+    """Read and validate a pipeline file; raises `ConfigError` listing every mistake."""
+    display = str(path)
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{display}: file not found"]) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError([f"{display}: cannot read: {getattr(e, 'strerror', None) or e}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        reason = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError([f"{display}: {where}invalid YAML: {reason}"]) from None
+    return parse_pipeline(data, path, display, env)
+
+
+__all__ = ["PipelineConfig", "SourceConfig", "DetectorConfig", "KeyframeConfig", "TrackerConfig",
+           "SinkConfig", "RuntimeConfig", "load_pipeline", "parse_pipeline", "interpolate", "mask_url"]

@@ -1,0 +1,27 @@
+"""Errors that reach the user as one clear line (no traceback unless --debug)."""
+
+from __future__ import annotations
+
+
+class StreamlensError(Exception):
+    """An error whose message is fit to show a user as it is: it names what and where."""
+
+
+class ConfigError(StreamlensError):
+    """One or more mistakes in a pipeline file, each a line `file: key.path: what is wrong`."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class SourceError(StreamlensError):
+    """A source cannot be opened or read: a missing, corrupt or unsupported input."""
+
+
+class SinkError(StreamlensError):
+    """A sink cannot be opened or written."""
+
+
+class DetectorError(StreamlensError):
+    """A detector cannot be built or run: a missing model, a model of the wrong shape."""

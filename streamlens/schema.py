@@ -1,0 +1,92 @@
+"""The result contract, schema version 1: what subscribers and the JSONL sink receive.
+
+One JSON object per frame per stream, then one `eos` object per stream. Fields may be added;
+none is renamed or removed without bumping `SCHEMA_VERSION`.
+
+Example:
+    >>> import numpy as np
+    >>> from streamlens.frame import Frame, FrameResult, empty_detections
+    >>> f = Frame("cam1", 0, 0.0, 1.0, np.zeros((720, 1280, 3), np.uint8))
+    >>> msg = frame_message(FrameResult(f, 0, True, empty_detections()))
+    >>> (msg["v"], msg["type"], msg["stream"], msg["width"], msg["objects"])
+    (1, 'frame', 'cam1', 1280, [])
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .frame import FrameResult, StatsReport, StreamEnd
+
+SCHEMA_VERSION = 1
+
+
+def frame_message(result: FrameResult) -> dict[str, Any]:
+    """The schema-v1 `frame` message for one result."""
+    frame, det = result.frame, result.detections
+    n = len(det)
+    xyxy = det.xyxy.tolist() if n else []
+    scores = det.confidence.tolist() if n and det.confidence is not None else [1.0] * n
+    cls = det.class_id.tolist() if n and det.class_id is not None else [-1] * n
+    ids = det.tracker_id.tolist() if n and det.tracker_id is not None else [-1] * n
+    labels = det.data.get("class_name") if n else None
+    objects = [
+        {
+            "id": int(ids[i]),
+            "cls": int(cls[i]),
+            "label": str(labels[i]) if labels is not None else str(cls[i]),
+            "score": round(float(scores[i]), 4),
+            "box": [round(float(v), 2) for v in xyxy[i]],
+        }
+        for i in range(n)
+    ]
+    latency = {k: round(v, 3) for k, v in frame.timings.items()}
+    return {
+        "v": SCHEMA_VERSION,
+        "type": "frame",
+        "stream": frame.stream,
+        "seq": result.seq,
+        "frame": frame.index,
+        "pts": None if frame.pts is None else round(frame.pts, 6),
+        "ts": round(frame.ts, 6),
+        "keyframe": result.keyframe,
+        "width": frame.width,
+        "height": frame.height,
+        "objects": objects,
+        "latency_ms": latency,
+    }
+
+
+def eos_message(end: StreamEnd) -> dict[str, Any]:
+    """The schema-v1 `eos` message that closes a stream. `reason` is end, stopped or error."""
+    return {
+        "v": SCHEMA_VERSION,
+        "type": "eos",
+        "stream": end.stream,
+        "seq": end.seq,
+        "frames": end.frames,
+        "reason": end.reason,
+    }
+
+
+def stats_message(report: StatsReport) -> dict[str, Any]:
+    """The schema-v1 `stats` message: how one stream is doing (fps, latency, drops, state)."""
+    return {"v": SCHEMA_VERSION, "type": "stats", "stream": report.stream, **report.values}
+
+
+def message_for(item: FrameResult | StreamEnd | StatsReport) -> dict[str, Any]:
+    """The message for a result, a stream end or a stats report."""
+    if isinstance(item, FrameResult):
+        return frame_message(item)
+    return eos_message(item) if isinstance(item, StreamEnd) else stats_message(item)
+
+
+def dumps(message: dict[str, Any]) -> bytes:
+    """Compact UTF-8 JSON, one object, no newline."""
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def topic(message: dict[str, Any]) -> bytes:
+    """The ZeroMQ topic of a message: `<type>.<stream>`, so subscribers filter by prefix."""
+    return f"{message['type']}.{message['stream']}".encode()
