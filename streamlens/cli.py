@@ -1,0 +1,108 @@
+"""The `streamlens` command.
+
+    streamlens run PIPELINE.yaml       run a pipeline; Ctrl-C stops it cleanly (twice: at once)
+    streamlens validate PIPELINE.yaml  check a pipeline file and say what is wrong
+
+Exit codes: 0 done, 1 failed, 2 bad pipeline file or usage, 130 interrupted.
+Errors are one line each; `--debug` adds tracebacks and debug logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+from .config import load_pipeline
+from .errors import ConfigError, StreamlensError
+
+EXIT_USAGE = 2
+
+
+def _version() -> str:
+    try:
+        return version("streamlens")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="streamlens", description="Real-time video analytics engine.")
+    p.add_argument("--version", action="version", version=f"streamlens {_version()}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="debug logs and tracebacks")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = sub.add_parser("run", parents=[common], help="run a pipeline file")
+    run.add_argument("pipeline", help="pipeline YAML file")
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress display and no summary")
+    val = sub.add_parser("validate", parents=[common], help="check a pipeline file")
+    val.add_argument("pipeline", help="pipeline YAML file")
+    return p
+
+
+def _cmd_validate(args) -> int:
+    cfg = load_pipeline(args.pipeline)
+    print(f"{args.pipeline}: ok: {len(cfg.sources)} source(s), detector {cfg.detector.backend}, "
+          f"{len(cfg.sinks)} sink(s)")
+    return 0
+
+
+def _cmd_run(args) -> int:
+    from .graph.runtime import Pipeline
+    from .progress import ProgressDisplay, summary
+
+    pipeline = Pipeline(load_pipeline(args.pipeline))
+    presses = 0
+
+    def on_signal(signum, frame) -> None:
+        nonlocal presses
+        presses += 1
+        if presses == 1:
+            print("\nstopping: finishing what was decoded (Ctrl-C again to stop at once)", file=sys.stderr)
+            pipeline.stop()
+        else:
+            pipeline.abort()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        report = pipeline.run(on_tick=None if args.quiet else ProgressDisplay())
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    if not args.quiet:
+        print(summary(report), file=sys.stderr)
+    if report.error:
+        print(f"streamlens: error: {report.error}", file=sys.stderr)
+    return report.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return {"run": _cmd_run, "validate": _cmd_validate}[args.command](args)
+    except ConfigError as e:
+        if args.debug:
+            raise
+        print(str(e), file=sys.stderr)
+        return EXIT_USAGE
+    except StreamlensError as e:
+        if args.debug:
+            raise
+        print(f"streamlens: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # noqa: BLE001 - one line unless --debug
+        if args.debug:
+            raise
+        print(f"streamlens: internal error: {type(e).__name__}: {e} (run with --debug for details)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""A bounded queue between two nodes, with a policy for when it is full.
+
+Several producers can share one channel, each under its own `key` (a stream name) with its own
+capacity, so one busy stream never takes another's room. When a key's share is full, `put` either
+blocks (files: nothing may be lost) or drops that key's oldest item (live streams: fresh beats
+complete); every drop is counted per key. The consumer takes items in arrival order.
+
+Example:
+    >>> ch = Channel(capacity=2)
+    >>> ch.put("a", key="cam1", drop_oldest=True); ch.put("b", key="cam1", drop_oldest=True)
+    True
+    True
+    >>> ch.put("c", key="cam1", drop_oldest=True)
+    True
+    >>> ch.get(), ch.get(), ch.dropped["cam1"]
+    ('b', 'c', 1)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from typing import Any
+
+
+class ChannelClosed(Exception):
+    """Raised by `get` once the channel is closed and empty."""
+
+
+class Channel:
+    def __init__(self, capacity: int, name: str = "channel"):
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        self.capacity = capacity
+        self.name = name
+        self._items: deque[tuple[str, Any]] = deque()
+        self._count: Counter[str] = Counter()
+        self._cond = threading.Condition()
+        self._closed = False
+        self.dropped: Counter[str] = Counter()
+
+    def put(self, item: Any, key: str = "", *, drop_oldest: bool = False) -> bool:
+        """Add `item` under `key`. Returns False (item not added) once the channel is closed."""
+        with self._cond:
+            while not self._closed and self._count[key] >= self.capacity:
+                if drop_oldest:
+                    self._drop_oldest(key)
+                    break
+                self._cond.wait()
+            if self._closed:
+                return False
+            self._items.append((key, item))
+            self._count[key] += 1
+            self._cond.notify_all()
+            return True
+
+    def _drop_oldest(self, key: str) -> None:
+        for i, (k, _) in enumerate(self._items):
+            if k == key:
+                del self._items[i]
+                self._count[key] -= 1
+                self.dropped[key] += 1
+                return
+
+    def get(self, timeout: float | None = None) -> Any:
+        """Take the oldest item; wait up to `timeout` seconds (None: forever, 0: not at all).
+
+        Returns None on timeout; raises `ChannelClosed` when closed and empty.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not self._items:
+                if self._closed:
+                    raise ChannelClosed(self.name)
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+            key, item = self._items.popleft()
+            self._count[key] -= 1
+            self._cond.notify_all()
+            return item
+
+    def close(self, *, discard: bool = False) -> None:
+        """No more puts; `get` drains what is left (or nothing, with `discard`), then raises."""
+        with self._cond:
+            self._closed = True
+            if discard:
+                self._items.clear()
+                self._count.clear()
+            self._cond.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def depth(self, key: str | None = None) -> int:
+        """Items waiting, for one key or in all."""
+        with self._cond:
+            return len(self._items) if key is None else self._count[key]

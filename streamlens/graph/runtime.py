@@ -1,0 +1,413 @@
+"""The runtime: it builds the nodes of a pipeline, owns their threads and queues, and ends them.
+
+    source threads (one per stream) --inbox--> engine thread --> one channel and thread per sink
+                                               (keyframe? -> batch -> detect -> track)
+
+- The inbox gives each stream its own share; a file source blocks when its share is full (nothing
+  is lost), a live source drops its oldest frame (every drop counted).
+- The engine gathers frames into batches: up to `max_batch` keyframes, waiting at most
+  `max_wait_ms` once a keyframe is in hand, and never waiting when it has none.
+- Each result is serialised once (schema v1) and handed to every sink.
+- `stop()` (Ctrl-C) ends the sources; what they already produced is processed and written, each
+  stream gets its `eos`, and the sinks close. `abort()` (a second Ctrl-C) discards frames not yet
+  processed but still writes and closes what the sinks hold. An error in any node stops the rest
+  the same way, and `run()` reports it.
+
+Example:
+    >>> from streamlens import Pipeline                    # doctest: +SKIP
+    >>> report = Pipeline.from_yaml("pipelines/quickstart.yaml").run()   # doctest: +SKIP
+    >>> report.exit_code                                   # doctest: +SKIP
+    0
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import PipelineConfig, SourceConfig, load_pipeline
+from ..detect import build_detector
+from ..errors import StreamlensError
+from ..frame import EndOfStream, Frame, FrameResult, StatsReport, StreamEnd
+from ..keyframes import KeyframeScheduler, stagger_offsets
+from ..schema import dumps, message_for
+from ..sinks import Sink, build_sink
+from ..sources import Source, build_source
+from ..track import build_tracker
+from .channel import Channel, ChannelClosed
+
+log = logging.getLogger("streamlens")
+
+EXIT_DONE, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+
+@dataclass
+class StreamStats:
+    """What one stream has done so far; read by the progress display and the summary."""
+
+    name: str
+    uri: str
+    total: int | None = None
+    frames: int = 0
+    keyframes: int = 0
+    objects: int = 0
+    dropped: int = 0
+    state: str = "starting"
+    started: float | None = None
+    ended: float | None = None
+    _recent: deque = field(default_factory=lambda: deque(maxlen=64), repr=False)
+    #: (keyframe, end-to-end ms) of the most recent frames, for the stats messages
+    _window: deque = field(default_factory=lambda: deque(maxlen=256), repr=False)
+
+    def count(self, result: FrameResult) -> None:
+        now = time.monotonic()
+        if self.started is None:
+            self.started, self.state = now, "running"
+        self.frames += 1
+        self.keyframes += result.keyframe
+        self.objects += len(result.detections)
+        self._recent.append(now)
+        self._window.append((result.keyframe, result.frame.timings.get("total", 0.0)))
+
+    def report(self, queue_depth: int) -> dict:
+        """The values of a `stats` message: counters, current rates and latency percentiles."""
+        window = list(self._window)
+        latency = sorted(ms for _, ms in window)
+
+        def pct(q: float) -> float:
+            return round(latency[min(len(latency) - 1, int(q * len(latency)))], 3) if latency else 0.0
+
+        return {"ts": round(time.time(), 6), "state": self.state, "frames": self.frames,
+                "keyframes": self.keyframes, "fps": round(self.fps, 2),
+                "keyframe_rate": round(sum(k for k, _ in window) / len(window), 4) if window else 0.0,
+                "latency_ms": {"p50": pct(0.50), "p95": pct(0.95)},
+                "queue_depth": queue_depth, "dropped": self.dropped}
+
+    @property
+    def fps(self) -> float:
+        """Frames per second over the last 64 frames (the current rate)."""
+        if len(self._recent) < 2 or self._recent[-1] == self._recent[0]:
+            return 0.0
+        return (len(self._recent) - 1) / (self._recent[-1] - self._recent[0])
+
+    @property
+    def wall_s(self) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.ended or time.monotonic()) - self.started
+
+    @property
+    def mean_fps(self) -> float:
+        return self.frames / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@dataclass
+class RunReport:
+    """How a run ended: `status` is done, interrupted or failed; `error` the first error's line."""
+
+    status: str
+    error: str | None
+    wall_s: float
+    streams: list[StreamStats]
+
+    @property
+    def exit_code(self) -> int:
+        return {"done": EXIT_DONE, "interrupted": EXIT_INTERRUPTED}.get(self.status, EXIT_FAILED)
+
+
+class _QueueSink(Sink):
+    """Hands results to `Pipeline.results()`, in-process."""
+
+    name = "results"
+
+    def __init__(self, out: queue.Queue):
+        self.out = out
+
+    def write(self, item, message, payload) -> None:
+        self.out.put(item)
+
+
+_END = object()
+
+
+class Pipeline:
+    """A pipeline built from a `PipelineConfig`; `run()` it once."""
+
+    def __init__(self, config: PipelineConfig, *, sinks: list[Sink] | None = None):
+        self.config = config
+        self._extra_sinks = list(sinks or [])
+        self._stop_sources = threading.Event()
+        self._lock = threading.Lock()
+        self._error: str | None = None
+        self._interrupted = False
+        self._ran = False
+        self._inbox = Channel(config.runtime.queue_size, "inbox")
+        self.stats = {s.name: StreamStats(s.name, s.display_uri) for s in config.sources}
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **kwargs) -> Pipeline:
+        """Load and validate a pipeline file (raises `ConfigError`), then build the pipeline."""
+        return cls(load_pipeline(path), **kwargs)
+
+    # -- control ------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Graceful stop: sources end now; what they produced is still processed and written."""
+        self._interrupted = True
+        self._stop_sources.set()
+
+    def abort(self) -> None:
+        """Immediate stop: frames not yet processed are dropped; sinks still flush and close."""
+        self.stop()
+        self._inbox.close(discard=True)
+
+    def _fail(self, error: BaseException) -> None:
+        line = str(error) if isinstance(error, StreamlensError) else f"{type(error).__name__}: {error}"
+        with self._lock:
+            if self._error is None:
+                self._error = line
+                if not isinstance(error, StreamlensError):
+                    log.debug("unexpected error", exc_info=error)
+        self._stop_sources.set()
+
+    # -- running ------------------------------------------------------------------------------
+
+    def run(self, on_tick: Callable[[Pipeline], None] | None = None, tick_s: float = 0.25,
+            stats_every_s: float = 1.0) -> RunReport:
+        """Run to the end of every stream, a stop, or an error. Raises `StreamlensError` when a
+        node cannot be built (nothing has run then); otherwise returns a `RunReport`."""
+        if self._ran:
+            raise StreamlensError("a Pipeline runs once; build a new one")
+        self._ran = True
+        started = time.monotonic()
+        sources, detector, sinks = self._build()
+        try:
+            threads = self._start(sources, detector, sinks)
+            next_stats = time.monotonic() + stats_every_s
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(tick_s / len(threads))
+                self._refresh_drops()
+                if time.monotonic() >= next_stats:
+                    next_stats += stats_every_s
+                    self._publish_stats(sinks)
+                if on_tick is not None:
+                    on_tick(self)
+        finally:
+            self._stop_sources.set()
+            for src in sources:
+                src.close()
+            detector.close()
+        self._refresh_drops()
+        status = "failed" if self._error else "interrupted" if self._interrupted else "done"
+        return RunReport(status, self._error, time.monotonic() - started, list(self.stats.values()))
+
+    def _refresh_drops(self) -> None:
+        for st in self.stats.values():
+            st.dropped = self._inbox.dropped[st.name]
+
+    def _publish_stats(self, sinks: list[Sink]) -> None:
+        """Hand each stream's `stats` to the sinks that want it, never waiting on a busy one."""
+        wanted = [ch for sink, ch in zip(sinks, self._sink_channels) if sink.wants_stats]
+        for st in (self.stats.values() if wanted else ()):
+            report = StatsReport(st.name, st.report(self._inbox.depth(st.name)))
+            message = message_for(report)
+            payload = dumps(message)
+            for ch in wanted:
+                ch.put((report, message, payload), key="stats", drop_oldest=True)
+
+    def results(self) -> Iterator[FrameResult | StreamEnd]:
+        """Run in the background and yield every `FrameResult` and `StreamEnd` as it is made.
+
+        Leaving the loop early stops the pipeline. Raises `StreamlensError` if the run failed.
+        """
+        out: queue.Queue = queue.Queue(maxsize=2 * self.config.runtime.queue_size)
+        self._extra_sinks.append(_QueueSink(out))
+        box: dict[str, object] = {}
+
+        def target() -> None:
+            try:
+                box["report"] = self.run()
+            except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+                box["error"] = e
+            finally:
+                out.put(_END)
+
+        worker = threading.Thread(target=target, name="streamlens-run", daemon=True)
+        worker.start()
+        try:
+            while (item := out.get()) is not _END:
+                yield item
+        finally:
+            if worker.is_alive():
+                self.abort()
+                while worker.is_alive():  # keep the queue sink from blocking while it ends
+                    try:
+                        out.get(timeout=0.1)
+                    except queue.Empty:
+                        pass
+            worker.join()
+        if "error" in box:
+            raise box["error"]  # type: ignore[misc]
+        report = box["report"]
+        if report.status == "failed":  # type: ignore[union-attr]
+            raise StreamlensError(report.error)  # type: ignore[union-attr]
+
+    def _build(self) -> tuple[list[Source], object, list[Sink]]:
+        built: list = []
+        try:
+            sources = [build_source(s) for s in self.config.sources]
+            built += sources
+            for src in sources:
+                self.stats[src.name].total = src.total_frames
+            detector = build_detector(self.config.detector)
+            built.append(detector)
+            fps = {s.name: s.fps for s in sources if s.fps}
+            sinks = [build_sink(s, fps) for s in self.config.sinks] + self._extra_sinks
+            opened: list[Sink] = []
+            for sink in sinks:
+                sink.open()
+                opened.append(sink)
+        except BaseException:
+            for sink in locals().get("opened", []):
+                sink.close()
+            for thing in built:
+                thing.close()
+            raise
+        return sources, detector, sinks
+
+    def _start(self, sources, detector, sinks) -> list[threading.Thread]:
+        self._sink_channels = [Channel(self.config.runtime.queue_size, f"sink:{s.name}") for s in sinks]
+        threads = [threading.Thread(target=self._run_sink, args=(s, ch), name=f"sink-{s.name}", daemon=True)
+                   for s, ch in zip(sinks, self._sink_channels)]
+        threads.append(threading.Thread(target=self._run_engine, args=(detector,), name="engine", daemon=True))
+        by_name = {c.name: c for c in self.config.sources}
+        threads += [threading.Thread(target=self._run_source, args=(src, by_name[src.name]),
+                                     name=f"source-{src.name}", daemon=True) for src in sources]
+        for t in threads:
+            t.start()
+        return threads
+
+    def _run_source(self, source: Source, cfg: SourceConfig) -> None:
+        produced, reason, error = 0, "end", None
+        try:
+            for frame in source.frames(self._stop_sources):
+                if not self._inbox.put(frame, key=source.name, drop_oldest=cfg.live):
+                    break
+                produced += 1
+        except BaseException as e:  # noqa: BLE001 - any failure ends this node and is reported
+            reason, error = "error", str(e)
+            self._fail(e)
+        finally:
+            source.close()
+            if reason == "end" and self._stop_sources.is_set():
+                reason = "stopped"
+            self._inbox.put(EndOfStream(source.name, produced, reason, error), key=source.name)
+
+    def _run_engine(self, detector) -> None:
+        cfg = self.config
+        names = [s.name for s in cfg.sources]
+        schedulers = {n: KeyframeScheduler(cfg.keyframes.interval, off)
+                      for n, off in zip(names, stagger_offsets(cfg.keyframes.interval, len(names)))}
+        fps = {s.name: s.max_fps for s in cfg.sources}
+        trackers = {n: build_tracker(cfg.tracker, fps.get(n)) for n in names}
+        seq = dict.fromkeys(names, 0)
+        open_streams = set(names)
+        max_batch, max_wait = cfg.detector.max_batch, cfg.detector.max_wait_ms / 1000
+        closing = False
+        try:
+            while open_streams and not closing:
+                try:
+                    first = self._inbox.get()
+                except ChannelClosed:
+                    break
+                items = [(first, self._decide(first, schedulers))]
+                keys = int(items[0][1])
+                deadline = time.monotonic() + max_wait
+                while keys < max_batch and len(items) < 4 * max_batch:
+                    wait = max(0.0, deadline - time.monotonic()) if keys else 0.0
+                    try:
+                        item = self._inbox.get(timeout=wait)
+                    except ChannelClosed:
+                        closing = True
+                        break
+                    if item is None:
+                        break
+                    items.append((item, self._decide(item, schedulers)))
+                    keys += items[-1][1]
+                self._process(items, detector, trackers, seq, open_streams)
+        except BaseException as e:  # noqa: BLE001
+            self._fail(e)
+        finally:
+            self._inbox.close(discard=True)  # sources blocked on a full inbox wake up and end
+            reason = "error" if self._error else "stopped"
+            for name in sorted(open_streams):
+                self._publish(StreamEnd(name, seq[name], self.stats[name].frames, reason))
+            for ch in self._sink_channels:
+                ch.close()
+
+    @staticmethod
+    def _decide(item, schedulers) -> bool:
+        return isinstance(item, Frame) and schedulers[item.stream].is_keyframe()
+
+    def _process(self, items, detector, trackers, seq, open_streams) -> None:
+        keyframes = [f for f, is_key in items if is_key]
+        found = {}
+        if keyframes:
+            t0 = time.perf_counter()
+            detections = detector.detect(keyframes)
+            detect_ms = (time.perf_counter() - t0) * 1000
+            for f, det in zip(keyframes, detections):
+                f.timings["detect"] = detect_ms
+                found[id(f)] = det
+        for item, is_key in items:
+            if isinstance(item, EndOfStream):
+                if item.stream in open_streams:
+                    open_streams.discard(item.stream)
+                    self.stats[item.stream].state = {"end": "ended"}.get(item.reason, item.reason)
+                    self.stats[item.stream].ended = time.monotonic()
+                    self._publish(StreamEnd(item.stream, seq[item.stream], self.stats[item.stream].frames,
+                                            item.reason))
+                    seq[item.stream] += 1
+                continue
+            t0 = time.perf_counter()
+            tracker = trackers[item.stream]
+            det = tracker.update(item, found[id(item)]) if is_key else tracker.propagate(item)
+            item.timings["track"] = (time.perf_counter() - t0) * 1000
+            item.timings.setdefault("detect", 0.0)
+            result = FrameResult(item, seq[item.stream], is_key, det)
+            seq[item.stream] += 1
+            self.stats[item.stream].count(result)
+            self._publish(result)
+
+    def _publish(self, item: FrameResult | StreamEnd) -> None:
+        if isinstance(item, FrameResult):
+            item.frame.timings["total"] = (time.time() - item.frame.ts) * 1000
+        message = message_for(item)
+        payload = dumps(message)
+        for ch in self._sink_channels:
+            ch.put((item, message, payload))
+
+    def _run_sink(self, sink: Sink, channel: Channel) -> None:
+        try:
+            while True:
+                try:
+                    item, message, payload = channel.get()
+                except ChannelClosed:
+                    break
+                sink.write(item, message, payload)
+        except BaseException as e:  # noqa: BLE001
+            self._fail(e)
+            channel.close(discard=True)
+            self._inbox.close(discard=True)
+        finally:
+            try:
+                sink.close()
+            except BaseException as e:  # noqa: BLE001
+                self._fail(e)

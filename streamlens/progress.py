@@ -1,0 +1,56 @@
+"""The live progress display of `streamlens run`, and the summary printed at the end.
+
+On a terminal the per-stream lines are redrawn in place a few times a second; elsewhere (a log
+file, CI) a plain line per stream is written every `every_s` seconds.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from .graph.runtime import Pipeline, RunReport, StreamStats
+
+
+def stream_line(st: StreamStats) -> str:
+    """One stream's progress: `cam1  412/897  46%  58.3 fps  1203 objects  0 dropped  running`."""
+    done = f"{st.frames}/{st.total} {100 * st.frames / st.total:3.0f}%" if st.total else f"{st.frames}"
+    return (f"{st.name:<12} {done:>14}  {st.fps:6.1f} fps  {st.objects:>7} objects  "
+            f"{st.dropped:>4} dropped  {st.state}")
+
+
+class ProgressDisplay:
+    def __init__(self, out: TextIO = sys.stderr, every_s: float = 5.0):
+        self.out = out
+        self.tty = out.isatty()
+        self.every_s = every_s
+        self._drawn = 0
+        self._last = time.monotonic()
+
+    def __call__(self, pipeline: Pipeline) -> None:
+        stats = list(pipeline.stats.values())
+        if self.tty:
+            lines = [stream_line(st) for st in stats]
+            up = f"\x1b[{self._drawn}F" if self._drawn else ""
+            self.out.write(up + "".join(f"\x1b[2K{line}\n" for line in lines))
+            self.out.flush()
+            self._drawn = len(lines)
+        elif time.monotonic() - self._last >= self.every_s:
+            self._last = time.monotonic()
+            for st in stats:
+                self.out.write(stream_line(st) + "\n")
+            self.out.flush()
+
+
+def summary(report: RunReport) -> str:
+    """The table printed when a run ends."""
+    rows = [f"{'stream':<12} {'frames':>7} {'keyframes':>9} {'objects':>8} {'dropped':>7} "
+            f"{'wall s':>7} {'fps':>7}  state"]
+    for st in report.streams:
+        rows.append(f"{st.name:<12} {st.frames:>7} {st.keyframes:>9} {st.objects:>8} {st.dropped:>7} "
+                    f"{st.wall_s:>7.1f} {st.mean_fps:>7.1f}  {st.state}")
+    total = sum(st.frames for st in report.streams)
+    rows.append(f"{report.status}: {total} frames in {report.wall_s:.1f} s "
+                f"({total / report.wall_s if report.wall_s else 0:.1f} fps overall)")
+    return "\n".join(rows)

@@ -1,0 +1,30 @@
+"""What every sink is: one place results go. The runtime gives each sink a thread of its own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..frame import FrameResult, StreamEnd
+
+
+class Sink:
+    """Takes results in order (per stream) and writes them somewhere.
+
+    The runtime calls `open()` once before the first item, `write()` for each `FrameResult` and
+    `StreamEnd` (and `StatsReport`, if `wants_stats`) with the schema-v1 message already built
+    (`message`, and `payload`: the same as compact JSON bytes), and `close()` exactly once at the end, whatever the reason, so a sink must
+    flush there. A sink raises `SinkError` with one clear line when it cannot write.
+    """
+
+    name: str = "sink"
+    #: True for sinks that also want a `StatsReport` about each stream about once a second
+    wants_stats: bool = False
+
+    def open(self) -> None:
+        pass
+
+    def write(self, item: FrameResult | StreamEnd, message: dict[str, Any], payload: bytes) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,35 @@
+"""What every source is: something that yields `Frame`s of one named stream until it ends or is stopped."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+from ..frame import Frame
+
+
+class Source:
+    """A stream of decoded frames. The runtime runs `frames()` on a thread of its own.
+
+    `frames(stop)` yields frames in order until the input ends or `stop` is set, then returns;
+    it raises `SourceError` (one clear line naming the input) when the input cannot be read.
+    `close()` releases what the source holds; it is safe to call twice.
+    """
+
+    name: str
+    #: frames the stream will produce, when known in advance (a file played once), else None
+    total_frames: int | None = None
+    #: the stream's nominal frame rate, when known
+    fps: float | None = None
+
+    def frames(self, stop: threading.Event) -> Iterator[Frame]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
