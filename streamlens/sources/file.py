@@ -1,0 +1,382 @@
+"""A video file (or anything else FFmpeg opens by name) as a stream of `Frame`s, decoded with PyAV.
+
+`FileSource` demuxes and decodes packet by packet, so a corrupt packet in the middle of a file is
+skipped and counted (`corrupt_packets`) instead of ending the stream, and a truncated file yields
+what can be read and then ends normally. It can replay a file at its own frame rate as a camera
+would (`live=True`), loop it forever (`loop=True`) and thin it out to at most `max_fps`.
+
+What each field of a `Frame` means here:
+- `index` is the decoded frame index from 0. It keeps counting across loops, and frames that
+  `max_fps` drops still take their number, so a capped stream has gaps in `index`.
+- `pts` is the presentation time in seconds as the file states it (it need not start at 0), made
+  strictly increasing within one pass of the file; it restarts with each loop.
+- `ts` is `time.time()` when the frame became available; with `live=True`, its scheduled time.
+- `timings["decode"]` is the milliseconds spent reading, decoding and converting this frame.
+
+Example:
+    >>> import threading
+    >>> source = FileSource("cam1", "../shared/data/video/highway_720p30.mp4", max_fps=15)  # doctest: +SKIP
+    >>> (source.fps, source.total_frames)                                                     # doctest: +SKIP
+    (30.0, 897)
+    >>> with source:                                                                          # doctest: +SKIP
+    ...     first = next(iter(source.frames(threading.Event())))
+    >>> (first.index, first.image.shape)                                                      # doctest: +SKIP
+    (0, (720, 1280, 3))
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+
+import av
+
+from ..errors import SourceError
+from ..frame import Frame
+from ..urls import is_url, mask_url
+from .base import Source
+
+#: the frame rate assumed when a file states none (only used to fill in missing timestamps)
+DEFAULT_FPS = 30.0
+#: how far (seconds) a paced live stream may fall behind its clock before the clock is re-anchored
+MAX_LIVE_LAG_S = 1.0
+
+
+class FileSource(Source):
+    """Frames of the first video stream of a file, decoded with PyAV.
+
+    - `live`: pace frames at the file's own rate, as a camera would deliver them, and decode with
+      low latency (slice threads) instead of high throughput (frame threads). A URL or a device is
+      real-time already, so it is never paced, only decoded with low latency.
+    - `loop`: at the end of the file seek back to the start and go on; `index` keeps counting and
+      `pts` restarts. A pass that decodes no frame at all ends the stream.
+    - `max_fps`: drop frames so that at most `max_fps` frames a second come out, decided from `pts`
+      (not the wall clock), so the same file always gives the same frames: a 30 fps file capped at
+      15 gives every other frame.
+    - `options`: FFmpeg options for the demuxer and decoder (`av.open(..., options=...)`).
+
+    The file is opened here, so a missing or unreadable file fails at once with a `SourceError` that
+    names it. `close()` releases it; it is also released when `frames()` ends, and `frames()` reopens
+    it when called again.
+
+    Example:
+        >>> source = FileSource("cam1", "clip.mp4", loop=True)   # doctest: +SKIP
+        >>> stop = threading.Event()                             # doctest: +SKIP
+        >>> for frame in source.frames(stop):                    # doctest: +SKIP
+        ...     if frame.index == 99:
+        ...         stop.set()
+    """
+
+    def __init__(self, name: str, path: str | Path, *, live: bool = False, loop: bool = False,
+                 max_fps: float | None = None, options: dict[str, str] | None = None):
+        if max_fps is not None and not max_fps > 0:
+            raise ValueError(f"{name}: max_fps must be a positive number, got {max_fps!r}")
+        self.name = name
+        self.path = str(path)
+        self.display_path = mask_url(self.path)
+        self.live = live
+        self.loop = loop
+        self.max_fps = max_fps
+        self.options = dict(options or {})
+        #: packets the decoder rejected and that were skipped
+        self.corrupt_packets = 0
+        #: why the current (or last) pass stopped reading before the end of the file, or None
+        self.read_error: str | None = None
+        self._is_file = not is_url(self.path) and not self.path.startswith("/dev/")
+        self._lock = threading.Lock()  # guards the container: decoding and close() never overlap
+        self._running = False
+        self._container: av.container.InputContainer | None = None
+
+        self._container = self._open()
+        stream = self._container.streams.video[0]
+        rate = stream.average_rate or stream.guessed_rate
+        self.fps = float(rate) if rate else None
+        self.total_frames = stream.frames if stream.frames > 0 and not loop else None
+
+    # -- opening and closing -------------------------------------------------------------------
+
+    def _open(self) -> av.container.InputContainer:
+        """Open the input and check that it has a video stream; every failure is one clear line."""
+        if self._is_file:
+            path = Path(self.path)
+            if not path.exists():
+                raise SourceError(f"{self.display_path}: no such file")
+            if path.is_dir():
+                raise SourceError(f"{self.display_path}: is a folder, not a video file")
+        try:
+            container = av.open(self.path, options=self.options)
+        except av.error.InvalidDataError as error:
+            reason = _reason(error)
+            raise SourceError(f"{self.display_path}: not a video FFmpeg can read ({reason})") from None
+        except (av.error.FFmpegError, OSError) as error:
+            raise SourceError(f"{self.display_path}: cannot open ({_reason(error)})") from None
+        if not container.streams.video:
+            container.close()
+            raise SourceError(f"{self.display_path}: has no video stream")
+        stream = container.streams.video[0]
+        stream.thread_type = "SLICE" if self.live else "AUTO"
+        return container
+
+    def close(self) -> None:
+        """Release the file. Safe to call twice, and from another thread while `frames()` runs:
+        that iteration then ends at its next frame."""
+        with self._lock:
+            if self._container is not None:
+                self._container.close()
+                self._container = None
+
+    # -- frames --------------------------------------------------------------------------------
+
+    def frames(self, stop: threading.Event) -> Iterator[Frame]:
+        """Decode, thin out and pace frames until the file ends (and does not loop) or `stop` is set.
+
+        Raises `SourceError` when the first pass yields no frame at all because of read or decode
+        errors. The file is closed when this ends, however it ends.
+        """
+        with self._lock:
+            if self._running:
+                raise RuntimeError(f"{self.name}: frames() is already running")
+            self._running = True
+            if self._container is None:
+                try:
+                    self._container = self._open()
+                except BaseException:
+                    self._running = False
+                    raise
+        try:
+            yield from self._frames(stop)
+        finally:
+            self.close()
+            self._running = False
+
+    def _frames(self, stop: threading.Event) -> Iterator[Frame]:
+        frame_duration = 1.0 / (self.fps or DEFAULT_FPS)
+        pacer = _LivePacer(MAX_LIVE_LAG_S) if self.live and self._is_file else None
+        index = 0          # decoded frames so far, all passes
+        loop_offset = 0.0  # media time at which the current pass starts, for pacing across loops
+        first_pass = True
+        while not stop.is_set():
+            with self._lock:
+                if self._container is None:  # closed from another thread
+                    return
+                stream = self._container.streams.video[0]  # a new one when a loop reopened the file
+                decoded = _decode_pass(self._container, stream, self)
+            self.read_error = None
+            corrupt_before = self.corrupt_packets
+            times = _PresentationTimes(stream.time_base or Fraction(1, 90000), frame_duration)
+            cap = _FrameRateCap(self.max_fps) if self.max_fps else None
+            pass_first_pts = pass_last_pts = None
+            while not stop.is_set():
+                with self._lock:
+                    if self._container is None:  # closed from another thread
+                        return
+                    item = next(decoded, None)
+                if item is None:
+                    break
+                frame, decode_ms = item
+                pts = times.seconds(frame)
+                if pass_first_pts is None:
+                    pass_first_pts = pts
+                pass_last_pts = pts
+                frame_index = index
+                index += 1
+                if cap is not None and not cap.keep(pts):
+                    continue
+                started = time.perf_counter()
+                image = frame.to_ndarray(format="bgr24")
+                decode_ms += (time.perf_counter() - started) * 1000.0
+                if pacer is None:
+                    ts = time.time()
+                else:
+                    due_monotonic, ts = pacer.schedule(loop_offset + pts - pass_first_pts)
+                    delay = due_monotonic - time.monotonic()
+                    if delay > 0 and stop.wait(delay):
+                        return
+                yield Frame(stream=self.name, index=frame_index, pts=pts, ts=ts, image=image,
+                            timings={"decode": decode_ms})
+            if stop.is_set():
+                return
+            if pass_first_pts is None:  # nothing decoded in this pass: the end, or nothing readable
+                corrupt = self.corrupt_packets - corrupt_before
+                if first_pass and (corrupt or self.read_error):
+                    raise SourceError(f"{self.display_path}: no frame could be decoded "
+                                      f"({_failure_summary(corrupt, self.read_error)})")
+                return
+            if not self.loop:
+                return
+            first_pass = False
+            loop_offset += pass_last_pts - pass_first_pts + frame_duration
+            with self._lock:
+                if self._container is None:
+                    return
+                self._rewind()
+
+    def _rewind(self) -> None:
+        """Go back to the start of the file for the next loop; reopen it if it cannot seek."""
+        try:
+            self._container.seek(0)
+        except av.error.FFmpegError:
+            self._container.close()
+            self._container = None
+            self._container = self._open()
+
+
+
+def _decode_pass(container: av.container.InputContainer, stream: av.video.stream.VideoStream,
+                 source: FileSource) -> Iterator[tuple[av.VideoFrame, float]]:
+    """Yield `(frame, milliseconds spent reading and decoding it)` for one pass over the file.
+
+    A packet the decoder rejects is counted in `source.corrupt_packets` and skipped. A read error
+    ends the pass as if the file ended there (a truncated file): it is kept in `source.read_error`
+    and the frames still inside the decoder are drained. Time spent while suspended (the consumer's
+    time) is not counted; when one packet releases several frames they share its time.
+    """
+    packets = container.demux(stream)
+    started = time.perf_counter()
+    while True:
+        try:
+            packet = next(packets)
+        except StopIteration:
+            return
+        except av.error.FFmpegError as error:
+            source.read_error = _reason(error)
+            packet = None  # drain the decoder: frame threads still hold decoded frames
+        try:
+            frames = stream.codec_context.decode(packet) if packet is None else packet.decode()
+        except av.error.FFmpegError:
+            source.corrupt_packets += 1
+            frames = []
+        if frames:
+            share_ms = (time.perf_counter() - started) * 1000.0 / len(frames)
+            for frame in frames:
+                yield frame, share_ms
+            started = time.perf_counter()
+        if packet is None:
+            return
+
+
+class _PresentationTimes:
+    """Turn decoded frames' timestamps into strictly increasing seconds, for one pass of a file.
+
+    The timestamp is chosen as FFmpeg's `best_effort_timestamp` does: the frame's pts while pts is
+    no less reliable than dts, else its dts. (AVI files with packed B-frames, common for XviD/DivX,
+    give pts values out of order, but a steady dts.) A frame with neither timestamp, or one that
+    would not move time forward, gets the previous time plus one frame duration.
+
+    Example:
+        >>> times = _PresentationTimes(Fraction(1, 25), 0.04)
+        >>> [round(times.from_ticks(p, d), 2) for p, d in [(1, 3), (4, 4), (6, 5), (5, 6), (None, None)]]
+        [0.04, 0.16, 0.24, 0.28, 0.32]
+    """
+
+    def __init__(self, time_base: Fraction, frame_duration: float):
+        self.time_base = time_base
+        # exact arithmetic, so a filled-in time equals the file's own time for the same instant
+        self.frame_duration = Fraction(frame_duration).limit_denominator(1_000_000)
+        self.last_seconds: Fraction | None = None
+        self.last_pts: int | None = None
+        self.last_dts: int | None = None
+        self.faulty_pts = 0
+        self.faulty_dts = 0
+
+    def seconds(self, frame: av.VideoFrame) -> float:
+        return self.from_ticks(frame.pts, frame.dts)
+
+    def from_ticks(self, pts: int | None, dts: int | None) -> float:
+        ticks = self._best_effort(pts, dts)
+        seconds = None if ticks is None else ticks * self.time_base
+        if self.last_seconds is None:
+            seconds = Fraction(0) if seconds is None else seconds
+        elif seconds is None or seconds <= self.last_seconds:
+            seconds = self.last_seconds + self.frame_duration
+        self.last_seconds = seconds
+        return float(seconds)
+
+    def _best_effort(self, pts: int | None, dts: int | None) -> int | None:
+        if dts is not None:
+            self.faulty_dts += self.last_dts is not None and dts <= self.last_dts
+            self.last_dts = dts
+        if pts is not None:
+            self.faulty_pts += self.last_pts is not None and pts <= self.last_pts
+            self.last_pts = pts
+        if pts is not None and (self.faulty_pts <= self.faulty_dts or dts is None):
+            return pts
+        return dts
+
+
+class _FrameRateCap:
+    """Keep at most `max_fps` frames a second, chosen from presentation times.
+
+    Time since the first frame is cut into slots of 1/max_fps seconds and the first frame of each
+    slot is kept, so 30 fps capped at 15 keeps every other frame and 30 capped at 20 keeps two of
+    three, evenly.
+
+    Example:
+        >>> cap = _FrameRateCap(15)
+        >>> [cap.keep(k / 30) for k in range(6)]
+        [True, False, True, False, True, False]
+    """
+
+    def __init__(self, max_fps: float):
+        self.max_fps = max_fps
+        self.first_pts: float | None = None
+        self.last_slot: int | None = None
+
+    def keep(self, pts: float) -> bool:
+        if self.first_pts is None:
+            self.first_pts = pts
+        slot = math.floor((pts - self.first_pts) * self.max_fps + 1e-6)
+        if self.last_slot is not None and slot <= self.last_slot:
+            return False
+        self.last_slot = slot
+        return True
+
+
+class _LivePacer:
+    """When each frame of a paced file is due, as a camera would deliver it.
+
+    `schedule(media_time)` gives `(due on time.monotonic(), due on time.time())`: the clock is
+    anchored at the first frame, and a frame is due its media time after it. When the consumer falls
+    more than `max_lag` seconds behind, the clock is re-anchored at now instead of releasing a burst.
+
+    Example:
+        >>> pacer = _LivePacer(1.0)
+        >>> due0, _ = pacer.schedule(10.0)
+        >>> due1, _ = pacer.schedule(10.5)
+        >>> round(due1 - due0, 3)
+        0.5
+    """
+
+    def __init__(self, max_lag: float):
+        self.max_lag = max_lag
+        self.anchor_media: float | None = None
+        self.anchor_monotonic = 0.0
+        self.anchor_wall = 0.0
+
+    def schedule(self, media_time: float) -> tuple[float, float]:
+        now = time.monotonic()
+        if self.anchor_media is not None:
+            offset = media_time - self.anchor_media
+            if now - (self.anchor_monotonic + offset) <= self.max_lag:
+                return self.anchor_monotonic + offset, self.anchor_wall + offset
+        self.anchor_media = media_time
+        self.anchor_monotonic = now
+        self.anchor_wall = time.time()
+        return self.anchor_monotonic, self.anchor_wall
+
+
+def _failure_summary(corrupt_packets: int, read_error: str | None) -> str:
+    """Why a pass gave nothing, e.g. `12 corrupt packets; read error: I/O error`."""
+    parts = [f"{corrupt_packets} corrupt packets"] if corrupt_packets else []
+    if read_error:
+        parts.append(f"read error: {read_error}")
+    return "; ".join(parts)
+
+
+def _reason(error: BaseException) -> str:
+    """FFmpeg's own words for an error, without the errno and file name PyAV adds."""
+    return getattr(error, "strerror", None) or str(error) or type(error).__name__

@@ -1,0 +1,318 @@
+"""FileSource on real clips: every frame, in order, with the right numbers; looping, rate capping,
+live pacing, stopping, and bad files (missing, not a video, truncated, corrupt in the middle).
+
+The clips live in ../shared/data/video, outside the repository; tests that need them skip without.
+Frame counts are checked against ffprobe, which decodes the same files with FFmpeg's own tools.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import av
+import pytest
+
+from streamlens.errors import SourceError
+from streamlens.sources.file import FileSource
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+VIDEO = DATA / "video"
+CLIPS = sorted(p.name for p in VIDEO.glob("*") if p.is_file()) if VIDEO.is_dir() else []
+
+needs_ffmpeg = pytest.mark.skipif(shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None,
+                                  reason="ffmpeg/ffprobe not on PATH")
+
+
+def clip(name: str) -> Path:
+    """The path of a real clip, or skip the test saying why."""
+    path = VIDEO / name
+    if not path.is_file():
+        pytest.skip("../shared/data/video not found: real test clips live outside the repository")
+    return path
+
+
+def start_ffprobe_count(path: Path) -> subprocess.Popen:
+    """Start ffprobe counting the decoded frames of `path` (it decodes them all, so it runs
+    alongside the source under test). Read the answer with `ffprobe_result`."""
+    return subprocess.Popen(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-count_frames", "-show_entries",
+         "stream=nb_read_frames,nb_frames,width,height", "-of", "json", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def ffprobe_result(probe: subprocess.Popen) -> dict:
+    out, err = probe.communicate(timeout=120)
+    assert probe.returncode == 0, err
+    return json.loads(out)["streams"][0]
+
+
+def make_video(path: Path, *args: str) -> Path:
+    """Encode a small synthetic clip with the ffmpeg command line (lavfi sources)."""
+    subprocess.run(["ffmpeg", "-v", "error", "-y", *args, str(path)], check=True, timeout=60)
+    return path
+
+
+# -- every clip, every frame ---------------------------------------------------------------------
+
+@needs_ffmpeg
+@pytest.mark.parametrize("name", CLIPS or [pytest.param("none", id="no-clips")])
+def test_every_frame_of_every_clip_decodes_in_order(name):
+    path = clip(name)
+    probe = start_ffprobe_count(path)
+    source = FileSource("cam1", path)
+    count, last_pts, last_ts = 0, None, 0.0
+    for frame in source.frames(threading.Event()):
+        assert frame.stream == "cam1"
+        assert frame.index == count
+        assert last_pts is None or frame.pts > last_pts, f"pts not increasing at frame {count}"
+        assert frame.ts >= last_ts
+        assert frame.image.dtype.name == "uint8" and frame.image.ndim == 3 and frame.image.shape[2] == 3
+        assert frame.timings["decode"] >= 0.0
+        if count == 0:
+            shape = frame.image.shape
+        assert frame.image.shape == shape
+        last_pts, last_ts = frame.pts, frame.ts
+        count += 1
+    expected = ffprobe_result(probe)
+    assert count == int(expected["nb_read_frames"])
+    assert shape[:2] == (expected["height"], expected["width"])
+    assert source.corrupt_packets == 0 and source.read_error is None
+    assert source.fps and source.fps > 0
+    if int(expected.get("nb_frames") or 0) > 0:
+        # the container's own count; a packed-bitstream AVI counts 2 placeholder packets as frames
+        assert source.total_frames == int(expected["nb_frames"])
+        assert 0 <= source.total_frames - count <= 2
+
+
+def test_a_file_with_b_frames_packed_into_avi_gets_increasing_pts():
+    """XviD AVIs pack B-frames so that FFmpeg reports their pts out of order; pts must still rise,
+    close to one frame duration apart."""
+    source = FileSource("cam1", clip("highway_320x240.avi"))
+    pts = []
+    for frame in source.frames(threading.Event()):
+        pts.append(frame.pts)
+        if len(pts) == 100:
+            break
+    steps = [b - a for a, b in zip(pts, pts[1:])]
+    assert min(steps) > 0
+    assert sorted(steps)[len(steps) // 2] == pytest.approx(1 / 25, abs=1e-6)
+
+
+# -- loop, max_fps --------------------------------------------------------------------------------
+
+def test_loop_keeps_counting_index_and_restarts_pts():
+    source = FileSource("cam1", clip("street_night_1080p_8frames.mp4"), loop=True)
+    assert source.total_frames is None
+    stop = threading.Event()
+    frames = []
+    for frame in source.frames(stop):
+        frames.append((frame.index, frame.pts))
+        if len(frames) == 20:  # two and a half passes
+            stop.set()
+    assert [index for index, _ in frames] == list(range(20))
+    pts = [p for _, p in frames]
+    assert pts[8:16] == pts[:8] and pts[16:20] == pts[:4]
+    assert pts[8] < pts[7] and pts[16] < pts[15]
+
+
+def test_max_fps_halves_a_30_fps_file_deterministically():
+    source = FileSource("cam1", clip("highway_720p30.mp4"), max_fps=15)
+    assert source.total_frames == 897  # what the file holds, not what comes out
+    frames = [(frame.index, frame.pts) for frame in source.frames(threading.Event())]
+    assert 448 <= len(frames) <= 450
+    index_steps = {b[0] - a[0] for a, b in zip(frames, frames[1:])}
+    assert index_steps == {2}  # dropped frames keep their index: gaps of one
+    for (_, a), (_, b) in zip(frames, frames[1:]):
+        assert b - a == pytest.approx(1 / 15, abs=2e-3)
+
+
+def test_max_fps_above_the_file_rate_drops_nothing():
+    source = FileSource("cam1", clip("street_night_1080p_8frames.mp4"), max_fps=30)
+    assert [f.index for f in source.frames(threading.Event())] == list(range(8))
+
+
+def test_max_fps_must_be_positive():
+    with pytest.raises(ValueError, match="max_fps"):
+        FileSource("cam1", "whatever.mp4", max_fps=0)
+
+
+# -- live pacing and stopping ---------------------------------------------------------------------
+
+def test_live_paces_frames_at_the_file_rate():
+    source = FileSource("cam1", clip("highway_720p30.mp4"), live=True)
+    stop = threading.Event()
+    arrivals, stamps = [], []
+    for frame in source.frames(stop):
+        arrivals.append(time.monotonic())
+        stamps.append(frame.ts)
+        if len(stamps) == 15:
+            break
+    assert arrivals[-1] - arrivals[0] >= 0.44  # 14 intervals of 1/30 s
+    for a, b in zip(stamps, stamps[1:]):
+        assert b - a == pytest.approx(1 / 30, abs=2e-3)  # ts is the scheduled time
+
+
+def test_live_re_anchors_instead_of_bursting_when_the_consumer_is_slow():
+    source = FileSource("cam1", clip("highway_720p30.mp4"), live=True)
+    stamps = []
+    for frame in source.frames(threading.Event()):
+        stamps.append((time.monotonic(), frame.ts))
+        if len(stamps) == 2:
+            time.sleep(1.3)  # fall more than a second behind
+        if len(stamps) == 8:
+            break
+    late_arrival, late_ts = stamps[2]
+    assert late_ts - stamps[1][1] > 1.0  # the late frame is stamped when it came out, not when due
+    assert stamps[7][0] - late_arrival >= 5 / 30 - 0.01  # then paced again, no burst
+    for (_, a), (_, b) in zip(stamps[2:], stamps[3:]):
+        assert b - a == pytest.approx(1 / 30, abs=2e-3)
+
+
+@needs_ffmpeg
+def test_live_loop_keeps_the_pace_across_the_seam(tmp_path):
+    path = make_video(tmp_path / "five.mp4", "-f", "lavfi", "-i", "testsrc=size=160x120:rate=30",
+                      "-frames:v", "5", "-pix_fmt", "yuv420p")
+    source = FileSource("cam1", path, live=True, loop=True)
+    frames = []
+    for frame in source.frames(threading.Event()):
+        frames.append((frame.index, frame.pts, frame.ts))
+        if len(frames) == 12:
+            break
+    assert [index for index, _, _ in frames] == list(range(12))
+    assert frames[5][1] == frames[0][1]  # pts restarts...
+    for (_, _, a), (_, _, b) in zip(frames, frames[1:]):
+        assert b - a == pytest.approx(1 / 30, abs=2e-3)  # ...but the clock does not
+
+
+@needs_ffmpeg
+def test_stop_ends_a_live_wait_at_once(tmp_path):
+    # frames two seconds apart: the source is waiting when stop is set
+    path = make_video(tmp_path / "slow.mp4", "-f", "lavfi", "-i", "testsrc=size=160x120:rate=0.5",
+                      "-frames:v", "3", "-pix_fmt", "yuv420p")
+    source = FileSource("cam1", path, live=True)
+    stop = threading.Event()
+    first = threading.Event()
+    received = []
+
+    def consume():
+        for frame in source.frames(stop):
+            received.append(frame.index)
+            first.set()
+
+    worker = threading.Thread(target=consume)
+    worker.start()
+    assert first.wait(10)
+    time.sleep(0.2)
+    stopped_at = time.monotonic()
+    stop.set()
+    worker.join(5)
+    assert not worker.is_alive()
+    assert time.monotonic() - stopped_at < 0.5
+    assert received == [0]
+
+
+def test_close_from_another_thread_ends_iteration_and_is_idempotent():
+    source = FileSource("cam1", clip("person_indoor_768x432.mp4"), live=True)  # 10 fps
+    stop = threading.Event()
+    received = []
+    worker = threading.Thread(target=lambda: received.extend(f.index for f in source.frames(stop)))
+    worker.start()
+    time.sleep(0.5)
+    source.close()
+    worker.join(2)
+    assert not worker.is_alive()
+    assert 0 < len(received) < 20
+    source.close()
+
+
+def test_frames_can_run_again_after_the_file_ended():
+    with FileSource("cam1", clip("street_night_1080p_8frames.mp4")) as source:
+        first = [f.pts for f in source.frames(threading.Event())]
+        again = [f.pts for f in source.frames(threading.Event())]
+    assert len(first) == 8 and again == first
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+def test_missing_file_names_the_path(tmp_path):
+    path = tmp_path / "nope.mp4"
+    with pytest.raises(SourceError, match="nope.mp4: no such file"):
+        FileSource("cam1", path)
+
+
+def test_a_folder_is_not_a_video(tmp_path):
+    with pytest.raises(SourceError, match=f"{tmp_path}: is a folder"):
+        FileSource("cam1", tmp_path)
+
+
+def test_random_bytes_are_not_a_video(tmp_path):
+    path = tmp_path / "noise.mp4"
+    path.write_bytes(bytes(range(256)) * 64)
+    with pytest.raises(SourceError) as raised:
+        FileSource("cam1", path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: not a video FFmpeg can read (")
+    assert "\n" not in message
+
+
+@needs_ffmpeg
+def test_a_file_without_video_is_refused(tmp_path):
+    path = make_video(tmp_path / "tone.m4a", "-f", "lavfi", "-i", "sine=duration=0.5")
+    with pytest.raises(SourceError, match="tone.m4a: has no video stream"):
+        FileSource("cam1", path)
+
+
+def test_a_file_cut_in_half_yields_what_it_can(tmp_path):
+    data = clip("highway_320x240.avi").read_bytes()
+    path = tmp_path / "half.avi"
+    path.write_bytes(data[: len(data) // 2])
+    source = FileSource("cam1", path)
+    indexes = [frame.index for frame in source.frames(threading.Event())]
+    assert 300 < len(indexes) < 748
+    assert indexes == list(range(len(indexes)))
+
+
+def test_an_mp4_cut_before_its_index_is_refused(tmp_path):
+    """This clip keeps its index (moov) at the end: without it there is nothing to decode."""
+    data = clip("street_night_1080p_8frames.mp4").read_bytes()
+    path = tmp_path / "cut.mp4"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(SourceError, match="cut.mp4: not a video FFmpeg can read"):
+        FileSource("cam1", path)
+
+
+def damaged_copy(original: Path, dest: Path, keep: int, damaged: list[int]) -> Path:
+    """Copy the first `keep` video packets of `original` to `dest`, with the bytes of the packets
+    numbered in `damaged` overwritten by 0xFF (an H.264 decoder rejects such a packet)."""
+    with av.open(str(original)) as container:
+        packets = [(p.pos, p.size) for p in container.demux(video=0) if p.size][:keep]
+    data = bytearray(original.read_bytes())
+    for number in damaged:
+        pos, size = packets[number]
+        data[pos:pos + size] = b"\xff" * size
+    end = packets[-1][0] + packets[-1][1]
+    dest.write_bytes(data[:end])
+    return dest
+
+
+def test_corrupt_packets_are_skipped_and_counted(tmp_path):
+    # packets 50, 100 and 140 are inter frames in the middle of GOPs
+    path = damaged_copy(clip("highway_720p30.mp4"), tmp_path / "damaged.mp4", 200, [50, 100, 140])
+    source = FileSource("cam1", path)
+    frames = [(frame.index, frame.pts) for frame in source.frames(threading.Event())]
+    assert source.corrupt_packets == 3
+    assert len(frames) == 197
+    assert [index for index, _ in frames] == list(range(197))
+    assert all(b > a for (_, a), (_, b) in zip(frames, frames[1:]))
+
+
+def test_a_file_of_nothing_but_corrupt_packets_is_an_error(tmp_path):
+    path = damaged_copy(clip("highway_720p30.mp4"), tmp_path / "ruined.mp4", 40, list(range(40)))
+    source = FileSource("cam1", path)
+    with pytest.raises(SourceError, match=r"ruined.mp4: no frame could be decoded \(\d+ corrupt packets\)"):
+        list(source.frames(threading.Event()))
