@@ -1,0 +1,169 @@
+"""Whole pipelines, run as a user runs them: real clips, the real CLI, real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import av
+import pytest
+
+import streamlens
+from streamlens.errors import StreamlensError
+
+from .conftest import REPO, need_video, streamlens as run_cli
+
+FRAME_KEYS = {"v", "type", "stream", "seq", "frame", "pts", "ts", "keyframe", "width", "height", "objects",
+              "latency_ms"}
+OBJECT_KEYS = {"id", "cls", "label", "score", "box"}
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    text = path.read_text()
+    assert text == "" or text.endswith("\n"), "the last line is cut"
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def check_schema_v1(lines: list[dict], stream: str, width: int, height: int) -> None:
+    frames = [m for m in lines if m["type"] == "frame" and m["stream"] == stream]
+    eos = [m for m in lines if m["type"] == "eos" and m["stream"] == stream]
+    assert len(eos) == 1 and eos[0]["frames"] == len(frames) and eos[0]["v"] == 1
+    assert [m["seq"] for m in frames] + [eos[0]["seq"]] == list(range(len(frames) + 1))
+    last_pts = -1.0
+    for m in frames:
+        assert set(m) >= FRAME_KEYS and m["v"] == 1
+        assert (m["width"], m["height"]) == (width, height)
+        assert m["pts"] > last_pts
+        last_pts = m["pts"]
+        assert {"decode", "detect", "track", "total"} <= set(m["latency_ms"])
+        for obj in m["objects"]:
+            assert set(obj) >= OBJECT_KEYS
+            x1, y1, x2, y2 = obj["box"]
+            assert 0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height
+            assert 0 <= obj["score"] <= 1 and isinstance(obj["id"], int) and isinstance(obj["label"], str)
+
+
+def count_frames(path: Path) -> int:
+    with av.open(str(path)) as container:
+        return sum(1 for _ in container.decode(video=0))
+
+
+def write_pipeline(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(body)
+    return path
+
+
+def test_highway_motion_pipeline_writes_schema_v1_and_annotated_video(tmp_path):
+    clip = need_video("highway_720p30.mp4")
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: highway, uri: {clip}}}]
+detector: {{backend: motion}}
+tracker: none
+sinks:
+  - {{type: jsonl, path: out/results.jsonl}}
+  - {{type: video, path: out/annotated.mp4}}
+""")
+    proc = run_cli("run", str(path))
+    assert proc.returncode == 0, proc.stderr
+    lines = read_jsonl(tmp_path / "out" / "results.jsonl")
+    assert len(lines) == 898 and lines[-1]["type"] == "eos" and lines[-1]["frames"] == 897
+    check_schema_v1(lines, "highway", 1280, 720)
+    assert [m["frame"] for m in lines[:-1]] == list(range(897))
+    with_cars = sum(1 for m in lines[30:-1] if m["objects"])
+    assert with_cars >= 0.85 * (897 - 30)
+    assert count_frames(tmp_path / "out" / "annotated.mp4") == 897
+    assert "highway" in proc.stderr and "897" in proc.stderr  # the summary
+
+
+def test_quickstart_runs_as_the_readme_says(tmp_path):
+    out = REPO / "pipelines" / "out"
+    proc = run_cli("run", "pipelines/quickstart.yaml")
+    assert proc.returncode == 0, proc.stderr
+    lines = read_jsonl(out / "quickstart.jsonl")
+    check_schema_v1(lines, "cam1", 640, 360)
+    assert sum(len(m["objects"]) for m in lines if m["type"] == "frame") > 300
+    assert count_frames(out / "quickstart.mp4") == len(lines) - 1
+
+
+def test_two_sources_are_tagged_and_keyframes_follow_the_interval(tmp_path):
+    a, b = need_video("highway_320x240.avi"), need_video("road_topdown_640x360.avi")
+    path = write_pipeline(tmp_path, f"""
+sources:
+  - {{name: highway, uri: {a}}}
+  - {{name: road, uri: {b}, max_fps: 15}}
+detector: {{backend: motion}}
+keyframes: {{interval: 3}}
+tracker: none
+sinks: [{{type: jsonl, path: out.jsonl}}]
+""")
+    report = streamlens.Pipeline.from_yaml(path).run()
+    assert report.exit_code == 0 and report.error is None
+    lines = read_jsonl(tmp_path / "out.jsonl")
+    check_schema_v1(lines, "highway", 320, 240)
+    check_schema_v1(lines, "road", 640, 360)
+    highway = [m for m in lines if m["stream"] == "highway" and m["type"] == "frame"]
+    road = [m for m in lines if m["stream"] == "road" and m["type"] == "frame"]
+    assert len(highway) == 748 and 180 <= len(road) <= 190  # 374 frames at 30 fps, capped at 15
+    keyframes = [m["seq"] for m in highway if m["keyframe"]]
+    assert keyframes[0] == 0 and all(b - a == 3 for a, b in zip(keyframes[1:], keyframes[2:]))
+    assert all(not m["objects"] for m in highway if not m["keyframe"])  # tracker none: nothing between
+
+
+def test_embedded_results_iterator_and_early_exit(tmp_path):
+    clip = need_video("highway_320x240.avi")
+    path = write_pipeline(tmp_path, f"sources: [{{uri: {clip}}}]\ndetector: {{backend: motion}}\ntracker: none\n")
+    items = list(streamlens.Pipeline.from_yaml(path).results())
+    assert len(items) == 749 and isinstance(items[-1], streamlens.StreamEnd)
+    assert [r.seq for r in items[:-1]] == list(range(748))
+    assert items[100].frame.image.shape == (240, 320, 3)
+    started = time.monotonic()
+    for n, _ in enumerate(streamlens.Pipeline.from_yaml(path).results()):
+        if n == 10:
+            break
+    assert time.monotonic() - started < 5
+
+
+def test_unreadable_video_is_one_line_and_exit_1(tmp_path):
+    bad = tmp_path / "broken.mp4"
+    bad.write_bytes(os.urandom(4096))
+    path = write_pipeline(tmp_path, f"sources: [{{uri: {bad}}}]\ndetector: {{backend: motion}}\n")
+    proc = run_cli("run", str(path))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().count("\n") == 0 and str(bad) in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    with pytest.raises(StreamlensError, match="broken.mp4"):
+        streamlens.Pipeline.from_yaml(path).run()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_mid_run_leaves_whole_lines_and_exit_130(tmp_path, sig):
+    clip = need_video("highway_720p30.mp4")
+    out = tmp_path / "out.jsonl"
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {clip}, live: true}}]
+detector: {{backend: motion}}
+sinks: [{{type: jsonl, path: {out}}}, {{type: video, path: {tmp_path / 'out.mp4'}}}]
+""")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlens", "run", str(path)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (not out.exists() or out.stat().st_size < 20_000):
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(sig)
+    sent = time.monotonic()
+    _, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 130, stderr
+    assert time.monotonic() - sent < 5
+    lines = read_jsonl(out)  # every line whole
+    frames = [m for m in lines if m["type"] == "frame"]
+    assert 20 < len(frames) < 897
+    assert lines[-1] == {**lines[-1], "type": "eos", "frames": len(frames), "reason": "stopped"}
+    assert count_frames(tmp_path / "out.mp4") == len(frames)  # the video is closed and playable
+    assert "Traceback" not in stderr
