@@ -54,20 +54,22 @@ def _cmd_run(args) -> int:
     from .progress import ProgressDisplay, summary
 
     pipeline = Pipeline(load_pipeline(args.pipeline))
+    display = None if args.quiet else ProgressDisplay()
     presses = 0
 
     def on_signal(signum, frame) -> None:
         nonlocal presses
         presses += 1
         if presses == 1:
-            print("\nstopping: finishing what was decoded (Ctrl-C again to stop at once)", file=sys.stderr)
+            message = "stopping: finishing what was decoded (Ctrl-C again to stop at once)"
+            display.note(message) if display else print(message, file=sys.stderr)
             pipeline.stop()
         else:
             pipeline.abort()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        report = pipeline.run(on_tick=None if args.quiet else ProgressDisplay())
+        report = pipeline.run(on_tick=display)
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)

@@ -28,6 +28,12 @@ class ProgressDisplay:
         self._drawn = 0
         self._last = time.monotonic()
 
+    def note(self, text: str) -> None:
+        """Print a line below the progress lines; the next redraw starts under it."""
+        self.out.write(text + "\n")
+        self.out.flush()
+        self._drawn = 0
+
     def __call__(self, pipeline: Pipeline) -> None:
         stats = list(pipeline.stats.values())
         if self.tty:
