@@ -15,6 +15,7 @@ import pytest
 
 import streamlens
 from streamlens.errors import StreamlensError
+from streamlens.sinks import Sink
 
 from .conftest import REPO, need_video, streamlens as run_cli
 
@@ -167,3 +168,33 @@ sinks: [{{type: jsonl, path: {out}}}, {{type: video, path: {tmp_path / 'out.mp4'
     assert lines[-1] == {**lines[-1], "type": "eos", "frames": len(frames), "reason": "stopped"}
     assert count_frames(tmp_path / "out.mp4") == len(frames)  # the video is closed and playable
     assert "Traceback" not in stderr
+
+
+class FailingSink(Sink):
+    """A user's own sink (the embedding API) that breaks after some frames, like a full disk."""
+
+    name = "failing"
+
+    def __init__(self, after: int):
+        self.after, self.seen = after, 0
+
+    def write(self, item, message, payload):
+        self.seen += 1
+        if self.seen > self.after:
+            raise streamlens.SinkError("failing sink: disk full")
+
+
+def test_a_failing_sink_stops_the_run_and_the_others_keep_what_was_produced(tmp_path):
+    clip = need_video("highway_320x240.avi")
+    out = tmp_path / "out.jsonl"
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {clip}}}]
+detector: {{backend: motion}}
+sinks: [{{type: jsonl, path: {out}}}]
+""")
+    report = streamlens.Pipeline.from_yaml(path, sinks=[FailingSink(after=100)]).run()
+    assert (report.status, report.exit_code, report.error) == ("failed", 1, "failing sink: disk full")
+    lines = read_jsonl(out)
+    frames = [m for m in lines if m["type"] == "frame"]
+    assert len(frames) >= 100 and [m["seq"] for m in frames] == list(range(len(frames)))
+    assert lines[-1]["type"] == "eos" and lines[-1]["reason"] in ("error", "stopped")
