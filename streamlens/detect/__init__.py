@@ -1,4 +1,14 @@
-"""Detectors: batches of frames in, `sv.Detections` per frame out."""
+"""Detectors: batches of frames in, `sv.Detections` per frame out.
+
+- `motion`: background subtraction, no model (`motion.py`);
+- `onnx`: any ONNX detector with a YOLOX or Ultralytics-style head, run by onnxruntime (`onnx.py`);
+- `ultralytics`: any detection model Ultralytics loads, .pt or export, CPU or CUDA (`ultralytics_backend.py`).
+
+Example:
+    >>> from streamlens.config import DetectorConfig
+    >>> build_detector(DetectorConfig(backend="motion")).names
+    {0: 'motion'}
+"""
 
 from __future__ import annotations
 
@@ -8,13 +18,28 @@ from .base import Detector
 
 
 def build_detector(cfg: DetectorConfig) -> Detector:
-    """The detector for the `detector` section of a pipeline file."""
+    """The detector for the `detector` section of a pipeline file; a `DetectorError` names what is wrong."""
     if cfg.backend == "motion":
         from .motion import MotionDetector
 
         return MotionDetector(**cfg.options)
-    raise DetectorError(f"detector.backend: {cfg.backend!r} is not available in this version yet; "
-                        f"use backend: motion")
+    if cfg.model is None:
+        raise DetectorError(f"detector.model: missing (backend {cfg.backend} needs a model file)")
+    common = dict(imgsz=cfg.imgsz, conf=cfg.conf, iou=cfg.iou, classes=cfg.classes, names=cfg.names,
+                  device=cfg.device, half=cfg.half, resize=cfg.resize, max_batch=cfg.max_batch,
+                  max_det=cfg.max_det)
+    if cfg.backend == "onnx":
+        from .onnx import OnnxDetector
+
+        return OnnxDetector(cfg.model, input=cfg.input, threads=cfg.threads, **common)
+    if cfg.backend == "ultralytics":
+        try:
+            from .ultralytics_backend import UltralyticsDetector
+        except ImportError as e:
+            raise DetectorError(f"detector.backend: ultralytics needs the ultralytics and torch packages "
+                                f"(pip install 'streamlens[ultralytics]'): {e}") from None
+        return UltralyticsDetector(cfg.model, **common)
+    raise DetectorError(f"detector.backend: {cfg.backend!r}: expected onnx, ultralytics or motion")
 
 
-__all__ = ["Detector", "build_detector"]
+__all__ = ["Detector", "DetectorError", "build_detector"]

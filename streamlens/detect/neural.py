@@ -1,0 +1,94 @@
+"""What the neural backends share: prepare frames, group them by input size, run, decode, map back.
+
+`NeuralDetector.detect(frames)`:
+1. takes each frame's prepared input from `prepare()` (done earlier on another thread) or makes it now;
+2. groups frames by input size (one group, except in `bucket` mode with frames of several shapes);
+3. runs each group in chunks of at most `max_batch` (`run_chunk`, the backend's part), which gives
+   `Candidates` in input pixels per frame;
+4. maps them to `sv.Detections` in source pixels (NMS first, unless already done).
+
+A backend implements `prepare_input(frame) -> PreparedInput` and `run_chunk(inputs) -> list[Candidates]`.
+
+Example:
+    >>> chunks([1, 2, 3, 4, 5], 2)
+    [[1, 2], [3, 4], [5]]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import supervision as sv
+
+from ..frame import Frame
+from .base import Detector
+from .detections import to_detections
+from .heads import Candidates
+from .preprocess import Geometry, InputSpec
+from .prepared import PreparedStore
+
+
+@dataclass(slots=True)
+class PreparedInput:
+    """One frame ready for the model: `data` (the backend's own form) and where the frame went in it."""
+
+    data: Any
+    geometry: Geometry
+
+    @property
+    def input_size(self) -> tuple[int, int]:
+        return self.geometry.input_size
+
+
+def chunks(items: list, size: int) -> list[list]:
+    """`items` cut into lists of at most `size`."""
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+class NeuralDetector(Detector):
+    """The shared half of `OnnxDetector` and `UltralyticsDetector` (see the module's docstring).
+
+    Subclasses set `spec` (`InputSpec`), `names`, `conf`, `iou`, `wanted` (class ids or None),
+    `max_batch`, `max_det` and `nms_done` (True when `run_chunk` already applied NMS).
+    """
+
+    spec: InputSpec
+    conf: float = 0.25
+    iou: float = 0.45
+    wanted: np.ndarray | None = None
+    max_batch: int = 8
+    max_det: int = 300
+    nms_done: bool = False
+
+    def __init__(self) -> None:
+        self._prepared = PreparedStore()
+
+    def prepare(self, frame: Frame) -> None:
+        self._prepared.put(frame, self.prepare_input(frame))
+
+    def prepare_input(self, frame: Frame) -> PreparedInput:
+        raise NotImplementedError
+
+    def run_chunk(self, inputs: list[PreparedInput]) -> list[Candidates]:
+        """Run the model on inputs of one size (at most `max_batch`); candidates in input pixels."""
+        raise NotImplementedError
+
+    def run_groups(self, groups: list[list[PreparedInput]]) -> list[list[Candidates]]:
+        """Run every chunk; a backend that can overlap chunks (CUDA) overrides this."""
+        return [self.run_chunk(chunk) for chunk in groups]
+
+    def detect(self, frames: list[Frame]) -> list[sv.Detections]:
+        inputs = [self._prepared.take(f) or self.prepare_input(f) for f in frames]
+        by_size: dict[tuple[int, int], list[int]] = {}
+        for i, prepared in enumerate(inputs):
+            by_size.setdefault(prepared.input_size, []).append(i)
+        order = [part for idx in by_size.values() for part in chunks(idx, self.max_batch)]
+        found = self.run_groups([[inputs[i] for i in part] for part in order])
+        results: list[sv.Detections | None] = [None] * len(frames)
+        for part, candidates in zip(order, found):
+            for i, cand in zip(part, candidates):
+                results[i] = to_detections(cand, inputs[i].geometry, self.names, iou=self.iou,
+                                           apply_nms=not self.nms_done, max_det=self.max_det)
+        return results  # type: ignore[return-value]

@@ -1,0 +1,194 @@
+"""`backend: onnx`: any ONNX detector with a known head, run by onnxruntime.
+
+What the model is comes from the model: its input (one image tensor [B, 3, H, W], float32 or
+float16, fixed or dynamic sizes), its output's shape (which head, how many classes; see `heads.py`)
+and Ultralytics' metadata when it has some (input size, names, end-to-end). What a model cannot say
+comes from the pipeline file (`imgsz`, `names`, `input`; see `input_spec.py`). At start the model
+runs once on a blank input: that checks the output against the known heads before any frame
+arrives, and warms it up.
+
+Batches: a model with a dynamic batch runs up to `max_batch` frames at once; one with a fixed batch
+B runs B at a time (a short chunk is padded with blank images). `bucket` needs dynamic H and W.
+
+Devices: `cpu`, `cuda`/`cuda:N` (onnxruntime-gpu's CUDA provider), or `auto` (CUDA when the
+provider is there). FP16 means a model exported in FP16: its input type says so.
+
+Example:
+    >>> detector = OnnxDetector("../shared/data/models/yolox_nano/yolox_nano.onnx", classes=["car"])  # doctest: +SKIP
+    >>> detector.head.name, detector.spec.size, detector.names[2]                                      # doctest: +SKIP
+    ('yolox', (416, 416), 'car')
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from ..errors import DetectorError
+from ..frame import Frame
+from .heads import Candidates, identify_head
+from .input_spec import input_spec_for
+from .names import parse_names, resolve_names, wanted_class_ids
+from .neural import NeuralDetector, PreparedInput
+from .preprocess import place, to_chw
+
+log = logging.getLogger("streamlens")
+
+
+def _short(error: BaseException) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _literal(text: str | None):
+    try:
+        return ast.literal_eval(text) if text else None
+    except (ValueError, SyntaxError):
+        return None
+
+
+def onnx_providers(device: str) -> list:
+    """onnxruntime execution providers for `device` (auto, cpu, cuda, cuda:N)."""
+    available = ort.get_available_providers()
+    if device in ("auto", "cpu"):
+        use_cuda = device == "auto" and "CUDAExecutionProvider" in available
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"] if use_cuda else ["CPUExecutionProvider"]
+    if device == "cuda" or device.startswith("cuda:"):
+        if "CUDAExecutionProvider" not in available:
+            raise DetectorError(f"detector.device: {device!r}: onnxruntime here has no CUDA provider "
+                                f"(it has {', '.join(available)}; install onnxruntime-gpu)")
+        index = int(device.split(":")[1]) if ":" in device else 0
+        return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
+    raise DetectorError(f"detector.device: {device!r}: expected auto, cpu, cuda or cuda:N")
+
+
+def _model_metadata(session: ort.InferenceSession) -> dict[str, str]:
+    try:
+        return dict(session.get_modelmeta().custom_metadata_map)
+    except Exception:  # noqa: BLE001 - a model without readable metadata has none
+        return {}
+
+
+class OnnxDetector(NeuralDetector):
+    """An ONNX detector run by onnxruntime (see the module's docstring).
+
+    Parameters mirror the `detector` section: `imgsz` is (height, width) or an int; `classes` names or
+    ids; `names` a names file; `input` the pixel coding for models without metadata; `max_batch` the
+    largest batch per run; `threads` onnxruntime's intra-op threads (None: its default, every core).
+    """
+
+    def __init__(self, model: str | Path, *, imgsz: int | tuple[int, int] | None = None, conf: float = 0.25,
+                 iou: float = 0.45, classes: list[str | int] | None = None, names: str | Path | None = None,
+                 device: str = "auto", half: bool = False, resize: str | None = None, input: dict | None = None,
+                 max_batch: int = 8, max_det: int = 300, threads: int | None = None):
+        super().__init__()
+        resize = resize or "letterbox"
+        self.path = Path(model)
+        where = f"detector.model: {self.path}"
+        if not self.path.is_file():
+            raise DetectorError(f"detector.model: file not found: {self.path}")
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        # No spin-waiting between ops: spinning threads take the CPU from the decode threads that run
+        # beside the detector (2 to 8 cores), for a few percent of speed when the model runs alone.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        if threads:
+            options.intra_op_num_threads = int(threads)
+        try:
+            self.session = ort.InferenceSession(str(self.path), options, providers=onnx_providers(device))
+        except DetectorError:
+            raise
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types for every kind of bad file
+            raise DetectorError(f"{where}: not a usable ONNX model ({_short(e)})") from None
+        self.prepare_ahead = "CUDAExecutionProvider" in self.session.get_providers()
+        meta = _model_metadata(self.session)
+        ultralytics = meta.get("author", "").startswith("Ultralytics")
+        if ultralytics and meta.get("task", "detect") != "detect":
+            raise DetectorError(f"{where}: an Ultralytics {meta['task']!r} model; streamlens runs detection models")
+
+        inputs = self.session.get_inputs()
+        if len(inputs) != 1 or len(inputs[0].shape) != 4:
+            shapes = ", ".join(f"{i.name} {list(i.shape)}" for i in inputs)
+            raise DetectorError(f"{where}: inputs {shapes} do not fit a detector (one image input [B, 3, H, W])")
+        self.input_name = inputs[0].name
+        batch_dim, channels, height, width = inputs[0].shape
+        if isinstance(channels, int) and channels != 3:
+            raise DetectorError(f"{where}: input {list(inputs[0].shape)} has {channels} channels; expected 3")
+        if inputs[0].type not in ("tensor(float)", "tensor(float16)"):
+            raise DetectorError(f"{where}: input type {inputs[0].type}; expected float32 or float16")
+        self.input_dtype = np.float16 if inputs[0].type == "tensor(float16)" else np.float32
+        if half and self.input_dtype != np.float16:
+            raise DetectorError(f"detector.half: {self.path} takes float32; for FP16 with onnx export the model "
+                                f"in FP16 (or use backend: ultralytics on CUDA)")
+        self.fixed_batch = batch_dim if isinstance(batch_dim, int) and batch_dim > 0 else None
+        self.max_batch = self.fixed_batch or max(1, int(max_batch))
+        self.max_det = max_det
+        self.conf, self.iou = float(conf), float(iou)
+
+        fixed = (width, height) if isinstance(width, int) and isinstance(height, int) else None
+        want = (imgsz, imgsz) if isinstance(imgsz, int) else tuple(imgsz) if imgsz else None  # (h, w)
+        meta_size = _literal(meta.get("imgsz"))  # "[h, w]" in Ultralytics' metadata
+        if fixed is not None:
+            if want is not None and (want[1], want[0]) != fixed:
+                raise DetectorError(f"detector.imgsz: {list(want)} but {self.path} takes a fixed "
+                                    f"{fixed[1]}x{fixed[0]} input (height x width)")
+            size = fixed
+        elif want is not None:
+            size = (want[1], want[0])
+        elif isinstance(meta_size, (list, tuple)) and meta_size:
+            size = (int(meta_size[1]), int(meta_size[0])) if len(meta_size) == 2 else (int(meta_size[0]),) * 2
+        else:
+            raise DetectorError(f"detector.imgsz: {self.path} has a dynamic input size and does not say its own; "
+                                f"set detector.imgsz")
+        if resize == "bucket" and fixed is not None:
+            raise DetectorError(f"detector.resize: bucket needs a model with a dynamic input height and width; "
+                                f"{self.path} takes a fixed {list(inputs[0].shape)}")
+
+        outputs = self.session.get_outputs()
+        self.output_name = outputs[0].name
+        probe = np.zeros((self.fixed_batch or 1, 3, size[1], size[0]), self.input_dtype)
+        try:
+            raw = self.session.run([self.output_name], {self.input_name: probe})[0]
+        except Exception as e:  # noqa: BLE001
+            raise DetectorError(f"{where}: fails on a blank {size[1]}x{size[0]} input ({_short(e)})") from None
+        end2end = str(meta.get("end2end", "False")) == "True" or "'nms': True" in meta.get("args", "")
+        self.head = identify_head(tuple(raw.shape), size, ultralytics=ultralytics, end2end=end2end, where=where)
+        self.nms_done = not self.head.needs_nms
+        model_names = parse_names(meta["names"]) if "names" in meta else None
+        if model_names and self.head.num_classes and len(model_names) != self.head.num_classes:
+            raise DetectorError(f"{where}: its metadata names {len(model_names)} classes but its output has "
+                                f"{self.head.num_classes}")
+        self.names = resolve_names(self.head.num_classes or len(model_names or {}),
+                                   names_file=Path(names) if names else None, model_names=model_names, where=where)
+        self.wanted = wanted_class_ids(classes, self.names)
+        stride = int(meta.get("stride", 32)) if str(meta.get("stride", "32")).isdigit() else 32
+        self.spec = input_spec_for(self.head.name, size, resize=resize, yaml_input=input,
+                                   ultralytics=ultralytics, stride=stride)
+        log.debug("onnx detector %s: head %s, %d classes, input %s, batch %s, providers %s", self.path,
+                  self.head.name, len(self.names), size, self.fixed_batch or "dynamic", self.session.get_providers())
+
+    def prepare_input(self, frame: Frame) -> PreparedInput:
+        geometry = self.spec.geometry((frame.width, frame.height))
+        canvas = place(frame.image, geometry, self.spec.pad_value)
+        return PreparedInput(to_chw(canvas, self.spec), geometry)
+
+    def run_chunk(self, inputs: list[PreparedInput]) -> list[Candidates]:
+        count = len(inputs)
+        batch = np.stack([p.data for p in inputs]).astype(self.input_dtype, copy=False)
+        if self.fixed_batch and count < self.fixed_batch:
+            blank = np.zeros((self.fixed_batch - count, *batch.shape[1:]), batch.dtype)
+            batch = np.concatenate([batch, blank])
+        raw = self.run_raw(batch)[:count]
+        return self.head.decode(raw, inputs[0].input_size, self.conf, self.wanted)
+
+    def run_raw(self, batch: np.ndarray) -> np.ndarray:
+        """The model's raw output (float32) for a ready input batch [B, 3, H, W]."""
+        raw = self.session.run([self.output_name], {self.input_name: batch})[0]
+        return raw.astype(np.float32, copy=False)
+
+    def close(self) -> None:
+        self.session = None  # type: ignore[assignment]

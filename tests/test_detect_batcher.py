@@ -1,0 +1,118 @@
+"""Temporal batching: never more than max_batch keyframes, never a wait past max_wait_ms, the budget kept."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import supervision as sv
+
+import streamlens.graph.runtime as runtime
+from streamlens.config import parse_pipeline
+from streamlens.detect.base import Detector
+from streamlens.detect.batcher import Batcher, DetectCost
+from streamlens.frame import Frame, empty_detections
+from streamlens.graph.channel import Channel
+
+from .conftest import REPO
+
+SLACK_S = 0.025  # a busy 2-core machine may wake a thread this late
+
+
+def feed(channel: Channel, items: list, gap_s: float) -> threading.Thread:
+    def run() -> None:
+        for item in items:
+            channel.put(item, key="cam")
+            time.sleep(gap_s)
+        channel.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def all_batches(batcher: Batcher) -> list:
+    batches = []
+    while True:
+        try:
+            batches.append((time.monotonic(), batcher.next_batch(), time.monotonic()))
+        except Exception:  # ChannelClosed: the end
+            return batches
+
+
+@pytest.mark.parametrize("max_batch,max_wait_ms,gap_s", [(4, 30.0, 0.004), (3, 5.0, 0.003), (8, 20.0, 0.012)])
+def test_batches_never_exceed_max_batch_nor_wait_past_max_wait(max_batch, max_wait_ms, gap_s):
+    jobs = Channel(64)
+    batcher = Batcher(jobs, max_batch=max_batch, max_wait_ms=max_wait_ms, budget_ms=None)
+    feed(jobs, list(range(40)), gap_s)
+    batches = all_batches(batcher)
+    assert [item for _, b, _ in batches for item in b.items] == list(range(40))  # all, in order
+    assert max(len(b.items) for _, b, _ in batches) == max_batch or max_wait_ms / 1000 < gap_s * max_batch
+    for started, batch, ended in batches:
+        assert len(batch.items) <= max_batch
+        assert batch.waited_ms <= max_wait_ms + SLACK_S * 1000
+
+
+def test_a_keyframe_waits_at_most_max_wait_for_company():
+    jobs = Channel(16)
+    batcher = Batcher(jobs, max_batch=4, max_wait_ms=40.0, budget_ms=None)
+    jobs.put("alone")
+    started = time.monotonic()
+    batch = batcher.next_batch()
+    waited = time.monotonic() - started
+    assert batch.items == ["alone"] and 0.035 <= waited <= 0.040 + SLACK_S
+
+
+def test_the_budget_sizes_batches_from_the_detectors_cost():
+    batcher = Batcher(Channel(4), max_batch=8, max_wait_ms=10.0, budget_ms=33.0)
+    assert batcher.batch_limit(0.0) == 8  # nothing measured yet
+    for _ in range(10):
+        batcher.observe(1, 25.0)  # a CPU model: 25 ms a frame
+    assert batcher.batch_limit(0.0) == 1
+    slow = Batcher(Channel(4), max_batch=8, max_wait_ms=10.0, budget_ms=33.0)
+    for n in (1, 2, 4, 8, 4, 2):
+        slow.observe(n, 2.0 + 3.0 * n)  # a GPU: 2 ms + 3 ms a frame
+    assert round(slow.cost.estimate(8), 1) == 26.0
+    assert slow.batch_limit(0.0) == 8 and slow.batch_limit(9.0) == 7 and slow.batch_limit(30.0) == 1
+    unbounded = Batcher(Channel(4), max_batch=32, max_wait_ms=10.0, budget_ms=None)
+    unbounded.observe(1, 100.0)
+    assert unbounded.batch_limit(0.0) == 32  # bulk mode: no budget
+
+
+def test_detect_cost_follows_a_change_of_speed():
+    cost = DetectCost()
+    for _ in range(30):
+        cost.observe(4, 40.0)
+    for _ in range(100):  # recent batches count most (half-life about 20 batches)
+        cost.observe(4, 8.0)
+    assert cost.estimate(4) < 9.0
+
+
+class RecordingDetector(Detector):
+    """Records every batch the engine hands it."""
+
+    names = {0: "thing"}
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def detect(self, frames: list[Frame]) -> list[sv.Detections]:
+        self.batches.append(len(frames))
+        time.sleep(0.002)
+        return [empty_detections() for _ in frames]
+
+
+def test_the_engine_batches_keyframes_within_max_batch(monkeypatch, tmp_path):
+    detector = RecordingDetector()
+    monkeypatch.setattr(runtime, "build_detector", lambda cfg: detector)
+    cfg = parse_pipeline({"sources": [{"name": "a", "uri": str(REPO / "samples" / "traffic.mp4")},
+                                      {"name": "b", "uri": str(REPO / "samples" / "traffic.mp4")}],
+                          "detector": {"backend": "motion", "max_batch": 3, "max_wait_ms": 5, "budget_ms": 0},
+                          "keyframes": {"interval": 2}, "tracker": "none"}, tmp_path / "p.yaml")
+    report = runtime.Pipeline(cfg).run()
+    assert report.status == "done", report.error
+    # 300 frames a stream at interval 2: 150 keyframes for a, 151 for b (staggered: 0, 1, 3, 5, ...)
+    assert sum(detector.batches) == 301 and max(detector.batches) <= 3
+    assert np.mean(detector.batches) > 1.2  # two streams' keyframes do share batches
