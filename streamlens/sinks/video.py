@@ -8,9 +8,10 @@ frame rate (`stream_fps[stream]`, else 30). File names:
   `<stem>-<stream><suffix>` beside it (`out/annotated.mp4`, then `out/annotated-cam2.mp4`).
 Characters of a stream name other than letters, digits, `.`, `_` and `-` become `_` in file names.
 
-Drawing: `sv.BoxAnnotator` and `sv.LabelAnnotator`, labels like `#7 car 0.83` (`#id` only for a
-tracked object, `tracker_id >= 0`), coloured by track id when tracked, else by class, so a tracked
-object keeps its colour. Line width and text size follow the frame size.
+Drawing: `streamlens.draw.FrameAnnotator` (shared with the JPEG frames of the zmq sink): labels
+like `#7 car 0.83` (`#id` only for a tracked object, `tracker_id >= 0`), coloured by track id when
+tracked, else by class, so a tracked object keeps its colour. Line width and text size follow the
+frame size.
 
 Encoding: PyAV, `codec` (libx264 by default, with libx264's own frame threading) to yuv420p.
 A stream's encoder opens on its first frame, when the size is known; an odd width or height is
@@ -50,6 +51,7 @@ import cv2
 import numpy as np
 import supervision as sv
 
+from .. import draw
 from ..errors import SinkError
 from ..frame import FrameResult, StreamEnd
 from .base import Sink
@@ -69,8 +71,7 @@ class _StreamWriter:
     width: int  # the size the encoder takes (even)
     height: int
     source_size: tuple[int, int]  # (width, height) of the stream's first frame
-    box_annotator: sv.BoxAnnotator
-    label_annotator: sv.LabelAnnotator
+    annotator: draw.FrameAnnotator
 
 
 class VideoSink(Sink):
@@ -169,7 +170,7 @@ class VideoSink(Sink):
 
     @staticmethod
     def labels_for(detections: sv.Detections) -> list[str]:
-        """Label text per detection: `#id` (tracked only), class name, score.
+        """Label text per detection: `#id` (tracked only), class name, score (see `draw.labels_for`).
 
         Example:
             >>> det = sv.Detections(xyxy=np.array([[0, 0, 9, 9], [0, 0, 5, 5]], np.float32),
@@ -179,21 +180,7 @@ class VideoSink(Sink):
             >>> VideoSink.labels_for(det)
             ['#7 car 0.83', 'person 0.50']
         """
-        n = len(detections)
-        names = detections.data.get("class_name")
-        labels = []
-        for i in range(n):
-            parts = []
-            if detections.tracker_id is not None and detections.tracker_id[i] >= 0:
-                parts.append(f"#{int(detections.tracker_id[i])}")
-            if names is not None:
-                parts.append(str(names[i]))
-            elif detections.class_id is not None:
-                parts.append(str(int(detections.class_id[i])))
-            if detections.confidence is not None:
-                parts.append(f"{float(detections.confidence[i]):.2f}")
-            labels.append(" ".join(parts))
-        return labels
+        return draw.labels_for(detections)
 
     @staticmethod
     def color_indices_for(detections: sv.Detections) -> np.ndarray:
@@ -205,25 +192,11 @@ class VideoSink(Sink):
             >>> VideoSink.color_indices_for(det).tolist()
             [7, 0]
         """
-        n = len(detections)
-        by_class = detections.class_id if detections.class_id is not None else np.zeros(n, np.int64)
-        if detections.tracker_id is None:
-            return np.asarray(by_class, np.int64)
-        tracked = detections.tracker_id >= 0
-        return np.where(tracked, detections.tracker_id, by_class).astype(np.int64)
+        return draw.color_indices_for(detections)
 
     def annotate(self, writer: _StreamWriter, result: FrameResult) -> np.ndarray:
         """The frame with its detections drawn; the frame's own image is never changed."""
-        detections = result.detections
-        if len(detections) == 0:
-            return result.frame.image
-        image = result.frame.image.copy()
-        colors = self.color_indices_for(detections)
-        writer.box_annotator.annotate(image, detections, custom_color_lookup=colors)
-        writer.label_annotator.annotate(
-            image, detections, labels=self.labels_for(detections), custom_color_lookup=colors
-        )
-        return image
+        return writer.annotator.annotate(result.frame.image, result.detections)
 
     def _open_stream(self, stream: str, first_image: np.ndarray) -> _StreamWriter:
         path = self.path_for(stream)
@@ -273,15 +246,7 @@ class VideoSink(Sink):
             width=even_width,
             height=even_height,
             source_size=resolution,
-            box_annotator=sv.BoxAnnotator(
-                thickness=sv.calculate_optimal_line_thickness(resolution),
-                color_lookup=sv.ColorLookup.CLASS,
-            ),
-            label_annotator=sv.LabelAnnotator(
-                text_scale=max(0.4, sv.calculate_optimal_text_scale(resolution)),
-                text_padding=5,
-                color_lookup=sv.ColorLookup.CLASS,
-            ),
+            annotator=draw.FrameAnnotator(resolution),
         )
 
     @staticmethod

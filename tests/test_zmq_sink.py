@@ -1,0 +1,203 @@
+"""The zmq sink and `Subscriber` on real loopback sockets, without a pipeline: formats, frames,
+waiting for subscribers, late joiners, stats, the reliable push mode and bind errors."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import cv2
+import numpy as np
+import pytest
+import supervision as sv
+import zmq
+
+from streamlens import Subscriber
+from streamlens.errors import SinkError
+from streamlens.frame import Frame, FrameResult, StatsReport, StreamEnd, empty_detections
+from streamlens.schema import dumps, message_for
+from streamlens.sinks.zmq import ZmqSink
+from streamlens.wire import decode
+
+ENDPOINT = "tcp://127.0.0.1:*"  # any free port; the sink's `endpoint` then says which
+
+
+def result(seq: int, stream: str = "cam1", detections=None, size=(160, 120)) -> FrameResult:
+    image = np.full((size[1], size[0], 3), 90, np.uint8)
+    frame = Frame(stream, seq, seq / 25, time.time(), image, timings={"decode": 1.0, "total": 2.0})
+    return FrameResult(frame, seq, seq % 5 == 0, detections if detections is not None else empty_detections())
+
+
+def send(sink: ZmqSink, item) -> None:
+    """Hand an item to the sink as the runtime does: message built and serialised once."""
+    message = message_for(item)
+    sink.write(item, message, dumps(message))
+
+
+def a_car() -> sv.Detections:
+    det = sv.Detections(xyxy=np.array([[20, 20, 100, 80]], np.float32), confidence=np.array([0.9], np.float32),
+                        class_id=np.array([2]), tracker_id=np.array([7]))
+    det.data["class_name"] = np.array(["car"], dtype=object)
+    return det
+
+
+@pytest.fixture
+def sink_factory():
+    made: list[ZmqSink] = []
+
+    def make(**options) -> ZmqSink:
+        sink = ZmqSink(options.pop("endpoint", ENDPOINT), **options)
+        sink.open()
+        made.append(sink)
+        return sink
+
+    yield make
+    for sink in made:
+        sink.close()
+
+
+def test_msgpack_payload_carries_the_same_message_as_json(sink_factory):
+    sink = sink_factory(format="msgpack")
+    with Subscriber(sink.endpoint) as sub:
+        assert sink.wait_for(1, timeout_s=5)
+        item = result(0, detections=a_car())
+        send(sink, item)
+        msg = sub.recv(timeout=5)
+    assert msg.topic == "frame.cam1"
+    assert msg.data == decode(dumps(message_for(item)))
+    assert msg.data["objects"][0]["label"] == "car" and msg.jpeg is None
+
+
+def test_jpeg_frame_is_a_third_part_annotated_unless_asked_not_to(sink_factory):
+    drawn, plain = sink_factory(frames="jpeg"), sink_factory(frames="jpeg", annotate=False)
+    images = []
+    for sink in (drawn, plain):
+        with Subscriber(sink.endpoint, ["frame."]) as sub:
+            assert sink.wait_for(1, timeout_s=5)
+            send(sink, result(0, detections=a_car()))
+            send(sink, StreamEnd("cam1", 1, 1))  # no image on an eos (and not subscribed here)
+            msg = sub.recv(timeout=5)
+            assert msg.type == "frame" and msg.jpeg[:2] == b"\xff\xd8"
+            images.append(cv2.imdecode(np.frombuffer(msg.jpeg, np.uint8), cv2.IMREAD_COLOR))
+    assert images[0].shape == images[1].shape == (120, 160, 3)
+    assert np.abs(images[1].astype(int) - 90).max() < 10  # the frame as it was
+    assert np.abs(images[0].astype(int) - images[1]).max() > 100  # with a box drawn
+
+
+def test_open_waits_for_the_subscribers_then_starts(sink_factory):
+    opened = []
+    sink = ZmqSink("tcp://127.0.0.1:*", wait_subscribers=2, wait_timeout_s=20)
+    # bind first on a known port, so that subscribers can be started before open() returns
+    with zmq.Context() as probe_ctx:
+        probe = probe_ctx.socket(zmq.PUB)
+        port = probe.bind_to_random_port("tcp://127.0.0.1")
+        probe.close()
+    sink.endpoint = f"tcp://127.0.0.1:{port}"
+    opener = threading.Thread(target=lambda: (sink.open(), opened.append(time.monotonic())))
+    opener.start()
+    try:
+        first = Subscriber(sink.endpoint, ["frame.cam1"])
+        time.sleep(0.3)
+        assert not opened, "open() returned with one subscriber of two"
+        second = Subscriber(sink.endpoint, ["eos."])
+        opener.join(timeout=10)
+        assert opened and sink.peers == 2
+        send(sink, result(0))
+        send(sink, StreamEnd("cam1", 1, 1))
+        assert first.recv(timeout=5).seq == 0  # nothing lost to the slow-joiner effect
+        assert second.recv(timeout=5).type == "eos"
+        first.close()
+        second.close()
+    finally:
+        opener.join(timeout=10)
+        sink.close()
+
+
+def test_waiting_times_out_with_a_warning_and_starts_anyway(sink_factory, caplog):
+    with caplog.at_level(logging.WARNING, logger="streamlens"):
+        started = time.monotonic()
+        sink = sink_factory(wait_subscribers=1, wait_timeout_s=0.3)
+        assert 0.25 <= time.monotonic() - started < 3
+    assert f"zmq sink {sink.endpoint}: 0 of 1 subscriptions after 0.3 s; starting anyway" in caplog.text
+    send(sink, result(0))  # and it publishes
+
+
+def test_a_late_subscriber_gets_messages_from_then_on_without_a_gap(sink_factory):
+    sink = sink_factory()
+    with Subscriber(sink.endpoint) as early:
+        assert sink.wait_for(1, timeout_s=5)
+        for seq in range(5):
+            send(sink, result(seq))
+        with Subscriber(sink.endpoint) as late:
+            assert sink.wait_for(2, timeout_s=5)
+            for seq in range(5, 10):
+                send(sink, result(seq))
+            send(sink, StreamEnd("cam1", 10, 10))
+            got_late = [late.recv(timeout=5) for _ in range(6)]
+        got_early = [early.recv(timeout=5) for _ in range(11)]
+    assert [m.seq for m in got_late] == list(range(5, 11)) and not late.gaps
+    assert [m.seq for m in got_early] == list(range(11)) and not early.gaps
+
+
+def test_stats_messages_carry_the_publishers_counters(sink_factory):
+    sink = sink_factory()
+    with Subscriber(sink.endpoint, ["stats."]) as sub:
+        assert sink.wait_for(1, timeout_s=5)
+        for seq in range(3):
+            send(sink, result(seq))
+        report = StatsReport("cam1", {"fps": 25.0, "dropped": 0, "queue_depth": 1})
+        send(sink, report)
+        msg = sub.recv(timeout=5)
+    assert msg.topic == "stats.cam1" and msg.data["fps"] == 25.0
+    assert msg.data["publisher"] == {"mode": "pub", "sent": 3, "dropped": 0, "subscriptions": 1}
+
+
+def test_push_mode_waits_for_the_consumer_and_loses_nothing(sink_factory):
+    sink = sink_factory(mode="push", hwm=2)
+    big = b"{" + b" " * 200_000 + b"}"  # payloads bigger than the kernel's socket buffers
+    total = 60
+    pulled = zmq.Context.instance().socket(zmq.PULL)
+    pulled.rcvhwm = 2
+    pulled.connect(sink.endpoint)
+    assert sink.wait_for(1, timeout_s=5) and sink.peers == 1
+
+    def produce():
+        for seq in range(total):
+            sink.write(result(seq), {"type": "frame", "stream": "cam1"}, big)
+        send(sink, StreamEnd("cam1", total, total))
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    time.sleep(0.5)
+    stuck_at = sink.sent["cam1"]
+    assert producer.is_alive() and stuck_at < total  # waiting on the consumer: back-pressure
+    topics = [pulled.recv_multipart()[0] for _ in range(total + 1)]  # now consume
+    producer.join(timeout=10)
+    pulled.close()
+    assert topics == [b"frame.cam1"] * total + [b"eos.cam1"]
+    assert sink.sent["cam1"] == total + 1 and sink.dropped["cam1"] == 0 and sink.waited_s > 0.3
+
+
+def test_push_mode_send_timeout_fails_with_one_line(sink_factory):
+    sink = sink_factory(mode="push", send_timeout_s=0.3)  # nobody connects
+    with pytest.raises(SinkError) as info:
+        send(sink, result(0))
+    assert str(info.value) == (f"zmq sink {sink.endpoint}: no consumer took a message for 0.3 s "
+                               "(mode push, send_timeout_s)")
+
+
+def test_subscriber_reads_a_push_sink_with_pull(sink_factory):
+    sink = sink_factory(mode="push")
+    with Subscriber(sink.endpoint, ["eos."], pull=True) as sub:  # topics filtered on this side
+        send(sink, result(0))
+        send(sink, StreamEnd("cam1", 1, 1))
+        msg = sub.recv(timeout=5)
+    assert msg.type == "eos" and msg.seq == 1
+
+
+def test_an_endpoint_in_use_is_one_line_naming_it(sink_factory):
+    sink = sink_factory()
+    with pytest.raises(SinkError) as info:
+        sink_factory(endpoint=sink.endpoint)
+    assert str(info.value) == f"zmq sink: cannot bind {sink.endpoint}: Address already in use"
