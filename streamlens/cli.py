@@ -2,6 +2,10 @@
 
     streamlens run PIPELINE.yaml       run a pipeline; Ctrl-C stops it cleanly (twice: at once)
     streamlens validate PIPELINE.yaml  check a pipeline file and say what is wrong
+    streamlens subscribe ENDPOINT      print a zmq sink's messages as JSON lines, report lost ones
+    streamlens keygen DIR              make CurveZMQ keys for the zmq sink and its subscribers
+    streamlens eval mot SEQ_DIR... --interval N --out DIR
+                                       replay MOTChallenge detections through the tracker, score them
 
 Exit codes: 0 done, 1 failed, 2 bad pipeline file or usage, 130 interrupted.
 Errors are one line each; `--debug` adds tracebacks and debug logs.
@@ -15,7 +19,9 @@ import signal
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
+from . import keygen_command, subscribe_command
 from .config import load_pipeline
+from .eval import command as eval_command
 from .errors import ConfigError, StreamlensError
 
 EXIT_USAGE = 2
@@ -37,8 +43,13 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", parents=[common], help="run a pipeline file")
     run.add_argument("pipeline", help="pipeline YAML file")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress display and no summary")
+    run.add_argument("--bulk", action="store_true",
+                     help="archives as fast as possible: every frame detected, big batches (runtime.mode: bulk)")
     val = sub.add_parser("validate", parents=[common], help="check a pipeline file")
     val.add_argument("pipeline", help="pipeline YAML file")
+    subscribe_command.add_parser(sub, common)
+    keygen_command.add_parser(sub, common)
+    eval_command.add_parser(sub, common)
     return p
 
 
@@ -53,7 +64,8 @@ def _cmd_run(args) -> int:
     from .graph.runtime import Pipeline
     from .progress import ProgressDisplay, summary
 
-    pipeline = Pipeline(load_pipeline(args.pipeline))
+    config = load_pipeline(args.pipeline, overrides={"runtime": {"mode": "bulk"}} if args.bulk else None)
+    pipeline = Pipeline(config)
     display = None if args.quiet else ProgressDisplay()
     presses = 0
 
@@ -85,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        return {"run": _cmd_run, "validate": _cmd_validate}[args.command](args)
+        return {"run": _cmd_run, "validate": _cmd_validate, "subscribe": subscribe_command.run,
+                "keygen": keygen_command.run, "eval": eval_command.run}[args.command](args)
     except ConfigError as e:
         if args.debug:
             raise

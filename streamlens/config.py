@@ -29,7 +29,9 @@ from .urls import is_url, mask_url
 DETECTOR_BACKENDS = ("onnx", "ultralytics", "motion")
 TRACKER_MOTIONS = ("kalman", "flow", "mv")
 SINK_TYPES = ("jsonl", "video", "zmq")
-RESIZE_MODES = ("letterbox", "resize")
+RESIZE_MODES = ("letterbox", "resize", "bucket")
+CHANNEL_ORDERS = ("bgr", "rgb")
+PAD_PLACES = ("corner", "center")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -42,6 +44,20 @@ class SourceConfig:
     loop: bool = False
     max_fps: float | None = None
     options: dict[str, str] = field(default_factory=dict)
+    # Live cameras and streams (URLs and devices): see streamlens/sources/live.py.
+    #: RTSP transport: tcp (default), udp, udp_multicast, http, https
+    transport: str = "tcp"
+    #: FFmpeg's own network timeout (connect and every read), seconds
+    timeout_s: float = 5.0
+    #: the watchdog: no frame for this long and the connection is dropped and reopened
+    stall_s: float = 5.0
+    #: the wait after a failed connection attempt starts here and doubles up to backoff_max_s
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 5.0
+    #: a live frame older than this when it reaches the graph is dropped (counted); None: no limit
+    max_staleness_ms: float | None = None
+    #: where a live source decodes: "process" (a CPU worker process) or "thread"
+    decode: str = "process"
 
     @property
     def is_file(self) -> bool:
@@ -64,9 +80,18 @@ class DetectorConfig:
     names: Path | None = None
     device: str = "auto"
     half: bool = False
-    resize: str = "letterbox"
+    #: letterbox, resize or bucket; None: the model's convention (letterbox; resize for RT-DETR)
+    resize: str | None = None
     max_batch: int = 4
     max_wait_ms: float = 10.0
+    #: how long a keyframe may take from the engine's inbox to its detections; None: no budget (bulk)
+    budget_ms: float | None = 33.0
+    max_det: int = 300
+    #: onnx only: how the model wants its pixels, when its metadata does not say (channels, mean, std, pad,
+    #: pad_value); see streamlens/detect/input_spec.py
+    input: dict[str, Any] | None = None
+    #: onnx only: onnxruntime's intra-op threads (None: its default)
+    threads: int | None = None
     #: backend-specific settings, e.g. the motion detector's min_area
     options: dict[str, Any] = field(default_factory=dict)
 
@@ -81,6 +106,14 @@ class KeyframeConfig:
 @dataclass(slots=True)
 class TrackerConfig:
     motion: str | None  # None: detections pass through untracked (id -1)
+    #: detection scores: confident (matched first, may start tracks), weak floor, and to start a track;
+    #: None: the detector's `conf` for high and new, ByteTrack's 0.1 for low (see streamlens/track)
+    high_score: float | None = None
+    low_score: float | None = None
+    new_track_score: float | None = None
+    #: seconds a lost track waits to be found again, and a missed track stays on screen; None: defaults
+    lost_s: float | None = None
+    coast_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -92,6 +125,11 @@ class SinkConfig:
 @dataclass(slots=True)
 class RuntimeConfig:
     queue_size: int = 8
+    #: realtime (default) or bulk: archives as fast as possible (see apply_bulk_mode)
+    mode: str = "realtime"
+    #: `/metrics` and `/healthz` over HTTP: host and port (None: no HTTP server)
+    http_host: str = "127.0.0.1"
+    http_port: int | None = None
 
 
 @dataclass(slots=True)
@@ -107,14 +145,23 @@ class PipelineConfig:
 
 # Keys each section accepts; a key outside these is a mistake (a typo, most often).
 _TOP_KEYS = ("sources", "detector", "keyframes", "tracker", "sinks", "runtime")
-_SOURCE_KEYS = ("name", "uri", "live", "loop", "max_fps", "options")
-_DETECTOR_COMMON = ("backend", "max_batch", "max_wait_ms")
-_DETECTOR_NEURAL = ("model", "imgsz", "conf", "iou", "classes", "names", "device", "half", "resize")
+_TRACKER_KEYS = ("motion", "high_score", "low_score", "new_track_score", "lost_s", "coast_s")
+_SOURCE_KEYS = ("name", "uri", "live", "loop", "max_fps", "options", "transport", "timeout_s", "stall_s",
+                "backoff_initial_s", "backoff_max_s", "max_staleness_ms", "decode")
+#: keys only a camera URL or a device takes, and the URL schemes a live source accepts
+_LIVE_KEYS = ("transport", "timeout_s", "stall_s", "backoff_initial_s", "backoff_max_s", "decode")
+LIVE_SCHEMES = ("rtsp", "rtsps", "http", "https", "rtmp", "rtmps", "rtmpt", "rtmpts", "udp", "tcp", "srt",
+                "rtp")
+_DETECTOR_COMMON = ("backend", "max_batch", "max_wait_ms", "budget_ms")
+_DETECTOR_NEURAL = ("model", "imgsz", "conf", "iou", "classes", "names", "device", "half", "resize", "max_det")
+_DETECTOR_ONNX = ("input", "threads")
+_INPUT_KEYS = ("channels", "mean", "std", "pad", "pad_value")
 _DETECTOR_MOTION = ("min_area", "history", "var_threshold", "work_width", "warmup")
 _SINK_KEYS = {
     "jsonl": ("type", "path"),
     "video": ("type", "path", "codec", "preset", "crf"),
-    "zmq": ("type", "endpoint", "hwm"),
+    "zmq": ("type", "endpoint", "mode", "format", "hwm", "wait_subscribers", "wait_timeout_s", "frames",
+            "jpeg_quality", "annotate", "send_timeout_s", "linger_ms", "curve"),
 }
 
 
@@ -248,7 +295,32 @@ def _sources(node: Any, base: Path, problems: _Problems) -> list[SourceConfig]:
             max_fps=sec.get("max_fps", float, None, minimum=0.1),
             options={str(k): str(v) for k, v in options.items() if k not in bad},
         ))
+        _live_keys(sec, sources[-1], url)
     return sources
+
+
+def _live_keys(sec: _Section, cfg: SourceConfig, url: bool) -> None:
+    """Read a source's live-camera keys into `cfg`; they are mistakes on a file."""
+    for key in _LIVE_KEYS:
+        if key in sec.node and not url:
+            sec.problems.add(sec.where(key), "only for camera URLs and devices (rtsp://, http://, /dev/videoN, ...)")
+    scheme = cfg.uri.split("://", 1)[0].lower() if is_url(cfg.uri) else None
+    if scheme is not None and scheme not in LIVE_SCHEMES:
+        sec.problems.add(sec.where("uri"), f"unsupported URL scheme {scheme!r} in {cfg.display_uri} "
+                                           f"(one of: {', '.join(LIVE_SCHEMES)})")
+    if "transport" in sec.node and url and scheme not in ("rtsp", "rtsps"):
+        sec.problems.add(sec.where("transport"), "only for rtsp:// and rtsps:// sources")
+    cfg.transport = sec.get("transport", str, "tcp", choices=("tcp", "udp", "udp_multicast", "http", "https"))
+    cfg.timeout_s = sec.get("timeout_s", float, 5.0, minimum=0.1)
+    cfg.stall_s = sec.get("stall_s", float, 5.0, minimum=0.1)
+    cfg.backoff_initial_s = sec.get("backoff_initial_s", float, 0.5, minimum=0.01)
+    cfg.backoff_max_s = sec.get("backoff_max_s", float, 5.0, minimum=0.01)
+    if cfg.backoff_max_s < cfg.backoff_initial_s:
+        sec.problems.add(sec.where("backoff_max_s"), f"must be >= backoff_initial_s ({cfg.backoff_initial_s:g})")
+    cfg.max_staleness_ms = sec.get("max_staleness_ms", float, None, minimum=1)
+    if cfg.max_staleness_ms is not None and not cfg.live:
+        sec.problems.add(sec.where("max_staleness_ms"), "only for live sources (cameras, or files with live: true)")
+    cfg.decode = sec.get("decode", str, "process", choices=("process", "thread"))
 
 
 def _imgsz(sec: _Section) -> tuple[int, int] | None:
@@ -271,7 +343,9 @@ def _detector(node: Any, base: Path, problems: _Problems) -> DetectorConfig:
     backend = node.get("backend") if isinstance(node, dict) else None
     neural = backend in ("onnx", "ultralytics")
     allowed = _DETECTOR_COMMON + (_DETECTOR_NEURAL if neural else _DETECTOR_MOTION if backend == "motion" else ())
+    allowed += _DETECTOR_ONNX if backend == "onnx" else ()
     only_for = {k: "backend onnx or ultralytics" for k in _DETECTOR_NEURAL}
+    only_for.update({k: "backend onnx" for k in _DETECTOR_ONNX})
     only_for.update({k: "backend motion" for k in _DETECTOR_MOTION})
     if backend not in DETECTOR_BACKENDS:  # report the backend alone, not every key it would allow
         allowed, only_for = tuple(node) if isinstance(node, dict) else (), None
@@ -281,6 +355,7 @@ def _detector(node: Any, base: Path, problems: _Problems) -> DetectorConfig:
         backend=backend,
         max_batch=sec.get("max_batch", int, 4, minimum=1, maximum=256),
         max_wait_ms=sec.get("max_wait_ms", float, 10.0, minimum=0),
+        budget_ms=sec.get("budget_ms", float, 33.0, minimum=0) or None,
     )
     if backend == "motion":
         cfg.options = {
@@ -307,7 +382,11 @@ def _detector(node: Any, base: Path, problems: _Problems) -> DetectorConfig:
     cfg.iou = sec.get("iou", float, 0.45, minimum=0, maximum=1)
     cfg.device = sec.get("device", str, "auto")
     cfg.half = sec.get("half", bool, False)
-    cfg.resize = sec.get("resize", str, "letterbox", choices=RESIZE_MODES)
+    cfg.resize = sec.get("resize", str, None, choices=RESIZE_MODES)  # None: the model's own convention
+    cfg.max_det = sec.get("max_det", int, 300, minimum=1)
+    if backend == "onnx":
+        cfg.threads = sec.get("threads", int, None, minimum=1)
+        cfg.input = _detector_input(sec.node.get("input"), problems)
     classes = sec.get("classes", list)
     if classes is not None:
         for j, c in enumerate(classes):
@@ -315,6 +394,35 @@ def _detector(node: Any, base: Path, problems: _Problems) -> DetectorConfig:
                 problems.add(f"detector.classes[{j}]", f"expected a class name or id, got {_show(c)}")
         cfg.classes = classes
     return cfg
+
+
+def _pixel_triple(sec: _Section, key: str, minimum: float | None) -> list[float] | None:
+    """`mean`/`std` of detector.input: a number or a list of three numbers."""
+    value = sec.node.get(key)
+    if value is None:
+        return None
+    values = value if isinstance(value, list) else [value]
+    ok = len(values) in (1, 3) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    if not ok or (minimum is not None and any(v <= minimum for v in values)):
+        need = "a positive number" if minimum is not None else "a number"
+        sec.problems.add(sec.where(key), f"expected {need} or a list of three, got {_show(value)}")
+        return None
+    return [float(v) for v in values] * (3 if len(values) == 1 else 1)
+
+
+def _detector_input(node: Any, problems: _Problems) -> dict[str, Any] | None:
+    """detector.input: how an ONNX model without metadata wants its pixels."""
+    if node is None:
+        return None
+    sec = _Section(node, "detector.input", _INPUT_KEYS, problems)
+    found = {
+        "channels": sec.get("channels", str, None, choices=CHANNEL_ORDERS),
+        "mean": _pixel_triple(sec, "mean", None),
+        "std": _pixel_triple(sec, "std", 0.0),
+        "pad": sec.get("pad", str, None, choices=PAD_PLACES),
+        "pad_value": sec.get("pad_value", int, None, minimum=0, maximum=255),
+    }
+    return {k: v for k, v in found.items() if v is not None}
 
 
 def _keyframes(node: Any, problems: _Problems) -> KeyframeConfig:
@@ -337,8 +445,17 @@ def _tracker(node: Any, problems: _Problems) -> TrackerConfig:
             return TrackerConfig(motion=node)
         problems.add("tracker", f"unknown {node!r} (none, or a mapping with motion: {', '.join(TRACKER_MOTIONS)})")
         return TrackerConfig(motion=None)
-    sec = _Section(node, "tracker", ("motion",), problems)
-    return TrackerConfig(motion=sec.get("motion", str, "kalman", choices=TRACKER_MOTIONS))
+    sec = _Section(node, "tracker", _TRACKER_KEYS, problems)
+    cfg = TrackerConfig(motion=sec.get("motion", str, "kalman", choices=TRACKER_MOTIONS))
+    for key in ("high_score", "low_score", "new_track_score"):
+        setattr(cfg, key, sec.get(key, float, None, minimum=0, maximum=1))
+    cfg.lost_s = sec.get("lost_s", float, None, minimum=0)
+    cfg.coast_s = sec.get("coast_s", float, None, minimum=0)
+    if cfg.low_score is not None and cfg.high_score is not None and cfg.low_score > cfg.high_score:
+        problems.add("tracker.low_score", f"must be <= tracker.high_score ({cfg.high_score})")
+    if cfg.coast_s is not None and cfg.lost_s is not None and cfg.coast_s > cfg.lost_s:
+        problems.add("tracker.coast_s", f"must be <= tracker.lost_s ({cfg.lost_s})")
+    return cfg
 
 
 def _sinks(node: Any, base: Path, problems: _Problems) -> list[SinkConfig]:
@@ -367,14 +484,72 @@ def _sinks(node: Any, base: Path, problems: _Problems) -> list[SinkConfig]:
                 value = sec.get(key, typ, None, minimum=lo, maximum=hi)
                 if value is not None:
                     options[key] = value
-        if kind == "zmq":
+        if kind == "zmq":  # the keys are explained in streamlens/sinks/zmq.py
             endpoint = sec.get("endpoint", str, required=True)
             if endpoint is not None and not re.match(r"^(tcp|ipc|inproc)://.+", endpoint):
                 problems.add(sec.where("endpoint"), f"expected tcp://HOST:PORT or ipc://PATH, got {endpoint!r}")
             options["endpoint"] = endpoint
+            options["mode"] = mode = sec.get("mode", str, "pub", choices=("pub", "push"))
+            options["format"] = sec.get("format", str, "json", choices=("json", "msgpack"))
+            if options["format"] == "msgpack":
+                try:
+                    import msgpack  # noqa: F401
+                except ImportError:
+                    problems.add(sec.where("format"), "msgpack needs the msgpack package (pip install msgpack)")
             options["hwm"] = sec.get("hwm", int, 1000, minimum=1)
+            options["wait_subscribers"] = sec.get("wait_subscribers", int, 0, minimum=0)
+            options["wait_timeout_s"] = sec.get("wait_timeout_s", float, 30.0, minimum=0.001)
+            options["frames"] = sec.get("frames", str, "none", choices=("none", "jpeg"))
+            options["jpeg_quality"] = sec.get("jpeg_quality", int, 80, minimum=1, maximum=100)
+            options["annotate"] = sec.get("annotate", bool, True)
+            if mode != "push" and "send_timeout_s" in sec.node:
+                problems.add(sec.where("send_timeout_s"), "only for mode push")
+            options["send_timeout_s"] = sec.get("send_timeout_s", float, 0.0, minimum=0)
+            options["linger_ms"] = sec.get("linger_ms", int, None, minimum=0)
+            if sec.get("curve", dict) is not None:
+                curve = _Section(sec.node["curve"], sec.where("curve"), ("server_secret", "authorized"), problems)
+                secret, authorized = curve.get("server_secret", str, required=True), curve.get("authorized", str)
+                options["curve"] = {"server_secret": secret and _resolve(base, secret),
+                                    "authorized": authorized and _resolve(base, authorized)}
+                from .keys import KeyFileError, curve_available, read_secret_key
+
+                if not curve_available():
+                    problems.add(sec.where("curve"), "this libzmq has no CurveZMQ support (built without libsodium)")
+                elif secret is not None:
+                    try:
+                        read_secret_key(options["curve"]["server_secret"])
+                    except KeyFileError as e:
+                        problems.add(curve.where("server_secret"), str(e))
+                if authorized is not None and not options["curve"]["authorized"].is_dir():
+                    problems.add(curve.where("authorized"), f"folder not found: {options['curve']['authorized']}")
         sinks.append(SinkConfig(type=kind, options=options))
     return sinks
+
+
+RUNTIME_MODES = ("realtime", "bulk")
+BULK_MAX_BATCH = 32
+
+
+def apply_bulk_mode(cfg: PipelineConfig, data: dict, problems: _Problems) -> None:
+    """`runtime.mode: bulk` (or `streamlens run --bulk`): archives as fast as the machine goes.
+
+    Files only, never paced or looped; the detector on every frame (keyframes.interval 1), no
+    latency budget, batches of `max_batch` (32 unless the file says), and room in the inbox for
+    two batches per stream, so decoding runs ahead of inference (and so does preprocessing, on the
+    source threads, when the detector runs on an accelerator: `Detector.prepare_ahead`).
+    """
+    for i, src in enumerate(cfg.sources):
+        if not src.is_file:
+            problems.add(f"sources[{i}].uri", "runtime.mode bulk reads files; a camera or URL is live")
+        if src.loop:
+            problems.add(f"sources[{i}].loop", "runtime.mode bulk reads each file once; remove loop")
+        src.live = False
+    cfg.keyframes.interval, cfg.keyframes.adaptive = 1, False
+    detector = data.get("detector") if isinstance(data.get("detector"), dict) else {}
+    if "max_batch" not in detector:
+        cfg.detector.max_batch = BULK_MAX_BATCH
+    cfg.detector.budget_ms = None
+    cfg.runtime.queue_size = max(cfg.runtime.queue_size, 2 * cfg.detector.max_batch)
 
 
 def parse_pipeline(data: Any, path: Path, display: str | None = None,
@@ -387,7 +562,8 @@ def parse_pipeline(data: Any, path: Path, display: str | None = None,
         raise ConfigError(problems.lines)
     data = interpolate(data, "", problems, env)
     _Section(data, "", _TOP_KEYS, problems)
-    runtime = _Section(data.get("runtime"), "runtime", ("queue_size",), problems)
+    runtime = _Section(data.get("runtime"), "runtime", ("queue_size", "mode", "http"), problems)
+    http = _Section(runtime.node.get("http"), "runtime.http", ("host", "port"), problems)
     cfg = PipelineConfig(
         path=path,
         sources=_sources(data.get("sources"), base, problems),
@@ -395,15 +571,24 @@ def parse_pipeline(data: Any, path: Path, display: str | None = None,
         keyframes=_keyframes(data.get("keyframes"), problems),
         tracker=_tracker(data.get("tracker"), problems),
         sinks=_sinks(data.get("sinks"), base, problems),
-        runtime=RuntimeConfig(queue_size=runtime.get("queue_size", int, 8, minimum=1)),
+        runtime=RuntimeConfig(queue_size=runtime.get("queue_size", int, 8, minimum=1),
+                              mode=runtime.get("mode", str, "realtime", choices=RUNTIME_MODES),
+                              http_host=http.get("host", str, "127.0.0.1"),
+                              http_port=http.get("port", int, None, minimum=0, maximum=65535)),
     )
+    if cfg.runtime.mode == "bulk":
+        apply_bulk_mode(cfg, data, problems)
     if problems.lines:
         raise ConfigError(problems.lines)
     return cfg
 
 
-def load_pipeline(path: str | Path, env: dict[str, str] | None = None) -> PipelineConfig:
-    """Read and validate a pipeline file; raises `ConfigError` listing every mistake."""
+def load_pipeline(path: str | Path, env: dict[str, str] | None = None,
+                  overrides: dict[str, dict] | None = None) -> PipelineConfig:
+    """Read and validate a pipeline file; raises `ConfigError` listing every mistake.
+
+    `overrides` replaces keys of top-level sections, as command-line flags do (`--bulk`:
+    `{"runtime": {"mode": "bulk"}}`)."""
     display = str(path)
     path = Path(path)
     try:
@@ -419,6 +604,10 @@ def load_pipeline(path: str | Path, env: dict[str, str] | None = None) -> Pipeli
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         reason = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigError([f"{display}: {where}invalid YAML: {reason}"]) from None
+    if overrides and isinstance(data, dict):
+        for section, values in overrides.items():
+            current = data.get(section)
+            data[section] = {**(current if isinstance(current, dict) else {}), **values}
     return parse_pipeline(data, path, display, env)
 
 

@@ -37,6 +37,8 @@ class Frame:
     timings: dict[str, float] = field(default_factory=dict)
     #: the decoder's motion vectors for this frame, when the source exports them (else None)
     motion_vectors: np.ndarray | None = None
+    #: whether the detector is to run on this frame (set by the keyframe schedule)
+    keyframe: bool = False
 
     @property
     def width(self) -> int:

@@ -198,3 +198,39 @@ sinks: [{{type: jsonl, path: {out}}}]
     frames = [m for m in lines if m["type"] == "frame"]
     assert len(frames) >= 100 and [m["seq"] for m in frames] == list(range(len(frames)))
     assert lines[-1]["type"] == "eos" and lines[-1]["reason"] in ("error", "stopped")
+
+
+def test_bulk_mode_detects_every_frame_of_a_file_and_refuses_cameras(tmp_path):
+    out = tmp_path / "out.jsonl"
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {REPO / 'samples' / 'traffic.mp4'}, live: true}}]
+detector: {{backend: motion}}
+keyframes: {{interval: 10}}
+sinks: [{{type: jsonl, path: {out}}}]
+""")
+    started = time.monotonic()
+    proc = run_cli("run", "--bulk", "-q", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - started < 10  # not paced at 30 fps (10 s of video)
+    frames = [m for m in read_jsonl(out) if m["type"] == "frame"]
+    assert len(frames) == 300 and all(m["keyframe"] for m in frames)
+    camera = write_pipeline(tmp_path, "sources: [{uri: 'rtsp://127.0.0.1:1/x'}]\ndetector: {backend: motion}\n")
+    proc = run_cli("run", "--bulk", str(camera))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"{camera}: sources[0].uri: runtime.mode bulk reads files; a camera or URL is live"
+
+
+def test_ctrl_c_while_waiting_for_subscribers_exits_at_once(tmp_path):
+    path = write_pipeline(tmp_path, f"""
+sources: [{{uri: {REPO / 'samples' / 'traffic.mp4'}}}]
+detector: {{backend: motion}}
+sinks: [{{type: zmq, endpoint: "tcp://127.0.0.1:*", wait_subscribers: 1, wait_timeout_s: 60}}]
+""")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlens", "run", str(path)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    _, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 130 and time.monotonic() - sent < 2, stderr

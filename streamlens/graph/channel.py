@@ -38,12 +38,19 @@ class Channel:
         self._count: Counter[str] = Counter()
         self._cond = threading.Condition()
         self._closed = False
+        self._capacity_of: dict[str, int] = {}
         self.dropped: Counter[str] = Counter()
+
+    def set_capacity(self, key: str, capacity: int) -> None:
+        """Give one key a capacity of its own (others keep `capacity`)."""
+        with self._cond:
+            self._capacity_of[key] = capacity
 
     def put(self, item: Any, key: str = "", *, drop_oldest: bool = False) -> bool:
         """Add `item` under `key`. Returns False (item not added) once the channel is closed."""
         with self._cond:
-            while not self._closed and self._count[key] >= self.capacity:
+            capacity = self._capacity_of.get(key, self.capacity)
+            while not self._closed and self._count[key] >= capacity:
                 if drop_oldest:
                     self._drop_oldest(key)
                     break

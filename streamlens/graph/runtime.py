@@ -34,13 +34,15 @@ from pathlib import Path
 from ..config import PipelineConfig, SourceConfig, load_pipeline
 from ..detect import build_detector
 from ..errors import StreamlensError
-from ..frame import EndOfStream, Frame, FrameResult, StatsReport, StreamEnd
+from ..frame import EndOfStream, FrameResult, StatsReport, StreamEnd
 from ..keyframes import KeyframeScheduler, stagger_offsets
 from ..schema import dumps, message_for
 from ..sinks import Sink, build_sink
 from ..sources import Source, build_source
 from ..track import build_tracker
+from ..metrics import LatencyHistogram, MetricsServer
 from .channel import Channel, ChannelClosed
+from .engine import DETECTED_KEY, DetectWorker, Engine, Lane
 
 log = logging.getLogger("streamlens")
 
@@ -58,12 +60,15 @@ class StreamStats:
     keyframes: int = 0
     objects: int = 0
     dropped: int = 0
+    late_keyframes: int = 0
     state: str = "starting"
     started: float | None = None
     ended: float | None = None
     _recent: deque = field(default_factory=lambda: deque(maxlen=64), repr=False)
     #: (keyframe, end-to-end ms) of the most recent frames, for the stats messages
     _window: deque = field(default_factory=lambda: deque(maxlen=256), repr=False)
+    latency: LatencyHistogram = field(default_factory=LatencyHistogram, repr=False)
+    detect: LatencyHistogram = field(default_factory=LatencyHistogram, repr=False)
 
     def count(self, result: FrameResult) -> None:
         now = time.monotonic()
@@ -73,7 +78,11 @@ class StreamStats:
         self.keyframes += result.keyframe
         self.objects += len(result.detections)
         self._recent.append(now)
-        self._window.append((result.keyframe, result.frame.timings.get("total", 0.0)))
+        total = result.frame.timings.get("total", 0.0)
+        self._window.append((result.keyframe, total))
+        self.latency.observe(total)
+        if result.keyframe:
+            self.detect.observe(result.frame.timings.get("detect", 0.0))
 
     def report(self, queue_depth: int) -> dict:
         """The values of a `stats` message: counters, current rates and latency percentiles."""
@@ -87,7 +96,7 @@ class StreamStats:
                 "keyframes": self.keyframes, "fps": round(self.fps, 2),
                 "keyframe_rate": round(sum(k for k, _ in window) / len(window), 4) if window else 0.0,
                 "latency_ms": {"p50": pct(0.50), "p95": pct(0.95)},
-                "queue_depth": queue_depth, "dropped": self.dropped}
+                "queue_depth": queue_depth, "dropped": self.dropped, "late_keyframes": self.late_keyframes}
 
     @property
     def fps(self) -> float:
@@ -148,6 +157,8 @@ class Pipeline:
         self._interrupted = False
         self._ran = False
         self._inbox = Channel(config.runtime.queue_size, "inbox")
+        self._opening: list[Sink] = []
+        self.http_port: int | None = None  # where /metrics and /healthz listen, once running  # sinks whose open() may wait (for subscribers): stop() ends it
         self.stats = {s.name: StreamStats(s.name, s.display_uri) for s in config.sources}
 
     @classmethod
@@ -161,6 +172,16 @@ class Pipeline:
         """Graceful stop: sources end now; what they produced is still processed and written."""
         self._interrupted = True
         self._stop_sources.set()
+        for sink in self._opening:
+            sink.interrupt_open()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_sources.is_set()
+
+    def queue_depth(self, stream: str) -> int:
+        """Frames of `stream` waiting for the engine."""
+        return self._inbox.depth(stream)
 
     def abort(self) -> None:
         """Immediate stop: frames not yet processed are dropped; sinks still flush and close."""
@@ -187,7 +208,12 @@ class Pipeline:
         self._ran = True
         started = time.monotonic()
         sources, detector, sinks = self._build()
+        http = None
         try:
+            if self.config.runtime.http_port is not None:
+                http = MetricsServer(self, self.config.runtime.http_host, self.config.runtime.http_port)
+                http.start()
+                self.http_port = http.port
             threads = self._start(sources, detector, sinks)
             next_stats = time.monotonic() + stats_every_s
             while any(t.is_alive() for t in threads):
@@ -204,6 +230,8 @@ class Pipeline:
             for src in sources:
                 src.close()
             detector.close()
+            if http is not None:
+                http.close()
         self._refresh_drops()
         status = "failed" if self._error else "interrupted" if self._interrupted else "done"
         return RunReport(status, self._error, time.monotonic() - started, list(self.stats.values()))
@@ -272,8 +300,12 @@ class Pipeline:
             sinks = [build_sink(s, fps) for s in self.config.sinks] + self._extra_sinks
             opened: list[Sink] = []
             for sink in sinks:
+                self._opening = [sink]
+                if self._stop_sources.is_set():  # stopped already: open, but wait for nothing
+                    sink.interrupt_open()
                 sink.open()
                 opened.append(sink)
+            self._opening = []
         except BaseException:
             for sink in locals().get("opened", []):
                 sink.close()
@@ -283,21 +315,33 @@ class Pipeline:
         return sources, detector, sinks
 
     def _start(self, sources, detector, sinks) -> list[threading.Thread]:
-        self._sink_channels = [Channel(self.config.runtime.queue_size, f"sink:{s.name}") for s in sinks]
+        cfg = self.config
+        self._sink_channels = [Channel(cfg.runtime.queue_size, f"sink:{s.name}") for s in sinks]
         threads = [threading.Thread(target=self._run_sink, args=(s, ch), name=f"sink-{s.name}", daemon=True)
                    for s, ch in zip(sinks, self._sink_channels)]
-        threads.append(threading.Thread(target=self._run_engine, args=(detector,), name="engine", daemon=True))
-        by_name = {c.name: c for c in self.config.sources}
-        threads += [threading.Thread(target=self._run_source, args=(src, by_name[src.name]),
-                                     name=f"source-{src.name}", daemon=True) for src in sources]
+        threads.append(threading.Thread(target=self._run_engine, args=(detector, sources), name="engine",
+                                        daemon=True))
+        by_name = {c.name: c for c in cfg.sources}
+        offsets = stagger_offsets(cfg.keyframes.interval, len(sources))
+        threads += [threading.Thread(target=self._run_source,
+                                     args=(src, by_name[src.name], KeyframeScheduler(cfg.keyframes.interval, off),
+                                           detector),
+                                     name=f"source-{src.name}", daemon=True)
+                    for src, off in zip(sources, offsets)]
         for t in threads:
             t.start()
         return threads
 
-    def _run_source(self, source: Source, cfg: SourceConfig) -> None:
+    def _run_source(self, source: Source, cfg: SourceConfig, schedule: KeyframeScheduler, detector) -> None:
+        """Decode, mark keyframes (and preprocess them here when that overlaps inference), queue."""
         produced, reason, error = 0, "end", None
+        prepare = detector.prepare if getattr(detector, "prepare_ahead", False) else None
         try:
             for frame in source.frames(self._stop_sources):
+                frame.keyframe = schedule.is_keyframe()
+                if frame.keyframe and prepare is not None:
+                    prepare(frame)
+                frame.timings["_queued"] = time.perf_counter()
                 if not self._inbox.put(frame, key=source.name, drop_oldest=cfg.live):
                     break
                 produced += 1
@@ -310,85 +354,40 @@ class Pipeline:
                 reason = "stopped"
             self._inbox.put(EndOfStream(source.name, produced, reason, error), key=source.name)
 
-    def _run_engine(self, detector) -> None:
+    def _run_engine(self, detector, sources: list[Source]) -> None:
         cfg = self.config
-        names = [s.name for s in cfg.sources]
-        schedulers = {n: KeyframeScheduler(cfg.keyframes.interval, off)
-                      for n, off in zip(names, stagger_offsets(cfg.keyframes.interval, len(names)))}
-        fps = {s.name: s.max_fps for s in cfg.sources}
-        trackers = {n: build_tracker(cfg.tracker, fps.get(n)) for n in names}
-        seq = dict.fromkeys(names, 0)
-        open_streams = set(names)
-        max_batch, max_wait = cfg.detector.max_batch, cfg.detector.max_wait_ms / 1000
-        closing = False
+        fps = {src.name: src.fps for src in sources}
+        lanes = [Lane(s.name, build_tracker(cfg.tracker, fps.get(s.name)), s.live, cfg.keyframes.interval)
+                 for s in cfg.sources]
+        # detections coming back never wait for room: their number is bounded by keyframes in flight
+        self._inbox.set_capacity(DETECTED_KEY, 1 << 20)
+        worker = DetectWorker(detector, lambda done: self._inbox.put(done, key=DETECTED_KEY),
+                              max_batch=cfg.detector.max_batch, max_wait_ms=cfg.detector.max_wait_ms,
+                              budget_ms=cfg.detector.budget_ms if any(s.live for s in cfg.sources) else None)
+        budget = cfg.detector.budget_ms
+        self._engine = engine = Engine(self._inbox, lanes, worker, self._publish,
+                                       late_after_s=budget / 1000 if budget else float("inf"))
         try:
-            while open_streams and not closing:
-                try:
-                    first = self._inbox.get()
-                except ChannelClosed:
-                    break
-                items = [(first, self._decide(first, schedulers))]
-                keys = int(items[0][1])
-                deadline = time.monotonic() + max_wait
-                while keys < max_batch and len(items) < 4 * max_batch:
-                    wait = max(0.0, deadline - time.monotonic()) if keys else 0.0
-                    try:
-                        item = self._inbox.get(timeout=wait)
-                    except ChannelClosed:
-                        closing = True
-                        break
-                    if item is None:
-                        break
-                    items.append((item, self._decide(item, schedulers)))
-                    keys += items[-1][1]
-                self._process(items, detector, trackers, seq, open_streams)
+            engine.run()
         except BaseException as e:  # noqa: BLE001
             self._fail(e)
         finally:
             self._inbox.close(discard=True)  # sources blocked on a full inbox wake up and end
             reason = "error" if self._error else "stopped"
-            for name in sorted(open_streams):
-                self._publish(StreamEnd(name, seq[name], self.stats[name].frames, reason))
+            for lane in engine.open_streams():
+                self._publish(StreamEnd(lane.name, lane.seq, lane.seq, reason))
             for ch in self._sink_channels:
                 ch.close()
 
-    @staticmethod
-    def _decide(item, schedulers) -> bool:
-        return isinstance(item, Frame) and schedulers[item.stream].is_keyframe()
-
-    def _process(self, items, detector, trackers, seq, open_streams) -> None:
-        keyframes = [f for f, is_key in items if is_key]
-        found = {}
-        if keyframes:
-            t0 = time.perf_counter()
-            detections = detector.detect(keyframes)
-            detect_ms = (time.perf_counter() - t0) * 1000
-            for f, det in zip(keyframes, detections):
-                f.timings["detect"] = detect_ms
-                found[id(f)] = det
-        for item, is_key in items:
-            if isinstance(item, EndOfStream):
-                if item.stream in open_streams:
-                    open_streams.discard(item.stream)
-                    self.stats[item.stream].state = {"end": "ended"}.get(item.reason, item.reason)
-                    self.stats[item.stream].ended = time.monotonic()
-                    self._publish(StreamEnd(item.stream, seq[item.stream], self.stats[item.stream].frames,
-                                            item.reason))
-                    seq[item.stream] += 1
-                continue
-            t0 = time.perf_counter()
-            tracker = trackers[item.stream]
-            det = tracker.update(item, found[id(item)]) if is_key else tracker.propagate(item)
-            item.timings["track"] = (time.perf_counter() - t0) * 1000
-            item.timings.setdefault("detect", 0.0)
-            result = FrameResult(item, seq[item.stream], is_key, det)
-            seq[item.stream] += 1
-            self.stats[item.stream].count(result)
-            self._publish(result)
-
     def _publish(self, item: FrameResult | StreamEnd) -> None:
+        st = self.stats[item.stream if isinstance(item, StreamEnd) else item.frame.stream]
         if isinstance(item, FrameResult):
             item.frame.timings["total"] = (time.time() - item.frame.ts) * 1000
+            st.count(item)
+            st.late_keyframes += item.frame.keyframe and not item.keyframe
+        else:
+            st.state = {"end": "ended"}.get(item.reason, item.reason)
+            st.ended = time.monotonic()
         message = message_for(item)
         payload = dumps(message)
         for ch in self._sink_channels:

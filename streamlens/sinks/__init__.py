@@ -22,7 +22,7 @@ def build_sink(cfg: SinkConfig, stream_fps: Mapping[str, float]) -> Sink:
     if cfg.type == "zmq":
         from .zmq import ZmqSink
 
-        return ZmqSink(cfg.options["endpoint"], hwm=cfg.options.get("hwm", 1000))
+        return ZmqSink(**cfg.options)
     raise ValueError(f"unknown sink type {cfg.type!r}")
 
 

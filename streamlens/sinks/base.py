@@ -23,6 +23,10 @@ class Sink:
     def open(self) -> None:
         pass
 
+    def interrupt_open(self) -> None:
+        """Called from another thread (Ctrl-C) while `open()` waits, e.g. for subscribers: end the
+        wait soon. The default does nothing: most sinks do not wait."""
+
     def write(self, item: FrameResult | StreamEnd, message: dict[str, Any], payload: bytes) -> None:
         raise NotImplementedError
 

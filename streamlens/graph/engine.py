@@ -1,0 +1,227 @@
+"""The engine: keyframes to the detector, every frame through its stream's tracker, in order.
+
+    inbox (frames of every stream, and detections coming back)
+      -> one lane per stream: frames wait here in order
+           keyframe    -> DetectWorker (its own thread: batches across streams) -> back to the inbox
+           other frame -> tracker.propagate(frame) -> published at once
+      -> a keyframe is published when its detections are back: tracker.update(frame, detections)
+
+The detector never blocks the engine: while it works, other streams' frames keep flowing, and a
+stream's own frames queue behind its keyframe. For a live stream a keyframe waits at most until
+`frame.ts + late_after_s`; past that it is published by motion alone (it counts as a late
+keyframe, and goes out with `keyframe: false`), the frames behind it flow on, and when the
+detections do come the stream's tracker is re-anchored at that keyframe and caught up through the
+frames since (`_reanchor`), so a slow detector costs accuracy for a moment, never latency. Files
+wait for every keyframe: their results are exact and the same on every run.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import supervision as sv
+
+from ..detect.batcher import Batcher
+from ..frame import EndOfStream, Frame, FrameResult, StreamEnd
+from ..track import Tracker
+from .channel import Channel, ChannelClosed
+
+DETECTED_KEY = "\x00detected"  # the inbox key under which detections come back
+
+
+@dataclass(slots=True, eq=False)
+class Detected:
+    """A keyframe back from the detector: its detections, or the error that stopped it."""
+
+    frame: Frame
+    detections: sv.Detections | None
+    error: BaseException | None = None
+
+
+class DetectWorker:
+    """The detector on a thread of its own: `submit(frame)` never waits; each keyframe comes back
+    through `deliver(Detected(...))`. Batches gather keyframes of every stream."""
+
+    def __init__(self, detector, deliver: Callable[[Detected], bool], *, max_batch: int,
+                 max_wait_ms: float, budget_ms: float | None):
+        self.detector = detector
+        self.deliver = deliver
+        self.batches = 0
+        self._jobs = Channel(capacity=1 << 16, name="keyframes")
+        self.batcher = Batcher(self._jobs, max_batch=max_batch, max_wait_ms=max_wait_ms, budget_ms=budget_ms)
+        self._thread = threading.Thread(target=self._run, name="detector", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, frame: Frame) -> None:
+        frame.timings["_submitted"] = time.perf_counter()
+        self._jobs.put(frame)
+
+    def close(self) -> None:
+        """Finish the batch in hand, then stop; frames not started are dropped."""
+        self._jobs.close(discard=True)
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                batch = self.batcher.next_batch().items
+            except ChannelClosed:
+                return
+            started = time.perf_counter()
+            try:
+                found = self.detector.detect(batch)
+            except BaseException as e:  # noqa: BLE001 - handed to the engine, which fails the run
+                self.deliver(Detected(batch[0], None, e))
+                return
+            ms = (time.perf_counter() - started) * 1000
+            self.batcher.observe(len(batch), ms)
+            self.batches += 1
+            for frame, detections in zip(batch, found):
+                frame.timings["batch"] = (started - frame.timings.pop("_submitted", started)) * 1000
+                frame.timings["detect"] = ms
+                if not self.deliver(Detected(frame, detections)):
+                    return
+
+
+@dataclass(eq=False)
+class _Late:
+    """A keyframe published before its detections came: the tracker as it was then, and the
+    frames published since, to catch up through once the detections arrive."""
+
+    tracker: Tracker
+    since: list[Frame] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Lane:
+    """One stream inside the engine."""
+
+    name: str
+    tracker: Tracker
+    live: bool
+    interval: int
+    waiting: deque = field(default_factory=deque)
+    ready: dict = field(default_factory=dict)
+    late: dict = field(default_factory=dict)
+    seq: int = 0
+    since_keyframe: int = 0
+    late_keyframes: int = 0
+    open: bool = True
+
+
+class Engine:
+    """Runs the lanes of every stream on one thread (see the module's docstring)."""
+
+    def __init__(self, inbox: Channel, lanes: list[Lane], worker: DetectWorker,
+                 publish: Callable[[FrameResult | StreamEnd], None], late_after_s: float):
+        self.inbox = inbox
+        self.lanes = {lane.name: lane for lane in lanes}
+        self.worker = worker
+        self.publish = publish
+        self.late_after_s = late_after_s
+
+    def run(self) -> None:
+        """Until every stream has ended (or the inbox is closed). Raises what the detector raised."""
+        self.worker.start()
+        try:
+            while any(lane.open for lane in self.lanes.values()):
+                try:
+                    item = self.inbox.get(self._wait())
+                except ChannelClosed:
+                    return
+                if isinstance(item, Detected):
+                    self._on_detected(item)
+                elif item is not None:
+                    self._on_input(item)
+                for lane in self.lanes.values():
+                    self._advance(lane)
+        finally:
+            self.worker.close()
+
+    def open_streams(self) -> list[Lane]:
+        return [lane for lane in self.lanes.values() if lane.open]
+
+    def _wait(self) -> float | None:
+        """Seconds until the first live keyframe that waits for its detections becomes late."""
+        deadlines = [lane.waiting[0].ts + self.late_after_s for lane in self.lanes.values()
+                     if lane.live and lane.waiting and isinstance(lane.waiting[0], Frame)
+                     and lane.waiting[0].keyframe and id(lane.waiting[0]) not in lane.ready]
+        return max(0.0, min(deadlines) - time.time()) if deadlines else None
+
+    def _on_input(self, item: Frame | EndOfStream) -> None:
+        lane = self.lanes[item.stream]
+        if isinstance(item, Frame):
+            item.timings["queue"] = (time.perf_counter() - item.timings.pop("_queued", time.perf_counter())) * 1000
+            # a live stream may have dropped the scheduled keyframe: detect on this one instead
+            if not item.keyframe and lane.since_keyframe >= lane.interval:
+                item.keyframe = True
+            lane.since_keyframe = 0 if item.keyframe else lane.since_keyframe + 1
+            if item.keyframe:
+                self.worker.submit(item)
+        lane.waiting.append(item)
+
+    def _on_detected(self, done: Detected) -> None:
+        if done.error is not None:
+            raise done.error
+        lane = self.lanes[done.frame.stream]
+        key = id(done.frame)
+        if key in lane.late:
+            self._reanchor(lane, done.frame, done.detections)
+        elif lane.open:
+            lane.ready[key] = done.detections
+
+    def _advance(self, lane: Lane) -> None:
+        """Publish the lane's frames in order, as far as their detections allow."""
+        while lane.waiting:
+            head = lane.waiting[0]
+            if isinstance(head, EndOfStream):
+                lane.waiting.popleft()
+                self._end(lane, head)
+                return
+            keyframe = head.keyframe and id(head) in lane.ready
+            if head.keyframe and not keyframe:
+                if not (lane.live and time.time() >= head.ts + self.late_after_s):
+                    return  # wait for the detector
+                lane.late_keyframes += 1
+            lane.waiting.popleft()
+            if head.keyframe and not keyframe:  # the tracker as it stands before this frame
+                lane.late[id(head)] = _Late(copy.deepcopy(lane.tracker))
+            started = time.perf_counter()
+            if keyframe:
+                detections = lane.tracker.update(head, lane.ready.pop(id(head)))
+            else:
+                detections = lane.tracker.propagate(head)
+            head.timings["track"] = (time.perf_counter() - started) * 1000
+            head.timings.setdefault("detect", 0.0)
+            for key, pending in lane.late.items():
+                if key != id(head):
+                    pending.since.append(head)
+            self.publish(FrameResult(head, lane.seq, keyframe, detections))
+            lane.seq += 1
+
+    def _reanchor(self, lane: Lane, frame: Frame, detections: sv.Detections) -> None:
+        """Late detections: take the tracker as it was just before `frame`, update it there with
+        the detections, and replay the motion of the frames published since."""
+        late = lane.late.pop(id(frame))
+        tracker = late.tracker
+        tracker.update(frame, detections)
+        for later in late.since:
+            if id(later) in lane.late:  # a later late keyframe now starts from the better state
+                lane.late[id(later)].tracker = copy.deepcopy(tracker)
+            tracker.propagate(later)
+        lane.tracker = tracker
+
+    def _end(self, lane: Lane, end: EndOfStream) -> None:
+        lane.open = False
+        lane.ready.clear()
+        lane.late.clear()
+        self.publish(StreamEnd(lane.name, lane.seq, lane.seq, end.reason))
+        lane.seq += 1

@@ -1,0 +1,56 @@
+"""`/metrics` and `/healthz` on a running pipeline, read over real HTTP."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import streamlens
+
+from .conftest import REPO
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_metrics_and_health_while_a_live_stream_runs(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(f"""
+sources: [{{name: cam1, uri: {REPO / 'samples' / 'traffic.mp4'}, live: true}}]
+detector: {{backend: motion}}
+tracker: none
+runtime: {{http: {{port: 0}}}}
+""")
+    pipeline = streamlens.Pipeline.from_yaml(path)
+    runner = threading.Thread(target=pipeline.run)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 10
+        while (pipeline.http_port is None or pipeline.stats["cam1"].frames < 30) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        base = f"http://127.0.0.1:{pipeline.http_port}"
+        code, body = get(base + "/healthz")
+        assert code == 200 and json.loads(body) == {"state": "running", "streams": {"cam1": "running"}}
+        code, text = get(base + "/metrics")
+        assert code == 200
+        frames = next(float(line.split()[-1]) for line in text.splitlines()
+                      if line.startswith('streamlens_frames_total{stream="cam1"}'))
+        assert frames >= 30
+        assert 'streamlens_latency_seconds_bucket{le="0.033",stream="cam1"}' in text
+        assert 'streamlens_queue_depth{stream="cam1"}' in text
+        assert get(base + "/nope")[0] == 404
+        pipeline.stop()
+        code, body = get(base + "/healthz")
+        assert code == 503 and json.loads(body)["state"] == "stopping"
+    finally:
+        pipeline.stop()
+        runner.join(10)
+    assert not runner.is_alive()
