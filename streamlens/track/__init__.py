@@ -1,14 +1,62 @@
-"""Trackers: ids that stay with objects, and boxes on the frames between keyframes."""
+"""Trackers: ids that stay with objects, and boxes on the frames between keyframes.
+
+- `KeyframeTracker` (`tracker: {motion: kalman | flow | mv}`): ByteTrack-style association on
+  keyframes, every object carried by motion in between, late keyframe results caught up;
+- `PassThrough` (`tracker: none`): the detector's boxes as they are, id -1, nothing in between.
+
+Example:
+    >>> from streamlens.config import TrackerConfig
+    >>> tracker = build_tracker(TrackerConfig(motion="mv"), fps=30, detector_conf=0.3)
+    >>> type(tracker).__name__, tracker.high_score, tracker.new_track_score, tracker.motion.name
+    ('KeyframeTracker', 0.3, 0.3, 'mv')
+    >>> type(build_tracker(TrackerConfig(motion=None), fps=30)).__name__
+    'PassThrough'
+"""
 
 from __future__ import annotations
 
 from ..config import TrackerConfig
 from .base import PassThrough, Tracker
+from .motion import build_motion
+from .tracker import KeyframeTracker, TrackingSignals
 
 
-def build_tracker(cfg: TrackerConfig, fps: float | None) -> Tracker:
-    """One tracker for one stream."""
-    return PassThrough()
+def build_tracker(cfg: TrackerConfig, fps: float | None, *, detector_conf: float | None = None,
+                  adaptive: bool = False) -> Tracker:
+    """One tracker for one stream.
+
+    `fps` is the stream's frame rate when known (used when frames carry no time stamps).
+    `detector_conf` is the detector's confidence threshold: unless the pipeline file sets
+    `tracker.high_score` / `new_track_score`, every box the detector reports is confident and may
+    start a track (the user's `conf` says what an object is; ByteTrack's own 0.6 / 0.7 assume a
+    detector that reports everything down to 0.1). `adaptive`: the keyframe schedule is adaptive, so
+    the motion model also measures motion outside the tracks (a little more work per frame).
+    """
+    if cfg.motion is None:
+        return PassThrough()
+    return KeyframeTracker(build_motion(cfg.motion, untracked=adaptive), fps, **tracker_options(cfg, detector_conf))
 
 
-__all__ = ["Tracker", "PassThrough", "build_tracker"]
+def tracker_options(cfg: TrackerConfig, detector_conf: float | None = None) -> dict[str, float]:
+    """`KeyframeTracker` keyword arguments from the `tracker` section (unset keys left to its defaults).
+
+    Example:
+        >>> tracker_options(TrackerConfig(motion="kalman", lost_s=2.0), detector_conf=0.25)
+        {'high_score': 0.25, 'new_track_score': 0.25, 'lost_s': 2.0}
+    """
+    options: dict[str, float] = {}
+    high = cfg.high_score if cfg.high_score is not None else detector_conf
+    if high is not None:
+        options["high_score"] = high
+        options["new_track_score"] = cfg.new_track_score if cfg.new_track_score is not None else high
+    elif cfg.new_track_score is not None:
+        options["new_track_score"] = cfg.new_track_score
+    if cfg.low_score is not None:
+        options["low_score"] = cfg.low_score if high is None else min(cfg.low_score, high)
+    for key in ("lost_s", "coast_s"):
+        if getattr(cfg, key) is not None:
+            options[key] = getattr(cfg, key)
+    return options
+
+
+__all__ = ["Tracker", "PassThrough", "KeyframeTracker", "TrackingSignals", "build_tracker", "tracker_options"]

@@ -14,7 +14,12 @@ class Tracker:
     `update(frame, detections)` runs on keyframes: it associates the detector's boxes with the
     tracks and returns the objects on this frame with their `tracker_id`. `propagate(frame)` runs
     on the frames in between: it moves every live track by motion and returns them.
+
+    `signals` tells an adaptive keyframe scheduler how sure the tracker is of the latest frame
+    (`TrackingSignals`), or is None for a tracker that cannot say.
     """
+
+    signals = None
 
     def update(self, frame: Frame, detections: sv.Detections) -> sv.Detections:
         raise NotImplementedError

@@ -1,0 +1,76 @@
+"""The decoder's motion vectors in the layout of `Frame.motion_vectors`, for every source that decodes.
+
+FFmpeg computes motion vectors anyway when it decodes H.264, HEVC or MPEG-2/4, and hands them out as
+frame side data `MOTION_VECTORS` when the decoder is opened with `flags2=+export_mvs`. A source turns
+them into a compact float32 array, one row per coded block: `x, y, dx, dy` = the block's centre on
+this frame and how far its content moved per decoded frame, in source pixels (the `mv` tracker's
+input, see `streamlens.track.motion.vectors`).
+
+Example:
+    >>> distance = ReferenceDistance()
+    >>> [distance.step(t, i) for i, t in enumerate([1, 3, 2, 3, 2])]   # I B P B P (FFmpeg's pict_type)
+    [1, 1, 2, 1, 2]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: FFmpeg's AVPictureType of the frames later ones are predicted from: I, P, SI, SP
+ANCHOR_PICTURES = (1, 2, 5, 6)
+
+
+def frame_motion_vectors(frame, distance: int = 1) -> np.ndarray | None:
+    """A decoded `av.VideoFrame`'s `MOTION_VECTORS` side data in `Frame.motion_vectors`' layout, or
+    None (an I-frame, or a decoder opened without `flags2=+export_mvs`). `distance`: see
+    `ReferenceDistance`."""
+    side_data = frame.side_data.get("MOTION_VECTORS")
+    if side_data is None:
+        return None
+    return vectors_from_side_data(side_data.to_ndarray(), distance)
+
+
+def vectors_from_side_data(raw: np.ndarray, distance: int = 1) -> np.ndarray:
+    """FFmpeg's `AVMotionVector` records (PyAV's `MotionVectors.to_ndarray()`) to the compact
+    `(N, 4)` float32 `x, y, dx, dy` layout of `Frame.motion_vectors`: motion per frame.
+
+    FFmpeg gives `dst` (the block's centre here) and the exact offset to where the block comes from
+    in its reference frame, `motion_x / motion_scale` = src - dst, and only the direction of that
+    reference (`source` -1: a past frame, +1: a future one), not how many frames away it is. Blocks
+    predicted from the past are kept and their motion divided by `distance`, the frames since the
+    previous I- or P-frame (the reference of a P-frame, and the past reference of a B-frame, in
+    common encoder set-ups); blocks predicted from the future are left out (the next anchor frame is
+    not known yet when a B-frame comes out). Blocks that an encoder predicted from further back
+    (several reference frames) read too fast; the tracker takes medians.
+
+    Example:
+        >>> raw = np.zeros(2, [("source", "i4"), ("dst_x", "i2"), ("dst_y", "i2"), ("motion_x", "i4"),
+        ...                    ("motion_y", "i4"), ("motion_scale", "u2")])
+        >>> raw[0] = (-1, 40, 24, -20, 4, 4)     # came from 5 px to the left, 1 px below, 2 frames back
+        >>> raw[1] = (1, 56, 24, 8, 0, 4)        # predicted from a future frame: left out
+        >>> vectors_from_side_data(raw, distance=2).tolist()
+        [[40.0, 24.0, 2.5, -0.5]]
+    """
+    raw = raw[raw["source"] < 0]
+    scale = np.maximum(raw["motion_scale"].astype(np.float32), 1.0) * max(distance, 1)
+    out = np.empty((len(raw), 4), np.float32)
+    out[:, 0] = raw["dst_x"]
+    out[:, 1] = raw["dst_y"]
+    out[:, 2] = -raw["motion_x"] / scale
+    out[:, 3] = -raw["motion_y"] / scale
+    return out
+
+
+class ReferenceDistance:
+    """Frames since the previous I- or P-frame, in presentation order: call `step(pict_type, index)`
+    for every decoded frame in order (frames a rate cap drops too), with the frame's `pict_type`
+    (PyAV: `frame.pict_type`, an int) and its index."""
+
+    def __init__(self):
+        self.anchor: int | None = None
+
+    def step(self, pict_type: int, index: int) -> int:
+        distance = 1 if self.anchor is None else max(1, index - self.anchor)
+        if int(pict_type) in ANCHOR_PICTURES:
+            self.anchor = index
+        return distance

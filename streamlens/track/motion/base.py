@@ -1,0 +1,136 @@
+"""What every motion model is: where the boxes of one frame went on the next.
+
+A motion model is split in two, so that the tracker can replay motion when a late keyframe result
+re-anchors its tracks (the frames after it are caught up from what was kept):
+- `observe(frame)` keeps what the model needs of a frame (a small grey image, the decoder's motion
+  vectors, or nothing) and returns it as the frame's *record*;
+- `measure(previous, current, boxes)` says where `boxes` (on the previous frame) are on the current
+  frame, from the two frames' records only. It is a pure function of its inputs.
+
+Example:
+    >>> import numpy as np
+    >>> from streamlens.track.motion import KalmanOnly
+    >>> estimate = KalmanOnly().measure(None, None, np.array([[0.0, 0.0, 10.0, 10.0]]))
+    >>> bool(np.isnan(estimate.shift).all())  # no pixels: nothing measured, the filter predicts
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...frame import Frame
+
+
+@dataclass(slots=True)
+class MotionEstimate:
+    """What a motion model measured between two frames, per box.
+
+    - `shift` `(N, 2)`: how far the box's centre moved, source pixels; a row of NaN where the model
+      could not tell (the tracker then keeps the Kalman prediction for that box);
+    - `growth` `(N,)`: the factor its width and height changed by; NaN where not measured (a model
+      that sees only translation);
+    - `noise` `(N,)`: the standard deviation of a measured displacement, source pixels (it weighs the
+      measurement against the box's predicted motion, and how fast its velocity follows);
+    - `quality` `(N,)` 0 to 1: how well the model followed each box (the share of its points or
+      vectors it could use); NaN when the model had nothing to go on this frame;
+    - `untracked_motion`: the share of the frame outside every box that moved (camera motion
+      discounted), 0 to 1; NaN when the model cannot tell. A hint that a new object appeared.
+    """
+
+    shift: np.ndarray
+    growth: np.ndarray
+    noise: np.ndarray
+    quality: np.ndarray
+    untracked_motion: float = float("nan")
+
+    @classmethod
+    def nothing(cls, count: int) -> MotionEstimate:
+        """No measurement for any of `count` boxes."""
+        return cls(shift=np.full((count, 2), np.nan), growth=np.full(count, np.nan), noise=np.ones(count),
+                   quality=np.full(count, np.nan))
+
+    def deltas(self, sizes: np.ndarray) -> np.ndarray:
+        """The measured change of each box's `(cx, cy, w, h)` given its `(w, h)` `sizes` `(N, 2)`;
+        NaN where not measured."""
+        return np.concatenate([self.shift, sizes * (self.growth[:, None] - 1.0)], axis=1)
+
+
+class MotionModel:
+    """How a tracker moves its boxes from one frame to the next. One instance per stream."""
+
+    #: the name used in the pipeline file (`tracker: {motion: NAME}`)
+    name: str = ""
+
+    def observe(self, frame: Frame) -> object | None:
+        """What to keep of `frame` to measure motion into and out of it later."""
+        raise NotImplementedError
+
+    def measure(self, previous: object | None, current: object | None, boxes: np.ndarray) -> MotionEstimate:
+        """Where `boxes` `(N, 4)` of the previous frame are on the current one."""
+        raise NotImplementedError
+
+
+def inner_boxes(boxes: np.ndarray, keep: float) -> np.ndarray:
+    """The central part of each box: `keep` of its width and height around its centre.
+
+    Example:
+        >>> inner_boxes(np.array([[0.0, 0.0, 10.0, 20.0]]), 0.5).tolist()
+        [[2.5, 5.0, 7.5, 15.0]]
+    """
+    centre = (boxes[:, :2] + boxes[:, 2:]) / 2
+    half = (boxes[:, 2:] - boxes[:, :2]) * keep / 2
+    return np.hstack([centre - half, centre + half])
+
+
+def outside_boxes(points: np.ndarray, boxes: np.ndarray, shape: tuple[int, int], grow: float = 0.1,
+                  cell: int = 8) -> np.ndarray:
+    """A mask of the `points` `(P, 2)` that lie outside every box, each box grown by `grow` of its
+    size on every side (a box's own edge often moves with it). The boxes are drawn on a grid of
+    `cell`-pixel cells over a frame of `shape` (height, width), so this costs one look-up per point.
+
+    Example:
+        >>> outside_boxes(np.array([[5.0, 5.0], [50.0, 50.0]]), np.array([[0.0, 0.0, 10.0, 10.0]]), (64, 64)).tolist()
+        [False, True]
+    """
+    rows, cols = -(-shape[0] // cell), -(-shape[1] // cell)
+    covered = np.zeros((rows + 1, cols + 1), bool)
+    margin = (boxes[:, 2:] - boxes[:, :2]) * grow
+    cells = np.hstack([boxes[:, :2] - margin, boxes[:, 2:] + margin]) / cell
+    for x1, y1, x2, y2 in np.clip(cells, 0, [cols, rows, cols, rows]).astype(int).tolist():
+        covered[y1:y2 + 1, x1:x2 + 1] = True
+    at = np.clip((points / cell).astype(int), 0, [cols, rows])
+    return ~covered[at[:, 1], at[:, 0]]
+
+
+def moving_share(motion: np.ndarray, outside: np.ndarray, min_motion: float) -> float:
+    """The share of the samples outside every box whose motion `(P, 2)` differs from the median
+    motion of the whole frame (the camera's) by at least `min_motion` pixels.
+
+    Example:
+        >>> motion = np.array([[0.0, 0.0]] * 8 + [[5.0, 0.0]] * 2)
+        >>> moving_share(motion, np.ones(10, bool), 1.0)
+        0.2
+    """
+    if not outside.any():
+        return 0.0
+    camera = np.median(motion, axis=0)
+    moved = np.hypot(*(motion[outside] - camera).T) >= min_motion
+    return float(moved.mean())
+
+
+def median_rows(values: np.ndarray) -> np.ndarray:
+    """The median along axis 1 of `values` `(B, K, ...)`, NaN ignored (NaN where a row has none):
+    a sort instead of `np.nanmedian`, which is slow on many small rows.
+
+    Example:
+        >>> median_rows(np.array([[1.0, 5.0, np.nan, 2.0], [np.nan] * 4])).tolist()
+        [2.0, nan]
+    """
+    ordered = np.sort(values, axis=1)  # NaN sort last
+    count = (~np.isnan(values)).sum(axis=1, keepdims=True)
+    low = np.take_along_axis(ordered, np.maximum((count - 1) // 2, 0), axis=1)
+    high = np.take_along_axis(ordered, np.maximum(count // 2, 0), axis=1)
+    return np.where(count > 0, (low + high) / 2, np.nan).squeeze(1)

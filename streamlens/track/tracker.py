@@ -1,0 +1,387 @@
+"""`KeyframeTracker`: every live object on every frame, from detections on keyframes only.
+
+On a keyframe the detector's boxes are associated with the tracks in two stages, as ByteTrack does
+(Zhang et al. 2022): confident boxes first, against every confirmed and lost track (overlap weighted
+by the box's score); then the remaining confirmed tracks against the weak boxes (a half-hidden object
+scores low, and matching it keeps its track alive without letting weak boxes start tracks); then
+last keyframe's new tracks against the confident boxes left. A confident box left over starts a new,
+tentative track, confirmed when the next keyframe matches it again (on a stream's first keyframe at
+once) and dropped when it does not. A confirmed track missed on a keyframe is lost; it is dropped
+after `lost_s` seconds unless matched again, and of a confirmed and a lost track on the same box the
+younger goes (ByteTrack's clean-up).
+
+Between keyframes, and before associating on a keyframe, every track moves by motion: the Kalman
+prediction (`kalman.py`), corrected by what the motion model measured (`motion/`: optical flow or
+the decoder's motion vectors) where it could. All times are in seconds (frame time stamps, else frame
+numbers and the frame rate), so the frame rate and the keyframe interval do not change behaviour.
+
+A keyframe's detections may arrive late, after later frames were already carried by motion: the
+tracker keeps `history_s` seconds of its past (per frame: the tracks and the motion record), so
+`update()` on an earlier frame rewinds to that frame, corrects its tracks, and replays the frames
+since from their stored motion; the result is the same as if the detections had come in time.
+Results of one stream must arrive in frame order; one older than the last one applied, or older
+than the history, is not applied (counted in `stale_updates`) and its boxes come back untracked (-1).
+
+What the tracker shows on every frame, in source pixels clipped to the frame:
+- every tentative and confirmed track: in a keyframe engine a new object waits a whole interval for
+  its second match, and the detector's box on its first keyframe is the best knowledge there is;
+- lost tracks for `coast_s` seconds after their last match, but never longer than they had been seen
+  before it: detectors blink (blur, a passing occluder, a score just under the threshold), and one
+  blink on a keyframe would otherwise drop an object for a whole interval.
+`confidence` is the score of the last detection matched; ids start at 1 and are never reused within
+a stream.
+
+The thresholds default to ByteTrack's MOT17 settings, for detections reported down to a score of 0.1
+(MOTChallenge's public detections). In a pipeline, `build_tracker` sets the confident and new-track
+scores to the detector's own `conf` (every box the detector reports counts).
+
+Example:
+    >>> import numpy as np, supervision as sv
+    >>> from streamlens.frame import Frame
+    >>> tracker = KeyframeTracker("kalman", fps=10)
+    >>> image = np.zeros((100, 200, 3), np.uint8)
+    >>> found = sv.Detections(xyxy=np.array([[10.0, 10.0, 30.0, 50.0]]), confidence=np.array([0.9]),
+    ...                       class_id=np.array([0]), data={"class_name": np.array(["person"])})
+    >>> tracker.update(Frame("cam1", 0, 0.0, 0.0, image), found).tracker_id.tolist()
+    [1]
+    >>> tracker.propagate(Frame("cam1", 1, 0.1, 0.0, image)).xyxy.round().tolist()
+    [[10.0, 10.0, 30.0, 50.0]]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import supervision as sv
+
+from ..frame import Frame, empty_detections
+from .base import Tracker
+from .history import FrameHistory, FrameStep
+from .kalman import BoxKalmanFilter, xywh_to_xyxy, xyxy_to_xywh
+from .matching import box_iou, match_by_iou
+from .motion import MotionModel, build_motion
+from .tracks import CONFIRMED, LOST, REMOVED, TENTATIVE, TrackTable
+
+# ByteTrack's choices (MOT17 settings), restated in seconds where they were in frames.
+#: detections at or above this score are confident: they are matched first and may start tracks
+HIGH_SCORE = 0.6
+#: detections below this are ignored; between LOW_SCORE and HIGH_SCORE they only keep tracks alive
+LOW_SCORE = 0.1
+#: a confident detection left over starts a track only at or above this score
+NEW_TRACK_SCORE = 0.7
+#: the least overlap (IoU, weighted by the detection's score) for each stage of matching
+MATCH_IOU = 0.2
+LOW_MATCH_IOU = 0.5
+TENTATIVE_MATCH_IOU = 0.3
+#: how long a lost track waits to be found again (ByteTrack: 30 frames at 30 fps)
+LOST_S = 1.0
+#: how long a track missed on a keyframe stays on screen, carried by motion (see the module's docs):
+#: about a dozen frames at 30 fps, enough to bridge a detector's blink on a keyframe at the usual
+#: intervals, short enough that a box carried by prediction alone (no pixels, a moving camera) has
+#: not drifted far. Measured both ways in tools/results/track.md: longer helps MOTChallenge scores
+#: (occluded people are still there), shorter agrees better with a detector run on every frame.
+COAST_S = 0.4
+#: how far back a late keyframe result may re-anchor the tracks
+HISTORY_S = 2.0
+#: the frame rate assumed when neither the stream nor time stamps say
+DEFAULT_FPS = 30.0
+
+
+@dataclass(slots=True)
+class TrackingSignals:
+    """How sure the tracker is of the current frame, for an adaptive keyframe scheduler.
+
+    - `confidence`: the mean, over confirmed tracks, of how well motion followed them since their last
+      keyframe (1 right after a keyframe; it falls when flow points or vectors disagree or are missing);
+    - `untracked_motion`: the share of the frame outside every track that moved (0 to 1, NaN when the
+      motion model cannot tell, as with `kalman`);
+    - `births`, `losses`: tracks started and tracks lost at the last keyframe applied, `keyframe`
+      that keyframe's frame index (None before the first);
+    - `tracks`: confirmed tracks now.
+    """
+
+    confidence: float = 1.0
+    untracked_motion: float = float("nan")
+    births: int = 0
+    losses: int = 0
+    keyframe: int | None = None
+    tracks: int = 0
+
+
+class KeyframeTracker(Tracker):
+    """ByteTrack-style association on keyframes, motion in between, late results caught up.
+
+    `motion` is a `MotionModel` or its name (`kalman`, `flow`, `mv`); `fps` the stream's frame rate
+    (used when frames carry no time stamps, and to size the history). Scores and overlaps are
+    ByteTrack's (see the module's docs); `lost_s`, `coast_s` and `history_s` are in seconds.
+    """
+
+    def __init__(self, motion: MotionModel | str = "kalman", fps: float | None = None, *,
+                 high_score: float = HIGH_SCORE, low_score: float = LOW_SCORE,
+                 new_track_score: float = NEW_TRACK_SCORE, match_iou: float = MATCH_IOU,
+                 low_match_iou: float = LOW_MATCH_IOU, tentative_match_iou: float = TENTATIVE_MATCH_IOU,
+                 lost_s: float = LOST_S, coast_s: float = COAST_S, history_s: float = HISTORY_S):
+        self.motion = build_motion(motion) if isinstance(motion, str) else motion
+        self.fps = fps if fps and fps > 0 else DEFAULT_FPS
+        self.high_score, self.low_score, self.new_track_score = high_score, low_score, new_track_score
+        self.match_iou, self.low_match_iou = match_iou, low_match_iou
+        self.tentative_match_iou = tentative_match_iou
+        self.lost_s = lost_s
+        self.coast_s = coast_s
+        self.kalman = BoxKalmanFilter()
+        self.tracks = TrackTable.empty()
+        self.signals = TrackingSignals()
+        #: keyframe results not applied: older than the last one applied, or than the history
+        self.stale_updates = 0
+        self._history = FrameHistory(max_frames=math.ceil(history_s * self.fps) + 1)
+        self._next_id = 1
+        self._last_pts: float | None = None
+        self._last_corrected: int | None = None
+        self._frame_size = (0, 0)
+
+    # -- the Tracker interface ---------------------------------------------------------------------
+
+    def propagate(self, frame: Frame) -> sv.Detections:
+        """Move every track to `frame` by motion and return the objects shown on it."""
+        self._advance(frame)
+        return self.objects()
+
+    def update(self, frame: Frame, detections: sv.Detections) -> sv.Detections:
+        """Associate `detections` (found on `frame`) with the tracks and return the objects on `frame`.
+
+        `frame` is normally the next frame of the stream. It may also be one that `propagate()`
+        already carried (a late detector result): the tracks are then re-anchored on it and caught
+        up to the latest frame; `objects()` gives the caught-up objects.
+        """
+        latest = self._history.latest
+        if latest is None or frame.index > latest.index:
+            self._advance(frame)
+        step = self._history.find(frame.index)
+        if step is None or step.corrected or (self._last_corrected is not None
+                                              and frame.index < self._last_corrected):
+            self.stale_updates += 1
+            return _untracked(detections)
+        tracks, output = self._correct(step.tracks, detections, step.time)
+        step.tracks, step.corrected = tracks, True
+        self._last_corrected = self.signals.keyframe = frame.index
+        self.tracks = self._replay_after(step)
+        return output
+
+    def objects(self) -> sv.Detections:
+        """The objects shown on the latest frame (after a late update: caught up)."""
+        latest = self._history.latest
+        return self.objects_of(self.tracks, latest.time if latest else 0.0)
+
+    def objects_of(self, tracks: TrackTable, now: float) -> sv.Detections:
+        """The tracks of `tracks` shown at time `now`, as detections (see the module's docs)."""
+        rows = (tracks.states == CONFIRMED) | (tracks.states == TENTATIVE)
+        rows |= tracks.coasting(now, self.coast_s)
+        if not rows.any():
+            return empty_detections()
+        boxes = xywh_to_xyxy(tracks.means[rows, :4])
+        width, height = self._frame_size
+        if width > 1 and height > 1:
+            np.maximum(boxes, 0.0, out=boxes)
+            np.minimum(boxes, (width, height, width, height), out=boxes)
+        out = sv.Detections(xyxy=boxes.astype(np.float32), confidence=tracks.scores[rows].astype(np.float32),
+                            class_id=tracks.class_ids[rows], tracker_id=tracks.ids[rows])
+        out.data["class_name"] = tracks.class_names[rows]
+        return out
+
+    # -- motion between frames ---------------------------------------------------------------------
+
+    def _advance(self, frame: Frame) -> None:
+        """Carry the tracks to `frame` by motion and remember the step."""
+        self._frame_size = (frame.width, frame.height)
+        record = self.motion.observe(frame)
+        previous = self._history.latest
+        now = 0.0 if previous is None else previous.time + self._elapsed(previous, frame)
+        self._last_pts = frame.pts
+        if previous is not None:
+            self.tracks = self._move(self.tracks, previous.record, record, previous.time, now)
+        self._history.append(FrameStep(frame.index, now, record, self.tracks))
+
+    def _elapsed(self, previous: FrameStep, frame: Frame) -> float:
+        """Seconds from the previous frame to `frame`: from time stamps when they move forward by a
+        plausible amount (they restart when a file loops), else from frame numbers."""
+        by_index = max(1, frame.index - previous.index) / self.fps
+        if frame.pts is not None and self._last_pts is not None:
+            dt = frame.pts - self._last_pts
+            if 0 < dt <= 10 * by_index:
+                return dt
+        return by_index
+
+    def _replay_after(self, step: FrameStep) -> TrackTable:
+        """Redo the motion of every frame after `step` from its record; the tracks at the latest."""
+        tracks, previous = step.tracks, step
+        for later in self._history.since(step.index):
+            tracks = self._move(tracks, previous.record, later.record, previous.time, later.time)
+            later.tracks = tracks
+            previous = later
+        return tracks
+
+    def _move(self, tracks: TrackTable, previous: object | None, current: object | None,
+              then: float, now: float) -> TrackTable:
+        """The tracks one frame later (time `then` to `now`): predicted by the Kalman filter, corrected
+        by measured motion. Tracks lost for longer than `coast_s` are only predicted: they are out of
+        view, or the detector would see them."""
+        if len(tracks) == 0:
+            estimate = self.motion.measure(previous, current, np.empty((0, 4)))
+            self._note_motion(tracks, estimate.untracked_motion)
+            return tracks
+        tracks = tracks.copy()
+        dt = now - then
+        coasting = tracks.coasting(then, self.coast_s)
+        visible = np.flatnonzero((tracks.states == TENTATIVE) | (tracks.states == CONFIRMED) | coasting)
+        tracks.means[tracks.states == LOST, 6:8] = 0.0  # a lost box keeps its size (ByteTrack)
+        estimate = self.motion.measure(previous, current, xywh_to_xyxy(tracks.means[visible, :4]))
+        delta = np.full((len(tracks), 4), np.nan)
+        delta[visible] = estimate.deltas(tracks.means[visible, 2:4])
+        noise = np.ones(len(tracks))  # pixels; unused where nothing was measured
+        noise[visible] = estimate.noise
+        tracks.means, tracks.covs = self.kalman.move(tracks.means, tracks.covs, delta, dt, noise)
+        decayed = tracks.motion_quality[visible] * math.exp(-dt / self.lost_s)
+        quality = estimate.quality
+        tracks.motion_quality[visible] = np.where(np.isfinite(quality), np.minimum(quality, 1.0), decayed)
+        self._lose_outside(tracks)
+        self._note_motion(tracks, estimate.untracked_motion)
+        return tracks
+
+    def _lose_outside(self, tracks: TrackTable) -> None:
+        """Tracks whose box has left the frame entirely are lost (tentative ones removed)."""
+        width, height = self._frame_size
+        if width <= 1 or height <= 1:
+            return
+        boxes = xywh_to_xyxy(tracks.means[:, :4])
+        outside = (boxes[:, 2] <= 0) | (boxes[:, 3] <= 0) | (boxes[:, 0] >= width) | (boxes[:, 1] >= height)
+        if outside.any():
+            tracks.states[outside & (tracks.states == CONFIRMED)] = LOST
+            tracks.states[outside & (tracks.states == TENTATIVE)] = REMOVED
+
+    def _note_motion(self, tracks: TrackTable, untracked_motion: float) -> None:
+        confirmed = tracks.states == CONFIRMED
+        self.signals.confidence = float(tracks.motion_quality[confirmed].mean()) if confirmed.any() else 1.0
+        self.signals.untracked_motion = untracked_motion
+        self.signals.tracks = int(confirmed.sum())
+
+    # -- association on keyframes ------------------------------------------------------------------
+
+    def _correct(self, tracks: TrackTable, detections: sv.Detections, now: float) -> tuple[TrackTable, sv.Detections]:
+        """ByteTrack's two-stage association of `detections` with `tracks` at time `now`."""
+        tracks = tracks.copy()
+        found = _Found.of(detections)
+        first_keyframe = self._last_corrected is None and len(tracks) == 0
+        states = tracks.states
+        was_confirmed = states == CONFIRMED
+        iou = box_iou(xywh_to_xyxy(tracks.means[:, :4]), found.boxes)
+        weighted = iou * found.scores[None, :]  # a less sure detection needs more overlap
+        high = np.flatnonzero(found.scores >= self.high_score)
+        low = np.flatnonzero((found.scores >= self.low_score) & (found.scores < self.high_score))
+
+        # 1. confident detections against confirmed and lost tracks
+        pool = np.flatnonzero(was_confirmed | (states == LOST))
+        pairs, pool_left, high_left = match_by_iou(weighted[np.ix_(pool, high)], self.match_iou)
+        rows, cols = [pool[pairs[:, 0]]], [high[pairs[:, 1]]]
+        # 2. weak detections keep the remaining confirmed tracks alive
+        alive = pool[pool_left][was_confirmed[pool[pool_left]]]
+        pairs, _, _ = match_by_iou(iou[np.ix_(alive, low)], self.low_match_iou)
+        rows.append(alive[pairs[:, 0]])
+        cols.append(low[pairs[:, 1]])
+        # 3. tentative tracks get a second chance against the confident detections left
+        tentative = np.flatnonzero(states == TENTATIVE)
+        high = high[high_left]
+        pairs, _, high_left = match_by_iou(weighted[np.ix_(tentative, high)], self.tentative_match_iou)
+        rows.append(tentative[pairs[:, 0]])
+        cols.append(high[pairs[:, 1]])
+        high = high[high_left]
+
+        rows, cols = np.concatenate(rows), np.concatenate(cols)
+        hit = np.zeros(len(tracks), bool)
+        hit[rows] = True
+        missed = ~hit & was_confirmed
+        states[missed] = LOST
+        states[~hit & (states == TENTATIVE)] = REMOVED
+        states[(states == LOST) & (now - tracks.last_seen > self.lost_s)] = REMOVED
+        self._apply(tracks, rows, found, cols, now)
+
+        born = self._start(found, high[found.scores[high] >= self.new_track_score], now, first_keyframe)
+        tracks = tracks.select(states != REMOVED).append(born)
+        tracks = _without_duplicates(tracks)
+        self.signals.births, self.signals.losses = len(born), int(missed.sum())
+        self._note_motion(tracks, self.signals.untracked_motion)
+        return tracks, self.objects_of(tracks, now)
+
+    def _apply(self, tracks: TrackTable, rows: np.ndarray, found: _Found, cols: np.ndarray, now: float) -> None:
+        """Correct matched tracks with their detections."""
+        if len(rows) == 0:
+            return
+        tracks.means[rows], tracks.covs[rows] = self.kalman.update(
+            tracks.means[rows], tracks.covs[rows], xyxy_to_xywh(found.boxes[cols]))
+        tracks.states[rows] = CONFIRMED
+        tracks.scores[rows] = found.scores[cols]
+        confident = found.scores[cols] >= self.high_score  # weak boxes do not relabel a track
+        tracks.class_ids[rows[confident]] = found.class_ids[cols[confident]]
+        tracks.class_names[rows[confident]] = found.class_names[cols[confident]]
+        tracks.hits[rows] += 1
+        tracks.last_seen[rows] = now
+        tracks.motion_quality[rows] = 1.0
+
+    def _start(self, found: _Found, cols: np.ndarray, now: float, confirmed: bool) -> TrackTable:
+        """New tracks from the detections at `cols`."""
+        means, covs = self.kalman.initiate(xyxy_to_xywh(found.boxes[cols]))
+        count = len(cols)
+        ids = np.arange(self._next_id, self._next_id + count, dtype=np.int64)
+        self._next_id += count
+        return TrackTable(ids=ids, states=np.full(count, CONFIRMED if confirmed else TENTATIVE, np.int8),
+                          means=means, covs=covs, class_ids=found.class_ids[cols],
+                          class_names=found.class_names[cols], scores=found.scores[cols].astype(np.float32),
+                          hits=np.ones(count, np.int64), born=np.full(count, now), last_seen=np.full(count, now),
+                          motion_quality=np.ones(count))
+
+
+@dataclass(slots=True)
+class _Found:
+    """A keyframe's detections as plain arrays."""
+
+    boxes: np.ndarray
+    scores: np.ndarray
+    class_ids: np.ndarray
+    class_names: np.ndarray
+
+    @classmethod
+    def of(cls, detections: sv.Detections) -> _Found:
+        count = len(detections)
+        scores = detections.confidence if detections.confidence is not None else np.ones(count)
+        class_ids = detections.class_id if detections.class_id is not None else np.zeros(count, np.int64)
+        names = detections.data.get("class_name") if detections.data else None
+        if names is None:
+            names = np.array([str(c) for c in class_ids], dtype=object)
+        return cls(boxes=np.asarray(detections.xyxy, np.float64).reshape(-1, 4),
+                   scores=np.asarray(scores, np.float64), class_ids=np.asarray(class_ids, np.int64),
+                   class_names=np.asarray(names, dtype=object))
+
+
+def _without_duplicates(tracks: TrackTable) -> TrackTable:
+    """ByteTrack's clean-up: of a confirmed and a lost track on nearly the same box (IoU > 0.85), the
+    younger one is dropped."""
+    confirmed = np.flatnonzero(tracks.states == CONFIRMED)
+    lost = np.flatnonzero(tracks.states == LOST)
+    if len(confirmed) == 0 or len(lost) == 0:
+        return tracks
+    boxes = xywh_to_xyxy(tracks.means[:, :4])
+    pairs = np.argwhere(box_iou(boxes[confirmed], boxes[lost]) > 0.85)
+    if len(pairs) == 0:
+        return tracks
+    a, b = confirmed[pairs[:, 0]], lost[pairs[:, 1]]
+    drop = np.where(tracks.born[a] > tracks.born[b], a, b)
+    keep = np.ones(len(tracks), bool)
+    keep[drop] = False
+    return tracks.select(keep)
+
+
+def _untracked(detections: sv.Detections) -> sv.Detections:
+    """Detections handed back as they are, id -1 (a result the tracker could not apply)."""
+    detections.tracker_id = np.full(len(detections), -1, dtype=np.int64)
+    return detections

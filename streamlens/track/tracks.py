@@ -1,0 +1,98 @@
+"""The tracks of one stream, kept as columns of numpy arrays so every step works on all at once.
+
+A track goes through these states:
+
+    TENTATIVE --(matched again on the next keyframe)--> CONFIRMED --(missed on a keyframe)--> LOST
+        |                                                   ^                                    |
+        +--(missed)--> REMOVED                              +--------(matched again)-------------+
+                                                                                 (lost too long) --> REMOVED
+
+Removed tracks are dropped from the table; their ids are never given out again on that stream.
+
+Example:
+    >>> import numpy as np
+    >>> table = TrackTable.empty()
+    >>> len(table), table.ids.tolist()
+    (0, [])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from enum import IntEnum
+
+import numpy as np
+
+
+class TrackState(IntEnum):
+    TENTATIVE = 0
+    CONFIRMED = 1
+    LOST = 2
+    REMOVED = 3
+
+
+# the states as plain ints, for the hot paths (an enum member lookup costs more than the comparison)
+TENTATIVE, CONFIRMED, LOST, REMOVED = (int(s) for s in TrackState)
+
+
+@dataclass(slots=True)
+class TrackTable:
+    """Every live track of a stream: one row per track, one array per property."""
+
+    #: track ids, from 1, never reused within a stream
+    ids: np.ndarray
+    #: `TrackState` per track
+    states: np.ndarray
+    #: Kalman state `(N, 8)`: cx, cy, w, h and their velocities per second
+    means: np.ndarray
+    #: Kalman covariance `(N, 3, 4)`: per coordinate, the 2x2 block of it and its rate (see kalman.py)
+    covs: np.ndarray
+    #: the class of the last confident detection matched to the track
+    class_ids: np.ndarray
+    class_names: np.ndarray
+    #: the score of the last detection matched to the track
+    scores: np.ndarray
+    #: how many keyframes matched the track
+    hits: np.ndarray
+    #: stream time (seconds) of the keyframe that started the track, and of the last that matched it
+    born: np.ndarray
+    last_seen: np.ndarray
+    #: how well motion between keyframes followed the track, 0 to 1 (1 right after a keyframe)
+    motion_quality: np.ndarray
+
+    @classmethod
+    def empty(cls) -> TrackTable:
+        return cls(ids=np.empty(0, np.int64), states=np.empty(0, np.int8), means=np.empty((0, 8)),
+                   covs=np.empty((0, 3, 4)), class_ids=np.empty(0, np.int64),
+                   class_names=np.empty(0, object), scores=np.empty(0, np.float32),
+                   hits=np.empty(0, np.int64), born=np.empty(0), last_seen=np.empty(0), motion_quality=np.empty(0))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def select(self, rows: np.ndarray) -> TrackTable:
+        """The tracks at `rows` (indices or a boolean mask), as a new table."""
+        return TrackTable(*(getattr(self, name)[rows] for name in _COLUMNS))
+
+    def copy(self) -> TrackTable:
+        return TrackTable(*(getattr(self, name).copy() for name in _COLUMNS))
+
+    def append(self, other: TrackTable) -> TrackTable:
+        """This table with the rows of `other` after its own."""
+        return TrackTable(*(np.concatenate([getattr(self, name), getattr(other, name)]) for name in _COLUMNS))
+
+    def in_state(self, *states: TrackState) -> np.ndarray:
+        """A boolean mask of the tracks in any of `states`."""
+        mask = self.states == states[0]
+        for state in states[1:]:
+            mask |= self.states == state
+        return mask
+
+    def coasting(self, now: float, coast_s: float) -> np.ndarray:
+        """A mask of the lost tracks still shown at time `now`: lost for at most `coast_s`, and for
+        no longer than they had been seen before (a track seen once does not outlive its blink)."""
+        missing = now - self.last_seen
+        return (self.states == LOST) & (missing <= np.minimum(coast_s, self.last_seen - self.born))
+
+
+_COLUMNS = tuple(f.name for f in fields(TrackTable))

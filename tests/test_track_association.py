@@ -1,0 +1,231 @@
+"""KeyframeTracker on crafted scenes: crossing objects, occlusion gaps, re-entry, weak boxes, frame
+rates, late keyframe results caught up from stored motion, and `build_tracker`.
+
+Scenes are made of boxes moving at constant velocity; "detections" are those boxes, given on
+keyframes only. No pixels are needed (kalman motion), except where a motion model is under test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import supervision as sv
+
+from streamlens.config import TrackerConfig
+from streamlens.frame import Frame
+from streamlens.track import KeyframeTracker, PassThrough, build_tracker
+from streamlens.track.matching import box_iou
+from streamlens.track.motion import MotionVectors, SparseFlow
+
+WIDTH, HEIGHT = 640, 360
+BLANK = np.broadcast_to(np.zeros((1, 1, 3), np.uint8), (HEIGHT, WIDTH, 3))
+
+
+def frame(index: int, fps: float = 30.0, vectors: np.ndarray | None = None) -> Frame:
+    return Frame("cam1", index, index / fps, 0.0, BLANK, motion_vectors=vectors)
+
+
+def found(boxes, scores=None, names=None) -> sv.Detections:
+    boxes = np.asarray(boxes, np.float32).reshape(-1, 4)
+    scores = np.full(len(boxes), 0.9, np.float32) if scores is None else np.asarray(scores, np.float32)
+    detections = sv.Detections(xyxy=boxes, confidence=scores, class_id=np.zeros(len(boxes), np.int64))
+    detections.data["class_name"] = np.array(names or ["person"] * len(boxes), dtype=object)
+    return detections
+
+
+def box_at(x: float, y: float, w: float = 30, h: float = 80) -> list[float]:
+    return [x, y, x + w, y + h]
+
+
+def run(tracker, scene, frames: int, interval: int = 1, fps: float = 30.0) -> list[sv.Detections]:
+    """Feed `scene(index) -> detections` on every `interval`-th frame; the tracker's output per frame."""
+    out = []
+    for index in range(frames):
+        f = frame(index, fps)
+        out.append(tracker.update(f, scene(index)) if index % interval == 0 else tracker.propagate(f))
+    return out
+
+
+def id_near(detections: sv.Detections, box: list[float], min_iou: float = 0.5) -> int | None:
+    """The id of the output box that overlaps `box` best (at least `min_iou`), else None."""
+    if len(detections) == 0:
+        return None
+    iou = box_iou(np.array([box]), detections.xyxy)[0]
+    best = int(iou.argmax())
+    return int(detections.tracker_id[best]) if iou[best] >= min_iou else None
+
+
+# -- crossing --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("interval", [1, 3])
+def test_crossing_objects_keep_their_ids(interval):
+    """Two people walk towards each other, overlap, and part: each keeps its id."""
+    def a(i):
+        return box_at(100 + 4 * i, 150)
+
+    def b(i):
+        return box_at(400 - 4 * i, 160)
+
+    out = run(KeyframeTracker("kalman", 30), lambda i: found([a(i), b(i)]), 75, interval)
+    first_a, first_b = id_near(out[0], a(0)), id_near(out[0], b(0))
+    assert {first_a, first_b} == {1, 2}
+    for i in (36, 40, 74):  # while overlapping (crossing near frame 37) and long after
+        assert (id_near(out[i], a(i), 0.3), id_near(out[i], b(i), 0.3)) == (first_a, first_b), i
+
+
+# -- occlusion and re-entry ------------------------------------------------------------------------
+
+def test_occlusion_gap_shorter_than_lost_s_keeps_the_id():
+    """A person walks behind a pillar for 0.6 s (no detections) and comes out where the Kalman
+    prediction says: same id. While hidden the box coasts for a while, then disappears."""
+    def scene(i):
+        return found([box_at(50 + 3 * i, 100)]) if not 20 <= i < 38 else found([])
+
+    out = run(KeyframeTracker("kalman", 30), scene, 60)
+    assert id_near(out[19], box_at(50 + 3 * 19, 100)) == 1
+    assert id_near(out[22], box_at(50 + 3 * 22, 100)) == 1   # coasting on its prediction
+    assert len(out[35]) == 0                                  # lost and no longer shown
+    assert id_near(out[38], box_at(50 + 3 * 38, 100)) == 1   # found again, same id
+    assert id_near(out[59], box_at(50 + 3 * 59, 100)) == 1
+
+
+def test_reentry_after_lost_s_gets_a_new_id_and_ids_are_never_reused():
+    """Gone for 1.5 s (longer than lost_s = 1 s): the track is dropped; when the object comes back
+    it gets a new id, never an old one."""
+    def scene(i):
+        return found([box_at(200, 100)]) if not 10 <= i < 55 else found([])
+
+    tracker = KeyframeTracker("kalman", 30)
+    out = run(tracker, scene, 70)
+    assert id_near(out[5], box_at(200, 100)) == 1
+    assert id_near(out[60], box_at(200, 100)) == 2
+    assert [int(i) for i in tracker.tracks.ids] == [2]
+
+
+def test_lost_buffer_is_in_seconds_not_frames():
+    """The same 0.8 s gap keeps the id at 10 fps and at 30 fps; a 1.3 s gap loses it at both."""
+    for fps in (10.0, 30.0):
+        for gap_s, same in ((0.8, True), (1.3, False)):
+            start, stop = round(1.0 * fps), round((1.0 + gap_s) * fps)
+
+            def scene(i):
+                return found([box_at(300, 100)]) if not start <= i < stop else found([])
+
+            out = run(KeyframeTracker("kalman", fps), scene, stop + 5, fps=fps)
+            assert (id_near(out[-1], box_at(300, 100)) == 1) is same, (fps, gap_s)
+
+
+# -- scores ----------------------------------------------------------------------------------------
+
+def test_weak_boxes_keep_a_track_alive_but_start_none():
+    """ByteTrack's second stage: a weak box (between low and high score) continues a confirmed track;
+    a weak box alone starts nothing."""
+    tracker = KeyframeTracker("kalman", 30)
+
+    def scene(i):
+        person = box_at(100 + 2 * i, 100)
+        if i < 5:
+            return found([person], [0.9])
+        return found([person, box_at(400, 100)], [0.3, 0.3])  # the person half hidden; a weak stranger
+
+    out = run(tracker, scene, 20)
+    assert id_near(out[19], box_at(138, 100)) == 1
+    assert id_near(out[19], box_at(400, 100)) is None
+    assert list(tracker.tracks.ids) == [1]
+
+
+def test_a_one_off_detection_is_shown_until_the_next_keyframe_then_dropped():
+    """A box seen on one keyframe only is shown (tentative) until the next keyframe misses it."""
+    def scene(i):
+        return found([box_at(100, 100)] + ([box_at(400, 200)] if i == 5 else []))
+
+    out = run(KeyframeTracker("kalman", 30), scene, 15, interval=5)
+    assert id_near(out[5], box_at(400, 200)) == 2
+    assert id_near(out[9], box_at(400, 200)) == 2
+    assert id_near(out[10], box_at(400, 200)) is None and id_near(out[14], box_at(400, 200)) is None
+
+
+def test_output_carries_class_names_scores_and_ids():
+    tracker = KeyframeTracker("kalman", 30)
+    out = tracker.update(frame(0), found([box_at(10, 10), box_at(200, 10)], [0.8, 0.95], ["car", "truck"]))
+    assert out.tracker_id.tolist() == [1, 2]
+    assert out.data["class_name"].tolist() == ["car", "truck"]
+    assert out.confidence.tolist() == pytest.approx([0.8, 0.95])
+    between = tracker.propagate(frame(1))
+    assert between.data["class_name"].tolist() == ["car", "truck"] and between.tracker_id.tolist() == [1, 2]
+
+
+# -- late keyframe results -------------------------------------------------------------------------
+
+def moving_vectors(index: int, speed: float = 4.0) -> np.ndarray:
+    """Motion vectors of a 320x240 frame on which a block region (the object) moves `speed` px right."""
+    xs, ys = np.meshgrid(np.arange(8, WIDTH, 16), np.arange(8, HEIGHT, 16))
+    x0 = 100 + speed * index
+    moving = (xs >= x0) & (xs < x0 + 64) & (ys >= 100) & (ys < 180)
+    return np.stack([xs.ravel(), ys.ravel(), np.where(moving, speed, 0.0).ravel(),
+                     np.zeros(xs.size)], axis=1).astype(np.float32)
+
+
+def panning_image(index: int) -> np.ndarray:
+    """A smooth random texture that moves 4 px right a frame (a camera pan)."""
+    coarse = np.random.default_rng(3).integers(0, 255, (HEIGHT // 8 + 1, WIDTH // 8 + 12)).astype(np.uint8)
+    texture = np.kron(coarse, np.ones((8, 8), np.uint8))[:HEIGHT]
+    grey = np.roll(texture, 4 * index, axis=1)[:, :WIDTH]
+    return np.dstack([grey] * 3)
+
+
+@pytest.mark.parametrize("motion", ["kalman", "mv", "flow"])
+def test_a_late_keyframe_result_catches_up_to_the_same_state(motion):
+    """Keyframes every 5th frame. Tracker A gets each keyframe's detections at once; tracker B carries
+    the keyframe and 3 more frames by motion first (a slow detector), then gets them: re-anchored and
+    caught up from the stored motion, B ends exactly where A is."""
+    def detections(i):
+        return found([box_at(100 + 4 * i, 100, 64, 80), box_at(400, 250 - 2 * i, 40, 40)])
+
+    def model():
+        return {"mv": MotionVectors, "flow": SparseFlow}.get(motion, lambda: "kalman")()
+
+    on_time, late = KeyframeTracker(model(), 30), KeyframeTracker(model(), 30)
+    pending = None
+    for i in range(23):
+        f = frame(i, vectors=moving_vectors(i) if i else None)
+        if motion == "flow":
+            f.image = panning_image(i)
+        keyframe = i % 5 == 0
+        expected = on_time.update(f, detections(i)) if keyframe else on_time.propagate(f)
+        late.propagate(f)
+        if keyframe:
+            pending = (f, detections(i))
+        if i % 5 == 3:  # the detector answers three frames late
+            answer = late.update(*pending)
+            assert answer.tracker_id.tolist() == [1, 2]
+        got = late.objects()
+        if i % 5 == 3 or i % 5 == 4:
+            np.testing.assert_allclose(got.xyxy, expected.xyxy, atol=1e-3)
+            assert got.tracker_id.tolist() == expected.tracker_id.tolist()
+    assert late.stale_updates == 0
+
+
+def test_results_out_of_order_or_too_old_are_not_applied():
+    tracker = KeyframeTracker("kalman", 30, history_s=0.5)
+    for i in range(3):
+        tracker.propagate(frame(i))
+    tracker.update(frame(2), found([box_at(10, 10)]))
+    stale = tracker.update(frame(1), found([box_at(10, 10)]))       # older than the last applied
+    assert stale.tracker_id.tolist() == [-1]
+    for i in range(3, 40):
+        tracker.propagate(frame(i))
+    too_old = tracker.update(frame(5), found([box_at(10, 10)]))     # no longer in the 0.5 s history
+    assert too_old.tracker_id.tolist() == [-1]
+    assert tracker.stale_updates == 2
+
+
+# -- building --------------------------------------------------------------------------------------
+
+def test_build_tracker_follows_the_pipeline_file():
+    assert isinstance(build_tracker(TrackerConfig(motion=None), 30), PassThrough)
+    tracker = build_tracker(TrackerConfig(motion="flow", lost_s=2.0, low_score=0.05), 25, detector_conf=0.3)
+    assert isinstance(tracker, KeyframeTracker) and tracker.motion.name == "flow"
+    assert (tracker.high_score, tracker.new_track_score, tracker.low_score, tracker.lost_s) == (0.3, 0.3, 0.05, 2.0)
+    plain = build_tracker(TrackerConfig(motion="kalman"), None)
+    assert (plain.high_score, plain.new_track_score, plain.fps) == (0.6, 0.7, 30.0)
