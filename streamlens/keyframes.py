@@ -72,8 +72,10 @@ class AdaptiveKeyframeScheduler:
     2. a scene cut (the frame's thumbnail differs wholly from the previous one) is a keyframe;
     3. at least `min_gap` frames after the last keyframe (half the interval, so one restless track
        cannot make the detector run on every frame), the tracker's `signals` may ask for one: the
-       tracks' motion confidence fell below `min_confidence`, or more than `max_untracked_motion`
-       of the frame outside every track moved (something new may have come in);
+       tracks' motion confidence fell below `min_confidence`, or the share of the frame outside
+       every track that moves grew by more than `max_untracked_motion` since the last keyframe
+       result (something new may have come in; motion the detector already saw and left alone,
+       such as objects of classes it does not report, does not ask again and again);
     4. otherwise a keyframe comes when `current` frames have passed since the last one. `current`
        starts at `interval`; each keyframe result that started no track and lost none (a stable
        scene) stretches it by half, up to `max_interval`; any other sends it back to `interval`.
@@ -113,6 +115,7 @@ class AdaptiveKeyframeScheduler:
         self._since: int | None = None  # frames since the last keyframe
         self._offset = offset % interval
         self._seen_keyframe: int | None = None
+        self._untracked_baseline = 0.0  # untracked motion right after the last keyframe result
 
     def is_keyframe(self, frame: Frame | None = None, signals=None) -> bool:
         """Call once per frame, in order, before the frame is tracked."""
@@ -138,7 +141,7 @@ class AdaptiveKeyframeScheduler:
             return ""
         if signals.confidence < self.min_confidence:
             return "confidence"
-        if signals.untracked_motion > self.max_untracked_motion:  # False for NaN: the model cannot tell
+        if signals.untracked_motion - self._untracked_baseline > self.max_untracked_motion:  # False for NaN
             return "untracked_motion"
         return ""
 
@@ -147,6 +150,8 @@ class AdaptiveKeyframeScheduler:
         if signals is None or signals.keyframe is None or signals.keyframe == self._seen_keyframe:
             return
         self._seen_keyframe = signals.keyframe
+        if signals.untracked_motion == signals.untracked_motion:  # not NaN
+            self._untracked_baseline = signals.untracked_motion
         if signals.births == 0 and signals.losses == 0:
             self.current = min(self.max_interval, math.ceil(self.current * STRETCH))
         else:

@@ -50,12 +50,13 @@ class ProgressDisplay:
 
 
 def summary(report: RunReport) -> str:
-    """The table printed when a run ends."""
-    rows = [f"{'stream':<12} {'frames':>7} {'keyframes':>9} {'objects':>8} {'dropped':>7} "
+    """The table printed when a run ends. `late`: keyframes whose detections came after the frame
+    had to go out (they were applied to the tracks afterwards)."""
+    rows = [f"{'stream':<12} {'frames':>7} {'keyframes':>9} {'late':>5} {'objects':>8} {'dropped':>7} "
             f"{'wall s':>7} {'fps':>7}  state"]
     for st in report.streams:
-        rows.append(f"{st.name:<12} {st.frames:>7} {st.keyframes:>9} {st.objects:>8} {st.dropped:>7} "
-                    f"{st.wall_s:>7.1f} {st.mean_fps:>7.1f}  {st.state}")
+        rows.append(f"{st.name:<12} {st.frames:>7} {st.keyframes:>9} {st.late_keyframes:>5} {st.objects:>8} "
+                    f"{st.dropped:>7} {st.wall_s:>7.1f} {st.mean_fps:>7.1f}  {st.state}")
     total = sum(st.frames for st in report.streams)
     rows.append(f"{report.status}: {total} frames in {report.wall_s:.1f} s "
                 f"({total / report.wall_s if report.wall_s else 0:.1f} fps overall)")

@@ -153,3 +153,23 @@ def test_the_adaptive_schedule_with_a_real_tracker():
     assert max(gaps) == 9
     after_newcomer = [g for k, g in zip(picked, gaps) if k >= 40]
     assert after_newcomer[0] <= 9 and 3 in after_newcomer
+
+
+def test_steady_untracked_motion_does_not_ask_for_keyframes_again_and_again():
+    """Motion the detector already saw and left alone (a class it does not report, say) is the
+    baseline; only new motion on top of it brings a keyframe early."""
+    from types import SimpleNamespace
+
+    from streamlens.keyframes import AdaptiveKeyframeScheduler
+
+    s = AdaptiveKeyframeScheduler(interval=10, max_interval=10)
+    signals = SimpleNamespace(confidence=1.0, untracked_motion=0.2, births=1, losses=0, keyframe=None)
+    keys = []
+    for index in range(30):
+        if s.is_keyframe(None, signals):
+            keys.append(index)
+            signals.keyframe = index  # the tracker applied it: 20% of the frame still moves, untracked
+        if index == 24:
+            signals.untracked_motion = 0.3  # something new comes in
+    assert keys == [0, 10, 20, 25], (keys, s.reason)
+    assert s.reason == "untracked_motion"

@@ -10,14 +10,14 @@ The detector never blocks the engine: while it works, other streams' frames keep
 stream's own frames queue behind its keyframe. For a live stream a keyframe waits at most until
 `frame.ts + late_after_s`; past that it is published by motion alone (it counts as a late
 keyframe, and goes out with `keyframe: false`), the frames behind it flow on, and when the
-detections do come the stream's tracker is re-anchored at that keyframe and caught up through the
-frames since (`_reanchor`), so a slow detector costs accuracy for a moment, never latency. Files
-wait for every keyframe: their results are exact and the same on every run.
+detections do come the tracker applies them at that keyframe and replays the motion it stored for
+the frames since (`Tracker.update` on an earlier frame), so a slow detector costs accuracy for a
+moment, never latency. Files wait for every keyframe: their results are exact and the same on
+every run.
 """
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections import deque
@@ -92,15 +92,6 @@ class DetectWorker:
 
 
 @dataclass(eq=False)
-class _Late:
-    """A keyframe published before its detections came: the tracker as it was then, and the
-    frames published since, to catch up through once the detections arrive."""
-
-    tracker: Tracker
-    since: list[Frame] = field(default_factory=list)
-
-
-@dataclass(eq=False)
 class Lane:
     """One stream inside the engine."""
 
@@ -110,8 +101,9 @@ class Lane:
     interval: int
     waiting: deque = field(default_factory=deque)
     ready: dict = field(default_factory=dict)
-    late: dict = field(default_factory=dict)
+    late: set = field(default_factory=set)  # ids of keyframes published before their detections
     seq: int = 0
+    in_flight: int = 0  # keyframes with the detector now
     since_keyframe: int = 0
     late_keyframes: int = 0
     open: bool = True
@@ -165,6 +157,7 @@ class Engine:
                 item.keyframe = True
             lane.since_keyframe = 0 if item.keyframe else lane.since_keyframe + 1
             if item.keyframe:
+                lane.in_flight += 1
                 self.worker.submit(item)
         lane.waiting.append(item)
 
@@ -172,9 +165,11 @@ class Engine:
         if done.error is not None:
             raise done.error
         lane = self.lanes[done.frame.stream]
+        lane.in_flight -= 1
         key = id(done.frame)
-        if key in lane.late:
-            self._reanchor(lane, done.frame, done.detections)
+        if key in lane.late:  # the tracker rewinds to that frame, applies them, replays the motion since
+            lane.late.discard(key)
+            lane.tracker.update(done.frame, done.detections)
         elif lane.open:
             lane.ready[key] = done.detections
 
@@ -192,8 +187,8 @@ class Engine:
                     return  # wait for the detector
                 lane.late_keyframes += 1
             lane.waiting.popleft()
-            if head.keyframe and not keyframe:  # the tracker as it stands before this frame
-                lane.late[id(head)] = _Late(copy.deepcopy(lane.tracker))
+            if head.keyframe and not keyframe:
+                lane.late.add(id(head))
             started = time.perf_counter()
             if keyframe:
                 detections = lane.tracker.update(head, lane.ready.pop(id(head)))
@@ -201,23 +196,8 @@ class Engine:
                 detections = lane.tracker.propagate(head)
             head.timings["track"] = (time.perf_counter() - started) * 1000
             head.timings.setdefault("detect", 0.0)
-            for key, pending in lane.late.items():
-                if key != id(head):
-                    pending.since.append(head)
             self.publish(FrameResult(head, lane.seq, keyframe, detections))
             lane.seq += 1
-
-    def _reanchor(self, lane: Lane, frame: Frame, detections: sv.Detections) -> None:
-        """Late detections: take the tracker as it was just before `frame`, update it there with
-        the detections, and replay the motion of the frames published since."""
-        late = lane.late.pop(id(frame))
-        tracker = late.tracker
-        tracker.update(frame, detections)
-        for later in late.since:
-            if id(later) in lane.late:  # a later late keyframe now starts from the better state
-                lane.late[id(later)].tracker = copy.deepcopy(tracker)
-            tracker.propagate(later)
-        lane.tracker = tracker
 
     def _end(self, lane: Lane, end: EndOfStream) -> None:
         lane.open = False

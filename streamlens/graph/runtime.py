@@ -35,7 +35,7 @@ from ..config import PipelineConfig, SourceConfig, load_pipeline
 from ..detect import build_detector
 from ..errors import StreamlensError
 from ..frame import EndOfStream, FrameResult, StatsReport, StreamEnd
-from ..keyframes import KeyframeScheduler, stagger_offsets
+from ..keyframes import build_scheduler, stagger_offsets
 from ..schema import dumps, message_for
 from ..sinks import Sink, build_sink
 from ..sources import Source, build_source
@@ -290,7 +290,8 @@ class Pipeline:
     def _build(self) -> tuple[list[Source], object, list[Sink]]:
         built: list = []
         try:
-            sources = [build_source(s) for s in self.config.sources]
+            mvs = self.config.tracker.motion == "mv"
+            sources = [build_source(s, export_mvs=mvs) for s in self.config.sources]
             built += sources
             for src in sources:
                 self.stats[src.name].total = src.total_frames
@@ -319,26 +320,34 @@ class Pipeline:
         self._sink_channels = [Channel(cfg.runtime.queue_size, f"sink:{s.name}") for s in sinks]
         threads = [threading.Thread(target=self._run_sink, args=(s, ch), name=f"sink-{s.name}", daemon=True)
                    for s, ch in zip(sinks, self._sink_channels)]
-        threads.append(threading.Thread(target=self._run_engine, args=(detector, sources), name="engine",
+        fps = {src.name: src.fps for src in sources}
+        lanes = [Lane(s.name, build_tracker(cfg.tracker, fps.get(s.name), detector_conf=cfg.detector.conf,
+                                            adaptive=cfg.keyframes.adaptive), s.live, cfg.keyframes.interval)
+                 for s in cfg.sources]
+        threads.append(threading.Thread(target=self._run_engine, args=(detector, lanes), name="engine",
                                         daemon=True))
         by_name = {c.name: c for c in cfg.sources}
         offsets = stagger_offsets(cfg.keyframes.interval, len(sources))
         threads += [threading.Thread(target=self._run_source,
-                                     args=(src, by_name[src.name], KeyframeScheduler(cfg.keyframes.interval, off),
+                                     args=(src, by_name[src.name], build_scheduler(cfg.keyframes, off), lane,
                                            detector),
                                      name=f"source-{src.name}", daemon=True)
-                    for src, off in zip(sources, offsets)]
+                    for src, off, lane in zip(sources, offsets, lanes)]
         for t in threads:
             t.start()
         return threads
 
-    def _run_source(self, source: Source, cfg: SourceConfig, schedule: KeyframeScheduler, detector) -> None:
-        """Decode, mark keyframes (and preprocess them here when that overlaps inference), queue."""
+    def _run_source(self, source: Source, cfg: SourceConfig, schedule, lane: Lane, detector) -> None:
+        """Decode, mark keyframes (the schedule reads the stream's tracking signals as they were a
+        few frames ago), preprocess them here when that overlaps inference, and queue."""
         produced, reason, error = 0, "end", None
         prepare = detector.prepare if getattr(detector, "prepare_ahead", False) else None
         try:
             for frame in source.frames(self._stop_sources):
-                frame.keyframe = schedule.is_keyframe()
+                # while a keyframe is with the detector, its result is not in the signals yet:
+                # asking for another one early would only pile work onto a busy detector
+                signals = getattr(lane.tracker, "signals", None) if lane.in_flight == 0 else None
+                frame.keyframe = schedule.is_keyframe(frame, signals)
                 if frame.keyframe and prepare is not None:
                     prepare(frame)
                 frame.timings["_queued"] = time.perf_counter()
@@ -354,11 +363,8 @@ class Pipeline:
                 reason = "stopped"
             self._inbox.put(EndOfStream(source.name, produced, reason, error), key=source.name)
 
-    def _run_engine(self, detector, sources: list[Source]) -> None:
+    def _run_engine(self, detector, lanes: list[Lane]) -> None:
         cfg = self.config
-        fps = {src.name: src.fps for src in sources}
-        lanes = [Lane(s.name, build_tracker(cfg.tracker, fps.get(s.name)), s.live, cfg.keyframes.interval)
-                 for s in cfg.sources]
         # detections coming back never wait for room: their number is bounded by keyframes in flight
         self._inbox.set_capacity(DETECTED_KEY, 1 << 20)
         worker = DetectWorker(detector, lambda done: self._inbox.put(done, key=DETECTED_KEY),
