@@ -1,0 +1,382 @@
+"""A live camera or stream (rtsp(s)://, http(s):// and HLS, rtmp(s)://, udp://, srt://, /dev/videoN)
+that keeps running through drops, stalls and outages.
+
+Each source is a small state machine, driven from the runtime's source thread, with its connections
+decoded on a worker (a CPU process by default; see worker.py):
+
+    connecting --frame--> streaming --lost/ended--> reconnecting --frame--> streaming
+        |                    |  \\--no frame for stall_s--> stalled --> reconnecting
+        |                    |                                              |
+        +--failed--> backing_off --wait--> connecting / reconnecting <------+ (failed)
+    any state --stop--> stopped
+
+- A connection attempt that fails waits before the next one: 0.5 s, 1, 2, 4 ... up to
+  `backoff_max_s` (exponential backoff with a cap and a little jitter). A stream that delivered frames
+  for `HEALTHY_S` seconds and then drops is retried at once, and its backoff starts again from the
+  beginning; one that drops sooner (a flapping camera) goes on backing off. A source never gives up,
+  and a camera that is down at start never takes the pipeline or the other streams down.
+- Every network wait is bounded by FFmpeg's own timeout (`timeout_s`, passed as the option the
+  protocol honours: see session.py); the watchdog catches what that cannot (bytes that arrive but
+  decode to nothing): no frame for `stall_s` seconds and the connection is dropped and reopened.
+- `stop` is honoured from any state in under a second: waits poll it every 0.1 s, a worker is given
+  0.5 s to end its connection, and a worker process blocked inside FFmpeg is then killed rather than
+  waited for (a worker thread is left to end on its own: FFmpeg's timeout bounds it).
+- `max_staleness_ms`: a frame that waited longer than this (from decode to hand-over) is dropped.
+- Credentials in the URL never leave this module unmasked: every log line, error and stats value
+  uses `rtsp://***@host/...`.
+
+What the `Frame` fields mean here:
+- `index` counts the frames this source decoded, from 0, across reconnects (a frame dropped for
+  staleness still takes its number, so gaps in `index` show drops).
+- `pts` is in seconds from the source's first frame: the stream's own clock within a connection,
+  bridged across a reconnect by the wall-clock time the outage lasted, so it always increases.
+- `ts` is `time.time()` when the frame was decoded, i.e. when it became available.
+
+Example:
+    >>> source = LiveSource("door", "rtsp://user:pw@10.0.0.7/stream1", backoff_max_s=5)
+    >>> source.display_uri, source.state
+    ('rtsp://***@10.0.0.7/stream1', 'connecting')
+    >>> stop = threading.Event()
+    >>> for frame in source.frames(stop):         # doctest: +SKIP
+    ...     print(frame.index, frame.width, source.state)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from ..frame import Frame
+from ..urls import mask_url
+from .backoff import Backoff
+from .base import Source
+from .host_memory import HostMemory
+from .session import SessionSpec, input_options
+from .worker import Died, Ended, FrameReady, Opened, ProcessWorker, ThreadWorker
+
+log = logging.getLogger("streamlens.sources")
+
+STATES = ("connecting", "streaming", "stalled", "backing_off", "reconnecting", "stopped")
+DECODE_MODES = ("process", "thread")
+RTSP_TRANSPORTS = ("tcp", "udp", "udp_multicast", "http", "https")
+#: how often waits look at the stop event (seconds)
+POLL_S = 0.1
+#: how long a stalled connection may take to end by itself before its worker is replaced
+ABORT_GRACE_S = 1.0
+#: a connection that delivered frames this long (seconds) was healthy: its loss is retried at once and
+#: the backoff starts again from backoff_initial_s; one lost sooner continues the backoff (a flapping camera)
+HEALTHY_S = 5.0
+#: once the backoff is at its cap, the same connection failure is logged again at most this often (s)
+REPEAT_LOG_S = 60.0
+
+
+@dataclass
+class _Outcome:
+    """How one connection ended, as the state machine sees it."""
+
+    kind: str  # "ended", "stalled", "died", "stopped"
+    reason: str = ""
+    message: str = ""
+    frames: int = 0
+
+
+class LiveSource(Source):
+    """Frames of a live input, reconnecting for ever; see the module's documentation.
+
+    `state` is the current state (one of `STATES`); `on_state(name, state)` is called on each
+    change (from the source's thread); `stats()` gives the counters for stats messages.
+    """
+
+    def __init__(self, name: str, uri: str, *, transport: str = "tcp", timeout_s: float = 5.0,
+                 stall_s: float = 5.0, backoff_initial_s: float = 0.5, backoff_max_s: float = 5.0,
+                 max_fps: float | None = None, max_staleness_ms: float | None = None,
+                 decode: str = "process", options: dict[str, str] | None = None,
+                 export_mvs: bool = False, pinned: bool | str = "auto"):
+        display = mask_url(uri)
+        if transport not in RTSP_TRANSPORTS:
+            raise ValueError(f"{name} ({display}): transport must be one of {', '.join(RTSP_TRANSPORTS)}, "
+                             f"got {transport!r}")
+        if decode not in DECODE_MODES:
+            raise ValueError(f"{name} ({display}): decode must be process or thread, got {decode!r}")
+        for key, value in (("timeout_s", timeout_s), ("stall_s", stall_s)):
+            if not value > 0:
+                raise ValueError(f"{name} ({display}): {key} must be a positive number, got {value!r}")
+        self.name = name
+        self.uri = uri
+        self.display_uri = display
+        self.timeout_s = timeout_s
+        self.stall_s = stall_s
+        self.max_staleness_s = None if max_staleness_ms is None else max_staleness_ms / 1000.0
+        self.decode = decode
+        self.pinned = pinned
+        self.backoff = Backoff(backoff_initial_s, backoff_max_s)
+        self.spec = SessionSpec(
+            uri=uri,
+            options=input_options(uri, transport=transport, timeout_s=timeout_s, user=dict(options or {})),
+            format="v4l2" if uri.startswith("/dev/video") else None,
+            max_fps=max_fps, export_mvs=export_mvs)
+        self.fps: float | None = None
+        self.total_frames = None
+        self.on_state: Callable[[str, str], None] | None = None
+        self.state = "connecting"
+        #: connections that delivered frames and then were lost
+        self.reconnects = 0
+        #: frames dropped before the graph saw them: the worker's slots were full, or too old
+        self.dropped_worker = 0
+        self.dropped_stale = 0
+        self._retired_drops = 0  # drops counted by workers since replaced (their counters restart)
+        #: the last connection failure or loss, one line, URL masked
+        self.last_error: str | None = None
+        self._closed = threading.Event()
+        self._running = False
+        self._lock = threading.Lock()
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def _set_state(self, state: str) -> None:
+        if state == self.state:
+            return
+        self.state = state
+        if self.on_state is not None:
+            self.on_state(self.name, state)
+
+    def stats(self) -> dict:
+        """Counters for a stats message (URL-free)."""
+        return {"state": self.state, "reconnects": self.reconnects,
+                "dropped_source": self.dropped_worker + self.dropped_stale,
+                "last_error": self.last_error}
+
+    def close(self) -> None:
+        """Make a running `frames()` end within about `POLL_S` (its worker is ended there), and a
+        later one return at once. Safe to call twice and from any thread."""
+        self._closed.set()
+
+    # -- frames --------------------------------------------------------------------------------
+
+    def frames(self, stop: threading.Event) -> Iterator[Frame]:
+        """Yield frames until `stop` is set or `close()` is called; never raises for a camera that is
+        down or drops (it retries); ends in state `stopped`."""
+        with self._lock:
+            if self._running:
+                raise RuntimeError(f"{self.name}: frames() is already running")
+            self._running = True
+        try:
+            yield from self._machine(lambda: stop.is_set() or self._closed.is_set())
+        finally:
+            self._set_state("stopped")
+            self._running = False
+            log.debug("%s: stopped", self.name)
+
+    def _machine(self, stopping: Callable[[], bool]) -> Iterator[Frame]:
+        host: HostMemory | None = None  # chosen at the first frame, when the detector is loaded
+        clock = _StreamClock()
+        worker = None
+        session = 0
+        streamed_before = False
+        lost_at: float | None = None
+        repeat = _RepeatFilter(REPEAT_LOG_S)
+        try:
+            while not stopping():
+                if worker is None:
+                    worker = (ProcessWorker if self.decode == "process" else ThreadWorker)(self.name)
+                    worker.start()
+                session += 1
+                self._set_state("reconnecting" if streamed_before else "connecting")
+                log.debug("%s: connecting to %s", self.name, self.display_uri)
+                worker.open(session, self.spec)
+                outcome = _Outcome("stopped")
+                announced = 0.0  # when this connection's first frame came
+                for ready in self._connection(worker, session, stopping, outcome):
+                    if host is None:
+                        host = HostMemory(self.pinned)
+                    self.dropped_worker = self._retired_drops + ready.worker_drops
+                    frame = self._frame(ready, host, clock)
+                    if frame is None:
+                        continue
+                    if not announced:
+                        announced = time.monotonic()
+                        self._on_streaming(streamed_before, lost_at)
+                        repeat.clear()
+                    yield frame
+                if outcome.kind == "stopped" or stopping():
+                    return
+                if outcome.kind in ("stalled", "died"):
+                    worker.close(0.0)
+                    worker = None
+                    self._retired_drops = self.dropped_worker
+                self.last_error = _describe(outcome, self.stall_s)
+                if announced:
+                    streamed_before = True
+                    self.reconnects += 1
+                    lost_at = time.monotonic()
+                    # a stream that was delivering is retried at once; a camera that drops again soon
+                    # after each connect backs off like one that refuses
+                    if lost_at - announced >= HEALTHY_S:
+                        self.backoff.reset()
+                        wait = 0.0
+                    else:
+                        wait = self.backoff.next()
+                    log.warning("%s: stream lost (%s); reconnecting to %s%s", self.name, self.last_error,
+                                self.display_uri, f" in {wait:.1f} s" if wait else "")
+                else:
+                    wait = self.backoff.next()
+                    # every attempt until the wait reaches its cap, then the same error at most once a minute
+                    due = repeat.should_log(self.last_error)
+                    if due or not self.backoff.capped or self.backoff.just_capped:
+                        log.warning("%s: cannot connect to %s (%s); retrying in %.1f s (attempt %d)", self.name,
+                                    self.display_uri, self.last_error, wait, self.backoff.failures)
+                if wait:
+                    self._set_state("backing_off")
+                    if _wait(stopping, wait):
+                        return
+        finally:
+            if worker is not None:
+                worker.close()
+
+    def _connection(self, worker, session: int, stopping, outcome: _Outcome) -> Iterator[FrameReady]:
+        """Yield this connection's frames; fill in `outcome` when it ends (or is stopped)."""
+        last_progress = time.monotonic()
+        while True:
+            if stopping():
+                outcome.kind = "stopped"
+                return
+            event = worker.poll(POLL_S)
+            now = time.monotonic()
+            if event is None:
+                limit = self.stall_s if outcome.frames else self.stall_s + self.timeout_s
+                if now - last_progress > limit:
+                    self._stall(worker, session, stopping, outcome)
+                    return
+                continue
+            if isinstance(event, Died):
+                outcome.kind, outcome.reason, outcome.message = "died", "error", event.message
+                return
+            if getattr(event, "session", session) != session:  # from an abandoned connection
+                if isinstance(event, FrameReady):
+                    event.discard()
+                continue
+            if isinstance(event, Opened):
+                last_progress = now
+                if event.info.fps:
+                    self.fps = event.info.fps
+                log.debug("%s: opened %dx%d %s", self.name, event.info.width, event.info.height, event.info.codec)
+            elif isinstance(event, FrameReady):
+                last_progress = now
+                outcome.frames += 1
+                yield event
+            elif isinstance(event, Ended):
+                outcome.kind, outcome.reason, outcome.message = "ended", event.reason, event.message
+                return
+
+    def _stall(self, worker, session: int, stopping, outcome: _Outcome) -> None:
+        """No frame for too long: end this connection (its worker too, if it does not end at once)."""
+        self._set_state("stalled")
+        outcome.kind = "stalled"
+        worker.abort(session)
+        deadline = time.monotonic() + ABORT_GRACE_S
+        while time.monotonic() < deadline and not stopping():
+            event = worker.poll(POLL_S)
+            if isinstance(event, FrameReady):
+                event.discard()
+            elif isinstance(event, Ended) and event.session == session:
+                outcome.kind = "ended_after_stall"
+                break
+            elif isinstance(event, Died):
+                break
+        if outcome.kind == "ended_after_stall":
+            outcome.kind = "ended"
+            outcome.reason = "stalled"
+
+    def _frame(self, ready: FrameReady, host: HostMemory, clock: _StreamClock) -> Frame | None:
+        index = clock.count()
+        if self.max_staleness_s is not None and time.time() - ready.ts > self.max_staleness_s:
+            ready.discard()
+            self.dropped_stale += 1
+            return None
+        image, mvs = ready.take(host)
+        return Frame(stream=self.name, index=index, pts=clock.pts(ready.session, ready.pts), ts=ready.ts,
+                     image=image, timings={"decode": ready.decode_ms}, motion_vectors=mvs)
+
+    def _on_streaming(self, streamed_before: bool, lost_at: float | None) -> None:
+        self._set_state("streaming")
+        if streamed_before and lost_at is not None:
+            log.warning("%s: streaming again after %.1f s", self.name, time.monotonic() - lost_at)
+        else:
+            log.info("%s: streaming from %s", self.name, self.display_uri)
+
+
+class _StreamClock:
+    """Frame numbers and presentation times that keep increasing across reconnects.
+
+    Within one connection `pts` follows the stream's own clock; a new connection continues from the
+    last time given plus the wall-clock time between the two frames (at least one frame's time).
+
+    Example:
+        >>> clock = _StreamClock()
+        >>> clock.pts(1, 100.0), clock.pts(1, 100.5)
+        (0.0, 0.5)
+        >>> clock.pts(2, 7.0) > 0.5
+        True
+    """
+
+    def __init__(self, min_step: float = 1e-3):
+        self.min_step = min_step
+        self.index = 0
+        self.session = None
+        self.first_pts = 0.0
+        self.base = 0.0
+        self.last = None
+        self.last_wall = 0.0
+
+    def count(self) -> int:
+        self.index += 1
+        return self.index - 1
+
+    def pts(self, session: int, pts: float) -> float:
+        now = time.monotonic()
+        if session != self.session:
+            self.session, self.first_pts = session, pts
+            self.base = 0.0 if self.last is None else self.last + max(self.min_step, now - self.last_wall)
+        value = self.base + (pts - self.first_pts)
+        if self.last is not None and value <= self.last:
+            value = self.last + self.min_step
+        self.last, self.last_wall = value, now
+        return value
+
+
+class _RepeatFilter:
+    """Says whether a failure line is worth logging: a new message, or the same after `every_s`."""
+
+    def __init__(self, every_s: float):
+        self.every_s = every_s
+        self.clear()
+
+    def clear(self) -> None:
+        self.message, self.at = None, 0.0
+
+    def should_log(self, message: str) -> bool:
+        now = time.monotonic()
+        if message != self.message or now - self.at >= self.every_s:
+            self.message, self.at = message, now
+            return True
+        return False
+
+
+def _describe(outcome: _Outcome, stall_s: float) -> str:
+    if outcome.kind == "stalled" or outcome.reason == "stalled":
+        return f"no frame for {stall_s:g} s"
+    return mask_url(outcome.message or outcome.reason or outcome.kind)
+
+
+def _wait(stopping: Callable[[], bool], seconds: float) -> bool:
+    """Sleep `seconds` in `POLL_S` steps; True as soon as `stopping()` says so."""
+    deadline = time.monotonic() + seconds
+    while not stopping():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(POLL_S, left))
+    return True

@@ -1,0 +1,134 @@
+"""A ring of frame slots in shared memory: how a decode worker process hands pixels to the graph.
+
+The parent (the graph's process) creates the ring, owns it and unlinks it; the worker attaches by
+name and writes a decoded frame into a free slot; a small message on a pipe says which slot holds
+what; the parent copies the pixels out (one memcpy) and frees the slot at once. Pixels are never
+pickled.
+
+Layout: one flag byte per slot (0 free, 1 full), padded to 64 bytes, then the slots. A slot holds
+the image (HxWx3 uint8) and, after it, the frame's motion vectors when they fit. Each flag has one
+writer per transition: the worker sets it to 1 after it filled the slot, the parent sets it to 0
+after it copied the slot out, so no lock is needed. The parent frees a slot as soon as it has
+copied it, so a worker rarely finds the ring full; when it does, it drops the frame it holds
+(a live stream keeps the freshest frames) and counts it.
+
+Why copy instead of lending the slot to the graph: a frame lives on in queues, the tracker and
+the sinks for an unbounded time; a lent slot would tie the worker's progress to the slowest sink,
+and a segment unmapped under a live array would crash the process. One copy of a 1080p frame
+costs about a millisecond.
+
+Example:
+    >>> import numpy as np
+    >>> ring = FrameRing.create(slots=2, slot_bytes=2 * 4 * 3)
+    >>> view = FrameRing.attach(ring.name, 2, 2 * 4 * 3)           # in the worker
+    >>> slot = view.claim()
+    >>> view.write_image(slot, np.full((2, 4, 3), 7, np.uint8)); view.publish(slot)
+    >>> out = np.empty((2, 4, 3), np.uint8)
+    >>> ring.read_image(slot, out); ring.release(slot)
+    >>> int(out.sum()), view.claim() is not None
+    (168, True)
+    >>> view.close(); ring.close()
+"""
+
+from __future__ import annotations
+
+from multiprocessing import shared_memory
+
+import numpy as np
+
+#: bytes before the first slot: one flag per slot, padded to a cache line
+HEADER_ALIGN = 64
+
+
+def _header_bytes(slots: int) -> int:
+    return -(-slots // HEADER_ALIGN) * HEADER_ALIGN
+
+
+class FrameRing:
+    """`slots` slots of `slot_bytes` bytes each in one shared memory segment.
+
+    `create()` in the parent (the owner: `close()` unlinks), `attach()` in the worker.
+    """
+
+    def __init__(self, shm: shared_memory.SharedMemory, slots: int, slot_bytes: int, owner: bool):
+        self._shm = shm
+        self.name = shm.name
+        self.slots = slots
+        self.slot_bytes = slot_bytes
+        self.owner = owner
+        self._header = _header_bytes(slots)
+        self._flags = np.ndarray((slots,), np.uint8, shm.buf, 0)
+        self._next = 0
+
+    @classmethod
+    def create(cls, slots: int, slot_bytes: int) -> FrameRing:
+        if slots < 1 or slot_bytes < 1:
+            raise ValueError(f"a ring needs at least one slot of at least one byte, got {slots} x {slot_bytes}")
+        shm = shared_memory.SharedMemory(create=True, size=_header_bytes(slots) + slots * slot_bytes)
+        ring = cls(shm, slots, slot_bytes, owner=True)
+        ring._flags[:] = 0
+        return ring
+
+    @classmethod
+    def attach(cls, name: str, slots: int, slot_bytes: int) -> FrameRing:
+        # Attaching registers the name with the resource tracker the parent shares with us; that
+        # is the parent's own registration, which its unlink removes: nothing to undo here.
+        return cls(shared_memory.SharedMemory(name=name), slots, slot_bytes, owner=False)
+
+    def _slot(self, slot: int, offset: int, nbytes: int) -> memoryview:
+        start = self._header + slot * self.slot_bytes + offset
+        return self._shm.buf[start:start + nbytes]
+
+    # -- the worker's side ---------------------------------------------------------------------
+
+    def claim(self) -> int | None:
+        """A free slot to write into, round-robin, or None when every slot is full."""
+        for step in range(self.slots):
+            slot = (self._next + step) % self.slots
+            if self._flags[slot] == 0:
+                self._next = (slot + 1) % self.slots
+                return slot
+        return None
+
+    def write_image(self, slot: int, image: np.ndarray) -> None:
+        np.copyto(np.ndarray(image.shape, np.uint8, self._slot(slot, 0, image.nbytes)), image)
+
+    def write_extra(self, slot: int, offset: int, data: np.ndarray) -> bool:
+        """Copy `data`'s bytes into the slot at `offset` (after the image); False if they don't fit."""
+        if offset + data.nbytes > self.slot_bytes:
+            return False
+        self._slot(slot, offset, data.nbytes)[:] = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        return True
+
+    def publish(self, slot: int) -> None:
+        """Mark the slot full: its message may go to the parent now."""
+        self._flags[slot] = 1
+
+    # -- the parent's side ---------------------------------------------------------------------
+
+    def read_image(self, slot: int, out: np.ndarray) -> None:
+        """Copy the slot's image into `out` (its shape says how many bytes)."""
+        np.copyto(out, np.ndarray(out.shape, np.uint8, self._slot(slot, 0, out.nbytes)))
+
+    def read_extra(self, slot: int, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        """A copy of the array of `dtype` and `shape` stored at `offset` in the slot."""
+        count = int(np.prod(shape))
+        nbytes = np.dtype(dtype).itemsize * count
+        return np.frombuffer(self._slot(slot, offset, nbytes), dtype, count).reshape(shape).copy()
+
+    def release(self, slot: int) -> None:
+        """The slot was copied out: the worker may reuse it."""
+        self._flags[slot] = 0
+
+    def close(self) -> None:
+        """Unmap the segment; the owner also removes it. Safe to call twice."""
+        if self._shm is None:
+            return
+        self._flags = None
+        shm, self._shm = self._shm, None
+        shm.close()
+        if self.owner:
+            try:
+                shm.unlink()
+            except FileNotFoundError:
+                pass

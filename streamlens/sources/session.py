@@ -1,0 +1,164 @@
+"""One connection to a live input: open it with FFmpeg's own timeouts, then demux, decode and convert
+until it ends, fails or is told to stop. This is what a decode worker runs, once per (re)connect.
+
+FFmpeg, not Python, bounds every network wait: `input_options()` sets the option the input's
+protocol honours, in microseconds (checked against the FFmpeg that PyAV 18 bundles):
+- rtsp://, rtsps://: `timeout` (socket I/O, connect included; also the UDP receive timeout).
+  `stimeout` is gone from FFmpeg and `rw_timeout` is ignored by RTSP.
+- udp://: `timeout`.
+- http(s):// (HLS included), rtmp(s)://, tcp://, srt:// and the rest: `rw_timeout`. Not `timeout`:
+  for rtmp it means "listen for an incoming connection".
+PyAV's Python-level `timeout=` (an interrupt callback that takes the GIL on every poll) is never used.
+
+Example:
+    >>> opts = input_options("rtsp://cam/1", transport="tcp", timeout_s=2.5, user={"probesize": "65536"})
+    >>> opts["rtsp_transport"], opts["timeout"], opts["probesize"]
+    ('tcp', '2500000', '65536')
+    >>> "timeout" in input_options("rtmp://host/app", transport="tcp", timeout_s=1, user={})
+    False
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import av
+import numpy as np
+
+from ..urls import mask_url
+
+#: FFmpeg input options every live input gets (the user's `options` override them). Probe little:
+#: FFmpeg's default (5 MB or 5 s) holds a (re)connect's first frame back for about a second more,
+#: measured against GStreamer's RTSP server here (1.3 s to the first frame, 0.3 s with these). The
+#: decoder learns what the probe did not from the stream itself.
+LIVE_DEFAULT_OPTIONS = {"probesize": "32768", "analyzeduration": "500000"}
+
+
+def input_options(uri: str, *, transport: str, timeout_s: float, user: dict[str, str]) -> dict[str, str]:
+    """The FFmpeg options to open `uri` with: live defaults, the timeout its protocol honours, the
+    RTSP transport, then the user's own options on top."""
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    options = dict(LIVE_DEFAULT_OPTIONS) if scheme else {}
+    micros = str(int(timeout_s * 1_000_000))
+    if scheme in ("rtsp", "rtsps"):
+        options["rtsp_transport"] = transport
+        options["timeout"] = micros
+    elif scheme == "udp":
+        options["timeout"] = micros
+    elif scheme:
+        options["rw_timeout"] = micros
+    options.update(user)
+    return options
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    """What a worker needs to open and decode one live input. Picklable (it crosses to the worker)."""
+
+    uri: str
+    options: dict[str, str] = field(default_factory=dict)
+    #: FFmpeg input format to force, e.g. "v4l2" for /dev/videoN; None: let FFmpeg probe
+    format: str | None = None
+    max_fps: float | None = None
+    export_mvs: bool = False
+
+    @property
+    def display_uri(self) -> str:
+        return mask_url(self.uri)
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """What an opened input says about its video: sent once per connection."""
+
+    width: int
+    height: int
+    fps: float | None
+    codec: str
+
+
+#: how a session ended: "eof" (the server ended the stream), "error" (a read failed),
+#: "open_failed" (no connection or no video), "aborted" (asked to stop)
+END_REASONS = ("eof", "error", "open_failed", "aborted")
+
+
+class SessionOutput:
+    """Where a session sends what it makes; the worker's transport implements it."""
+
+    def opened(self, info: StreamInfo) -> None:
+        raise NotImplementedError
+
+    def frame(self, image: np.ndarray, pts: float, ts: float, decode_ms: float,
+              motion_vectors: np.ndarray | None) -> None:
+        raise NotImplementedError
+
+
+def reason_of(error: BaseException, uri: str) -> str:
+    """FFmpeg's own words for an error, with the URL and its credentials kept out."""
+    text = getattr(error, "strerror", None) or str(error) or type(error).__name__
+    return mask_url(text.replace(uri, "<uri>")).replace("<uri>", mask_url(uri))
+
+
+def run_session(spec: SessionSpec, out: SessionOutput, should_stop: Callable[[], bool]) -> tuple[str, str]:
+    """Open `spec.uri`, decode it into `out` until it ends, fails or `should_stop()` says so.
+
+    Returns `(reason, message)`, reason one of `END_REASONS`, message one line (URL masked).
+    Packets the decoder rejects (lost UDP packets, a stream joined mid-GOP) are skipped.
+    """
+    try:
+        container = av.open(spec.uri, options=dict(spec.options), format=spec.format)
+    except (av.error.FFmpegError, OSError, ValueError) as error:
+        return "open_failed", reason_of(error, spec.uri)
+    try:
+        if not container.streams.video:
+            return "open_failed", "no video stream"
+        return _decode(container, spec, out, should_stop)
+    finally:
+        container.close()
+
+
+def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tuple[str, str]:
+    from .file import _FrameRateCap, _PresentationTimes  # the file source's own rules, shared
+    from .motion_vectors import ReferenceDistance, frame_motion_vectors
+
+    stream = container.streams.video[0]
+    stream.thread_type = "SLICE"  # low latency: frame threads would hold frames back
+    if spec.export_mvs:
+        stream.codec_context.options = {"flags2": "+export_mvs"}
+    rate = stream.average_rate or stream.guessed_rate
+    fps = float(rate) if rate else None
+    ctx = stream.codec_context
+    out.opened(StreamInfo(ctx.width, ctx.height, fps, ctx.name))
+    times = _PresentationTimes(stream.time_base or Fraction(1, 90000), 1.0 / (fps or 30.0))
+    cap = _FrameRateCap(spec.max_fps) if spec.max_fps else None
+    anchors = ReferenceDistance()
+    decoded = 0
+    packets = container.demux(stream)
+    while True:
+        if should_stop():
+            return "aborted", ""
+        try:
+            packet = next(packets)
+        except StopIteration:
+            return "eof", "the stream ended"
+        except (av.error.FFmpegError, OSError) as error:
+            return "error", reason_of(error, spec.uri)
+        started = time.perf_counter()  # decode time only: waiting for the network is not decoding
+        try:
+            frames = packet.decode()
+        except av.error.FFmpegError:
+            frames = []
+        share_ms = (time.perf_counter() - started) * 1000.0 / max(1, len(frames))
+        for frame in frames:
+            pts = times.seconds(frame)
+            distance = anchors.step(frame.pict_type, decoded) if spec.export_mvs else 1
+            decoded += 1
+            if cap is not None and not cap.keep(pts):
+                continue
+            started = time.perf_counter()
+            image = frame.to_ndarray(format="bgr24")
+            mvs = frame_motion_vectors(frame, distance) if spec.export_mvs else None
+            out.frame(image, pts, time.time(), share_ms + (time.perf_counter() - started) * 1000.0, mvs)
