@@ -54,3 +54,39 @@ runtime: {{http: {{port: 0}}}}
         pipeline.stop()
         runner.join(10)
     assert not runner.is_alive()
+
+
+def test_a_camera_that_refuses_shows_in_health_and_stats(tmp_path):
+    """The camera's own state (connecting, backing off) reaches /healthz, which says degraded."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on: connections are refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = tmp_path / "p.yaml"
+    path.write_text(f"""
+sources:
+  - {{name: door, uri: "rtsp://admin:pw@127.0.0.1:{port}/x", backoff_initial_s: 0.2, backoff_max_s: 0.5}}
+  - {{name: cam1, uri: {REPO / 'samples' / 'traffic.mp4'}, live: true}}
+detector: {{backend: motion}}
+tracker: none
+runtime: {{http: {{port: 0}}}}
+""")
+    pipeline = streamlens.Pipeline.from_yaml(path)
+    runner = threading.Thread(target=pipeline.run)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 15
+        seen = set()
+        while time.monotonic() < deadline and not {"backing_off", "connecting"} <= seen:
+            seen.add(pipeline.stats["door"].state)
+            time.sleep(0.02)
+        assert {"backing_off", "connecting"} <= seen, seen
+        code, body = get(f"http://127.0.0.1:{pipeline.http_port}/healthz")
+        health = json.loads(body)
+        assert code == 200 and health["state"] == "degraded" and health["streams"]["cam1"] == "running"
+        assert "pw" not in body
+    finally:
+        pipeline.stop()
+        runner.join(10)
+    assert not runner.is_alive()

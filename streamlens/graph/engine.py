@@ -102,6 +102,9 @@ class Lane:
     waiting: deque = field(default_factory=deque)
     ready: dict = field(default_factory=dict)
     late: set = field(default_factory=set)  # ids of keyframes published before their detections
+    #: a live frame that waited longer than this for the engine is dropped (None: never)
+    max_staleness_s: float | None = None
+    stale_dropped: int = 0
     seq: int = 0
     in_flight: int = 0  # keyframes with the detector now
     since_keyframe: int = 0
@@ -151,6 +154,9 @@ class Engine:
     def _on_input(self, item: Frame | EndOfStream) -> None:
         lane = self.lanes[item.stream]
         if isinstance(item, Frame):
+            if lane.max_staleness_s is not None and time.time() - item.ts > lane.max_staleness_s:
+                lane.stale_dropped += 1  # too old to be worth anything live; the schedule catches up below
+                return
             item.timings["queue"] = (time.perf_counter() - item.timings.pop("_queued", time.perf_counter())) * 1000
             # a live stream may have dropped the scheduled keyframe: detect on this one instead
             if not item.keyframe and lane.since_keyframe >= lane.interval:

@@ -73,7 +73,9 @@ class StreamStats:
     def count(self, result: FrameResult) -> None:
         now = time.monotonic()
         if self.started is None:
-            self.started, self.state = now, "running"
+            self.started = now
+            if self.state == "starting":  # a live source reports its own states (streaming, ...)
+                self.state = "running"
         self.frames += 1
         self.keyframes += result.keyframe
         self.objects += len(result.detections)
@@ -158,7 +160,9 @@ class Pipeline:
         self._ran = False
         self._inbox = Channel(config.runtime.queue_size, "inbox")
         self._opening: list[Sink] = []
-        self.http_port: int | None = None  # where /metrics and /healthz listen, once running  # sinks whose open() may wait (for subscribers): stop() ends it
+        self.http_port: int | None = None  # where /metrics and /healthz listen, once running
+        self._engine: Engine | None = None
+        self._sources: dict[str, Source] = {}  # sinks whose open() may wait (for subscribers): stop() ends it
         self.stats = {s.name: StreamStats(s.name, s.display_uri) for s in config.sources}
 
     @classmethod
@@ -208,6 +212,7 @@ class Pipeline:
         self._ran = True
         started = time.monotonic()
         sources, detector, sinks = self._build()
+        self._sources = {src.name: src for src in sources}
         http = None
         try:
             if self.config.runtime.http_port is not None:
@@ -236,15 +241,29 @@ class Pipeline:
         status = "failed" if self._error else "interrupted" if self._interrupted else "done"
         return RunReport(status, self._error, time.monotonic() - started, list(self.stats.values()))
 
+    def _on_source_state(self, name: str, state: str) -> None:
+        st = self.stats[name]
+        if st.state not in ("ended", "stopped", "error"):
+            st.state = state
+
     def _refresh_drops(self) -> None:
+        """Every frame dropped anywhere: at the decoder, in the inbox, or too stale for the engine."""
+        lanes = self._engine.lanes if self._engine is not None else {}
         for st in self.stats.values():
-            st.dropped = self._inbox.dropped[st.name]
+            src = self._sources.get(st.name)
+            st.dropped = (self._inbox.dropped[st.name] + getattr(src, "dropped_worker", 0)
+                          + getattr(src, "dropped_stale", 0)
+                          + (lanes[st.name].stale_dropped if st.name in lanes else 0))
 
     def _publish_stats(self, sinks: list[Sink]) -> None:
         """Hand each stream's `stats` to the sinks that want it, never waiting on a busy one."""
         wanted = [ch for sink, ch in zip(sinks, self._sink_channels) if sink.wants_stats]
         for st in (self.stats.values() if wanted else ()):
-            report = StatsReport(st.name, st.report(self._inbox.depth(st.name)))
+            values = st.report(self._inbox.depth(st.name))
+            source_stats = getattr(self._sources.get(st.name), "stats", None)
+            if callable(source_stats):  # a live source: reconnects, last error (URL masked)
+                values.update({k: v for k, v in source_stats().items() if k not in ("state", "dropped")})
+            report = StatsReport(st.name, values)
             message = message_for(report)
             payload = dumps(message)
             for ch in wanted:
@@ -295,6 +314,8 @@ class Pipeline:
             built += sources
             for src in sources:
                 self.stats[src.name].total = src.total_frames
+                if hasattr(src, "on_state"):
+                    src.on_state = self._on_source_state
             detector = build_detector(self.config.detector)
             built.append(detector)
             fps = {s.name: s.fps for s in sources if s.fps}
@@ -322,7 +343,8 @@ class Pipeline:
                    for s, ch in zip(sinks, self._sink_channels)]
         fps = {src.name: src.fps for src in sources}
         lanes = [Lane(s.name, build_tracker(cfg.tracker, fps.get(s.name), detector_conf=cfg.detector.conf,
-                                            adaptive=cfg.keyframes.adaptive), s.live, cfg.keyframes.interval)
+                                            adaptive=cfg.keyframes.adaptive), s.live, cfg.keyframes.interval,
+                      max_staleness_s=s.max_staleness_ms / 1000 if s.max_staleness_ms else None)
                  for s in cfg.sources]
         threads.append(threading.Thread(target=self._run_engine, args=(detector, lanes), name="engine",
                                         daemon=True))
