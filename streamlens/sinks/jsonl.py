@@ -23,7 +23,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 from typing import Any

@@ -49,7 +49,6 @@ from typing import Any
 import av
 import cv2
 import numpy as np
-import supervision as sv
 
 from .. import draw
 from ..errors import SinkError
@@ -167,32 +166,6 @@ class VideoSink(Sink):
             path = self.path.with_name(f"{self.path.stem}-{safe_name}{self.path.suffix}")
         self._paths[stream] = path
         return path
-
-    @staticmethod
-    def labels_for(detections: sv.Detections) -> list[str]:
-        """Label text per detection: `#id` (tracked only), class name, score (see `draw.labels_for`).
-
-        Example:
-            >>> det = sv.Detections(xyxy=np.array([[0, 0, 9, 9], [0, 0, 5, 5]], np.float32),
-            ...     confidence=np.array([0.83, 0.5]), class_id=np.array([2, 0]),
-            ...     tracker_id=np.array([7, -1]))
-            >>> det.data["class_name"] = np.array(["car", "person"])
-            >>> VideoSink.labels_for(det)
-            ['#7 car 0.83', 'person 0.50']
-        """
-        return draw.labels_for(detections)
-
-    @staticmethod
-    def color_indices_for(detections: sv.Detections) -> np.ndarray:
-        """Palette index per detection: the track id when tracked, else the class id.
-
-        Example:
-            >>> det = sv.Detections(xyxy=np.zeros((2, 4), np.float32), class_id=np.array([2, 0]),
-            ...     tracker_id=np.array([7, -1]))
-            >>> VideoSink.color_indices_for(det).tolist()
-            [7, 0]
-        """
-        return draw.color_indices_for(detections)
 
     def annotate(self, writer: _StreamWriter, result: FrameResult) -> np.ndarray:
         """The frame with its detections drawn; the frame's own image is never changed."""
