@@ -159,10 +159,10 @@ class Pipeline:
         self._interrupted = False
         self._ran = False
         self._inbox = Channel(config.runtime.queue_size, "inbox")
-        self._opening: list[Sink] = []
+        self._opening: list[Sink] = []  # sinks whose open() may wait (for subscribers): stop() ends it
         self.http_port: int | None = None  # where /metrics and /healthz listen, once running
         self._engine: Engine | None = None
-        self._sources: dict[str, Source] = {}  # sinks whose open() may wait (for subscribers): stop() ends it
+        self._sources: dict[str, Source] = {}
         self.stats = {s.name: StreamStats(s.name, s.display_uri) for s in config.sources}
 
     @classmethod
