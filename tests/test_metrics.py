@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -12,6 +13,8 @@ import streamlens
 
 from .conftest import REPO
 
+SAMPLE = REPO / "samples" / "traffic.mp4"
+
 
 def get(url: str) -> tuple[int, str]:
     try:
@@ -21,18 +24,25 @@ def get(url: str) -> tuple[int, str]:
         return e.code, e.read().decode()
 
 
-def test_metrics_and_health_while_a_live_stream_runs(tmp_path):
+@contextlib.contextmanager
+def running(tmp_path, sources: str):
+    """A pipeline with these sources and the HTTP server on a free port, running on a thread."""
     path = tmp_path / "p.yaml"
-    path.write_text(f"""
-sources: [{{name: cam1, uri: {REPO / 'samples' / 'traffic.mp4'}, live: true}}]
-detector: {{backend: motion}}
-tracker: none
-runtime: {{http: {{port: 0}}}}
-""")
+    path.write_text(f"sources:\n{sources}\ndetector: {{backend: motion}}\ntracker: none\n"
+                    "runtime: {http: {port: 0}}\n")
     pipeline = streamlens.Pipeline.from_yaml(path)
     runner = threading.Thread(target=pipeline.run)
     runner.start()
     try:
+        yield pipeline
+    finally:
+        pipeline.stop()
+        runner.join(10)
+    assert not runner.is_alive()
+
+
+def test_metrics_and_health_while_a_live_stream_runs(tmp_path):
+    with running(tmp_path, f"  - {{name: cam1, uri: {SAMPLE}, live: true}}") as pipeline:
         deadline = time.monotonic() + 10
         while (pipeline.http_port is None or pipeline.stats["cam1"].frames < 30) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -50,10 +60,6 @@ runtime: {{http: {{port: 0}}}}
         pipeline.stop()
         code, body = get(base + "/healthz")
         assert code == 503 and json.loads(body)["state"] == "stopping"
-    finally:
-        pipeline.stop()
-        runner.join(10)
-    assert not runner.is_alive()
 
 
 def test_a_camera_that_refuses_shows_in_health_and_stats(tmp_path):
@@ -63,19 +69,9 @@ def test_a_camera_that_refuses_shows_in_health_and_stats(tmp_path):
     with socket.socket() as s:  # a port nothing listens on: connections are refused
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    path = tmp_path / "p.yaml"
-    path.write_text(f"""
-sources:
-  - {{name: door, uri: "rtsp://admin:pw@127.0.0.1:{port}/x", backoff_initial_s: 0.2, backoff_max_s: 0.5}}
-  - {{name: cam1, uri: {REPO / 'samples' / 'traffic.mp4'}, live: true}}
-detector: {{backend: motion}}
-tracker: none
-runtime: {{http: {{port: 0}}}}
-""")
-    pipeline = streamlens.Pipeline.from_yaml(path)
-    runner = threading.Thread(target=pipeline.run)
-    runner.start()
-    try:
+    sources = (f"  - {{name: door, uri: 'rtsp://admin:pw@127.0.0.1:{port}/x', backoff_initial_s: 0.2, "
+               f"backoff_max_s: 0.5}}\n  - {{name: cam1, uri: {SAMPLE}, live: true}}")
+    with running(tmp_path, sources) as pipeline:
         deadline = time.monotonic() + 15
         seen = set()
         while time.monotonic() < deadline and "backing_off" not in seen:  # a refusal is instant
@@ -86,7 +82,3 @@ runtime: {{http: {{port: 0}}}}
         health = json.loads(body)
         assert code == 200 and health["state"] == "degraded" and health["streams"]["cam1"] == "running"
         assert "pw" not in body
-    finally:
-        pipeline.stop()
-        runner.join(10)
-    assert not runner.is_alive()
