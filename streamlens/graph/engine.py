@@ -192,9 +192,8 @@ class Engine:
                 if not (lane.live and time.time() >= head.ts + self.late_after_s):
                     return  # wait for the detector
                 lane.late_keyframes += 1
+                lane.late.add(id(head))  # out by motion now; its detections are applied when they come
             lane.waiting.popleft()
-            if head.keyframe and not keyframe:
-                lane.late.add(id(head))
             started = time.perf_counter()
             if keyframe:
                 detections = lane.tracker.update(head, lane.ready.pop(id(head)))
