@@ -154,19 +154,13 @@ def rtsp_ready(url: str, timeout: float = 10.0) -> None:
     raise RuntimeError(f"{url} did not answer DESCRIBE with 200 within {timeout} s")
 
 
-class GstRtspServer:
-    """GStreamer's RTSP server serving `media` ({mount name: video file}) on one port."""
+class _RtspServer:
+    """What both test servers share: a context manager that starts them and always cleans up, and
+    the URL of a mount. Subclasses set `rtsp_port` and define `start()` and `close()`."""
 
-    def __init__(self, media: dict[str, Path], folder: Path):
-        self.media = dict(media)
-        self.folder = Path(folder)
-        self.port = 0
-        self.ready_at = 0.0
-        self.udp_ports = {name: free_port(socket.SOCK_DGRAM) for name in self.media}
-        self.publishers: dict[str, ChildProcess] = {}
-        self.server: ChildProcess | None = None
+    rtsp_port = 0
 
-    def __enter__(self) -> GstRtspServer:
+    def __enter__(self):
         try:
             self.start()
         except BaseException:
@@ -178,7 +172,24 @@ class GstRtspServer:
         self.close()
 
     def url(self, name: str, credentials: str = "") -> str:
-        return f"rtsp://{credentials + '@' if credentials else ''}127.0.0.1:{self.port}/{name}"
+        return f"rtsp://{credentials + '@' if credentials else ''}127.0.0.1:{self.rtsp_port}/{name}"
+
+
+class GstRtspServer(_RtspServer):
+    """GStreamer's RTSP server serving `media` ({mount name: video file}) on one port."""
+
+    def __init__(self, media: dict[str, Path], folder: Path):
+        self.media = dict(media)
+        self.folder = Path(folder)
+        self.port = 0
+        self.ready_at = 0.0
+        self.udp_ports = {name: free_port(socket.SOCK_DGRAM) for name in self.media}
+        self.publishers: dict[str, ChildProcess] = {}
+        self.server: ChildProcess | None = None
+
+    @property
+    def rtsp_port(self) -> int:
+        return self.port
 
     def start(self) -> None:
         for name, path in self.media.items():
@@ -217,7 +228,7 @@ class GstRtspServer:
         self.publishers.clear()
 
 
-class PerlRtspServer:
+class PerlRtspServer(_RtspServer):
     """rtsp-server-perl with one `ffmpeg -f rtsp` publisher per mount (RTSP over UDP)."""
 
     def __init__(self, media: dict[str, Path], folder: Path):
@@ -227,19 +238,12 @@ class PerlRtspServer:
         self.source_port = free_port()
         self.processes: list[ChildProcess] = []
 
-    def __enter__(self) -> PerlRtspServer:
-        try:
-            self.restart()
-        except BaseException:
-            self.close()
-            raise
-        return self
+    @property
+    def rtsp_port(self) -> int:
+        return self.client_port
 
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def url(self, name: str, credentials: str = "") -> str:
-        return f"rtsp://{credentials + '@' if credentials else ''}127.0.0.1:{self.client_port}/{name}"
+    def start(self) -> None:
+        self.restart()
 
     def restart(self) -> None:
         self.processes.append(ChildProcess(
