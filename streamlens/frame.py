@@ -39,6 +39,9 @@ class Frame:
     motion_vectors: np.ndarray | None = None
     #: whether the detector is to run on this frame (set by the keyframe schedule)
     keyframe: bool = False
+    #: the detector's input made ahead by `Detector.prepare` on the decode thread (else None); it
+    #: lives and dies with the frame, so a frame dropped before detection holds nothing elsewhere
+    prepared: object = None
 
     @property
     def width(self) -> int:

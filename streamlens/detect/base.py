@@ -15,8 +15,9 @@ class Detector:
 
     `prepare(frame)` is optional: it does the frame's preprocessing now, on the calling thread
     (a source's decode thread, say), so that a later `detect()` with that frame only runs the model.
-    It is safe to call from several threads at once; a frame prepared but never detected costs
-    nothing but memory for a while. Detectors without a preprocessing step do nothing.
+    It is safe to call from several threads at once; the input is kept on `frame.prepared`, so a
+    frame prepared but never detected (a live frame dropped) takes its input with it. Detectors
+    without a preprocessing step do nothing.
 
     Example:
         >>> Detector().prepare(None)   # the default: nothing to do

@@ -27,7 +27,6 @@ from .base import Detector
 from .detections import to_detections
 from .heads import Candidates
 from .preprocess import Geometry, InputSpec
-from .prepared import PreparedStore
 
 
 @dataclass(slots=True)
@@ -62,11 +61,8 @@ class NeuralDetector(Detector):
     max_det: int = 300
     nms_done: bool = False
 
-    def __init__(self) -> None:
-        self._prepared = PreparedStore()
-
     def prepare(self, frame: Frame) -> None:
-        self._prepared.put(frame, self.prepare_input(frame))
+        frame.prepared = self.prepare_input(frame)
 
     def prepare_input(self, frame: Frame) -> PreparedInput:
         raise NotImplementedError
@@ -80,7 +76,9 @@ class NeuralDetector(Detector):
         return [self.run_chunk(chunk) for chunk in groups]
 
     def detect(self, frames: list[Frame]) -> list[sv.Detections]:
-        inputs = [self._prepared.take(f) or self.prepare_input(f) for f in frames]
+        inputs = [f.prepared or self.prepare_input(f) for f in frames]
+        for f in frames:
+            f.prepared = None  # the frame goes on to the sinks; its model input is no longer needed
         by_size: dict[tuple[int, int], list[int]] = {}
         for i, prepared in enumerate(inputs):
             by_size.setdefault(prepared.input_size, []).append(i)
