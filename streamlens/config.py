@@ -584,11 +584,11 @@ def parse_pipeline(data: Any, path: Path, display: str | None = None,
 
 
 def load_pipeline(path: str | Path, env: dict[str, str] | None = None,
-                  overrides: dict[str, dict] | None = None) -> PipelineConfig:
+                  overrides: dict[str, dict | list] | None = None) -> PipelineConfig:
     """Read and validate a pipeline file; raises `ConfigError` listing every mistake.
 
     `overrides` replaces keys of top-level sections, as command-line flags do (`--bulk`:
-    `{"runtime": {"mode": "bulk"}}`)."""
+    `{"runtime": {"mode": "bulk"}}`); a list replaces a whole section (`{"sinks": [...]}`)."""
     display = str(path)
     path = Path(path)
     try:
@@ -607,7 +607,10 @@ def load_pipeline(path: str | Path, env: dict[str, str] | None = None,
     if overrides and isinstance(data, dict):
         for section, values in overrides.items():
             current = data.get(section)
-            data[section] = {**(current if isinstance(current, dict) else {}), **values}
+            if isinstance(values, list):
+                data[section] = values
+            else:
+                data[section] = {**(current if isinstance(current, dict) else {}), **values}
     return parse_pipeline(data, path, display, env)
 
 
