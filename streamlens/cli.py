@@ -6,6 +6,9 @@
     streamlens keygen DIR              make CurveZMQ keys for the zmq sink and its subscribers
     streamlens eval mot SEQ_DIR... --interval N --out DIR
                                        replay MOTChallenge detections through the tracker, score them
+    streamlens bench PIPELINE.yaml [--streams 1-16] [--seconds 30] [--baseline-model M] [--out F]
+                                       find how many live streams the pipeline carries within its
+                                       budget; the decode-only limit and an Ultralytics baseline beside
 
 Exit codes: 0 done, 1 failed, 2 bad pipeline file or usage, 130 interrupted.
 Errors are one line each; `--debug` adds tracebacks and debug logs.
@@ -20,6 +23,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 from . import keygen_command, subscribe_command
+from .bench import command as bench_command
 from .config import load_pipeline
 from .eval import command as eval_command
 from .errors import ConfigError, StreamlensError
@@ -50,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     subscribe_command.add_parser(sub, common)
     keygen_command.add_parser(sub, common)
     eval_command.add_parser(sub, common)
+    bench_command.add_parser(sub, common)
     return p
 
 
@@ -98,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return {"run": _cmd_run, "validate": _cmd_validate, "subscribe": subscribe_command.run,
-                "keygen": keygen_command.run, "eval": eval_command.run}[args.command](args)
+                "keygen": keygen_command.run, "eval": eval_command.run,
+                "bench": bench_command.run}[args.command](args)
     except ConfigError as e:
         if args.debug:
             raise

@@ -1,0 +1,300 @@
+"""`streamlens bench PIPELINE.yaml`: how many real-time streams this machine carries with a pipeline.
+
+Runs K copies of a video as K live streams (paced at the video's frame rate, looping) through the
+pipeline, and times every result from the moment its frame became available to an outside ZeroMQ
+subscriber receiving it. It finds the largest K whose p95 latency is within the budget while every
+stream keeps at least `--min-kept` of its frames (1.0: none dropped). In the same run it measures
+the decode-only limit of the machine and a baseline, Ultralytics' own `model.track(stream=True)`
+on the same video, and prints a table; everything measured goes to `--out` as JSON.
+
+- `--streams`: `6` tries 6; `1,2,4` tries each; `1-16` (the default) searches: 1, 2, 4, 8, 16 while
+  they pass, then halves the gap between the last pass and the first failure.
+- Each trial is fresh: a pipeline process and a subscriber process, started and ended for it.
+  Frames of the first `--warmup` seconds are not counted; the next `--seconds` are.
+- The pipeline's sources are replaced by the K copies of `--video` (default: the pipeline's first
+  source); its sinks by one zmq sink on a free local port (keeping the file's zmq `format`, `hwm`
+  and `frames` settings). Its detector, keyframes, tracker and runtime settings are used as they
+  are, except that `runtime.mode` is always realtime and the `/metrics` server is off.
+- The budget (`--budget-ms`) defaults to the pipeline's `runtime.budget_ms`, else its
+  `detector.budget_ms`, else 33 ms.
+- The decode-only limit: one process per CPU core, each decoding the video on one thread (with
+  the motion vectors when the tracker uses them) as fast as it can; their frames per second over
+  the video's frame rate is how many streams decoding alone could carry.
+- The baseline needs a model Ultralytics loads: `--baseline-model`, or the pipeline's own when its
+  detector backend is `ultralytics`; otherwise it is skipped, saying why.
+
+Exit codes: 0 done (whatever the results), 1 a trial or the baseline failed to run, 2 bad pipeline
+file or arguments, 130 interrupted.
+
+Example:
+    $ streamlens bench pipelines/highway_yolox.yaml --streams 1-12 --baseline-model yolov8n.pt
+    $ streamlens bench pipelines/quickstart.yaml --streams 1,2 --seconds 5 --no-baseline --out bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import signal
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..errors import ConfigError, StreamlensError
+from .search import StreamSearch, streams_argument
+
+#: the kept fraction reported beside the strict answer: the target of a real-time deployment
+KEPT_TARGET = 0.97
+DEFAULT_BUDGET_MS = 33.0
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text!r}")
+    return value
+
+
+def add_parser(sub, common: argparse.ArgumentParser) -> None:
+    """Add the `bench` subcommand to the `streamlens` parser's subparsers."""
+    p = sub.add_parser("bench", parents=[common], help="find how many live streams a pipeline carries",
+                       description=__doc__.split("\n\n")[1] + "\n\n" + __doc__.split("\n\n")[2],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("pipeline", help="pipeline YAML file")
+    p.add_argument("--video", metavar="PATH", help="the video played by every stream (default: the pipeline's first source)")
+    p.add_argument("--streams", type=streams_argument, default=streams_argument("1-16"), metavar="SPEC",
+                   help="streams to try: 6, a list 1,2,4, or a range 1-16 to search (default 1-16)")
+    p.add_argument("--seconds", type=_positive(float), default=30.0, metavar="S", help="seconds measured per trial (default 30)")
+    p.add_argument("--warmup", type=float, default=5.0, metavar="S", help="seconds not counted at the start of a trial (default 5)")
+    p.add_argument("--budget-ms", type=_positive(float), metavar="MS",
+                   help="p95 latency a trial may have (default: runtime.budget_ms, else detector.budget_ms, else 33)")
+    p.add_argument("--min-kept", type=_fraction, default=1.0, metavar="F",
+                   help="fraction of frames every stream must keep to pass (default 1.0: none dropped)")
+    p.add_argument("--out", default="bench.json", metavar="FILE", help="where to write the JSON results (default bench.json)")
+    p.add_argument("--baseline-model", metavar="PATH",
+                   help="model for the Ultralytics baseline (default: the pipeline's, if its backend is ultralytics)")
+    p.add_argument("--baseline-imgsz", type=_positive(int), default=416, metavar="N", help="baseline inference size (default 416)")
+    p.add_argument("--baseline-frames", type=_positive(int), default=300, metavar="N",
+                   help="frames the baseline tracks; the first 10 are not timed (default 300)")
+    p.add_argument("--no-baseline", action="store_true", help="skip the Ultralytics baseline")
+    p.add_argument("--decode-seconds", type=float, default=10.0, metavar="S",
+                   help="seconds of the decode-only measurement; 0 skips it (default 10)")
+
+
+# -- inputs --------------------------------------------------------------------------------------
+
+
+def _inputs(args) -> tuple[object, str, float, dict, str | None, str]:
+    """Validate everything before anything runs: (config, video, budget, sink options, baseline
+    model or None, why the baseline is skipped). Raises `ConfigError` (exit 2)."""
+    from ..config import load_pipeline
+
+    config = load_pipeline(args.pipeline, overrides={"runtime": {"mode": "realtime", "http": None}})
+    if args.video:
+        video = Path(args.video).expanduser().resolve()
+        if not video.is_file():
+            raise ConfigError([f"--video: file not found: {args.video}"])
+        video = str(video)
+    else:
+        first = config.sources[0]
+        if not first.is_file:
+            raise ConfigError([f"{args.pipeline}: sources[0].uri: {first.display_uri} is a camera; "
+                               "the bench replays a video file: pass --video PATH"])
+        video = first.uri
+    # the trial's own sources and sink must be valid too (e.g. a per-source key the copies lack)
+    from .trial import trial_overrides
+
+    sink = next((s.options for s in config.sinks if s.type == "zmq"), {})
+    sink_options = {k: sink[k] for k in ("format", "hwm", "frames", "jpeg_quality", "annotate") if k in sink}
+    load_pipeline(args.pipeline, overrides={**trial_overrides(video, 1, "tcp://127.0.0.1:1", sink_options),
+                                            "runtime": {"mode": "realtime", "http": None}})
+    budget = args.budget_ms or getattr(config.runtime, "budget_ms", None) or config.detector.budget_ms \
+        or DEFAULT_BUDGET_MS
+    model, skipped = None, ""
+    if args.baseline_model:
+        model = Path(args.baseline_model).expanduser()
+        if not model.is_file():
+            raise ConfigError([f"--baseline-model: file not found: {args.baseline_model}"])
+        model = str(model.resolve())
+    elif args.no_baseline:
+        skipped = "--no-baseline"
+    elif config.detector.backend == "ultralytics" and config.detector.model is not None:
+        model = str(config.detector.model)
+    else:
+        skipped = (f"the pipeline's detector is {config.detector.backend}, which Ultralytics cannot load; "
+                   "pass --baseline-model (e.g. a YOLO .pt of the same size)")
+    if args.no_baseline:
+        model, skipped = None, "--no-baseline"
+    return config, video, float(budget), sink_options, model, skipped
+
+
+# -- output --------------------------------------------------------------------------------------
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def format_table(trials: list[dict]) -> str:
+    """The trials as a fixed-width table, one row each, in the order they ran."""
+    head = ("K", "kept", "kept min", "p50 ms", "p95 ms", "p99 ms", "keyframes", "dropped", "result")
+    rows = [head]
+    for t in trials:
+        lat = t.get("latency_ms") or {}
+        result = "error" if t["status"] != "ok" else ("pass" if t["passed"] else "fail")
+        rows.append((str(t["k"]), _pct(t.get("kept")), _pct(t.get("kept_min")), _ms(lat.get("p50")),
+                     _ms(lat.get("p95")), _ms(lat.get("p99")), _pct(t.get("keyframe_rate")),
+                     str(t.get("dropped", "-")), result))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows)
+
+
+def answers(trials: list[dict], budget_ms: float, limit: dict | None, baseline: dict | None) -> dict:
+    """The largest K that passed, the largest with kept >= 97% within the budget, and the ratios."""
+    ok = [t for t in trials if t["status"] == "ok"]
+    best = max((t["k"] for t in ok if t["passed"]), default=None)
+    near = max((t["k"] for t in ok if t["kept_min"] >= KEPT_TARGET and t["latency_ms"]["p95"] is not None
+                and t["latency_ms"]["p95"] <= budget_ms), default=None)
+    out = {"max_streams": best, f"max_streams_kept_{round(KEPT_TARGET * 100)}": near,
+           "fraction_of_decode_limit": None, "ratio_to_baseline": None}
+    if best is not None and limit and limit.get("streams"):
+        out["fraction_of_decode_limit"] = round(best / limit["streams"], 3)
+    if best is not None and baseline and baseline.get("streams"):
+        out["ratio_to_baseline"] = round(best / baseline["streams"], 2)
+    return out
+
+
+def _write(path: str, document: dict) -> None:
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    except OSError as e:
+        raise StreamlensError(f"--out: cannot write {path}: {e.strerror or e}") from None
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+def _interrupt(signum, _frame) -> None:
+    raise KeyboardInterrupt
+
+
+def run(args) -> int:
+    """Run the bench; 0 when every part ran (whatever it found), 1 when a trial or the baseline
+    could not run. Bad input raises `ConfigError` (exit 2) before anything starts. SIGTERM is
+    taken as Ctrl-C: the trial's processes are ended and the CLI exits with 130."""
+    old = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _run(args)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _run(args) -> int:
+    from .baseline import BaselineFailed, run_baseline
+    from .probe import decode_limit, machine, versions, video_info
+    from .trial import TrialFailed, run_trial
+
+    config, video, budget, sink_options, model, skipped = _inputs(args)
+    try:
+        info = video_info(video)
+    except Exception as e:  # noqa: BLE001 - an unreadable video is one line
+        raise ConfigError([f"{video}: not a video FFmpeg can read ({e})"]) from None
+    out = sys.stdout
+    mvs = config.tracker.motion == "mv"
+    print(f"streamlens bench: {args.pipeline} on {video} ({info['width']}x{info['height']} {info['codec']}, "
+          f"{info['fps']:g} fps), budget p95 <= {budget:g} ms, kept >= {args.min_kept:g}", file=out, flush=True)
+    document = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join(["streamlens", *sys.argv[1:]]),
+        "machine": machine(), "versions": versions(), "pipeline": str(Path(args.pipeline).resolve()),
+        "video": info, "budget_ms": budget, "min_kept": args.min_kept, "warmup_s": args.warmup,
+        "seconds": args.seconds, "detector": config.detector.backend,
+        "model": str(config.detector.model) if config.detector.model else None,
+        "keyframes": {"interval": config.keyframes.interval, "adaptive": config.keyframes.adaptive,
+                      "max_interval": config.keyframes.max_interval},
+        "tracker": config.tracker.motion, "trials": [], "answers": None, "decode_limit": None,
+        "baseline": {"skipped": skipped} if skipped else None,
+    }
+    failed = False
+
+    limit = None
+    if args.decode_seconds > 0:
+        print(f"decode-only limit: {args.decode_seconds:g} s ...", file=out, flush=True)
+        limit = decode_limit(video, args.decode_seconds, export_mvs=mvs)
+        document["decode_limit"] = limit
+
+    trials: list[dict] = []
+    search = StreamSearch(args.streams)
+    while (k := search.next()) is not None:
+        print(f"trial: {k} stream(s), {args.warmup:g} s warm-up + {args.seconds:g} s ...", file=out, flush=True)
+        try:
+            trial = run_trial(args.pipeline, video, k, warmup=args.warmup, seconds=args.seconds, budget_ms=budget,
+                              min_kept=args.min_kept, sink_options=sink_options, debug=args.debug)
+        except TrialFailed as e:
+            print(f"streamlens bench: error: {e}", file=sys.stderr, flush=True)
+            trial = {"k": k, "status": "error", "error": str(e), "passed": False}
+            trials.append(trial)
+            failed = True
+            search.stop()
+            break
+        trials.append(trial)
+        search.record(k, trial["passed"])
+        lat = trial["latency_ms"]
+        print(f"  kept {_pct(trial['kept'])} (min {_pct(trial['kept_min'])}), p95 {_ms(lat['p95'])} ms: "
+              f"{'pass' if trial['passed'] else 'fail'}", file=out, flush=True)
+    document["trials"] = trials
+
+    baseline = None
+    if model is not None:
+        print(f"baseline: Ultralytics track on {args.baseline_frames} frames of the video ...", file=out, flush=True)
+        try:
+            baseline = run_baseline(model, video, args.baseline_imgsz, args.baseline_frames, info["fps"] or 30.0,
+                                    debug=args.debug)
+            document["baseline"] = baseline
+        except BaselineFailed as e:
+            print(f"streamlens bench: error: baseline: {e}", file=sys.stderr, flush=True)
+            document["baseline"] = {"error": str(e), "model": model}
+            failed = True
+
+    document["answers"] = result = answers(trials, budget, limit, baseline)
+    print("", file=out)
+    print(format_table(trials), file=out)
+    print("", file=out)
+    best, near = result["max_streams"], result[f"max_streams_kept_{round(KEPT_TARGET * 100)}"]
+    print(f"largest K passing (kept >= {args.min_kept:g}, p95 <= {budget:g} ms): {best if best else 'none'}", file=out)
+    print(f"largest K with kept >= {KEPT_TARGET:g} and p95 <= {budget:g} ms: {near if near else 'none'}", file=out)
+    if limit:
+        print(f"decode-only limit: {limit['fps']:g} frames/s on {limit['workers']} core(s) = "
+              f"{limit['streams']:g} real-time streams", file=out)
+    if baseline:
+        print(f"baseline (Ultralytics track, every frame, {baseline.get('device') or 'cpu'}): {baseline['fps']:g} frames/s "
+              f"= {baseline['streams']:g} real-time streams", file=out)
+    elif skipped:
+        print(f"baseline: skipped: {skipped}", file=out)
+    if result["ratio_to_baseline"] is not None:
+        print(f"ratio to the baseline: {result['ratio_to_baseline']:g}x", file=out)
+    if result["fraction_of_decode_limit"] is not None:
+        print(f"fraction of the decode-only limit: {result['fraction_of_decode_limit']:.0%}", file=out)
+    _write(args.out, document)
+    print(f"wrote {args.out}", file=out, flush=True)
+    return 1 if failed else 0
+
+
+__all__ = ["add_parser", "run", "format_table", "answers"]

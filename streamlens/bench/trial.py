@@ -1,0 +1,199 @@
+"""One bench trial: K copies of a video as K live streams through a pipeline, timed from outside.
+
+A trial starts two fresh processes and ends both:
+
+1. the outside subscriber (`streamlens.bench.listener`), started first, which connects a SUB
+   socket to a free local port and times every frame message it receives;
+2. the pipeline (`streamlens.bench.runner`): the pipeline file with its sources replaced by K
+   sources `s0 .. s{K-1}` that all play the video, paced at its frame rate (`live: true`) and
+   looping, and its sinks replaced by one zmq sink on that port that waits for the subscriber's
+   subscriptions before it starts. It is stopped `warmup + seconds` after its first frame.
+
+Then the frames are counted in the measured window: the frames whose `ts` (when the frame became
+available) is at least `warmup` seconds after the first frame's `ts` of any stream, and less than
+`warmup + seconds` after it. For each stream, `kept` is the frames received in the window over the
+frames the stream had there: `frame` is the decoded index and keeps counting across loops, so
+every index missing between the first and the last frame received in the window is a frame
+dropped somewhere on the way (the decoder falling behind, a full queue, the engine shedding, or
+ZeroMQ). Latency is the subscriber's clock at receipt minus `ts`, over every counted frame of
+every stream; the keyframe rate is the fraction of counted frames the detector ran on.
+
+A trial passes when every stream kept at least `min_kept` of its frames and the p95 latency is at
+most the budget.
+
+Example:
+    >>> trial = measure({"s0": {"frame": [0, 1, 2, 4], "ts": [0.0, 1.0, 2.0, 3.0],
+    ...                         "recv": [0.01, 1.01, 2.02, 3.03], "key": [1, 0, 0, 1]}},
+    ...                 k=1, warmup=1.0, seconds=10.0)
+    >>> trial["kept_min"], trial["frames"], trial["keyframe_rate"]
+    (0.75, 3, 0.3333)
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .runner import MARKER
+
+#: a pipeline process gets this long to start (load a model, wait for the subscriber) ...
+STARTUP_S = 120.0
+#: ... and this long after its stop to drain what it holds and end
+DRAIN_S = 60.0
+
+
+def stream_names(k: int) -> list[str]:
+    return [f"s{i}" for i in range(k)]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def trial_overrides(video: str, k: int, endpoint: str, sink_options: dict | None = None) -> dict:
+    """The `load_pipeline` overrides of a trial: K looping live copies of `video`, one zmq sink."""
+    sources = [{"name": name, "uri": video, "live": True, "loop": True} for name in stream_names(k)]
+    sink = {**(sink_options or {}), "type": "zmq", "endpoint": endpoint, "mode": "pub",
+            "wait_subscribers": 3, "wait_timeout_s": 60}
+    return {"sources": sources, "sinks": [sink]}
+
+
+def _percentiles(values: np.ndarray) -> dict:
+    if values.size == 0:
+        return {"p50": None, "p95": None, "p99": None, "max": None}
+    p50, p95, p99 = np.percentile(values, [50, 95, 99])
+    return {"p50": round(float(p50), 2), "p95": round(float(p95), 2), "p99": round(float(p99), 2),
+            "max": round(float(values.max()), 2)}
+
+
+def measure(streams: dict, k: int, warmup: float, seconds: float) -> dict:
+    """kept, latency and keyframe rate in the measured window, from the subscriber's records
+    (`{stream: {"frame": [...], "ts": [...], "recv": [...], "key": [...]}}`; see the module docs)."""
+    firsts = [s["ts"][0] for s in streams.values() if s["ts"]]
+    if not firsts:
+        return {"frames": 0, "kept": 0.0, "kept_min": 0.0, "latency_ms": _percentiles(np.empty(0)),
+                "keyframe_rate": None, "streams": {}}
+    start = min(firsts) + warmup
+    end = start + seconds
+    per_stream, latencies, received, spans, keys = {}, [], 0, 0, 0
+    for name, s in streams.items():
+        ts = np.asarray(s["ts"], dtype=np.float64)
+        inside = (ts >= start) & (ts < end)
+        frames = np.asarray(s["frame"], dtype=np.int64)[inside]
+        lat = (np.asarray(s["recv"], dtype=np.float64)[inside] - ts[inside]) * 1000.0
+        n = int(inside.sum())
+        span = int(frames.max() - frames.min() + 1) if n else 0
+        per_stream[name] = {"frames": n, "expected": span, "kept": round(n / span, 4) if span else 0.0,
+                            "latency_ms": _percentiles(lat),
+                            "keyframes": int(np.asarray(s["key"], dtype=np.int64)[inside].sum()) if n else 0}
+        latencies.append(lat)
+        received += n
+        spans += span
+        keys += per_stream[name]["keyframes"]
+    kept = [per_stream.get(name, {"kept": 0.0})["kept"] for name in stream_names(k)] if k else [0.0]
+    return {"frames": received, "kept": round(received / spans, 4) if spans else 0.0,
+            "kept_min": min(kept), "latency_ms": _percentiles(np.concatenate(latencies)),
+            "keyframe_rate": round(keys / received, 4) if received else None, "streams": per_stream}
+
+
+class TrialFailed(Exception):
+    """A trial's pipeline or subscriber did not run; the message is one line."""
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [ln.strip() for ln in path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def _end(proc: subprocess.Popen, grace_s: float) -> None:
+    """Stop a child: SIGTERM (it stops cleanly), then SIGKILL after `grace_s`."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds: float, budget_ms: float,
+              min_kept: float, sink_options: dict | None = None, debug: bool = False) -> dict:
+    """Run one trial with `k` streams; its figures as a dict (see `measure`), with `passed`.
+    Raises `TrialFailed` when the pipeline process fails; KeyboardInterrupt ends both children."""
+    port = free_port()
+    endpoint = f"tcp://127.0.0.1:{port}"
+    overrides = trial_overrides(video, k, endpoint, sink_options)
+    python = sys.executable
+    with tempfile.TemporaryDirectory(prefix="streamlens-bench-") as tmp:
+        folder = Path(tmp)
+        listen_out = folder / "listener.json"
+        listen_err, run_err, run_out = (folder / name for name in ("listener.err", "runner.err", "runner.out"))
+        deadline = STARTUP_S + warmup + seconds + DRAIN_S
+        children: list[subprocess.Popen] = []
+        try:
+            with open(listen_err, "w") as lerr:
+                children.append(subprocess.Popen(
+                    [python, "-m", "streamlens.bench.listener", endpoint, "--streams", *stream_names(k),
+                     "--deadline-s", str(deadline), "--out", str(listen_out)],
+                    stdout=subprocess.DEVNULL, stderr=lerr))
+            command = [python, "-m", "streamlens.bench.runner", str(pipeline), "--overrides", json.dumps(overrides),
+                       "--warmup", str(warmup), "--seconds", str(seconds), "--startup-s", str(STARTUP_S)]
+            with open(run_out, "w") as rout, open(run_err, "w") as rerr:
+                children.append(subprocess.Popen(command + (["--debug"] if debug else []), stdout=rout, stderr=rerr))
+            runner, listener = children[1], children[0]
+            try:
+                runner.wait(deadline)
+            except subprocess.TimeoutExpired:
+                _end(runner, 10.0)
+                raise TrialFailed(f"{k} stream(s): the pipeline did not end within {deadline:.0f} s") from None
+            report = None
+            for line in run_out.read_text(encoding="utf-8", errors="replace").splitlines():
+                if line.startswith(MARKER):
+                    report = json.loads(line[len(MARKER):])
+            if runner.returncode != 0 or report is None or report.get("status") == "failed":
+                why = (report or {}).get("error") or _last_line(run_err) or f"exit code {runner.returncode}"
+                raise TrialFailed(f"{k} stream(s): the pipeline failed: {why}")
+            try:  # every eos is out; the subscriber ends as soon as it has them all
+                listener.wait(10.0)
+            except subprocess.TimeoutExpired:
+                _end(listener, 5.0)
+            if not listen_out.exists():
+                why = _last_line(listen_err) or f"exit code {listener.returncode}"
+                raise TrialFailed(f"{k} stream(s): the subscriber failed: {why}")
+            heard = json.loads(listen_out.read_text(encoding="utf-8"))
+        finally:
+            for child in reversed(children):
+                _end(child, 5.0)
+    result = {"k": k, "status": "ok", "error": None}
+    result.update(measure(heard["streams"], k, warmup, seconds))
+    result["passed"] = bool(result["frames"] > 0 and result["latency_ms"]["p95"] is not None
+                            and result["latency_ms"]["p95"] <= budget_ms and result["kept_min"] >= min_kept)
+    result["lost_on_zmq"] = sum(s.get("lost", 0) for s in heard["streams"].values())
+    result["subscriber"] = {"ended": heard.get("ended"), "timed_out": heard.get("timed_out"),
+                            "skipped": heard.get("skipped")}
+    result["pipeline"] = {"status": report.get("status"), "wall_s": report.get("wall_s")}
+    for name, counters in ((c.get("name"), c) for c in report.get("streams", [])):
+        entry = result["streams"].setdefault(name, {})
+        entry["stats"] = heard["streams"].get(name, {}).get("stats")
+        entry["eos"] = heard["streams"].get(name, {}).get("eos")
+        entry["pipeline"] = counters
+    result["dropped"] = sum(c.get("dropped", 0) or 0 for c in report.get("streams", []))
+    result["late_keyframes"] = sum(c.get("late_keyframes", 0) or 0 for c in report.get("streams", []))
+    return result
+
+
+__all__ = ["run_trial", "measure", "trial_overrides", "free_port", "TrialFailed", "stream_names"]
