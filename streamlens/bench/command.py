@@ -151,15 +151,18 @@ def _pct(value) -> str:
 
 
 def format_table(trials: list[dict]) -> str:
-    """The trials as a fixed-width table, one row each, in the order they ran."""
-    head = ("K", "kept", "kept min", "p50 ms", "p95 ms", "p99 ms", "keyframes", "dropped", "result")
+    """The trials as a fixed-width table, one row each, in the order they ran: kept frames (all
+    streams, and the worst stream), latency percentiles, the fraction of measured frames published
+    with their detections (`keyframe: true`), and over the whole run, keyframes published before
+    their detections came (late) and frames dropped in the pipeline."""
+    head = ("K", "kept", "kept min", "p50 ms", "p95 ms", "p99 ms", "keyframes", "late kf", "dropped", "result")
     rows = [head]
     for t in trials:
         lat = t.get("latency_ms") or {}
         result = "error" if t["status"] != "ok" else ("pass" if t["passed"] else "fail")
         rows.append((str(t["k"]), _pct(t.get("kept")), _pct(t.get("kept_min")), _ms(lat.get("p50")),
                      _ms(lat.get("p95")), _ms(lat.get("p99")), _pct(t.get("keyframe_rate")),
-                     str(t.get("dropped", "-")), result))
+                     str(t.get("late_keyframes", "-")), str(t.get("dropped", "-")), result))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows)
 

@@ -16,7 +16,9 @@ frames the stream had there: `frame` is the decoded index and keeps counting acr
 every index missing between the first and the last frame received in the window is a frame
 dropped somewhere on the way (the decoder falling behind, a full queue, the engine shedding, or
 ZeroMQ). Latency is the subscriber's clock at receipt minus `ts`, over every counted frame of
-every stream; the keyframe rate is the fraction of counted frames the detector ran on.
+every stream; the keyframe rate is the fraction of counted frames published with `keyframe: true`
+(a keyframe whose detections missed the budget goes out without them: the pipeline counts it in
+`late_keyframes`, reported for the whole run with the pipeline's other counters).
 
 A trial passes when every stream kept at least `min_kept` of its frames and the p95 latency is at
 most the budget.
