@@ -9,6 +9,9 @@ order (`build_scheduler` picks one from the `keyframes` section of a pipeline fi
   scene asks for it (a scene cut, tracks the motion model no longer follows, motion where no track
   is), and later, up to `max_interval`, while keyframes find the scene unchanged.
 
+Both have a `stretch` factor (1.0) on their intervals: the budget controller widens the intervals of
+live streams with it when the machine falls behind (see `streamlens.graph.control`).
+
 Example:
     >>> s = KeyframeScheduler(interval=3, offset=1)
     >>> [s.is_keyframe() for _ in range(8)]
@@ -50,13 +53,15 @@ class KeyframeScheduler:
         self._offset = offset % interval
         #: why the last keyframe was chosen (for logs and tests)
         self.reason = ""
+        #: a factor on the interval, set by the budget controller
+        self.stretch = 1.0
 
     def is_keyframe(self, frame: Frame | None = None, signals=None) -> bool:
         """Call once per frame, in order. `frame` and `signals` are accepted and ignored, so the
         runtime calls every scheduler the same way."""
         if self._countdown == 0:
             self.reason = "first" if not self.reason else "interval"
-            self._countdown = self.interval - 1
+            self._countdown = max(1, round(self.interval * self.stretch)) - 1
             if self._offset:  # the first keyframe is shifted only once
                 self._countdown, self._offset = self._offset - 1, 0
             return True
@@ -116,10 +121,12 @@ class AdaptiveKeyframeScheduler:
         self._offset = offset % interval
         self._seen_keyframe: int | None = None
         self._untracked_baseline = 0.0  # untracked motion right after the last keyframe result
+        #: a factor on `current` and `min_gap`, set by the budget controller
+        self.stretch = 1.0
 
     def is_keyframe(self, frame: Frame | None = None, signals=None) -> bool:
         """Call once per frame, in order, before the frame is tracked."""
-        cut = frame is not None and self._cuts.is_cut(frame.image)
+        cut = frame is not None and self._cuts.is_cut(frame.grey_sample(4))
         self._learn(signals)
         reason = self._reason(cut, signals)
         if reason:
@@ -133,11 +140,11 @@ class AdaptiveKeyframeScheduler:
             return "first"
         if cut:
             return "scene_cut"
-        due = self._offset or self.current
+        due = self._offset or round(self.current * self.stretch)
         if self._since + 1 >= due:
             self._offset = 0
             return "interval"
-        if signals is None or self._since + 1 < self.min_gap:
+        if signals is None or self._since + 1 < self.min_gap * self.stretch:
             return ""
         if signals.confidence < self.min_confidence:
             return "confidence"
@@ -159,10 +166,11 @@ class AdaptiveKeyframeScheduler:
 
 
 class SceneCutDetector:
-    """Tells a scene cut from a frame's thumbnail: the mean absolute difference of its green channel
-    (close to luma), shrunk to `THUMBNAIL_WIDTH` pixels wide, from the previous frame's. A cut changes
-    nearly every thumbnail pixel; motion, even a pan over the same scene, changes few of them, and
-    little. It costs about a tenth of a millisecond a 720p frame.
+    """Tells a scene cut from a frame's thumbnail: the mean absolute difference of its grey image
+    (luma, or the green channel), shrunk to `THUMBNAIL_WIDTH` pixels wide, from the previous frame's.
+    A cut changes nearly every thumbnail pixel; motion, even a pan over the same scene, changes few
+    of them, and little. `is_cut` takes a grey image (best every 4th pixel, `Frame.grey_sample(4)`)
+    or a BGR one; it costs about a tenth of a millisecond a 720p frame.
 
     Example:
         >>> cuts = SceneCutDetector()
@@ -178,20 +186,18 @@ class SceneCutDetector:
     def is_cut(self, image: np.ndarray) -> bool:
         if image is None or image.size == 0:
             return False
-        thumbnail = _thumbnail(image)
+        thumbnail = _thumbnail(image[:, :, 1] if image.ndim == 3 else image)
         previous, self._previous = self._previous, thumbnail
         if previous is None or previous.shape != thumbnail.shape:
             return False
         return float(np.abs(thumbnail - previous).mean()) > self.difference
 
 
-def _thumbnail(image: np.ndarray) -> np.ndarray:
-    """The green channel (or the grey image) shrunk to about THUMBNAIL_WIDTH wide: every 4th pixel
-    (cheap to gather), then area averaging (so a small shift changes the thumbnail little)."""
-    green = image[::4, ::4, 1] if image.ndim == 3 else image[::4, ::4]
-    width = min(THUMBNAIL_WIDTH, green.shape[1])
-    height = max(1, round(green.shape[0] * width / green.shape[1]))
-    return cv2.resize(np.ascontiguousarray(green), (width, height), interpolation=cv2.INTER_AREA).astype(np.float32)
+def _thumbnail(grey: np.ndarray) -> np.ndarray:
+    """`grey` shrunk to about THUMBNAIL_WIDTH wide by area averaging (a small shift changes it little)."""
+    width = min(THUMBNAIL_WIDTH, grey.shape[1])
+    height = max(1, round(grey.shape[0] * width / grey.shape[1]))
+    return cv2.resize(np.ascontiguousarray(grey), (width, height), interpolation=cv2.INTER_AREA).astype(np.float32)
 
 
 def build_scheduler(cfg: KeyframeConfig, offset: int = 0) -> KeyframeScheduler | AdaptiveKeyframeScheduler:
@@ -199,6 +205,11 @@ def build_scheduler(cfg: KeyframeConfig, offset: int = 0) -> KeyframeScheduler |
     if cfg.adaptive:
         return AdaptiveKeyframeScheduler(cfg.interval, cfg.max_interval, offset)
     return KeyframeScheduler(cfg.interval, offset)
+
+
+def longest_gap(cfg: KeyframeConfig) -> int:
+    """The most frames a schedule lets pass between two keyframes (before any stretch)."""
+    return cfg.max_interval if cfg.adaptive else cfg.interval
 
 
 def stagger_offsets(interval: int, streams: int) -> list[int]:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
+
 from .frame import FrameResult, StatsReport, StreamEnd
 
 SCHEMA_VERSION = 1
@@ -26,21 +28,15 @@ def frame_message(result: FrameResult) -> dict[str, Any]:
     """The schema-v1 `frame` message for one result."""
     frame, det = result.frame, result.detections
     n = len(det)
-    xyxy = det.xyxy.tolist() if n else []
-    scores = det.confidence.tolist() if n and det.confidence is not None else [1.0] * n
+    # rounded by numpy in one go, then plain Python numbers: cheaper than a round() per value
+    boxes = np.round(det.xyxy.astype(np.float64), 2).tolist() if n else []
+    scores = np.round(det.confidence.astype(np.float64), 4).tolist() if n and det.confidence is not None else [1.0] * n
     cls = det.class_id.tolist() if n and det.class_id is not None else [-1] * n
     ids = det.tracker_id.tolist() if n and det.tracker_id is not None else [-1] * n
     labels = det.data.get("class_name") if n else None
-    objects = [
-        {
-            "id": int(ids[i]),
-            "cls": int(cls[i]),
-            "label": str(labels[i]) if labels is not None else str(cls[i]),
-            "score": round(float(scores[i]), 4),
-            "box": [round(float(v), 2) for v in xyxy[i]],
-        }
-        for i in range(n)
-    ]
+    labels = [str(v) for v in labels] if labels is not None else [str(c) for c in cls]
+    objects = [{"id": int(ids[i]), "cls": int(cls[i]), "label": labels[i], "score": scores[i], "box": boxes[i]}
+               for i in range(n)]
     latency = {k: round(v, 3) for k, v in frame.timings.items()}
     return {
         "v": SCHEMA_VERSION,

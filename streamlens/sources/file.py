@@ -201,7 +201,6 @@ class FileSource(Source):
                 if cap is not None and not cap.keep(pts):
                     continue
                 started = time.perf_counter()
-                image = frame.to_ndarray(format="bgr24")
                 vectors = frame_motion_vectors(frame, distance) if self.export_mvs else None
                 decode_ms += (time.perf_counter() - started) * 1000.0
                 if pacer is None:
@@ -211,7 +210,7 @@ class FileSource(Source):
                     delay = due_monotonic - time.monotonic()
                     if delay > 0 and stop.wait(delay):
                         return
-                yield Frame(stream=self.name, index=frame_index, pts=pts, ts=ts, image=image,
+                yield Frame(stream=self.name, index=frame_index, pts=pts, ts=ts, decoded=frame,
                             timings={"decode": decode_ms}, motion_vectors=vectors)
             if stop.is_set():
                 return

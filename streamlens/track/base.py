@@ -17,9 +17,15 @@ class Tracker:
 
     `signals` tells an adaptive keyframe scheduler how sure the tracker is of the latest frame
     (`TrackingSignals`), or is None for a tracker that cannot say.
+
+    `prepare(frame)` may be called first, on another thread (the source's): it does the part of
+    the work that needs the frame alone, so that less is left for the one thread that tracks.
     """
 
     signals = None
+
+    def prepare(self, frame: Frame) -> None:
+        """Work ahead on `frame` alone, on any thread; the default does nothing."""
 
     def update(self, frame: Frame, detections: sv.Detections) -> sv.Detections:
         raise NotImplementedError

@@ -143,6 +143,11 @@ class KeyframeTracker(Tracker):
 
     # -- the Tracker interface ---------------------------------------------------------------------
 
+    def prepare(self, frame: Frame) -> None:
+        """What the motion model keeps of `frame` (motion vectors sorted, a small grey image), made
+        now, on the calling thread; `propagate` and `update` then use it."""
+        frame.observed = self.motion.observe(frame)
+
     def propagate(self, frame: Frame) -> sv.Detections:
         """Move every track to `frame` by motion and return the objects shown on it."""
         self._advance(frame)
@@ -195,7 +200,8 @@ class KeyframeTracker(Tracker):
     def _advance(self, frame: Frame) -> None:
         """Carry the tracks to `frame` by motion and remember the step."""
         self._frame_size = (frame.width, frame.height)
-        record = self.motion.observe(frame)
+        record = frame.observed if frame.observed is not None else self.motion.observe(frame)
+        frame.observed = None  # kept in the history from here
         previous = self._history.latest
         now = 0.0 if previous is None else previous.time + self._elapsed(previous, frame)
         self._last_pts = frame.pts

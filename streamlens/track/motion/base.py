@@ -105,9 +105,11 @@ def outside_boxes(points: np.ndarray, boxes: np.ndarray, shape: tuple[int, int],
     return ~covered[at[:, 1], at[:, 0]]
 
 
-def moving_share(motion: np.ndarray, outside: np.ndarray, min_motion: float) -> float:
+def moving_share(motion: np.ndarray, outside: np.ndarray, min_motion: float,
+                 camera: np.ndarray | None = None) -> float:
     """The share of the samples outside every box whose motion `(P, 2)` differs from the median
-    motion of the whole frame (the camera's) by at least `min_motion` pixels.
+    motion of the whole frame (the camera's; `camera` when already known) by at least `min_motion`
+    pixels.
 
     Example:
         >>> motion = np.array([[0.0, 0.0]] * 8 + [[5.0, 0.0]] * 2)
@@ -116,7 +118,8 @@ def moving_share(motion: np.ndarray, outside: np.ndarray, min_motion: float) -> 
     """
     if not outside.any():
         return 0.0
-    camera = np.median(motion, axis=0)
+    if camera is None:
+        camera = np.median(motion, axis=0)
     moved = np.hypot(*(motion[outside] - camera).T) >= min_motion
     return float(moved.mean())
 

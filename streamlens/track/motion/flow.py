@@ -87,12 +87,10 @@ class SparseFlow(MotionModel):
         self._background_shape: tuple[int, int] | None = None
 
     def observe(self, frame: Frame) -> GreyFrame | None:
-        image = frame.image
-        if image is None or image.size == 0:
+        if frame.width == 0 or frame.height == 0:
             return None
-        step = max(1, -(-image.shape[1] // self.work_width))
-        grey = image[::step, ::step, 1] if image.ndim == 3 else image[::step, ::step]
-        return GreyFrame(np.ascontiguousarray(grey), 1.0 / step)
+        step = max(1, -(-frame.width // self.work_width))
+        return GreyFrame(np.ascontiguousarray(frame.grey_sample(step)), 1.0 / step)
 
     def measure(self, previous: GreyFrame | None, current: GreyFrame | None, boxes: np.ndarray) -> MotionEstimate:
         if previous is None or current is None or previous.grey.shape != current.grey.shape:

@@ -46,6 +46,8 @@ MIN_VECTORS = 2
 BLOCK_AREA = 256.0
 #: how far (source pixels) a block outside every box must move to count as untracked motion
 MIN_BACKGROUND_MOTION = 1.0
+#: about how many vectors (of some 3,600 on a 720p frame) measure `untracked_motion`
+UNTRACKED_SAMPLE = 1024
 #: the standard deviation of a box's median vector, source pixels: vectors are quarter-pixel precise
 #: but chosen to compress, block by block, and some point two or three frames back. Measured on the
 #: highway clip: 1 to 5 px agree about equally with the detector; above 3 a new object's box (whose
@@ -62,6 +64,7 @@ class VectorField:
     start: np.ndarray    # (N, 2) x, y of each block on the previous frame, ordered by x
     motion: np.ndarray   # (N, 2) dx, dy per decoded frame
     shape: tuple[int, int]  # the frame's height and width
+    camera: np.ndarray | None = None  # the median motion of the whole frame, once measured
 
 
 class MotionVectors(MotionModel):
@@ -99,9 +102,13 @@ class MotionVectors(MotionModel):
         if measured.any():
             shift = np.stack([group_median(current.motion[chosen, k], owner, counts) for k in (0, 1)], axis=1)
             estimate.shift[measured] = shift[measured] * frames
-        if self.untracked:
-            outside = outside_boxes(current.start, boxes, current.shape)
-            estimate.untracked_motion = moving_share(current.motion, outside, MIN_BACKGROUND_MOTION)
+        if self.untracked:  # a share: an even sample of about UNTRACKED_SAMPLE vectors measures it as well
+            step = max(1, len(current.start) // UNTRACKED_SAMPLE)
+            motion = current.motion[::step]
+            if current.camera is None:  # the same for every box: kept for a replay over this frame
+                current.camera = np.median(motion, axis=0)
+            outside = outside_boxes(current.start[::step], boxes, current.shape)
+            estimate.untracked_motion = moving_share(motion, outside, MIN_BACKGROUND_MOTION, current.camera)
         return estimate
 
 
