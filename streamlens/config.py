@@ -130,6 +130,12 @@ class RuntimeConfig:
     #: `/metrics` and `/healthz` over HTTP: host and port (None: no HTTP server)
     http_host: str = "127.0.0.1"
     http_port: int | None = None
+    #: the p95 the budget controller holds for live streams: frame available -> result published (ms)
+    budget_ms: float = 33.0
+    #: the budget controller on live streams (see streamlens/graph/control.py); off in bulk mode
+    control: bool = True
+    #: how far the controller may widen keyframe intervals
+    max_stretch: float = 4.0
 
 
 @dataclass(slots=True)
@@ -549,6 +555,7 @@ def apply_bulk_mode(cfg: PipelineConfig, data: dict, problems: _Problems) -> Non
     if "max_batch" not in detector:
         cfg.detector.max_batch = BULK_MAX_BATCH
     cfg.detector.budget_ms = None
+    cfg.runtime.control = False
     cfg.runtime.queue_size = max(cfg.runtime.queue_size, 2 * cfg.detector.max_batch)
 
 
@@ -562,7 +569,8 @@ def parse_pipeline(data: Any, path: Path, display: str | None = None,
         raise ConfigError(problems.lines)
     data = interpolate(data, "", problems, env)
     _Section(data, "", _TOP_KEYS, problems)
-    runtime = _Section(data.get("runtime"), "runtime", ("queue_size", "mode", "http"), problems)
+    runtime = _Section(data.get("runtime"), "runtime",
+                       ("queue_size", "mode", "http", "budget_ms", "control", "max_stretch"), problems)
     http = _Section(runtime.node.get("http"), "runtime.http", ("host", "port"), problems)
     cfg = PipelineConfig(
         path=path,
@@ -574,7 +582,10 @@ def parse_pipeline(data: Any, path: Path, display: str | None = None,
         runtime=RuntimeConfig(queue_size=runtime.get("queue_size", int, 8, minimum=1),
                               mode=runtime.get("mode", str, "realtime", choices=RUNTIME_MODES),
                               http_host=http.get("host", str, "127.0.0.1"),
-                              http_port=http.get("port", int, None, minimum=0, maximum=65535)),
+                              http_port=http.get("port", int, None, minimum=0, maximum=65535),
+                              budget_ms=runtime.get("budget_ms", float, 33.0, minimum=1),
+                              control=runtime.get("control", bool, True),
+                              max_stretch=runtime.get("max_stretch", float, 4.0, minimum=1, maximum=16)),
     )
     if cfg.runtime.mode == "bulk":
         apply_bulk_mode(cfg, data, problems)

@@ -6,6 +6,7 @@ families when scraped, so a scrape costs the pipeline nothing on its hot path.
 
     streamlens_frames_total{stream="cam1"} 4231
     streamlens_latency_seconds_bucket{stream="cam1",le="0.033"} 4190
+    streamlens_stage_seconds_bucket{stage="track",stream="cam1",le="0.0025"} 4228
 
 `/healthz` answers JSON: `{"state": "running", "streams": {"cam1": "running"}}`, with HTTP 200 while
 the pipeline is `running` or `degraded` (a stream stalled, reconnecting or failed) and 503 while it
@@ -87,18 +88,36 @@ class _Collector:
         late = CounterMetricFamily("streamlens_late_keyframes",
                                    "Keyframes published by motion because the detector was late", labels=label)
         objects = CounterMetricFamily("streamlens_objects", "Objects published", labels=label)
-        dropped = CounterMetricFamily("streamlens_dropped_frames", "Frames dropped before processing",
+        dropped = CounterMetricFamily("streamlens_dropped_frames",
+                                      "Frames dropped before publication, anywhere (shed frames included)",
                                       labels=label)
+        shed = CounterMetricFamily("streamlens_shed_frames", "Frames the budget controller dropped", labels=label)
+        deferred = CounterMetricFamily("streamlens_deferred_keyframes",
+                                       "Keyframes put off while the stream's last one was with the detector",
+                                       labels=label)
+        stretch = GaugeMetricFamily("streamlens_keyframe_stretch",
+                                    "Factor the budget controller puts on the keyframe intervals", labels=label)
+        shed_share = GaugeMetricFamily("streamlens_shed_fraction",
+                                       "Share of the stream's frames the budget controller drops now", labels=label)
         depth = GaugeMetricFamily("streamlens_queue_depth", "Frames waiting to be processed", labels=label)
         fps = GaugeMetricFamily("streamlens_fps", "Current frames per second", labels=label)
         up = GaugeMetricFamily("streamlens_stream_up", "1 while the stream delivers frames", labels=label)
         latency = HistogramMetricFamily("streamlens_latency_seconds",
-                                        "From a frame becoming available to its result being published",
+                                        "From a frame becoming available to every sink having published it",
                                         labels=label)
+        stages = HistogramMetricFamily("streamlens_stage_seconds",
+                                       "Time per stage: decode, queue, batch, detect, track, publish",
+                                       labels=["stream", "stage"])
         detect = HistogramMetricFamily("streamlens_detect_seconds", "Detector time per keyframe batch",
                                        labels=label)
+        control = self.pipeline.controller
         for st in list(self.pipeline.stats.values()):
             v = [st.name]
+            shed.add_metric(v, st.shed)
+            deferred.add_metric(v, st.deferred_keyframes)
+            if control is not None and st.name in control.shedders:
+                stretch.add_metric(v, control.stretch)
+                shed_share.add_metric(v, control.shedders[st.name].fraction)
             frames.add_metric(v, st.frames)
             keyframes.add_metric(v, st.keyframes)
             late.add_metric(v, st.late_keyframes)
@@ -107,11 +126,14 @@ class _Collector:
             depth.add_metric(v, self.pipeline.queue_depth(st.name))
             fps.add_metric(v, st.fps)
             up.add_metric(v, 1.0 if st.state == "running" else 0.0)
-            for family, hist in ((latency, st.latency), (detect, st.detect)):
+            series = [(latency, v, st.latency), (detect, v, st.detect)]
+            series += [(stages, [st.name, stage], hist) for stage, hist in st.stages.items()]
+            for family, labels, hist in series:
                 buckets = [(str(b / 1000), c) for b, c in zip(hist.bounds_ms, hist.cumulative())]
                 buckets.append(("+Inf", hist.count))
-                family.add_metric(v, buckets, hist.sum_ms / 1000)
-        yield from (frames, keyframes, late, objects, dropped, depth, fps, up, latency, detect)
+                family.add_metric(labels, buckets, hist.sum_ms / 1000)
+        yield from (frames, keyframes, late, objects, dropped, shed, deferred, depth, fps, up, stretch, shed_share,
+                    latency, stages, detect)
 
 
 class MetricsServer:

@@ -27,6 +27,7 @@ class ProgressDisplay:
         self.every_s = every_s
         self._drawn = 0
         self._last = time.monotonic()
+        self._actions = 0  # budget controller actions already shown
 
     def note(self, text: str) -> None:
         """Print a line below the progress lines; the next redraw starts under it."""
@@ -35,6 +36,10 @@ class ProgressDisplay:
         self._drawn = 0
 
     def __call__(self, pipeline: Pipeline) -> None:
+        actions = list(pipeline.controller.actions) if pipeline.controller else []
+        for _, text in actions[self._actions:]:
+            self.note(f"budget: {text}")
+        self._actions = len(actions)
         stats = list(pipeline.stats.values())
         if self.tty:
             lines = [stream_line(st) for st in stats]
@@ -51,12 +56,18 @@ class ProgressDisplay:
 
 def summary(report: RunReport) -> str:
     """The table printed when a run ends. `late`: keyframes whose detections came after the frame
-    had to go out (they were applied to the tracks afterwards)."""
+    had to go out (they were applied to the tracks afterwards); `dropped`: frames lost anywhere,
+    of which `shed` by the budget controller; `p95 ms`: from a frame becoming available to its
+    publication, over the last frames."""
     rows = [f"{'stream':<12} {'frames':>7} {'keyframes':>9} {'late':>5} {'objects':>8} {'dropped':>7} "
-            f"{'wall s':>7} {'fps':>7}  state"]
+            f"{'shed':>6} {'p95 ms':>7} {'wall s':>7} {'fps':>7}  state"]
     for st in report.streams:
+        p95 = st.report(0)["latency_ms"]["p95"]
         rows.append(f"{st.name:<12} {st.frames:>7} {st.keyframes:>9} {st.late_keyframes:>5} {st.objects:>8} "
-                    f"{st.dropped:>7} {st.wall_s:>7.1f} {st.mean_fps:>7.1f}  {st.state}")
+                    f"{st.dropped:>7} {st.shed:>6} {p95:>7.1f} {st.wall_s:>7.1f} {st.mean_fps:>7.1f}  {st.state}")
+    if report.control_actions:
+        rows.append(f"budget controller: {len(report.control_actions)} steps, ended on rung {report.control_level}"
+                    f" (last: {report.control_actions[-1]})")
     total = sum(st.frames for st in report.streams)
     rows.append(f"{report.status}: {total} frames in {report.wall_s:.1f} s "
                 f"({total / report.wall_s if report.wall_s else 0:.1f} fps overall)")

@@ -75,7 +75,7 @@ def test_file_stream_waits_for_every_keyframe():
     results = [r for r, _ in published if isinstance(r, FrameResult)]
     assert [r.seq for r in results] == list(range(40)) and isinstance(published[-1][0], StreamEnd)
     assert [r.keyframe for r in results] == [k % 5 == 0 for k in range(40)]
-    assert lane.late_keyframes == 0
+    assert lane.deferred_keyframes == 0
     assert sum(detector.calls) == 8
     assert all(r.frame.timings["detect"] > 0 for r in results if r.keyframe)
 
@@ -88,8 +88,14 @@ def test_live_stream_flows_on_while_the_detector_is_late_and_reanchors():
     # every frame goes out within ~budget of becoming available, although each detection takes 250 ms
     lateness = sorted(t - r.frame.ts for r, t in results)
     assert lateness[len(lateness) // 2] < 0.1, lateness
-    assert lane.late_keyframes >= 10
-    assert sum(1 for r, _ in results if r.frame.keyframe and not r.keyframe) == lane.late_keyframes
+    late = sum(1 for r, _ in results if r.frame.keyframe and not r.keyframe)
+    assert late >= 6
+    # one keyframe per stream with the detector at a time: those due meanwhile were put off
+    assert lane.deferred_keyframes >= 3
+    assert late + sum(r.keyframe for r, _ in results) + lane.deferred_keyframes >= 90 // 5
+    # once the detector's speed is known, a keyframe it cannot finish in time does not wait at all
+    keyframe_lateness = sorted(t - r.frame.ts for r, t in results[30:] if r.frame.keyframe)
+    assert keyframe_lateness[len(keyframe_lateness) // 2] < 0.02, keyframe_lateness
     # the late detections were not lost: tracks re-anchored on them carry objects later on
     assert sum(len(r.detections) for r, _ in results[45:]) > 0
     ids = {int(i) for r, _ in results for i in r.detections.tracker_id}

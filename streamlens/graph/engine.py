@@ -12,12 +12,17 @@ stream's own frames queue behind its keyframe. For a live stream a keyframe wait
 keyframe, and goes out with `keyframe: false`), the frames behind it flow on, and when the
 detections do come the tracker applies them at that keyframe and replays the motion it stored for
 the frames since (`Tracker.update` on an earlier frame), so a slow detector costs accuracy for a
-moment, never latency. Files wait for every keyframe: their results are exact and the same on
-every run.
+moment, never latency. When the detector's learnt speed says a live keyframe cannot be back by
+then, it does not wait at all. A live stream has at most one keyframe with the detector: a keyframe
+due while the last one is still there is deferred to the first frame after it comes back, so a
+detector slower than the keyframes asked of it falls behind by at most one frame per stream.
+Files wait for every keyframe: their results are exact and the same on every run.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from collections import deque
@@ -32,6 +37,8 @@ from ..track import Tracker
 from .channel import Channel, ChannelClosed
 
 DETECTED_KEY = "\x00detected"  # the inbox key under which detections come back
+#: the nice value of the detector's thread when it runs on the CPU beside live streams
+DETECTOR_NICE = 10
 
 
 @dataclass(slots=True, eq=False)
@@ -45,13 +52,20 @@ class Detected:
 
 class DetectWorker:
     """The detector on a thread of its own: `submit(frame)` never waits; each keyframe comes back
-    through `deliver(Detected(...))`. Batches gather keyframes of every stream."""
+    through `deliver(Detected(...))`. Batches gather keyframes of every stream.
+
+    `low_priority` (Linux) runs that thread at nice `DETECTOR_NICE`: a detector on the CPU then takes
+    the cores only when decoding, tracking and publishing leave them idle, so a busy machine makes
+    keyframes late (their frames go out by motion) instead of making every frame late. (With
+    onnxruntime that covers the inference when it runs on the calling thread, `threads: 1`.)"""
 
     def __init__(self, detector, deliver: Callable[[Detected], bool], *, max_batch: int,
-                 max_wait_ms: float, budget_ms: float | None):
+                 max_wait_ms: float, budget_ms: float | None, low_priority: bool = False):
         self.detector = detector
+        self.low_priority = low_priority
         self.deliver = deliver
         self.batches = 0
+        self._busy = 0  # keyframes in the batch being detected now
         self._jobs = Channel(capacity=1 << 16, name="keyframes")
         self.batcher = Batcher(self._jobs, max_batch=max_batch, max_wait_ms=max_wait_ms, budget_ms=budget_ms)
         self._thread = threading.Thread(target=self._run, name="detector", daemon=True)
@@ -63,6 +77,12 @@ class DetectWorker:
         frame.timings["_submitted"] = time.perf_counter()
         self._jobs.put(frame)
 
+    def expected_s(self) -> float:
+        """Seconds until the detections of a keyframe submitted now would be back: the keyframes
+        ahead of it and itself, at the detector's learnt speed (0.0 until it has timed a batch)."""
+        cost = self.batcher.cost
+        return cost.estimate(self._jobs.depth() + self._busy + 1) / 1000 if cost.known else 0.0
+
     def close(self) -> None:
         """Finish the batch in hand, then stop; frames not started are dropped."""
         self._jobs.close(discard=True)
@@ -70,17 +90,25 @@ class DetectWorker:
             self._thread.join()
 
     def _run(self) -> None:
+        if self.low_priority and sys.platform.startswith("linux"):
+            try:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), DETECTOR_NICE)
+            except OSError:
+                pass
         while True:
             try:
                 batch = self.batcher.next_batch().items
             except ChannelClosed:
                 return
             started = time.perf_counter()
+            self._busy = len(batch)
             try:
                 found = self.detector.detect(batch)
             except BaseException as e:  # noqa: BLE001 - handed to the engine, which fails the run
                 self.deliver(Detected(batch[0], None, e))
                 return
+            finally:
+                self._busy = 0
             ms = (time.perf_counter() - started) * 1000
             self.batcher.observe(len(batch), ms)
             self.batches += 1
@@ -98,17 +126,22 @@ class Lane:
     name: str
     tracker: Tracker
     live: bool
+    #: the most frames the schedule lets pass between keyframes: after a longer gap (a live source
+    #: dropped the keyframe, or one was deferred) the next frame becomes one
     interval: int
     waiting: deque = field(default_factory=deque)
     ready: dict = field(default_factory=dict)
     late: set = field(default_factory=set)  # ids of keyframes published before their detections
+    #: live keyframes with the detector: until when each may wait for its detections (time.time())
+    deadlines: dict = field(default_factory=dict)
+    #: live keyframes put off because the stream's previous keyframe was still with the detector
+    deferred_keyframes: int = 0
     #: a live frame that waited longer than this for the engine is dropped (None: never)
     max_staleness_s: float | None = None
     stale_dropped: int = 0
     seq: int = 0
     in_flight: int = 0  # keyframes with the detector now
     since_keyframe: int = 0
-    late_keyframes: int = 0
     open: bool = True
 
 
@@ -116,7 +149,9 @@ class Engine:
     """Runs the lanes of every stream on one thread (see the module's docstring)."""
 
     def __init__(self, inbox: Channel, lanes: list[Lane], worker: DetectWorker,
-                 publish: Callable[[FrameResult | StreamEnd], None], late_after_s: float):
+                 publish: Callable[[FrameResult | StreamEnd], None], late_after_s: float,
+                 on_detected: Callable[[Frame], None] | None = None):
+        self.on_detected = on_detected  # told of every keyframe back from the detector, late ones too
         self.inbox = inbox
         self.lanes = {lane.name: lane for lane in lanes}
         self.worker = worker
@@ -146,7 +181,7 @@ class Engine:
 
     def _wait(self) -> float | None:
         """Seconds until the first live keyframe that waits for its detections becomes late."""
-        deadlines = [lane.waiting[0].ts + self.late_after_s for lane in self.lanes.values()
+        deadlines = [lane.deadlines.get(id(lane.waiting[0]), 0.0) for lane in self.lanes.values()
                      if lane.live and lane.waiting and isinstance(lane.waiting[0], Frame)
                      and lane.waiting[0].keyframe and id(lane.waiting[0]) not in lane.ready]
         return max(0.0, min(deadlines) - time.time()) if deadlines else None
@@ -158,12 +193,19 @@ class Engine:
                 lane.stale_dropped += 1  # too old to be worth anything live; the schedule catches up below
                 return
             item.timings["queue"] = (time.perf_counter() - item.timings.pop("_queued", time.perf_counter())) * 1000
+            scheduled = item.keyframe
             # a live stream may have dropped the scheduled keyframe: detect on this one instead
-            if not item.keyframe and lane.since_keyframe >= lane.interval:
+            if not scheduled and lane.since_keyframe >= lane.interval:
                 item.keyframe = True
+            if item.keyframe and lane.live and lane.in_flight:
+                item.keyframe = False  # the detector still has this stream's last keyframe
+                lane.deferred_keyframes += scheduled
             lane.since_keyframe = 0 if item.keyframe else lane.since_keyframe + 1
             if item.keyframe:
                 lane.in_flight += 1
+                if lane.live:  # wait for the detections only if they can be back in time
+                    deadline = item.ts + self.late_after_s
+                    lane.deadlines[id(item)] = deadline if time.time() + self.worker.expected_s() <= deadline else 0.0
                 self.worker.submit(item)
         lane.waiting.append(item)
 
@@ -172,6 +214,8 @@ class Engine:
             raise done.error
         lane = self.lanes[done.frame.stream]
         lane.in_flight -= 1
+        if self.on_detected is not None:
+            self.on_detected(done.frame)
         key = id(done.frame)
         if key in lane.late:  # the tracker rewinds to that frame, applies them, replays the motion since
             lane.late.discard(key)
@@ -189,10 +233,10 @@ class Engine:
                 return
             keyframe = head.keyframe and id(head) in lane.ready
             if head.keyframe and not keyframe:
-                if not (lane.live and time.time() >= head.ts + self.late_after_s):
+                if not (lane.live and time.time() >= lane.deadlines.get(id(head), 0.0)):
                     return  # wait for the detector
-                lane.late_keyframes += 1
                 lane.late.add(id(head))  # out by motion now; its detections are applied when they come
+            lane.deadlines.pop(id(head), None)
             lane.waiting.popleft()
             started = time.perf_counter()
             if keyframe:
@@ -208,5 +252,6 @@ class Engine:
         lane.open = False
         lane.ready.clear()
         lane.late.clear()
+        lane.deadlines.clear()
         self.publish(StreamEnd(lane.name, lane.seq, lane.seq, end.reason))
         lane.seq += 1

@@ -7,7 +7,9 @@
   is lost), a live source drops its oldest frame (every drop counted).
 - The engine gathers frames into batches: up to `max_batch` keyframes, waiting at most
   `max_wait_ms` once a keyframe is in hand, and never waiting when it has none.
-- Each result is serialised once (schema v1) and handed to every sink.
+- Each result is serialised once (schema v1) and handed to every sink. Its latency ends when the
+  last sink has published it; the budget controller (graph/control.py) holds the live streams'
+  p95 of that within `runtime.budget_ms`.
 - `stop()` (Ctrl-C) ends the sources; what they already produced is processed and written, each
   stream gets its `eos`, and the sinks close. `abort()` (a second Ctrl-C) discards frames not yet
   processed but still writes and closes what the sinks hold. An error in any node stops the rest
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import sys
 import threading
 import time
 from collections import deque
@@ -35,23 +38,45 @@ from ..config import PipelineConfig, SourceConfig, load_pipeline
 from ..detect import build_detector
 from ..errors import StreamlensError
 from ..frame import EndOfStream, FrameResult, StatsReport, StreamEnd
-from ..keyframes import build_scheduler, stagger_offsets
+from ..keyframes import build_scheduler, longest_gap, stagger_offsets
 from ..schema import dumps, message_for
 from ..sinks import Sink, build_sink
 from ..sources import Source, build_source
 from ..track import build_tracker
 from ..metrics import LatencyHistogram, MetricsServer
 from .channel import Channel, ChannelClosed
+from .control import BudgetController
 from .engine import DETECTED_KEY, DetectWorker, Engine, Lane
 
 log = logging.getLogger("streamlens")
 
 EXIT_DONE, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+#: Python's thread switch interval while a pipeline with live streams runs (seconds)
+LIVE_SWITCH_S = 0.001
+
+
+#: the stages of a frame's latency, in order: `latency_ms` of results has all but `publish` (which
+#: ends after the result was made) and their sum so far, `total`
+STAGES = ("decode", "queue", "batch", "detect", "track", "publish")
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    """p50, p95 and p99 of `values` (nearest rank), rounded to microseconds; zeros when empty.
+
+    Example:
+        >>> percentiles([float(v) for v in range(1, 101)])
+        {'p50': 51.0, 'p95': 96.0, 'p99': 100.0}
+    """
+    ordered = sorted(values)
+    if not ordered:
+        return {"p50": 0.0, "p95": 0.0, "p99": 0.0}
+    return {name: round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+            for name, q in (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))}
 
 
 @dataclass
 class StreamStats:
-    """What one stream has done so far; read by the progress display and the summary."""
+    """What one stream has done so far; read by the progress display, the summary and /metrics."""
 
     name: str
     uri: str
@@ -59,18 +84,27 @@ class StreamStats:
     frames: int = 0
     keyframes: int = 0
     objects: int = 0
+    #: frames dropped anywhere before publication, `shed` included
     dropped: int = 0
+    #: frames the budget controller dropped
+    shed: int = 0
     late_keyframes: int = 0
+    deferred_keyframes: int = 0
     state: str = "starting"
     started: float | None = None
     ended: float | None = None
     _recent: deque = field(default_factory=lambda: deque(maxlen=64), repr=False)
-    #: (keyframe, end-to-end ms) of the most recent frames, for the stats messages
+    #: (keyframe, stage timings, publish ms, end-to-end ms) of the most recent published frames
     _window: deque = field(default_factory=lambda: deque(maxlen=256), repr=False)
+    #: (batch ms, detect ms) of the most recent keyframes back from the detector
+    _detected: deque = field(default_factory=lambda: deque(maxlen=64), repr=False)
+    #: end to end: from the frame becoming available to every sink having published it
     latency: LatencyHistogram = field(default_factory=LatencyHistogram, repr=False)
     detect: LatencyHistogram = field(default_factory=LatencyHistogram, repr=False)
+    stages: dict = field(default_factory=lambda: {stage: LatencyHistogram() for stage in STAGES}, repr=False)
 
     def count(self, result: FrameResult) -> None:
+        """A result handed to the sinks."""
         now = time.monotonic()
         if self.started is None:
             self.started = now
@@ -78,27 +112,45 @@ class StreamStats:
                 self.state = "running"
         self.frames += 1
         self.keyframes += result.keyframe
+        self.late_keyframes += result.frame.keyframe and not result.keyframe
         self.objects += len(result.detections)
         self._recent.append(now)
-        total = result.frame.timings.get("total", 0.0)
-        self._window.append((result.keyframe, total))
-        self.latency.observe(total)
-        if result.keyframe:
-            self.detect.observe(result.frame.timings.get("detect", 0.0))
+
+    def published(self, result: FrameResult, publish_ms: float, total_ms: float) -> None:
+        """Every sink has published `result`, `publish_ms` after it was handed to them."""
+        timings = result.frame.timings
+        self._window.append((result.keyframe, timings, publish_ms, total_ms))
+        self.latency.observe(total_ms)
+        for stage in ("decode", "queue", "track"):
+            if stage in timings:
+                self.stages[stage].observe(timings[stage])
+        self.stages["publish"].observe(publish_ms)
+
+    def detected(self, timings: dict[str, float]) -> None:
+        """A keyframe is back from the detector (in time or late)."""
+        batch, detect = timings.get("batch", 0.0), timings.get("detect", 0.0)
+        self._detected.append((batch, detect))
+        self.stages["batch"].observe(batch)
+        self.stages["detect"].observe(detect)
+        self.detect.observe(detect)
 
     def report(self, queue_depth: int) -> dict:
-        """The values of a `stats` message: counters, current rates and latency percentiles."""
-        window = list(self._window)
-        latency = sorted(ms for _, ms in window)
-
-        def pct(q: float) -> float:
-            return round(latency[min(len(latency) - 1, int(q * len(latency)))], 3) if latency else 0.0
-
+        """The values of a `stats` message: counters, current rates, latency percentiles over the
+        last 256 published frames (`batch` and `detect`: the last 64 keyframes back from the detector,
+        late ones included)."""
+        window, detected = list(self._window), list(self._detected)
+        stages = {stage: percentiles([t[stage] for _, t, _, _ in window if stage in t])
+                  for stage in ("decode", "queue")}
+        stages["batch"] = percentiles([b for b, _ in detected])
+        stages["detect"] = percentiles([d for _, d in detected])
+        stages["track"] = percentiles([t["track"] for _, t, _, _ in window if "track" in t])
+        stages["publish"] = percentiles([p for _, _, p, _ in window])
         return {"ts": round(time.time(), 6), "state": self.state, "frames": self.frames,
                 "keyframes": self.keyframes, "fps": round(self.fps, 2),
-                "keyframe_rate": round(sum(k for k, _ in window) / len(window), 4) if window else 0.0,
-                "latency_ms": {"p50": pct(0.50), "p95": pct(0.95)},
-                "queue_depth": queue_depth, "dropped": self.dropped, "late_keyframes": self.late_keyframes}
+                "keyframe_rate": round(sum(k for k, *_ in window) / len(window), 4) if window else 0.0,
+                "latency_ms": percentiles([total for *_, total in window]), "stages_ms": stages,
+                "queue_depth": queue_depth, "dropped": self.dropped, "shed": self.shed,
+                "late_keyframes": self.late_keyframes, "deferred_keyframes": self.deferred_keyframes}
 
     @property
     def fps(self) -> float:
@@ -126,6 +178,9 @@ class RunReport:
     error: str | None
     wall_s: float
     streams: list[StreamStats]
+    #: what the budget controller did, in order, and the rung it ended on (see graph/control.py)
+    control_actions: list[str] = field(default_factory=list)
+    control_level: int = 0
 
     @property
     def exit_code(self) -> int:
@@ -163,7 +218,16 @@ class Pipeline:
         self.http_port: int | None = None  # where /metrics and /healthz listen, once running
         self._engine: Engine | None = None
         self._sources: dict[str, Source] = {}
+        self._lanes: dict[str, Lane] = {}
+        self._schedules: dict[str, object] = {}
+        self._sink_channels: list[Channel] = []
+        self._unpublished: dict[int, list] = {}  # id(result) -> [sinks still to write it, handed at]
+        self._published_lock = threading.Lock()
         self.stats = {s.name: StreamStats(s.name, s.display_uri) for s in config.sources}
+        live = [s.name for s in config.sources if s.live]
+        #: the budget controller, for the live streams (None: none live, or `runtime.control: false`)
+        self.controller = (BudgetController(config.runtime.budget_ms, live, max_stretch=config.runtime.max_stretch)
+                           if live and config.runtime.control else None)
 
     @classmethod
     def from_yaml(cls, path: str | Path, **kwargs) -> Pipeline:
@@ -212,6 +276,12 @@ class Pipeline:
         self._ran = True
         started = time.monotonic()
         sources, detector, sinks = self._build()
+        switch = sys.getswitchinterval()
+        if any(s.live for s in self.config.sources):
+            # the threads of a live pipeline hand the GIL on every LIVE_SWITCH_S, not every 5 ms: a
+            # frame waiting on a thread that holds it costs latency (p95 on 3 paced 720p streams
+            # with YOLOX-Nano on 2 cores: 57 ms at 5 ms, 18 ms at 1 ms)
+            sys.setswitchinterval(LIVE_SWITCH_S)
         self._sources = {src.name: src for src in sources}
         http = None
         try:
@@ -227,10 +297,12 @@ class Pipeline:
                 self._refresh_drops()
                 if time.monotonic() >= next_stats:
                     next_stats += stats_every_s
+                    self._control()
                     self._publish_stats(sinks)
                 if on_tick is not None:
                     on_tick(self)
         finally:
+            sys.setswitchinterval(switch)
             self._stop_sources.set()
             for src in sources:
                 src.close()
@@ -239,7 +311,9 @@ class Pipeline:
                 http.close()
         self._refresh_drops()
         status = "failed" if self._error else "interrupted" if self._interrupted else "done"
-        return RunReport(status, self._error, time.monotonic() - started, list(self.stats.values()))
+        control = self.controller
+        return RunReport(status, self._error, time.monotonic() - started, list(self.stats.values()),
+                         [text for _, text in control.actions] if control else [], control.level if control else 0)
 
     def _on_source_state(self, name: str, state: str) -> None:
         st = self.stats[name]
@@ -247,19 +321,39 @@ class Pipeline:
             st.state = state
 
     def _refresh_drops(self) -> None:
-        """Every frame dropped anywhere: at the decoder, in the inbox, or too stale for the engine."""
-        lanes = self._engine.lanes if self._engine is not None else {}
+        """Every frame dropped anywhere: at the decoder, in the inbox, too stale for the engine, or
+        by the budget controller (`shed`)."""
+        shedders = self.controller.shedders if self.controller else {}
         for st in self.stats.values():
-            src = self._sources.get(st.name)
+            src, lane = self._sources.get(st.name), self._lanes.get(st.name)
+            st.shed = shedders[st.name].dropped if st.name in shedders else 0
             st.dropped = (self._inbox.dropped[st.name] + getattr(src, "dropped_worker", 0)
-                          + getattr(src, "dropped_stale", 0)
-                          + (lanes[st.name].stale_dropped if st.name in lanes else 0))
+                          + getattr(src, "dropped_stale", 0) + (lane.stale_dropped if lane else 0) + st.shed)
+            st.deferred_keyframes = lane.deferred_keyframes if lane else 0
+
+    def _control(self) -> None:
+        """One step of the budget controller, applied to the live streams' schedules and lanes and
+        to the detector's batching."""
+        control = self.controller
+        if control is None:
+            return
+        control.tick({st.name: st.dropped - st.shed for st in self.stats.values() if st.name in control.shedders})
+        gap = longest_gap(self.config.keyframes)
+        for name in control.shedders:
+            if name in self._schedules:
+                self._schedules[name].stretch = control.stretch
+            if name in self._lanes:
+                self._lanes[name].interval = max(1, round(gap * control.stretch))
+        if self._engine is not None:
+            self._engine.worker.batcher.budget_ms = None if control.throughput else self.config.detector.budget_ms
 
     def _publish_stats(self, sinks: list[Sink]) -> None:
         """Hand each stream's `stats` to the sinks that want it, never waiting on a busy one."""
         wanted = [ch for sink, ch in zip(sinks, self._sink_channels) if sink.wants_stats]
         for st in (self.stats.values() if wanted else ()):
             values = st.report(self._inbox.depth(st.name))
+            if self.controller is not None and st.name in self.controller.shedders:
+                values["control"] = self.controller.state(st.name)
             source_stats = getattr(self._sources.get(st.name), "stats", None)
             if callable(source_stats):  # a live source: reconnects, last error (URL masked)
                 values.update({k: v for k, v in source_stats().items() if k not in ("state", "dropped")})
@@ -343,18 +437,19 @@ class Pipeline:
                    for s, ch in zip(sinks, self._sink_channels)]
         fps = {src.name: src.fps for src in sources}
         lanes = [Lane(s.name, build_tracker(cfg.tracker, fps.get(s.name), detector_conf=cfg.detector.conf,
-                                            adaptive=cfg.keyframes.adaptive), s.live, cfg.keyframes.interval,
+                                            adaptive=cfg.keyframes.adaptive), s.live, longest_gap(cfg.keyframes),
                       max_staleness_s=s.max_staleness_ms / 1000 if s.max_staleness_ms else None)
                  for s in cfg.sources]
+        self._lanes = {lane.name: lane for lane in lanes}
         threads.append(threading.Thread(target=self._run_engine, args=(detector, lanes), name="engine",
                                         daemon=True))
         by_name = {c.name: c for c in cfg.sources}
         offsets = stagger_offsets(cfg.keyframes.interval, len(sources))
+        self._schedules = {src.name: build_scheduler(cfg.keyframes, off) for src, off in zip(sources, offsets)}
         threads += [threading.Thread(target=self._run_source,
-                                     args=(src, by_name[src.name], build_scheduler(cfg.keyframes, off), lane,
-                                           detector),
+                                     args=(src, by_name[src.name], self._schedules[src.name], lane, detector),
                                      name=f"source-{src.name}", daemon=True)
-                    for src, off, lane in zip(sources, offsets, lanes)]
+                    for src, lane in zip(sources, lanes)]
         for t in threads:
             t.start()
         return threads
@@ -364,14 +459,19 @@ class Pipeline:
         few frames ago), preprocess them here when that overlaps inference, and queue."""
         produced, reason, error = 0, "end", None
         prepare = detector.prepare if getattr(detector, "prepare_ahead", False) else None
+        shedder = self.controller.shedders.get(source.name) if self.controller else None
+        prepare_track = lane.tracker.prepare
         try:
             for frame in source.frames(self._stop_sources):
+                if shedder is not None and shedder.drop():
+                    continue  # the budget controller gives up this frame (counted as shed)
                 # while a keyframe is with the detector, its result is not in the signals yet:
                 # asking for another one early would only pile work onto a busy detector
                 signals = getattr(lane.tracker, "signals", None) if lane.in_flight == 0 else None
                 frame.keyframe = schedule.is_keyframe(frame, signals)
                 if frame.keyframe and prepare is not None:
                     prepare(frame)
+                prepare_track(frame)  # per-frame tracking work, here rather than on the engine's thread
                 frame.timings["_queued"] = time.perf_counter()
                 if not self._inbox.put(frame, key=source.name, drop_oldest=cfg.live):
                     break
@@ -389,12 +489,15 @@ class Pipeline:
         cfg = self.config
         # detections coming back never wait for room: their number is bounded by keyframes in flight
         self._inbox.set_capacity(DETECTED_KEY, 1 << 20)
+        live = any(s.live for s in cfg.sources)
         worker = DetectWorker(detector, lambda done: self._inbox.put(done, key=DETECTED_KEY),
                               max_batch=cfg.detector.max_batch, max_wait_ms=cfg.detector.max_wait_ms,
-                              budget_ms=cfg.detector.budget_ms if any(s.live for s in cfg.sources) else None)
+                              budget_ms=cfg.detector.budget_ms if live else None,
+                              low_priority=live and not getattr(detector, "prepare_ahead", False))
         budget = cfg.detector.budget_ms
         self._engine = engine = Engine(self._inbox, lanes, worker, self._publish,
-                                       late_after_s=budget / 1000 if budget else float("inf"))
+                                       late_after_s=budget / 1000 if budget else float("inf"),
+                                       on_detected=lambda frame: self.stats[frame.stream].detected(frame.timings))
         try:
             engine.run()
         except BaseException as e:  # noqa: BLE001
@@ -412,14 +515,38 @@ class Pipeline:
         if isinstance(item, FrameResult):
             item.frame.timings["total"] = (time.time() - item.frame.ts) * 1000
             st.count(item)
-            st.late_keyframes += item.frame.keyframe and not item.keyframe
         else:
             st.state = {"end": "ended"}.get(item.reason, item.reason)
             st.ended = time.monotonic()
         message = message_for(item)
         payload = dumps(message)
+        if isinstance(item, FrameResult):
+            if not self._sink_channels:
+                self._on_published(item, time.perf_counter())
+            else:
+                with self._published_lock:
+                    self._unpublished[id(item)] = [len(self._sink_channels), time.perf_counter()]
         for ch in self._sink_channels:
             ch.put((item, message, payload))
+
+    def _written(self, item: FrameResult) -> None:
+        """A sink has published `item`; the last one to do so ends its latency."""
+        with self._published_lock:
+            entry = self._unpublished.get(id(item))
+            if entry is None:
+                return
+            entry[0] -= 1
+            if entry[0] > 0:
+                return
+            del self._unpublished[id(item)]
+            self._on_published(item, entry[1])
+
+    def _on_published(self, item: FrameResult, handed: float) -> None:
+        publish_ms = (time.perf_counter() - handed) * 1000
+        total_ms = (time.time() - item.frame.ts) * 1000
+        self.stats[item.frame.stream].published(item, publish_ms, total_ms)
+        if self.controller is not None:
+            self.controller.observe(item.frame.stream, total_ms)
 
     def _run_sink(self, sink: Sink, channel: Channel) -> None:
         try:
@@ -429,6 +556,8 @@ class Pipeline:
                 except ChannelClosed:
                     break
                 sink.write(item, message, payload)
+                if isinstance(item, FrameResult):
+                    self._written(item)
         except BaseException as e:  # noqa: BLE001
             self._fail(e)
             channel.close(discard=True)

@@ -1,0 +1,182 @@
+"""The 33 ms budget: latency per stage and end to end, and the controller that holds it."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+
+import numpy as np
+
+import streamlens
+from streamlens.graph.control import BudgetController, Shedder
+from streamlens.progress import summary
+from streamlens.sources.file import FileSource
+
+from .conftest import REPO
+
+SAMPLE = REPO / "samples" / "traffic.mp4"
+SAMPLE_FRAMES = 300
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def feed(controller: BudgetController, clock: Clock, ms: dict[str, float], drops: dict[str, int] | None = None,
+         seconds: int = 1) -> list[str | None]:
+    """`seconds` one-second ticks during which each stream published 32 frames at `ms` (1/32 s
+    apart: exact in binary, so window edges fall where the test says)."""
+    actions = []
+    for _ in range(seconds):
+        for k in range(32):
+            clock.now += 1 / 32
+            for stream, value in ms.items():
+                controller.observe(stream, value)
+        actions.append(controller.tick(drops or {}))
+    return actions
+
+
+def test_ladder_widens_keyframes_then_batches_then_sheds_the_stream_furthest_behind():
+    clock = Clock()
+    c = BudgetController(33, ["a", "b", "c"], max_stretch=4, clock=clock)
+    actions = feed(c, clock, {"a": 20, "b": 45, "c": 60}, seconds=6)
+    assert actions == ["keyframe intervals x1.5", "keyframe intervals x2", "keyframe intervals x3",
+                       "keyframe intervals x4", "batching for throughput", "c: dropping 1 in 8"]
+    assert c.throughput and c.stretch == 4.0
+    # c is dropping; once it is back within budget the next worst, b, gives up frames too
+    assert feed(c, clock, {"a": 20, "b": 45, "c": 30}) == ["b: dropping 1 in 8"]
+    assert (c.shedders["a"].fraction, c.shedders["b"].fraction, c.shedders["c"].fraction) == (0.0, 0.125, 0.125)
+    assert c.level == 7 and c.state("b") == {"level": 7, "keyframe_stretch": 4.0, "batching": "throughput",
+                                             "shed_fraction": 0.125}
+
+
+def test_drops_outside_the_controller_count_as_over_budget():
+    clock = Clock()
+    c = BudgetController(33, ["a"], clock=clock)
+    assert feed(c, clock, {"a": 5}, {"a": 0}) == [None]
+    assert feed(c, clock, {"a": 5}, {"a": 3}) == ["keyframe intervals x1.5"]  # 3 frames lost in the queue
+    assert feed(c, clock, {"a": 5}, {"a": 3}) == [None]  # no new ones: calm again
+
+
+def test_steps_down_in_reverse_after_calm_and_backs_off_when_that_was_too_soon():
+    clock = Clock()
+    c = BudgetController(33, ["a"], max_stretch=1.5, clock=clock, calm_s=3)
+    feed(c, clock, {"a": 50}, seconds=3)  # x1.5, batching, shed 1 in 8
+    assert c.level == 3
+    # under 60% of the budget: one rung down per calm_s, shedding first, then batching, then intervals
+    actions = [a for a in feed(c, clock, {"a": 10}, seconds=12) if a]
+    assert actions == ["a: no longer dropping", "batching for latency", "keyframe intervals x1"]
+    assert c.level == 0
+
+
+def test_a_step_down_taken_back_soon_makes_the_next_one_wait_twice_as_long():
+    clock = Clock()
+    c = BudgetController(33, ["a"], max_stretch=1.5, clock=clock, calm_s=3)
+    assert feed(c, clock, {"a": 50}) == ["keyframe intervals x1.5"]
+    assert feed(c, clock, {"a": 10}, seconds=4) == [None, None, None, "keyframe intervals x1"]
+    assert feed(c, clock, {"a": 50}) == ["keyframe intervals x1.5"]  # too soon: the wait doubles
+    assert c.calm_s == 6
+    assert feed(c, clock, {"a": 10}, seconds=7) == [None] * 6 + ["keyframe intervals x1"]
+    feed(c, clock, {"a": 50})
+    assert c.calm_s == 12
+    # between 60% and 100% of the budget it holds where it is
+    assert feed(c, clock, {"a": 25}, seconds=15) == [None] * 15 and c.level == 1
+
+
+def test_shedder_drops_evenly_and_counts():
+    s = Shedder()
+    s.fraction = 0.25
+    pattern = [s.drop() for _ in range(16)]
+    assert pattern == [False, False, False, True] * 4 and s.dropped == 4
+    s.fraction = 0.0
+    assert not any(s.drop() for _ in range(10)) and s.dropped == 4
+
+
+def run_pipeline(tmp_path, body: str, sinks: str) -> tuple[object, list[dict]]:
+    path = tmp_path / "p.yaml"
+    out = tmp_path / "out.jsonl"
+    path.write_text(body + f"sinks:\n  - {{type: jsonl, path: {out}}}\n{sinks}")
+    report = streamlens.Pipeline.from_yaml(path).run(stats_every_s=0.5)
+    assert report.status == "done", report.error
+    return report, [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_an_impossible_budget_sheds_frames_and_every_one_is_counted(tmp_path):
+    sources = "".join(f"  - {{name: cam{i}, uri: {SAMPLE}, live: true}}\n" for i in range(2))
+    report, lines = run_pipeline(
+        tmp_path,
+        f"sources:\n{sources}detector: {{backend: motion}}\nkeyframes: {{interval: 2}}\ntracker: {{motion: kalman}}\n"
+        "runtime: {budget_ms: 1, max_stretch: 2}\n", "")
+    assert report.control_actions[:3] == ["keyframe intervals x1.5", "keyframe intervals x2", "batching for throughput"]
+    assert any("dropping" in a for a in report.control_actions)
+    for st in report.streams:
+        frames = [m for m in lines if m["type"] == "frame" and m["stream"] == st.name]
+        assert st.shed > 0 and st.dropped >= st.shed
+        # nothing silent: every frame of the file was published or counted as dropped
+        assert len(frames) + st.dropped == SAMPLE_FRAMES
+        assert len({m["frame"] for m in frames}) == len(frames)
+    # wider keyframe intervals once the controller stretched them: fewer keyframes in the second half
+    keys = [m["keyframe"] for m in lines if m["type"] == "frame" and m["stream"] == "cam0"]
+    assert sum(keys[:40]) > sum(keys[-40:])
+    assert "budget controller:" in summary(report)
+
+
+def test_results_and_stats_carry_latency_per_stage_and_percentiles(tmp_path):
+    from streamlens.sinks.base import Sink
+
+    class StatsSink(Sink):  # keeps the stats messages the pipeline publishes
+        name = "stats"
+        wants_stats = True
+
+        def __init__(self):
+            self.stats = []
+
+        def write(self, item, message, payload):
+            if message["type"] == "stats":
+                self.stats.append(message)
+
+    path = tmp_path / "p.yaml"
+    path.write_text(f"sources:\n  - {{name: cam1, uri: {SAMPLE}, live: true}}\ndetector: {{backend: motion}}\n"
+                    "keyframes: {interval: 3}\ntracker: {motion: kalman}\n")
+    sink = StatsSink()
+    pipeline = streamlens.Pipeline.from_yaml(path, sinks=[sink])
+    switch = sys.getswitchinterval()
+    results = [r for r in pipeline.results() if isinstance(r, streamlens.FrameResult)]
+    assert len(results) == SAMPLE_FRAMES
+    assert sys.getswitchinterval() == switch  # a live run shortens it while it runs, then puts it back
+    for r in results[:50]:
+        t = r.frame.timings
+        assert {"decode", "queue", "track", "total"} <= set(t) and t["total"] >= t["queue"] >= 0
+        if r.keyframe:
+            assert t["detect"] > 0 and "batch" in t
+    st = pipeline.stats["cam1"]
+    last = st.report(0)
+    lat = last["latency_ms"]
+    assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"]
+    assert set(last["stages_ms"]) == {"decode", "queue", "batch", "detect", "track", "publish"}
+    assert last["stages_ms"]["detect"]["p50"] > 0 and last["stages_ms"]["publish"]["p99"] >= 0
+    # published end to end is never less than the hand-off to the sinks
+    assert st.latency.count == SAMPLE_FRAMES and st.latency.sum_ms >= sum(r.frame.timings["total"] for r in results) - 1
+    assert sink.stats and {"latency_ms", "stages_ms", "shed", "deferred_keyframes", "control"} <= set(sink.stats[-1])
+    assert sink.stats[-1]["control"]["level"] == 0  # a light load needs nothing from the controller
+
+
+def test_a_file_frame_is_converted_to_bgr_only_when_read():
+    frames = []
+    for frame in FileSource("cam1", SAMPLE).frames(threading.Event()):
+        frames.append(frame)
+        if len(frames) == 3:
+            break
+    frame = frames[2]
+    before = frame.timings["decode"]
+    grey = frame.grey_sample(4).astype(np.int16)  # the luma plane, no conversion
+    image = frame.image
+    assert image.shape == (360, 640, 3) and frame.timings["decode"] > before
+    assert frame.image is image  # converted once
+    assert np.abs(grey - image[::4, ::4, 1].astype(np.int16)).mean() < 12  # luma is close to green
+    assert (frame.width, frame.height) == (640, 360)
