@@ -121,12 +121,13 @@ class AdaptiveKeyframeScheduler:
         self._offset = offset % interval
         self._seen_keyframe: int | None = None
         self._untracked_baseline = 0.0  # untracked motion right after the last keyframe result
-        #: a factor on `current` and `min_gap`, set by the budget controller
+        #: a factor on `current`, set by the budget controller; while above 1, nothing comes early before
+        #: half the stretched interval
         self.stretch = 1.0
 
     def is_keyframe(self, frame: Frame | None = None, signals=None) -> bool:
         """Call once per frame, in order, before the frame is tracked."""
-        cut = frame is not None and self._cuts.is_cut(frame.grey_sample(4))
+        cut = frame is not None and self._cuts.is_cut(frame.grey_sample(8))
         self._learn(signals)
         reason = self._reason(cut, signals)
         if reason:
@@ -144,7 +145,9 @@ class AdaptiveKeyframeScheduler:
         if self._since + 1 >= due:
             self._offset = 0
             return "interval"
-        if signals is None or self._since + 1 < self.min_gap * self.stretch:
+        # stretched (the machine is behind), nothing comes early before half the stretched interval
+        early = self.min_gap if self.stretch <= 1 else max(self.min_gap, round(self.current * self.stretch / 2))
+        if signals is None or self._since + 1 < early:
             return ""
         if signals.confidence < self.min_confidence:
             return "confidence"
@@ -170,7 +173,7 @@ class SceneCutDetector:
     (luma, or the green channel), shrunk to `THUMBNAIL_WIDTH` pixels wide, from the previous frame's.
     A cut changes nearly every thumbnail pixel; motion, even a pan over the same scene, changes few
     of them, and little. `is_cut` takes a grey image (best every 4th pixel, `Frame.grey_sample(4)`)
-    or a BGR one; it costs about a tenth of a millisecond a 720p frame.
+    or a BGR one; from every 8th pixel of a 720p frame it costs about 0.05 ms.
 
     Example:
         >>> cuts = SceneCutDetector()

@@ -3,7 +3,8 @@
 Latency here is end to end: from a frame becoming available (`Frame.ts`) to every sink having
 published its result. Once a second the controller looks at each live stream's last second: its
 p95, and any frame dropped without its say (a full queue, a frame too stale, a decoder that fell
-behind). When a stream is over budget or dropping, it climbs one rung of this ladder:
+behind). When a stream is over budget or dropping, it climbs one rung of this ladder, then gives the
+step `settle_s` (2 s) to take effect (a full queue takes a moment to drain) before the next:
 
 1. widen the keyframe intervals of every live stream (x1.5, x2, x3, x4 ... up to `max_stretch`):
    less detector work, the cheapest thing to give up, since the tracker carries objects between;
@@ -19,7 +20,7 @@ the next one wait twice as long (up to a minute), so a load at the edge does not
 
 Example:
     >>> t = [0.0]
-    >>> c = BudgetController(33, ["cam1", "cam2"], max_stretch=2, clock=lambda: t[0])
+    >>> c = BudgetController(33, ["cam1", "cam2"], max_stretch=2, settle_s=1, clock=lambda: t[0])
     >>> def second(ms):
     ...     t[0] += 1.0
     ...     for stream in ("cam1", "cam2"): c.observe(stream, ms[stream])
@@ -76,10 +77,13 @@ class BudgetController:
     `throughput` and `shedders[stream]` and applies them."""
 
     def __init__(self, budget_ms: float, streams: list[str], *, max_stretch: float = 4.0,
-                 window_s: float = 1.0, calm_s: float = 5.0, clock: Callable[[], float] = time.monotonic):
+                 window_s: float = 1.0, calm_s: float = 5.0, settle_s: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic):
         self.budget_ms = float(budget_ms)
         self.stretches = tuple(s for s in STRETCHES if s <= max(1.0, max_stretch))
         self.window_s = window_s
+        self.settle_s = settle_s
+        self._last_up: float | None = None
         self.base_calm_s = self.calm_s = calm_s
         self.clock = clock
         self.shedders = {name: Shedder() for name in streams}
@@ -131,6 +135,9 @@ class BudgetController:
             if self._last_down is not None and now - self._last_down < self.calm_s:
                 self.calm_s = min(MAX_CALM_S, 2 * self.calm_s)  # that step down was one too many
             self._last_down = None
+            if self._last_up is not None and now - self._last_up < self.settle_s:
+                return None  # the last step has not had its time yet
+            self._last_up = now
             return self._note(now, self._step_up(p95, over))
         calm = all(ms is None or ms < CALM_SHARE * self.budget_ms for ms in p95.values())
         if not calm or self.level == 0:

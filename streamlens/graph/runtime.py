@@ -55,8 +55,8 @@ EXIT_DONE, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 LIVE_SWITCH_S = 0.001
 
 
-#: the stages of a frame's latency, in order: `latency_ms` of results has all but `publish` (which
-#: ends after the result was made) and their sum so far, `total`
+#: the stages of a frame's latency, in order. `latency_ms` of a result has all but `publish` (which
+#: ends after the message has gone), and `total`: from the frame becoming available to the hand-off
 STAGES = ("decode", "queue", "batch", "detect", "track", "publish")
 
 

@@ -222,27 +222,30 @@ class KeyframeTracker(Tracker):
     def _replay_after(self, step: FrameStep) -> TrackTable:
         """Redo the motion of every frame after `step` from its record; the tracks at the latest."""
         tracks, previous = step.tracks, step
-        for later in self._history.since(step.index):
-            tracks = self._move(tracks, previous.record, later.record, previous.time, later.time)
+        later_steps = list(self._history.since(step.index))
+        for k, later in enumerate(later_steps):  # untracked motion: only the latest frame's counts
+            tracks = self._move(tracks, previous.record, later.record, previous.time, later.time,
+                                untracked=k == len(later_steps) - 1)
             later.tracks = tracks
             previous = later
         return tracks
 
     def _move(self, tracks: TrackTable, previous: object | None, current: object | None,
-              then: float, now: float) -> TrackTable:
+              then: float, now: float, untracked: bool = True) -> TrackTable:
         """The tracks one frame later (time `then` to `now`): predicted by the Kalman filter, corrected
         by measured motion. Tracks lost for longer than `coast_s` are only predicted: they are out of
         view, or the detector would see them."""
         if len(tracks) == 0:
-            estimate = self.motion.measure(previous, current, np.empty((0, 4)))
-            self._note_motion(tracks, estimate.untracked_motion)
+            estimate = self.motion.measure(previous, current, np.empty((0, 4)), untracked)
+            if untracked:
+                self._note_motion(tracks, estimate.untracked_motion)
             return tracks
         tracks = tracks.copy()
         dt = now - then
         coasting = tracks.coasting(then, self.coast_s)
         visible = np.flatnonzero((tracks.states == TENTATIVE) | (tracks.states == CONFIRMED) | coasting)
         tracks.means[tracks.states == LOST, 6:8] = 0.0  # a lost box keeps its size (ByteTrack)
-        estimate = self.motion.measure(previous, current, xywh_to_xyxy(tracks.means[visible, :4]))
+        estimate = self.motion.measure(previous, current, xywh_to_xyxy(tracks.means[visible, :4]), untracked)
         delta = np.full((len(tracks), 4), np.nan)
         delta[visible] = estimate.deltas(tracks.means[visible, 2:4])
         noise = np.ones(len(tracks))  # pixels; unused where nothing was measured
@@ -252,7 +255,8 @@ class KeyframeTracker(Tracker):
         quality = estimate.quality
         tracks.motion_quality[visible] = np.where(np.isfinite(quality), np.minimum(quality, 1.0), decayed)
         self._lose_outside(tracks)
-        self._note_motion(tracks, estimate.untracked_motion)
+        if untracked:
+            self._note_motion(tracks, estimate.untracked_motion)
         return tracks
 
     def _lose_outside(self, tracks: TrackTable) -> None:

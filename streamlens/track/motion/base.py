@@ -68,8 +68,10 @@ class MotionModel:
         """What to keep of `frame` to measure motion into and out of it later."""
         raise NotImplementedError
 
-    def measure(self, previous: object | None, current: object | None, boxes: np.ndarray) -> MotionEstimate:
-        """Where `boxes` `(N, 4)` of the previous frame are on the current one."""
+    def measure(self, previous: object | None, current: object | None, boxes: np.ndarray,
+                untracked: bool = True) -> MotionEstimate:
+        """Where `boxes` `(N, 4)` of the previous frame are on the current one. `untracked=False`:
+        leave `untracked_motion` unmeasured (a replay needs it only on its last frame)."""
         raise NotImplementedError
 
 

@@ -92,19 +92,21 @@ class SparseFlow(MotionModel):
         step = max(1, -(-frame.width // self.work_width))
         return GreyFrame(np.ascontiguousarray(frame.grey_sample(step)), 1.0 / step)
 
-    def measure(self, previous: GreyFrame | None, current: GreyFrame | None, boxes: np.ndarray) -> MotionEstimate:
+    def measure(self, previous: GreyFrame | None, current: GreyFrame | None, boxes: np.ndarray,
+                untracked: bool = True) -> MotionEstimate:
         if previous is None or current is None or previous.grey.shape != current.grey.shape:
             return MotionEstimate.nothing(len(boxes))
         scale = current.scale
         box_points = _grid_points(inner_boxes(boxes, INNER), self.grid) * scale  # (B, G*G, 2)
-        background = self._background_points(current.grey.shape) if self.untracked else np.empty((0, 2), np.float32)
+        untracked = self.untracked and untracked
+        background = self._background_points(current.grey.shape) if untracked else np.empty((0, 2), np.float32)
         start = np.concatenate([box_points.reshape(-1, 2), background]).astype(np.float32)
         end, good = _track_points(previous.grey, current.grey, start)
         motion = (end - start) / scale  # source pixels
         per_box = len(boxes) * self.grid ** 2
         estimate = _move_boxes(boxes, box_points / scale, motion[:per_box], good[:per_box], self.grid)
         estimate.noise[:] = NOISE / scale
-        if self.untracked:
+        if untracked:
             bg_good = good[per_box:]
             outside = outside_boxes(background[bg_good], boxes * scale, current.grey.shape)
             estimate.untracked_motion = moving_share(motion[per_box:][bg_good], outside,

@@ -28,5 +28,5 @@ class KalmanOnly(MotionModel):
     def observe(self, frame) -> None:
         return None
 
-    def measure(self, previous, current, boxes: np.ndarray) -> MotionEstimate:
+    def measure(self, previous, current, boxes: np.ndarray, untracked: bool = True) -> MotionEstimate:
         return MotionEstimate.nothing(len(boxes))

@@ -86,7 +86,8 @@ class MotionVectors(MotionModel):
         order = np.argsort(start[:, 0], kind="stable")
         return VectorField(frame.index, start[order], vectors[order, 2:4], (frame.height, frame.width))
 
-    def measure(self, previous, current: VectorField | None, boxes: np.ndarray) -> MotionEstimate:
+    def measure(self, previous, current: VectorField | None, boxes: np.ndarray,
+                untracked: bool = True) -> MotionEstimate:
         if current is None or len(current.motion) == 0:
             return MotionEstimate.nothing(len(boxes))
         # vectors give motion per decoded frame; frames dropped on the way (max_fps) moved too
@@ -102,7 +103,7 @@ class MotionVectors(MotionModel):
         if measured.any():
             shift = np.stack([group_median(current.motion[chosen, k], owner, counts) for k in (0, 1)], axis=1)
             estimate.shift[measured] = shift[measured] * frames
-        if self.untracked:  # a share: an even sample of about UNTRACKED_SAMPLE vectors measures it as well
+        if self.untracked and untracked:  # a share: an even sample of about UNTRACKED_SAMPLE vectors measures it as well
             step = max(1, len(current.start) // UNTRACKED_SAMPLE)
             motion = current.motion[::step]
             if current.camera is None:  # the same for every box: kept for a replay over this frame
