@@ -38,6 +38,10 @@ def build_yolov8n(folder: Path) -> Path:
 
 
 def write_page(data: dict, out: Path) -> None:
+    """The results page; a `## Notes` section already in `out` (the reading of the figures) is kept."""
+    notes = ""
+    if out.exists() and "\n## Notes" in out.read_text():
+        notes = out.read_text()[out.read_text().index("\n## Notes"):]
     a, dl, base = data["answers"], data["decode_limit"], data["baseline"]
     lines = [
         f"# Live streams within the budget ({data['date'][:16].replace('T', ' ')} UTC)",
@@ -77,14 +81,18 @@ def write_page(data: dict, out: Path) -> None:
                      f"{Path(base.get('model', '')).name} at imgsz {base.get('imgsz')}: {base.get('fps')} frames/s = "
                      f"{base.get('streams')} real-time streams; streamlens carries "
                      f"**{a.get('ratio_to_baseline')}x** as many.")
-    out.write_text("\n".join(lines) + "\n")
+    out.write_text("\n".join(lines) + "\n" + notes)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--streams", default="1-8")
     p.add_argument("--seconds", default="30")
+    p.add_argument("--page-only", action="store_true", help="rewrite bench.md from the bench.json there")
     args = p.parse_args()
+    if args.page_only:
+        write_page(json.loads((RESULTS / "bench.json").read_text()), RESULTS / "bench.md")
+        return 0
     RESULTS.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench_live_") as tmp:
         model = build_yolov8n(Path(tmp))
@@ -96,7 +104,7 @@ def main() -> int:
         if code != 0:
             return code
     data = json.loads(out.read_text())
-    data["command"] = " ".join(command[:-5] + ["--baseline-model", "yolov8n.pt", "--baseline-imgsz", "320",
+    data["command"] = " ".join(command[:-6] + ["--baseline-model", "yolov8n.pt", "--baseline-imgsz", "320",
                                                 "--out", "tools/results/bench.json"])
     out.write_text(json.dumps(data, indent=1) + "\n")
     write_page(data, RESULTS / "bench.md")
