@@ -7,6 +7,8 @@
   is lost), a live source drops its oldest frame (every drop counted).
 - The engine gathers frames into batches: up to `max_batch` keyframes, waiting at most
   `max_wait_ms` once a keyframe is in hand, and never waiting when it has none.
+- A sink whose writes never wait (`Sink.inline`: a ZeroMQ publisher) is written on the engine's
+  thread instead: one thread hop less per frame.
 - Each result is serialised once (schema v1) and handed to every sink. Its latency ends when the
   last sink has published it; the budget controller (graph/control.py) holds the live streams'
   p95 of that within `runtime.budget_ms`.
@@ -202,6 +204,17 @@ class _QueueSink(Sink):
 _END = object()
 
 
+class _InlineSink:
+    """A sink written on the engine's thread, and its lock (stats reports come from the main thread)."""
+
+    __slots__ = ("sink", "lock", "open")
+
+    def __init__(self, sink: Sink):
+        self.sink = sink
+        self.lock = threading.Lock()
+        self.open = True
+
+
 class Pipeline:
     """A pipeline built from a `PipelineConfig`; `run()` it once."""
 
@@ -221,6 +234,8 @@ class Pipeline:
         self._lanes: dict[str, Lane] = {}
         self._schedules: dict[str, object] = {}
         self._sink_channels: list[Channel] = []
+        self._threaded_sinks: list[Sink] = []  # each with a channel and a thread of its own
+        self._inline: list[_InlineSink] = []  # written on the engine's thread (`Sink.inline`)
         self._unpublished: dict[int, list] = {}  # id(result) -> [sinks still to write it, handed at]
         self._published_lock = threading.Lock()
         self.stats = {s.name: StreamStats(s.name, s.display_uri) for s in config.sources}
@@ -298,7 +313,7 @@ class Pipeline:
                 if time.monotonic() >= next_stats:
                     next_stats += stats_every_s
                     self._control()
-                    self._publish_stats(sinks)
+                    self._publish_stats()
                 if on_tick is not None:
                     on_tick(self)
         finally:
@@ -347,10 +362,11 @@ class Pipeline:
         if self._engine is not None:
             self._engine.worker.batcher.budget_ms = None if control.throughput else self.config.detector.budget_ms
 
-    def _publish_stats(self, sinks: list[Sink]) -> None:
+    def _publish_stats(self) -> None:
         """Hand each stream's `stats` to the sinks that want it, never waiting on a busy one."""
-        wanted = [ch for sink, ch in zip(sinks, self._sink_channels) if sink.wants_stats]
-        for st in (self.stats.values() if wanted else ()):
+        wanted = [ch for sink, ch in zip(self._threaded_sinks, self._sink_channels) if sink.wants_stats]
+        inline = [entry for entry in self._inline if entry.sink.wants_stats]
+        for st in (self.stats.values() if wanted or inline else ()):
             values = st.report(self._inbox.depth(st.name))
             if self.controller is not None and st.name in self.controller.shedders:
                 values["control"] = self.controller.state(st.name)
@@ -362,6 +378,8 @@ class Pipeline:
             payload = dumps(message)
             for ch in wanted:
                 ch.put((report, message, payload), key="stats", drop_oldest=True)
+            for entry in inline:
+                self._write_inline(entry, report, message, payload)
 
     def results(self) -> Iterator[FrameResult | StreamEnd]:
         """Run in the background and yield every `FrameResult` and `StreamEnd` as it is made.
@@ -432,9 +450,11 @@ class Pipeline:
 
     def _start(self, sources, detector, sinks) -> list[threading.Thread]:
         cfg = self.config
-        self._sink_channels = [Channel(cfg.runtime.queue_size, f"sink:{s.name}") for s in sinks]
+        self._inline = [_InlineSink(s) for s in sinks if s.inline]
+        self._threaded_sinks = [s for s in sinks if not s.inline]
+        self._sink_channels = [Channel(cfg.runtime.queue_size, f"sink:{s.name}") for s in self._threaded_sinks]
         threads = [threading.Thread(target=self._run_sink, args=(s, ch), name=f"sink-{s.name}", daemon=True)
-                   for s, ch in zip(sinks, self._sink_channels)]
+                   for s, ch in zip(self._threaded_sinks, self._sink_channels)]
         fps = {src.name: src.fps for src in sources}
         lanes = [Lane(s.name, build_tracker(cfg.tracker, fps.get(s.name), detector_conf=cfg.detector.conf,
                                             adaptive=cfg.keyframes.adaptive), s.live, longest_gap(cfg.keyframes),
@@ -509,6 +529,14 @@ class Pipeline:
                 self._publish(StreamEnd(lane.name, lane.seq, lane.seq, reason))
             for ch in self._sink_channels:
                 ch.close()
+            for entry in self._inline:
+                with entry.lock:
+                    if entry.open:
+                        entry.open = False
+                        try:
+                            entry.sink.close()
+                        except BaseException as e:  # noqa: BLE001
+                            self._fail(e)
 
     def _publish(self, item: FrameResult | StreamEnd) -> None:
         st = self.stats[item.stream if isinstance(item, StreamEnd) else item.frame.stream]
@@ -521,13 +549,35 @@ class Pipeline:
         message = message_for(item)
         payload = dumps(message)
         if isinstance(item, FrameResult):
-            if not self._sink_channels:
+            sinks = len(self._sink_channels) + len(self._inline)
+            if not sinks:
                 self._on_published(item, time.perf_counter())
             else:
                 with self._published_lock:
-                    self._unpublished[id(item)] = [len(self._sink_channels), time.perf_counter()]
+                    self._unpublished[id(item)] = [sinks, time.perf_counter()]
+        for entry in self._inline:
+            if self._write_inline(entry, item, message, payload) and isinstance(item, FrameResult):
+                self._written(item)
         for ch in self._sink_channels:
             ch.put((item, message, payload))
+
+    def _write_inline(self, entry: _InlineSink, item, message: dict, payload: bytes) -> bool:
+        """Write to an inline sink now, on this thread; a failure ends the run as a sink thread's does."""
+        with entry.lock:
+            if not entry.open:
+                return False
+            try:
+                entry.sink.write(item, message, payload)
+                return True
+            except BaseException as e:  # noqa: BLE001
+                entry.open = False
+                self._fail(e)
+                self._inbox.close(discard=True)
+                try:
+                    entry.sink.close()
+                except BaseException as e2:  # noqa: BLE001
+                    self._fail(e2)
+                return False
 
     def _written(self, item: FrameResult) -> None:
         """A sink has published `item`; the last one to do so ends its latency."""

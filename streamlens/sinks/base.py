@@ -1,4 +1,5 @@
-"""What every sink is: one place results go. The runtime gives each sink a thread of its own."""
+"""What every sink is: one place results go. The runtime gives each sink a thread of its own, or
+writes an `inline` one on the engine's thread."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ class Sink:
     name: str = "sink"
     #: True for sinks that also want a `StatsReport` about each stream about once a second
     wants_stats: bool = False
+    #: True for a sink whose `write` never waits and costs little (a ZeroMQ publisher): the runtime
+    #: then calls it on the engine's thread, one thread hop less per frame, under a lock of its own
+    #: (stats come from another thread); the others get a thread and a queue each
+    inline: bool = False
 
     def open(self) -> None:
         pass

@@ -119,6 +119,8 @@ class ZmqSink(Sink):
         self.wait_subscribers = wait_subscribers
         self.wait_timeout_s = wait_timeout_s
         self.frames = frames
+        # a publisher never waits; encoding a JPEG per frame is work for a thread of its own
+        self.inline = mode == "pub" and frames == "none"
         self.jpeg_quality = jpeg_quality
         self.annotate = annotate
         self.send_timeout_s = send_timeout_s

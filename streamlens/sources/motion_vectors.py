@@ -51,13 +51,19 @@ def vectors_from_side_data(raw: np.ndarray, distance: int = 1) -> np.ndarray:
         >>> vectors_from_side_data(raw, distance=2).tolist()
         [[40.0, 24.0, 2.5, -0.5]]
     """
-    raw = raw[raw["source"] < 0]
-    scale = np.maximum(raw["motion_scale"].astype(np.float32), 1.0) * max(distance, 1)
+    past = raw["source"] < 0
+    if not past.all():  # B-frames only: a P-frame's blocks all come from the past
+        raw = raw[past]
+    scales = raw["motion_scale"]
+    if len(scales) and (scales == scales[0]).all():  # one precision for the frame (H.264: quarter pel)
+        scale = np.float32(-1.0 / (max(int(scales[0]), 1) * max(distance, 1)))
+    else:
+        scale = -1.0 / (np.maximum(scales.astype(np.float32), 1.0) * max(distance, 1))
     out = np.empty((len(raw), 4), np.float32)
     out[:, 0] = raw["dst_x"]
     out[:, 1] = raw["dst_y"]
-    out[:, 2] = -raw["motion_x"] / scale
-    out[:, 3] = -raw["motion_y"] / scale
+    np.multiply(raw["motion_x"], scale, out=out[:, 2], casting="unsafe")
+    np.multiply(raw["motion_y"], scale, out=out[:, 3], casting="unsafe")
     return out
 
 
