@@ -3,6 +3,9 @@ issue-7 set-up, with an Ultralytics baseline, written up as tools/results/bench.
 
     python tools/bench_live.py [--streams 1-8] [--seconds 30]
 
+The search passes a K when every stream keeps at least 97% of its frames (the issue's target) and
+p95 <= 33 ms; the table shows each trial's losses, and the page names the largest K that lost none.
+
 The pipeline is pipelines/highway_yolox.yaml (720p30 H.264, YOLOX-Nano through onnxruntime on one
 thread, adaptive keyframes, the `mv` tracker; `streamlens bench` replaces its sinks by one ZeroMQ
 sink and times every result at an outside subscriber). YOLOX-Nano is not a model Ultralytics can
@@ -68,8 +71,9 @@ def write_page(data: dict, out: Path) -> None:
                      f"{t.get('dropped')} | {ok} |")
     lines += [
         "",
-        f"- Largest K with every frame kept and p95 <= {data['budget_ms']:g} ms: **{a['max_streams']}**; "
-        f"with at least 97% kept: **{a['max_streams_kept_97']}**.",
+        f"- Largest K with every stream keeping at least 97% of its frames and p95 <= {data['budget_ms']:g} ms: "
+        f"**{a['max_streams_kept_97']}**; of the trials run, the largest that lost no frame at all: "
+        f"**{max((t['k'] for t in data['trials'] if t.get('kept') == 1.0 and t.get('passed')), default='none')}**.",
         f"- Decoding alone ({dl['workers']} processes, one decode thread each, motion vectors read): "
         f"{dl['fps']} frames/s = {dl['streams']} real-time streams; K reached "
         f"{100 * (a['fraction_of_decode_limit'] or 0):.0f}% of that limit.",
@@ -98,7 +102,8 @@ def main() -> int:
         model = build_yolov8n(Path(tmp))
         out = RESULTS / "bench.json"
         command = ["streamlens", "bench", str(PIPELINE.relative_to(ROOT)), "--streams", args.streams,
-                   "--seconds", args.seconds, "--baseline-model", str(model), "--baseline-imgsz", "320",
+                   "--seconds", args.seconds, "--min-kept", "0.97",
+                   "--baseline-model", str(model), "--baseline-imgsz", "320",
                    "--out", str(out.relative_to(ROOT))]
         code = subprocess.call(command, cwd=ROOT)
         if code != 0:
