@@ -188,3 +188,43 @@ def test_a_file_frame_is_converted_to_bgr_only_when_read():
     assert frame.image is image  # converted once
     assert np.abs(grey - image[::4, ::4, 1].astype(np.int16)).mean() < 12  # luma is close to green
     assert (frame.width, frame.height) == (640, 360)
+
+
+def test_an_inline_sink_runs_on_the_engine_thread_and_its_failure_ends_the_run(tmp_path):
+    from streamlens.errors import StreamlensError
+    from streamlens.sinks.base import Sink
+
+    class Inline(Sink):
+        name = "inline"
+        inline = True
+        wants_stats = True
+
+        def __init__(self, fail_at: int | None = None):
+            self.threads, self.kinds, self.fail_at, self.closed = set(), [], fail_at, 0
+
+        def write(self, item, message, payload):
+            self.threads.add(threading.current_thread().name)
+            self.kinds.append(message["type"])
+            if self.fail_at is not None and len(self.kinds) > self.fail_at:
+                raise StreamlensError("inline sink: disk full")
+
+        def close(self):
+            self.closed += 1
+
+    path = tmp_path / "p.yaml"
+    out = tmp_path / "out.jsonl"
+    path.write_text(f"sources:\n  - {{name: cam1, uri: {SAMPLE}, max_fps: 60}}\ndetector: {{backend: motion}}\n"
+                    f"tracker: none\nsinks:\n  - {{type: jsonl, path: {out}}}\n")
+    good = Inline()
+    report = streamlens.Pipeline.from_yaml(path, sinks=[good]).run(stats_every_s=0.05)
+    assert report.status == "done" and good.closed == 1
+    assert good.kinds.count("frame") == SAMPLE_FRAMES and good.kinds[-1] == "eos"
+    assert "engine" in good.threads and not any(t.startswith("sink-") for t in good.threads)
+    assert report.streams[0].latency.count == SAMPLE_FRAMES  # published = written by both sinks
+
+    bad = Inline(fail_at=10)
+    report = streamlens.Pipeline.from_yaml(path, sinks=[bad]).run()
+    assert report.status == "failed" and report.error == "inline sink: disk full" and bad.closed == 1
+    # the other sink keeps what was produced: whole lines only
+    lines = out.read_text().splitlines()
+    assert lines and all(line.startswith("{") and line.endswith("}") for line in lines)
