@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import supervision as sv
+
+if TYPE_CHECKING:  # supervision takes about a second to import: decode workers never need it
+    import supervision as sv
 
 
 class Frame:
@@ -156,6 +159,8 @@ class StatsReport:
 
 def empty_detections() -> sv.Detections:
     """Detections with no rows, with every field the graph relies on present."""
+    import supervision as sv
+
     det = sv.Detections(
         xyxy=np.empty((0, 4), np.float32),
         confidence=np.empty((0,), np.float32),
