@@ -46,7 +46,8 @@ def sample_frames(n: int, live: bool):
     return frames
 
 
-def run_engine(frames, *, live: bool, interval: int, delay_s: float, late_after_s: float):
+def run_engine(frames, *, live: bool, interval: int, delay_s: float, late_after_s: float,
+               lane_interval: int | None = None):
     """Feed frames (paced at 30 fps when live) through an engine; return (result, publish time) pairs."""
     inbox = Channel(64)
     inbox.set_capacity(DETECTED_KEY, 1 << 20)
@@ -54,7 +55,7 @@ def run_engine(frames, *, live: bool, interval: int, delay_s: float, late_after_
     worker = DetectWorker(detector, lambda d: inbox.put(d, key=DETECTED_KEY), max_batch=4, max_wait_ms=5,
                           budget_ms=None)
     published = []
-    lane = Lane("cam1", build_tracker(TrackerConfig(motion="kalman"), 30.0), live, interval)
+    lane = Lane("cam1", build_tracker(TrackerConfig(motion="kalman"), 30.0), live, lane_interval or interval)
     engine = Engine(inbox, [lane], worker, lambda item: published.append((item, time.time())), late_after_s)
     runner = threading.Thread(target=engine.run)
     runner.start()
@@ -118,3 +119,16 @@ def test_detector_batches_keyframes_of_several_streams():
     assert sorted(id(d.frame) for d in back) == sorted(id(f) for f in frames)
     assert sum(detector.calls) == 8 and max(detector.calls) == 4
     assert all(isinstance(d.detections.xyxy, np.ndarray) for d in back)
+
+
+def test_an_adaptive_gap_longer_than_the_base_interval_is_kept():
+    """The engine makes a keyframe of its own only after the schedule's longest gap (a live source
+    may have dropped the scheduled one), not after the base interval: an adaptive schedule that
+    stretched to 10 frames keeps its 10."""
+    frames = sample_frames(40, live=False)
+    published, lane, _ = run_engine(frames, live=False, interval=10, delay_s=0.0, late_after_s=1.0)
+    assert sum(r.keyframe for r, _ in published if isinstance(r, FrameResult)) == 4
+    # with a longest gap of 5 (what the engine once used: the base interval), it makes its own
+    frames = sample_frames(40, live=False)
+    published, _, _ = run_engine(frames, live=False, interval=10, delay_s=0.0, late_after_s=1.0, lane_interval=5)
+    assert sum(r.keyframe for r, _ in published if isinstance(r, FrameResult)) > 4

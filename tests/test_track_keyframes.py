@@ -173,3 +173,23 @@ def test_steady_untracked_motion_does_not_ask_for_keyframes_again_and_again():
             signals.untracked_motion = 0.3  # something new comes in
     assert keys == [0, 10, 20, 25], (keys, s.reason)
     assert s.reason == "untracked_motion"
+
+
+def test_a_stretch_widens_both_schedules_and_holds_back_early_keyframes():
+    fixed = KeyframeScheduler(interval=4)
+    fixed.stretch = 2.0
+    assert keyframes(fixed, 24) == [0, 8, 16]
+    adaptive = AdaptiveKeyframeScheduler(interval=4, max_interval=12)
+    adaptive.stretch = 2.0
+    # weak tracks ask at once when unstretched (after min_gap, 2); stretched, not before half the
+    # stretched interval: 4 while it is 4, then 6 and 9 as the calm scene stretches it (x1.5 each)
+    weak = lambda index, picked: replace(calm(index, picked), confidence=0.2)  # noqa: E731
+    assert keyframes(adaptive, 20, weak) == [0, 4, 10, 19]
+    assert keyframes(AdaptiveKeyframeScheduler(interval=4, max_interval=12), 8, weak) == [0, 2, 4, 6]
+
+
+def test_the_longest_gap_follows_the_adaptive_schedule():
+    from streamlens.keyframes import longest_gap
+
+    assert longest_gap(KeyframeConfig(interval=5)) == 5
+    assert longest_gap(KeyframeConfig(interval=5, adaptive=True, max_interval=15)) == 15

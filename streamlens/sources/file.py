@@ -56,7 +56,8 @@ class FileSource(Source):
 
     - `live`: pace frames at the file's own rate, as a camera would deliver them, and decode with
       low latency (slice threads) instead of high throughput (frame threads). A URL or a device is
-      real-time already, so it is never paced, only decoded with low latency.
+      real-time already, so it is never paced, only decoded with low latency. With `export_mvs`
+      a file is decoded with slice threads too: with frame threads the vectors vary from run to run.
     - `loop`: at the end of the file seek back to the start and go on; `index` keeps counting and
       `pts` restarts. A pass that decodes no frame at all ends the stream.
     - `max_fps`: drop frames so that at most `max_fps` frames a second come out, decided from `pts`
@@ -128,7 +129,10 @@ class FileSource(Source):
             container.close()
             raise SourceError(f"{self.display_path}: has no video stream")
         stream = container.streams.video[0]
-        stream.thread_type = "SLICE" if self.live else "AUTO"
+        # frame threads decode several frames at once, and the motion vectors FFmpeg exports then
+        # differ from run to run (16 different results in 30 decodes of a clip with B-frames, on a
+        # busy machine): with vectors, slices only, so results on files stay the same on every run
+        stream.thread_type = "SLICE" if self.live or self.export_mvs else "AUTO"
         if self.export_mvs:
             stream.codec_context.options = {**stream.codec_context.options, "flags2": "+export_mvs"}
         return container
