@@ -83,8 +83,7 @@ class BudgetController:
         self.stretches = tuple(s for s in STRETCHES if s <= max(1.0, max_stretch))
         self.window_s = window_s
         self.settle_s = settle_s
-        self._last_up: float | None = None
-        self.base_calm_s = self.calm_s = calm_s
+        self.calm_s = calm_s
         self.clock = clock
         self.shedders = {name: Shedder() for name in streams}
         self.throughput = False
@@ -95,6 +94,7 @@ class BudgetController:
         self._lock = threading.Lock()
         self._drops: dict[str, int] = {}
         self._calm_since: float | None = None
+        self._last_up: float | None = None
         self._last_down: float | None = None
 
     @property
