@@ -61,6 +61,30 @@ class LatencyHistogram:
         return out
 
 
+def nearest_rank(ordered: list[float], q: float) -> float:
+    """The `q` quantile (0 to 1) of values sorted ascending, by nearest rank (the value itself, no
+    interpolation); `ordered` must not be empty.
+
+    Example:
+        >>> nearest_rank([1.0, 2.0, 3.0, 4.0], 0.5)
+        3.0
+    """
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    """p50, p95 and p99 of `values` (nearest rank), rounded to microseconds; zeros when empty.
+
+    Example:
+        >>> percentiles([float(v) for v in range(1, 101)])
+        {'p50': 51.0, 'p95': 96.0, 'p99': 100.0}
+    """
+    ordered = sorted(values)
+    if not ordered:
+        return {"p50": 0.0, "p95": 0.0, "p99": 0.0}
+    return {name: round(nearest_rank(ordered, q), 3) for name, q in (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))}
+
+
 def pipeline_state(pipeline: Pipeline) -> str:
     """starting, running, degraded or stopping, from the streams' states."""
     states = [st.state for st in pipeline.stats.values()]

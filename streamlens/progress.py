@@ -62,7 +62,7 @@ def summary(report: RunReport) -> str:
     rows = [f"{'stream':<12} {'frames':>7} {'keyframes':>9} {'late':>5} {'objects':>8} {'dropped':>7} "
             f"{'shed':>6} {'p95 ms':>7} {'wall s':>7} {'fps':>7}  state"]
     for st in report.streams:
-        p95 = st.report(0)["latency_ms"]["p95"]
+        p95 = st.latency_percentiles()["p95"]
         rows.append(f"{st.name:<12} {st.frames:>7} {st.keyframes:>9} {st.late_keyframes:>5} {st.objects:>8} "
                     f"{st.dropped:>7} {st.shed:>6} {p95:>7.1f} {st.wall_s:>7.1f} {st.mean_fps:>7.1f}  {st.state}")
     if report.control_actions:

@@ -18,6 +18,14 @@ from .conftest import REPO
 from .rtsp_server import GstRtspServer, annexb_copy, free_port, gst_missing
 
 SAMPLE = REPO / "samples" / "traffic.mp4"
+#: the rest of each test's pipeline: a looping paced file beside the cameras, the motion detector,
+#: results in out/results.jsonl
+FILE_AND_REST = f"""  - {{name: file1, uri: {SAMPLE}, live: true, loop: true}}
+detector: {{backend: motion}}
+keyframes: {{interval: 10}}
+tracker: none
+sinks: [{{type: jsonl, path: out/results.jsonl}}]
+"""
 PASSWORD = "s3cret-Pa55"
 
 
@@ -89,12 +97,7 @@ def test_three_cameras_come_back_after_the_server_restarts_and_the_file_never_pa
     proc, stderr = _start(tmp_path, f"""
 sources:
 {cams}
-  - {{name: file1, uri: {SAMPLE}, live: true, loop: true}}
-detector: {{backend: motion}}
-keyframes: {{interval: 10}}
-tracker: none
-sinks: [{{type: jsonl, path: out/results.jsonl}}]
-""")
+{FILE_AND_REST}""")
     results = tmp_path / "out" / "results.jsonl"
     names = ("cam1", "cam2", "cam3", "file1")
     try:
@@ -143,12 +146,7 @@ def test_a_refused_camera_retries_with_backoff_while_others_run_and_ctrl_c_stops
 sources:
   - {{name: door, uri: 'rtsp://admin:${{CAM_PASSWORD}}@127.0.0.1:{port}/stream1', backoff_initial_s: 0.2,
      backoff_max_s: 1}}
-  - {{name: file1, uri: {SAMPLE}, live: true, loop: true}}
-detector: {{backend: motion}}
-keyframes: {{interval: 10}}
-tracker: none
-sinks: [{{type: jsonl, path: out/results.jsonl}}]
-""")
+{FILE_AND_REST}""")
     results = tmp_path / "out" / "results.jsonl"
 
     def retries() -> list[str]:

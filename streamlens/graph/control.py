@@ -38,6 +38,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from ..metrics import nearest_rank
+
 #: keyframe interval factors, in the order the controller tries them
 STRETCHES = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0)
 #: shares of a stream's frames dropped, in the order the controller tries them
@@ -118,7 +120,7 @@ class BudgetController:
         """The stream's p95 over the last `window_s` (None: no frame in that time)."""
         with self._lock:
             values = sorted(ms for _, ms in self._samples[stream])
-        return values[min(len(values) - 1, int(0.95 * len(values)))] if values else None
+        return nearest_rank(values, 0.95) if values else None
 
     def tick(self, drops: dict[str, int]) -> str | None:
         now = self.clock()

@@ -45,7 +45,7 @@ from ..schema import dumps, message_for
 from ..sinks import Sink, build_sink
 from ..sources import Source, build_source
 from ..track import build_tracker
-from ..metrics import LatencyHistogram, MetricsServer
+from ..metrics import LatencyHistogram, MetricsServer, percentiles
 from .channel import Channel, ChannelClosed
 from .control import BudgetController
 from .engine import DETECTED_KEY, DetectWorker, Engine, Lane
@@ -60,20 +60,6 @@ LIVE_SWITCH_S = 0.001
 #: the stages of a frame's latency, in order. `latency_ms` of a result has all but `publish` (which
 #: ends after the message has gone), and `total`: from the frame becoming available to the hand-off
 STAGES = ("decode", "queue", "batch", "detect", "track", "publish")
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    """p50, p95 and p99 of `values` (nearest rank), rounded to microseconds; zeros when empty.
-
-    Example:
-        >>> percentiles([float(v) for v in range(1, 101)])
-        {'p50': 51.0, 'p95': 96.0, 'p99': 100.0}
-    """
-    ordered = sorted(values)
-    if not ordered:
-        return {"p50": 0.0, "p95": 0.0, "p99": 0.0}
-    return {name: round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
-            for name, q in (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))}
 
 
 @dataclass
@@ -136,6 +122,10 @@ class StreamStats:
         self.stages["detect"].observe(detect)
         self.detect.observe(detect)
 
+    def latency_percentiles(self) -> dict[str, float]:
+        """p50, p95 and p99 end to end over the last 256 published frames."""
+        return percentiles([total for *_, total in self._window])
+
     def report(self, queue_depth: int) -> dict:
         """The values of a `stats` message: counters, current rates, latency percentiles over the
         last 256 published frames (`batch` and `detect`: the last 64 keyframes back from the detector,
@@ -150,7 +140,7 @@ class StreamStats:
         return {"ts": round(time.time(), 6), "state": self.state, "frames": self.frames,
                 "keyframes": self.keyframes, "fps": round(self.fps, 2),
                 "keyframe_rate": round(sum(k for k, *_ in window) / len(window), 4) if window else 0.0,
-                "latency_ms": percentiles([total for *_, total in window]), "stages_ms": stages,
+                "latency_ms": self.latency_percentiles(), "stages_ms": stages,
                 "queue_depth": queue_depth, "dropped": self.dropped, "shed": self.shed,
                 "late_keyframes": self.late_keyframes, "deferred_keyframes": self.deferred_keyframes}
 
