@@ -228,3 +228,39 @@ def test_an_inline_sink_runs_on_the_engine_thread_and_its_failure_ends_the_run(t
     # the other sink keeps what was produced: whole lines only
     lines = out.read_text().splitlines()
     assert lines and all(line.startswith("{") and line.endswith("}") for line in lines)
+
+
+def test_stats_can_be_read_while_the_engine_publishes():
+    """The progress display and /metrics read a stream's stats on their own threads while the engine
+    records frames; a read must never fail ("deque mutated during iteration" once ended a run)."""
+    from streamlens.frame import Frame, FrameResult
+    from streamlens.graph.runtime import StreamStats
+
+    stats, stop, errors = StreamStats("cam1", "cam1.mp4"), threading.Event(), []
+    result = FrameResult(Frame("cam1", 0, 0.0, 0.0, None), 0, False, None)
+    result.frame.timings.update({"decode": 1.0, "queue": 1.0, "track": 1.0})
+
+    def engine():
+        while not stop.is_set():
+            stats.published(result, 1.0, 5.0)
+
+    def reader():
+        try:
+            for _ in range(1000):
+                stats.latency_percentiles()
+                stats.report(0)
+                _ = stats.fps
+        except RuntimeError as e:
+            errors.append(e)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible, to meet the race if it exists
+    try:
+        writer = threading.Thread(target=engine)
+        writer.start()
+        reader()
+    finally:
+        stop.set()
+        writer.join()
+        sys.setswitchinterval(switch)
+    assert not errors

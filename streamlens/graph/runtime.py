@@ -124,7 +124,8 @@ class StreamStats:
 
     def latency_percentiles(self) -> dict[str, float]:
         """p50, p95 and p99 end to end over the last 256 published frames."""
-        return percentiles([total for *_, total in self._window])
+        # list() copies the deque in one step; iterating it directly races the engine's appends
+        return percentiles([total for *_, total in list(self._window)])
 
     def report(self, queue_depth: int) -> dict:
         """The values of a `stats` message: counters, current rates, latency percentiles over the
@@ -147,9 +148,10 @@ class StreamStats:
     @property
     def fps(self) -> float:
         """Frames per second over the last 64 frames (the current rate)."""
-        if len(self._recent) < 2 or self._recent[-1] == self._recent[0]:
+        recent = list(self._recent)  # one consistent copy: the engine appends as this runs
+        if len(recent) < 2 or recent[-1] == recent[0]:
             return 0.0
-        return (len(self._recent) - 1) / (self._recent[-1] - self._recent[0])
+        return (len(recent) - 1) / (recent[-1] - recent[0])
 
     @property
     def wall_s(self) -> float:
