@@ -67,3 +67,36 @@ def test_measured_motion_moves_a_new_box_without_lag():
     assert mean[0, 0] == pytest.approx(140.0, abs=1.5)
     assert mean[0, 4] == pytest.approx(120.0, abs=10.0)           # 4 px a frame at 30 fps
     assert mean[0, 2:4].tolist() == pytest.approx([40.0, 40.0])   # size not measured: predicted
+
+
+def test_measured_motion_is_fused_with_the_prediction_coordinate_by_coordinate():
+    """`move` (compiled) against the fusion it stands for, written out with numpy: unmeasured
+    coordinates are predicted; a measured displacement and the predicted one (velocity x dt) are
+    combined by their variances, and so are the velocity and the measured displacement over dt."""
+    rng = np.random.default_rng(1)
+    kf = BoxKalmanFilter()
+    mean, cov = kf.initiate(rng.uniform([50, 50, 10, 20], [500, 300, 80, 160], (6, 4)))
+    mean[:, 4:] = rng.normal(0, 30, (6, 4))
+    delta = rng.normal(0, 3, (6, 4))
+    delta[rng.random((6, 4)) < 0.3] = np.nan
+    noise = rng.uniform(0.5, 4, 6)
+    for dt in (1 / 30, 0.2):
+        got_mean, got_cov = kf.move(mean, cov, delta, dt, noise)
+        predicted_mean, predicted_cov = kf.predict(mean, cov, dt)
+        scale = np.tile(np.maximum(mean[:, 2:4], 1.0), 2)
+        rate_var = predicted_cov[:, RATE]
+        expected, observed = dt * mean[:, 4:], noise[:, None] ** 2
+        expected_var = dt ** 2 * rate_var + dt * kf.position_noise ** 2 * scale ** 2
+        fused = expected + expected_var / (expected_var + observed) * (delta - expected)
+        gain = rate_var / (rate_var + observed / dt ** 2)
+        want_mean = np.concatenate([mean[:, :4] + fused, mean[:, 4:] + gain * (delta / dt - mean[:, 4:])], axis=1)
+        want_cov = np.stack([predicted_cov[:, POS], (1 - gain) * predicted_cov[:, CROSS], (1 - gain) * rate_var], axis=1)
+        measured = np.isfinite(delta)
+        want_mean = np.where(np.tile(measured, 2), want_mean, predicted_mean)
+        want_mean[:, 2:4] = np.maximum(want_mean[:, 2:4], 1.0)
+        want_cov = np.where(measured[:, None, :], want_cov, predicted_cov)
+        np.testing.assert_allclose(got_mean, want_mean, rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(got_cov, want_cov, rtol=1e-12, atol=1e-9)
+    # no time passed: nothing to fuse, the prediction (which does not move) stands
+    same_mean, _ = kf.move(mean, cov, delta, 0.0, noise)
+    np.testing.assert_allclose(same_mean, kf.predict(mean, cov, 0.0)[0])

@@ -136,3 +136,34 @@ def test_a_file_gives_the_same_motion_vectors_on_every_run(clips):
     for t in burners:
         t.join()
     assert len(runs) == 1
+
+
+def test_each_box_moves_by_the_median_of_exactly_the_vectors_inside_it():
+    """The compiled search (vectors ordered by whole-pixel column, bisected) finds the same vectors
+    as testing every vector against every box, also for starts off the frame and boxes over its edge."""
+    from streamlens.track.kernels import box_motion, moving_outside
+    from streamlens.track.motion.vectors import VectorField
+
+    rng = np.random.default_rng(2)
+    vectors = np.column_stack([rng.uniform(-20, 660, 3000), rng.uniform(-20, 380, 3000),
+                               rng.normal(0, 4, (3000, 2))]).astype(np.float32)
+    field = VectorField(1, vectors[:, :2], vectors[:, 2:], (360, 640))
+    field.sort()
+    boxes = np.vstack([rng.uniform([-30, -30, 0, 0], [600, 340, 0, 0], (40, 4))])
+    boxes[:, 2:] = boxes[:, :2] + rng.uniform(0.5, 120, (40, 2))
+    shift, quality = box_motion(field.start, field.motion, field.column, boxes, 1.0, 1, 1.0)
+    for box, got, share in zip(boxes, shift, quality):
+        inside = ((vectors[:, 0] >= box[0]) & (vectors[:, 0] < box[2])
+                  & (vectors[:, 1] >= box[1]) & (vectors[:, 1] < box[3]))
+        n = inside.sum()
+        assert share == pytest.approx(min(1.0, n / max(1.0, (box[2] - box[0]) * (box[3] - box[1]))))
+        if n:
+            np.testing.assert_allclose(got, np.median(vectors[inside, 2:], axis=0), rtol=1e-6)
+        else:
+            assert np.isnan(got).all()
+    # the share of the vectors outside every box that move (here: all of them by at least 0 px)
+    outside = ~np.any([(vectors[:, 0] >= b[0]) & (vectors[:, 0] < b[2]) & (vectors[:, 1] >= b[1])
+                       & (vectors[:, 1] < b[3]) for b in boxes], axis=0)
+    moving = np.hypot(*(vectors[:, 2:] - [1.0, 0.0]).T) >= 2.0
+    share = moving_outside(field.start, field.motion, 1, boxes, 0.0, np.array([1.0, 0.0]), 2.0)
+    assert share == pytest.approx(moving[outside].mean(), abs=1e-6)

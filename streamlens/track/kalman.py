@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .kernels import kalman_move
+
 #: ByteTrack's per-frame noise at 30 fps, restated per second (see the module's docs)
 POSITION_NOISE = 0.274   # box sizes per sqrt(second)
 VELOCITY_NOISE = 1.03    # box sizes per second per sqrt(second)
@@ -155,30 +157,16 @@ class BoxKalmanFilter:
         box + displacement" as an absolute measurement lets the box fall further behind at every step
         while the velocity is still unknown). A new track, whose velocity is unknown, follows the
         measurement; a steady one smooths it a little. The velocity is corrected by the measured
-        displacement over `dt` in the same way.
+        displacement over `dt` in the same way. (Compiled, `kernels.kalman_move`: it runs every frame.)
         """
-        predicted_mean, predicted_cov = self.predict(mean, cov, dt)
-        measured = np.isfinite(delta)
-        if not measured.any() or dt <= 0:
-            return predicted_mean, predicted_cov
-        noise = np.asarray(noise, dtype=np.float64)
-        observed_var = (noise[:, None] if noise.ndim == 1 else noise) ** 2   # of a displacement
-        scale = _box_scale(mean)
-        rate_var = cov[:, RATE] + dt * self.velocity_noise ** 2 * scale ** 2
-        expected = dt * mean[:, 4:]                                          # predicted displacement
-        expected_var = dt ** 2 * rate_var + dt * self.position_noise ** 2 * scale ** 2
-        shift = np.where(measured, delta, expected)
-        fused = expected + expected_var / (expected_var + observed_var) * (shift - expected)
-        rate_gain = rate_var / (rate_var + observed_var / dt ** 2)
-        moved_mean = mean.copy()
-        moved_mean[:, :4] += fused
-        moved_mean[:, 4:] += rate_gain * (shift / dt - mean[:, 4:])
-        moved_cov = np.stack([predicted_cov[:, POS], (1 - rate_gain) * predicted_cov[:, CROSS],
-                              (1 - rate_gain) * rate_var], axis=1)
-        np.maximum(moved_mean[:, 2:4], MIN_SIZE, out=moved_mean[:, 2:4])
-        mean_out = np.where(np.concatenate([measured, measured], axis=1), moved_mean, predicted_mean)
-        cov_out = np.where(measured[:, None, :], moved_cov, predicted_cov)
-        return mean_out, cov_out
+        mean = np.ascontiguousarray(mean, dtype=np.float64)
+        if len(mean) == 0:
+            return mean, cov
+        noise = np.broadcast_to(np.asarray(noise, dtype=np.float64), (len(mean),))
+        return kalman_move(mean, np.ascontiguousarray(cov, dtype=np.float64),
+                           np.ascontiguousarray(delta, dtype=np.float64), float(dt), np.ascontiguousarray(noise),
+                           self.position_noise, self.velocity_noise, MIN_SIZE)
+
 
 def _box_scale(state: np.ndarray) -> np.ndarray:
     """Per box, the size each coordinate's noise scales with: `(w, h, w, h)`."""

@@ -60,6 +60,7 @@ from ..frame import Frame, empty_detections
 from .base import Tracker
 from .history import FrameHistory, FrameStep
 from .kalman import BoxKalmanFilter, xywh_to_xyxy, xyxy_to_xywh
+from .kernels import warm_up
 from .matching import box_iou, match_by_iou
 from .motion import MotionModel, build_motion
 from .tracks import CONFIRMED, LOST, REMOVED, TENTATIVE, TrackTable
@@ -131,6 +132,7 @@ class KeyframeTracker(Tracker):
         self.lost_s = lost_s
         self.coast_s = coast_s
         self.kalman = BoxKalmanFilter()
+        warm_up()  # the compiled per-frame steps, ready before the first frame
         self.tracks = TrackTable.empty()
         self.signals = TrackingSignals()
         #: keyframe results not applied: older than the last one applied, or than the history

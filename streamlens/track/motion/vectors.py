@@ -36,7 +36,8 @@ import numpy as np
 
 from ...frame import Frame
 from ...sources.motion_vectors import vectors_from_side_data
-from .base import MotionEstimate, MotionModel, inner_boxes, moving_share, outside_boxes
+from ..kernels import box_motion, moving_outside, sample_median
+from .base import MotionEstimate, MotionModel
 
 #: the central share of a box whose vectors count
 INNER = 0.6
@@ -46,6 +47,9 @@ MIN_VECTORS = 2
 BLOCK_AREA = 256.0
 #: how far (source pixels) a block outside every box must move to count as untracked motion
 MIN_BACKGROUND_MOTION = 1.0
+#: a box grown by this share of its size on every side also covers the motion around it (a box's
+#: edge often moves with it) for `untracked_motion`
+OUTSIDE_GROW = 0.1
 #: about how many vectors (of some 3,600 on a 720p frame) measure `untracked_motion`
 UNTRACKED_SAMPLE = 1024
 #: the standard deviation of a box's median vector, source pixels: vectors are quarter-pixel precise
@@ -57,14 +61,23 @@ NOISE = 3.0
 
 @dataclass(slots=True)
 class VectorField:
-    """What the mv model keeps of a frame: its motion vectors ordered by where each block was on the
-    previous frame (left to right), so the vectors of a box are found by bisection."""
+    """What the mv model keeps of a frame: its motion vectors ordered by the whole pixel column each
+    block was at on the previous frame (left to right), so the vectors of a box are found by bisection."""
 
     index: int           # the frame's index
-    start: np.ndarray    # (N, 2) x, y of each block on the previous frame, ordered by x
-    motion: np.ndarray   # (N, 2) dx, dy per decoded frame
+    start: np.ndarray    # (N, 2) float32 x, y of each block on the previous frame, in the order of `column`
+    motion: np.ndarray   # (N, 2) float32 dx, dy per decoded frame
     shape: tuple[int, int]  # the frame's height and width
+    column: np.ndarray | None = None  # (N,) int16: start x truncated to whole pixels, ascending
     camera: np.ndarray | None = None  # the median motion of the whole frame, once measured
+
+    def sort(self) -> None:
+        """Order the vectors by `column` (whole pixels as 16-bit keys: numpy sorts those by radix)."""
+        column = np.clip(self.start[:, 0], -32768, 32767).astype(np.int16)
+        order = np.argsort(column, kind="stable")
+        self.start = np.ascontiguousarray(self.start[order], dtype=np.float32)
+        self.motion = np.ascontiguousarray(self.motion[order], dtype=np.float32)
+        self.column = column[order]
 
 
 class MotionVectors(MotionModel):
@@ -82,9 +95,10 @@ class MotionVectors(MotionModel):
             vectors = np.empty((0, 4), np.float32)
         elif vectors.dtype.names:  # FFmpeg's raw records from a source that did not convert them
             vectors = vectors_from_side_data(vectors)
-        start = vectors[:, :2] - vectors[:, 2:4]
-        order = np.argsort(start[:, 0], kind="stable")
-        return VectorField(frame.index, start[order], vectors[order, 2:4], (frame.height, frame.width))
+        field = VectorField(frame.index, vectors[:, :2] - vectors[:, 2:4], vectors[:, 2:4],
+                            (frame.height, frame.width))
+        field.sort()
+        return field
 
     def measure(self, previous, current: VectorField | None, boxes: np.ndarray,
                 untracked: bool = True) -> MotionEstimate:
@@ -92,52 +106,19 @@ class MotionVectors(MotionModel):
             return MotionEstimate.nothing(len(boxes))
         # vectors give motion per decoded frame; frames dropped on the way (max_fps) moved too
         frames = max(1, current.index - previous.index) if isinstance(previous, VectorField) else 1
-        estimate = MotionEstimate.nothing(len(boxes))
-        estimate.noise[:] = NOISE
-        inner = inner_boxes(boxes, INNER)
-        chosen, owner = _vectors_in(current.start, inner)
-        counts = np.bincount(owner, minlength=len(boxes))
-        area = np.maximum(1.0, (inner[:, 2] - inner[:, 0]) * (inner[:, 3] - inner[:, 1]) / BLOCK_AREA)
-        estimate.quality[:] = np.minimum(1.0, counts / area)
-        measured = counts >= MIN_VECTORS
-        if measured.any():
-            shift = np.stack([group_median(current.motion[chosen, k], owner, counts) for k in (0, 1)], axis=1)
-            estimate.shift[measured] = shift[measured] * frames
+        if current.column is None:  # a field made elsewhere: order it by whole pixel columns now
+            current.sort()
+        boxes = np.ascontiguousarray(boxes, dtype=np.float64)
+        shift, quality = box_motion(current.start, current.motion, current.column, boxes, INNER, MIN_VECTORS,
+                                    BLOCK_AREA)
+        if frames > 1:
+            shift *= frames
+        estimate = MotionEstimate(shift=shift, growth=np.full(len(boxes), np.nan), noise=np.full(len(boxes), NOISE),
+                                  quality=quality)
         if self.untracked and untracked:  # a share: an even sample of about UNTRACKED_SAMPLE vectors measures it as well
             step = max(1, len(current.start) // UNTRACKED_SAMPLE)
-            motion = current.motion[::step]
             if current.camera is None:  # the same for every box: kept for a replay over this frame
-                current.camera = np.median(motion, axis=0)
-            outside = outside_boxes(current.start[::step], boxes, current.shape)
-            estimate.untracked_motion = moving_share(motion, outside, MIN_BACKGROUND_MOTION, current.camera)
+                current.camera = sample_median(current.motion, step)
+            estimate.untracked_motion = moving_outside(current.start, current.motion, step, boxes, OUTSIDE_GROW,
+                                                       current.camera, MIN_BACKGROUND_MOTION)
         return estimate
-
-
-def _vectors_in(start: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The vectors whose start `(N, 2)` (ordered by x) lies in each box: `(vector indices, box of each)`,
-    grouped by box. Bisection finds each box's columns; only those are tested against its rows."""
-    low, high = np.searchsorted(start[:, 0], boxes[:, 0]), np.searchsorted(start[:, 0], boxes[:, 2])
-    lengths = np.maximum(high - low, 0)
-    owner = np.repeat(np.arange(len(boxes)), lengths)
-    first = np.repeat(low - (np.cumsum(lengths) - lengths), lengths)
-    index = first + np.arange(len(owner))
-    y = start[index, 1]
-    inside = (y >= boxes[owner, 1]) & (y < boxes[owner, 3])
-    return index[inside], owner[inside]
-
-
-def group_median(values: np.ndarray, groups: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The median of `values` in each group (`groups` numbers 0..G-1 with `counts` members each;
-    NaN for an empty group), by one sort for all groups.
-
-    Example:
-        >>> group_median(np.array([5.0, 1.0, 2.0, 9.0, 4.0]), np.array([0, 0, 0, 1, 1]), np.array([3, 2, 0])).tolist()
-        [2.0, 6.5, nan]
-    """
-    ordered = values[np.lexsort((values, groups))]
-    starts = np.cumsum(counts) - counts
-    low = np.minimum(starts + (counts - 1) // 2, max(len(ordered) - 1, 0))
-    high = np.minimum(starts + counts // 2, max(len(ordered) - 1, 0))
-    if len(ordered) == 0:
-        return np.full(len(counts), np.nan)
-    return np.where(counts > 0, (ordered[low] + ordered[high]) / 2, np.nan)
