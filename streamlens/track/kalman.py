@@ -162,10 +162,11 @@ class BoxKalmanFilter:
         mean = np.ascontiguousarray(mean, dtype=np.float64)
         if len(mean) == 0:
             return mean, cov
-        noise = np.broadcast_to(np.asarray(noise, dtype=np.float64), (len(mean),))
+        noise = (np.full(len(mean), noise, dtype=np.float64) if np.ndim(noise) == 0
+                 else np.ascontiguousarray(noise, dtype=np.float64))
         return kalman_move(mean, np.ascontiguousarray(cov, dtype=np.float64),
-                           np.ascontiguousarray(delta, dtype=np.float64), float(dt), np.ascontiguousarray(noise),
-                           self.position_noise, self.velocity_noise, MIN_SIZE)
+                           np.ascontiguousarray(delta, dtype=np.float64), float(dt), noise,
+                           float(self.position_noise), float(self.velocity_noise), MIN_SIZE)
 
 
 def _box_scale(state: np.ndarray) -> np.ndarray:

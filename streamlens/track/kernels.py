@@ -2,8 +2,9 @@
 
 A tracker step works on a handful of boxes and a few thousand motion vectors. Written with numpy it
 is some hundred small array operations, each costing more to dispatch than to compute (about 1 ms a
-step on a 2-core machine); compiled loops do the same work in a few tens of microseconds, and they
-release the GIL, so the engine's thread and the decoding threads really do run side by side.
+step on a 2-core machine); compiled loops do the same work in a few tens of microseconds. They keep
+the GIL: each is too short to be worth releasing it (getting it back can take a thread switch
+interval, longer than the kernel ran).
 
 Compiled on first use and cached next to this file (or in numba's user cache directory when that is
 read-only), so only the first run on a machine pays the compile time.
@@ -24,8 +25,38 @@ import math
 import numpy as np
 from numba import njit
 
-_JIT = {"cache": True, "nogil": True}
+_JIT = {"cache": True}
 _warm = False
+
+
+@njit(**_JIT)
+def order_vectors(start, motion):  # pragma: no cover - compiled
+    """The vectors (`start` and `motion`, `(N, 2)` each) ordered by the whole pixel column of their
+    start (x truncated, as int16), stably, by counting: `(start, motion, column)`, float32 and int16."""
+    n = len(start)
+    column = np.empty(n, np.int16)
+    low, high = 32767, -32768
+    for i in range(n):
+        c = int(min(32767.0, max(-32768.0, start[i, 0])))
+        column[i] = c
+        low, high = min(low, c), max(high, c)
+    ordered_start = np.empty((n, 2), np.float32)
+    ordered_motion = np.empty((n, 2), np.float32)
+    ordered_column = np.empty(n, np.int16)
+    if n == 0:
+        return ordered_start, ordered_motion, ordered_column
+    offset = np.zeros(high - low + 2, np.int64)
+    for i in range(n):
+        offset[column[i] - low + 1] += 1
+    for c in range(1, len(offset)):
+        offset[c] += offset[c - 1]
+    for i in range(n):
+        at = offset[column[i] - low]
+        offset[column[i] - low] += 1
+        ordered_start[at, 0], ordered_start[at, 1] = start[i, 0], start[i, 1]
+        ordered_motion[at, 0], ordered_motion[at, 1] = motion[i, 0], motion[i, 1]
+        ordered_column[at] = column[i]
+    return ordered_start, ordered_motion, ordered_column
 
 
 @njit(**_JIT)
@@ -152,7 +183,7 @@ def warm_up() -> None:
     if _warm:
         return
     _warm = True
-    start = np.zeros((1, 2), np.float32)
+    start, _, _ = order_vectors(np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32))
     boxes = np.array([[0.0, 0.0, 1.0, 1.0]])
     box_motion(start, start, np.zeros(1, np.int16), boxes, 0.5, 2, 256.0)
     moving_outside(start, start, 1, boxes, 0.1, sample_median(start, 1), 1.0)

@@ -242,24 +242,36 @@ class KeyframeTracker(Tracker):
             if untracked:
                 self._note_motion(tracks, estimate.untracked_motion)
             return tracks
-        tracks = tracks.copy()
         dt = now - then
-        coasting = tracks.coasting(then, self.coast_s)
-        visible = np.flatnonzero((tracks.states == TENTATIVE) | (tracks.states == CONFIRMED) | coasting)
-        tracks.means[tracks.states == LOST, 6:8] = 0.0  # a lost box keeps its size (ByteTrack)
-        estimate = self.motion.measure(previous, current, xywh_to_xyxy(tracks.means[visible, :4]), untracked)
-        delta = np.full((len(tracks), 4), np.nan)
-        delta[visible] = estimate.deltas(tracks.means[visible, 2:4])
-        noise = np.ones(len(tracks))  # pixels; unused where nothing was measured
-        noise[visible] = estimate.noise
-        tracks.means, tracks.covs = self.kalman.move(tracks.means, tracks.covs, delta, dt, noise)
-        decayed = tracks.motion_quality[visible] * math.exp(-dt / self.lost_s)
+        states = tracks.states
+        shown = (states == TENTATIVE) | (states == CONFIRMED) | tracks.coasting(then, self.coast_s)
+        means = tracks.means
+        lost = states == LOST
+        if lost.any():  # a lost box keeps its size (ByteTrack)
+            means = means.copy()
+            means[lost, 6:8] = 0.0
+        everyone = bool(shown.all())
+        visible = slice(None) if everyone else np.flatnonzero(shown)
+        estimate = self.motion.measure(previous, current, xywh_to_xyxy(means[visible, :4]), untracked)
+        if everyone:
+            delta, noise = estimate.deltas(means[:, 2:4]), estimate.noise
+        else:
+            delta = np.full((len(tracks), 4), np.nan)
+            delta[visible] = estimate.deltas(means[visible, 2:4])
+            noise = np.ones(len(tracks))  # pixels; unused where nothing was measured
+            noise[visible] = estimate.noise
+        # a new table sharing the columns a step leaves alone (a table is never changed in place
+        # once kept in the history: `_correct` copies it first)
+        moved = TrackTable(tracks.ids, states.copy(), *self.kalman.move(means, tracks.covs, delta, dt, noise),
+                           tracks.class_ids, tracks.class_names, tracks.scores, tracks.hits, tracks.born,
+                           tracks.last_seen, tracks.motion_quality.copy())
         quality = estimate.quality
-        tracks.motion_quality[visible] = np.where(np.isfinite(quality), np.minimum(quality, 1.0), decayed)
-        self._lose_outside(tracks)
+        decayed = moved.motion_quality[visible] * math.exp(-dt / self.lost_s)
+        moved.motion_quality[visible] = np.where(np.isfinite(quality), np.minimum(quality, 1.0), decayed)
+        self._lose_outside(moved)
         if untracked:
-            self._note_motion(tracks, estimate.untracked_motion)
-        return tracks
+            self._note_motion(moved, estimate.untracked_motion)
+        return moved
 
     def _lose_outside(self, tracks: TrackTable) -> None:
         """Tracks whose box has left the frame entirely are lost (tentative ones removed)."""

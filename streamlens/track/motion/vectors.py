@@ -36,7 +36,7 @@ import numpy as np
 
 from ...frame import Frame
 from ...sources.motion_vectors import vectors_from_side_data
-from ..kernels import box_motion, moving_outside, sample_median
+from ..kernels import box_motion, moving_outside, order_vectors, sample_median
 from .base import MotionEstimate, MotionModel
 
 #: the central share of a box whose vectors count
@@ -72,12 +72,9 @@ class VectorField:
     camera: np.ndarray | None = None  # the median motion of the whole frame, once measured
 
     def sort(self) -> None:
-        """Order the vectors by `column` (whole pixels as 16-bit keys: numpy sorts those by radix)."""
-        column = np.clip(self.start[:, 0], -32768, 32767).astype(np.int16)
-        order = np.argsort(column, kind="stable")
-        self.start = np.ascontiguousarray(self.start[order], dtype=np.float32)
-        self.motion = np.ascontiguousarray(self.motion[order], dtype=np.float32)
-        self.column = column[order]
+        """Order the vectors by `column` (compiled: a counting sort)."""
+        self.start, self.motion, self.column = order_vectors(np.ascontiguousarray(self.start, np.float32),
+                                                             np.ascontiguousarray(self.motion, np.float32))
 
 
 class MotionVectors(MotionModel):
@@ -95,7 +92,7 @@ class MotionVectors(MotionModel):
             vectors = np.empty((0, 4), np.float32)
         elif vectors.dtype.names:  # FFmpeg's raw records from a source that did not convert them
             vectors = vectors_from_side_data(vectors)
-        field = VectorField(frame.index, vectors[:, :2] - vectors[:, 2:4], vectors[:, 2:4],
+        field = VectorField(frame.index, vectors[:, :2] - vectors[:, 2:4], np.ascontiguousarray(vectors[:, 2:4]),
                             (frame.height, frame.width))
         field.sort()
         return field
