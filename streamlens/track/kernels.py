@@ -30,7 +30,7 @@ _warm = False
 
 
 @njit(**_JIT)
-def order_vectors(start, motion):  # pragma: no cover - compiled
+def order_vectors(start, motion):
     """The vectors (`start` and `motion`, `(N, 2)` each) ordered by the whole pixel column of their
     start (x truncated, as int16), stably, by counting: `(start, motion, column)`, float32 and int16."""
     n = len(start)
@@ -60,7 +60,7 @@ def order_vectors(start, motion):  # pragma: no cover - compiled
 
 
 @njit(**_JIT)
-def box_motion(start, motion, columns, boxes, keep, min_vectors, block_area):  # pragma: no cover - compiled
+def box_motion(start, motion, columns, boxes, keep, min_vectors, block_area):
     """Per box `(B, 4)` (x1, y1, x2, y2): the median motion `(B, 2)` of the vectors whose `start`
     `(N, 2)` lies in its central part (`keep` of its width and height around its centre), NaN where
     fewer than `min_vectors` do, and the quality `(B,)`: those vectors over the blocks of `block_area`
@@ -94,7 +94,7 @@ def box_motion(start, motion, columns, boxes, keep, min_vectors, block_area):  #
 
 
 @njit(**_JIT)
-def sample_median(motion, step):  # pragma: no cover - compiled
+def sample_median(motion, step):
     """The median `(2,)` of every `step`-th row of `motion` `(N, 2)` (zeros when there is none)."""
     rows = (len(motion) + step - 1) // step
     out = np.zeros(2)
@@ -109,7 +109,7 @@ def sample_median(motion, step):  # pragma: no cover - compiled
 
 
 @njit(**_JIT)
-def moving_outside(start, motion, step, boxes, grow, camera, min_motion):  # pragma: no cover - compiled
+def moving_outside(start, motion, step, boxes, grow, camera, min_motion):
     """Of every `step`-th vector whose start lies outside every box `(B, 4)` grown by `grow` of its
     size on every side, the share whose motion differs from `camera` `(2,)` by at least `min_motion`
     pixels (0 when none lies outside)."""
@@ -138,7 +138,7 @@ def moving_outside(start, motion, step, boxes, grow, camera, min_motion):  # pra
 
 
 @njit(**_JIT)
-def kalman_move(mean, cov, delta, dt, noise, position_noise, velocity_noise, min_size):  # pragma: no cover
+def kalman_move(mean, cov, delta, dt, noise, position_noise, velocity_noise, min_size):
     """`BoxKalmanFilter.move` for every box: see there. `noise` `(N,)`; returns new arrays."""
     out_mean = np.empty_like(mean)
     out_cov = np.empty_like(cov)
