@@ -234,3 +234,32 @@ sinks: [{{type: zmq, endpoint: "tcp://127.0.0.1:*", wait_subscribers: 1, wait_ti
     sent = time.monotonic()
     _, stderr = proc.communicate(timeout=20)
     assert proc.returncode == 130 and time.monotonic() - sent < 2, stderr
+
+
+def test_an_exception_in_the_caller_stops_every_node_and_keeps_what_was_written(tmp_path):
+    """`run(on_tick=...)` raising (or Ctrl-C in a program that embeds the pipeline) ends the run with
+    that exception, but only after every thread has stopped and the sinks have closed their files."""
+    import threading
+
+    clip = need_video("highway_320x240.avi")
+    out = tmp_path / "out.jsonl"
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {clip}, live: true}}]
+detector: {{backend: motion}}
+sinks: [{{type: jsonl, path: {out}}}]
+""")
+    before = set(threading.enumerate())
+    ticks = []
+
+    def on_tick(pipeline):
+        ticks.append(1)
+        if len(ticks) == 5:
+            raise RuntimeError("the caller's bug")
+
+    with pytest.raises(RuntimeError, match="the caller's bug"):
+        streamlens.Pipeline.from_yaml(path).run(on_tick=on_tick)
+    assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []
+    lines = read_jsonl(out)
+    frames = [m for m in lines if m["type"] == "frame"]
+    assert frames and [m["seq"] for m in frames] == list(range(len(frames)))
+    assert lines[-1]["type"] == "eos"

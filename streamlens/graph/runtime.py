@@ -55,6 +55,8 @@ log = logging.getLogger("streamlens")
 EXIT_DONE, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 #: Python's thread switch interval while a pipeline with live streams runs (seconds)
 LIVE_SWITCH_S = 0.001
+#: how long `run()` waits for its threads when it ends by an exception
+ABORT_JOIN_S = 10.0
 
 
 #: the stages of a frame's latency, in order. `latency_ms` of a result has all but `publish` (which
@@ -291,6 +293,7 @@ class Pipeline:
             sys.setswitchinterval(LIVE_SWITCH_S)
         self._sources = {src.name: src for src in sources}
         http = None
+        threads: list[threading.Thread] = []
         try:
             if self.config.runtime.http_port is not None:
                 http = MetricsServer(self, self.config.runtime.http_host, self.config.runtime.http_port)
@@ -309,6 +312,14 @@ class Pipeline:
                 if on_tick is not None:
                     on_tick(self)
         finally:
+            if any(t.is_alive() for t in threads):
+                # the loop above ended by an exception (Ctrl-C in an embedding program, a failing
+                # `on_tick`): stop every node and let the sinks close before the detector goes away
+                # under a thread still running it
+                self.abort()
+                deadline = time.monotonic() + ABORT_JOIN_S
+                for t in threads:
+                    t.join(max(0.0, deadline - time.monotonic()))
             sys.setswitchinterval(switch)
             self._stop_sources.set()
             for src in sources:
