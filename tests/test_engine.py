@@ -6,12 +6,13 @@ import threading
 import time
 
 import numpy as np
+import supervision as sv
 
 from streamlens.config import TrackerConfig
 from streamlens.detect.motion import MotionDetector
 from streamlens.frame import EndOfStream, FrameResult, StreamEnd
 from streamlens.graph.channel import Channel
-from streamlens.graph.engine import DETECTED_KEY, DetectWorker, Engine, Lane
+from streamlens.graph.engine import DETECTED_KEY, Detected, DetectWorker, Engine, Lane
 from streamlens.sources.file import FileSource
 from streamlens.track import build_tracker
 
@@ -132,3 +133,72 @@ def test_an_adaptive_gap_longer_than_the_base_interval_is_kept():
     frames = sample_frames(40, live=False)
     published, _, _ = run_engine(frames, live=False, interval=10, delay_s=0.0, late_after_s=1.0, lane_interval=5)
     assert sum(r.keyframe for r, _ in published if isinstance(r, FrameResult)) > 4
+
+
+def a_car() -> sv.Detections:
+    return sv.Detections(xyxy=np.array([[100.0, 80.0, 160.0, 120.0]]), confidence=np.array([0.9]),
+                         class_id=np.array([2]), data={"class_name": np.array(["car"])})
+
+
+def test_a_late_keyframe_replay_holds_up_only_its_own_stream():
+    """Detections for a keyframe 30 frames back re-anchor that stream's tracks; the 30 frames since
+    are replayed while the engine has nothing else to do, or before the stream's own next frame.
+    A frame of another stream in the meantime is published without waiting for that replay, and
+    the replayed stream ends where a tracker that replayed at once would be."""
+    frames = sample_frames(32, live=True)
+    others = sample_frames(1, live=True)
+    for f in others:
+        f.stream = "cam2"
+    inbox = Channel(64)
+    worker = DetectWorker(MotionDetector(), lambda d: inbox.put(d, key=DETECTED_KEY), max_batch=1,
+                          max_wait_ms=0, budget_ms=None)
+    published = []
+    lanes = [Lane(name, build_tracker(TrackerConfig(motion="kalman"), 30.0), True, 1000) for name in ("cam1", "cam2")]
+    engine = Engine(inbox, lanes, worker, published.append, late_after_s=0.0)
+    twin = build_tracker(TrackerConfig(motion="kalman"), 30.0)
+    found = a_car()
+    for f in frames[:31]:  # cam1 carried 31 frames by motion; frame 0 was a keyframe gone out late
+        engine.lanes["cam1"].tracker.propagate(f)
+        twin.propagate(f)
+    engine.lanes["cam1"].late.add(id(frames[0]))
+    engine.lanes["cam1"].in_flight = 1
+    engine._on_detected(Detected(frames[0], found))
+    twin.update(frames[0], found)
+    assert engine.lanes["cam1"].tracker.catching_up
+
+    engine._on_input(others[0])  # another stream's frame: out at once, cam1's replay still to do
+    engine._advance(engine.lanes["cam2"])
+    assert [r.frame.stream for r in published] == ["cam2"]
+    assert engine.lanes["cam1"].tracker.catching_up
+
+    frames[31].keyframe = False
+    engine._on_input(frames[31])  # cam1's own next frame: its replay first
+    engine._advance(engine.lanes["cam1"])
+    assert not engine.lanes["cam1"].tracker.catching_up and engine._replaying == []
+    got, want = published[-1].detections, twin.propagate(frames[31])
+    assert got.tracker_id.tolist() == want.tracker_id.tolist()
+    np.testing.assert_allclose(got.xyxy, want.xyxy)
+
+
+def test_the_engine_replays_a_late_keyframe_while_idle():
+    frames = sample_frames(20, live=True)
+    inbox = Channel(64)
+    inbox.set_capacity(DETECTED_KEY, 1 << 20)
+    worker = DetectWorker(MotionDetector(), lambda d: inbox.put(d, key=DETECTED_KEY), max_batch=1,
+                          max_wait_ms=0, budget_ms=None)
+    lane = Lane("cam1", build_tracker(TrackerConfig(motion="kalman"), 30.0), True, 1000)
+    engine = Engine(inbox, [lane], worker, lambda item: None, late_after_s=0.0)
+    for f in frames:
+        lane.tracker.propagate(f)
+    lane.late.add(id(frames[0]))
+    lane.in_flight = 1
+    runner = threading.Thread(target=engine.run)
+    runner.start()
+    inbox.put(Detected(frames[0], a_car()), key=DETECTED_KEY)
+    deadline = time.monotonic() + 10
+    while (lane.tracker.catching_up or engine._replaying) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    caught_up = not lane.tracker.catching_up
+    inbox.put(EndOfStream("cam1", 20), key="cam1")
+    runner.join(10)
+    assert caught_up and not runner.is_alive()

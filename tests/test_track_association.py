@@ -174,11 +174,13 @@ def panning_image(index: int) -> np.ndarray:
     return np.dstack([grey] * 3)
 
 
-@pytest.mark.parametrize("motion", ["kalman", "mv", "flow"])
-def test_a_late_keyframe_result_catches_up_to_the_same_state(motion):
+@pytest.mark.parametrize("motion,chunk", [("kalman", None), ("mv", None), ("flow", None), ("mv", 2)])
+def test_a_late_keyframe_result_catches_up_to_the_same_state(motion, chunk):
     """Keyframes every 5th frame. Tracker A gets each keyframe's detections at once; tracker B carries
     the keyframe and 3 more frames by motion first (a slow detector), then gets them: re-anchored and
-    caught up from the stored motion, B ends exactly where A is."""
+    caught up from the stored motion, B ends exactly where A is. With `chunk`, B replays the frames
+    since a few at a time (`catch_up(chunk)`, as the engine does while it has nothing else to do)
+    and is caught up all the same when asked for its objects."""
     def detections(i):
         return found([box_at(100 + 4 * i, 100, 64, 80), box_at(400, 250 - 2 * i, 40, 40)])
 
@@ -197,8 +199,11 @@ def test_a_late_keyframe_result_catches_up_to_the_same_state(motion):
         if keyframe:
             pending = (f, detections(i))
         if i % 5 == 3:  # the detector answers three frames late
-            answer = late.update(*pending)
+            answer = late.update(*pending, catch_up=chunk is None)
             assert answer.tracker_id.tolist() == [1, 2]
+            if chunk is not None:
+                assert late.catching_up and not late.catch_up(chunk) and late.catching_up
+                # objects() below finishes the replay
         got = late.objects()
         if i % 5 == 3 or i % 5 == 4:
             np.testing.assert_allclose(got.xyxy, expected.xyxy, atol=1e-3)

@@ -12,7 +12,9 @@ stream's own frames queue behind its keyframe. For a live stream a keyframe wait
 keyframe, and goes out with `keyframe: false`), the frames behind it flow on, and when the
 detections do come the tracker applies them at that keyframe and replays the motion it stored for
 the frames since (`Tracker.update` on an earlier frame), so a slow detector costs accuracy for a
-moment, never latency. When the detector's learnt speed says a live keyframe cannot be back by
+moment, never latency. That replay (one tracker step per frame since the keyframe: tens of steps
+when the detector is far behind) runs while the inbox is empty, `REPLAY_CHUNK` steps at a time;
+what is left of it when the stream's own next frame comes is done then, before that frame. When the detector's learnt speed says a live keyframe cannot be back by
 then, it does not wait at all. A live stream has at most one keyframe with the detector: a keyframe
 due while the last one is still there is deferred to the first frame after it comes back, so a
 detector slower than the keyframes asked of it falls behind by at most one frame per stream.
@@ -37,6 +39,8 @@ from ..track import Tracker
 from .channel import Channel, ChannelClosed
 
 DETECTED_KEY = "\x00detected"  # the inbox key under which detections come back
+#: tracker steps of a late keyframe's replay done at a time while the inbox is empty
+REPLAY_CHUNK = 4
 #: the nice value of the detector's thread when it runs on the CPU beside live streams
 DETECTOR_NICE = 10
 
@@ -157,6 +161,8 @@ class Engine:
         self.worker = worker
         self.publish = publish
         self.late_after_s = late_after_s
+        #: lanes whose tracker has a late keyframe's replay to finish, oldest first
+        self._replaying: list[Lane] = []
 
     def run(self) -> None:
         """Until every stream has ended (or the inbox is closed). Raises what the detector raised."""
@@ -164,13 +170,17 @@ class Engine:
         try:
             while any(lane.open for lane in self.lanes.values()):
                 try:
-                    item = self.inbox.get(self._wait())
+                    item = self.inbox.get(0.0 if self._replaying else self._wait())
                 except ChannelClosed:
                     return
                 if isinstance(item, Detected):
                     self._on_detected(item)
                 elif item is not None:
                     self._on_input(item)
+                elif self._replaying:  # nothing waiting: a little of a late keyframe's replay
+                    lane = self._replaying[0]
+                    if lane.tracker.catch_up(REPLAY_CHUNK):
+                        self._replaying.remove(lane)
                 for lane in self.lanes.values():
                     self._advance(lane)
         finally:
@@ -217,9 +227,11 @@ class Engine:
         if self.on_detected is not None:
             self.on_detected(done.frame)
         key = id(done.frame)
-        if key in lane.late:  # the tracker rewinds to that frame, applies them, replays the motion since
-            lane.late.discard(key)
-            lane.tracker.update(done.frame, done.detections)
+        if key in lane.late:  # the tracker rewinds to that frame, applies them; the motion since is replayed
+            lane.late.discard(key)  # when the inbox is empty, or before this stream's next frame
+            lane.tracker.update(done.frame, done.detections, catch_up=False)
+            if lane.tracker.catching_up and lane not in self._replaying:
+                self._replaying.append(lane)
         elif lane.open:
             lane.ready[key] = done.detections
 
@@ -239,6 +251,10 @@ class Engine:
             lane.deadlines.pop(id(head), None)
             lane.waiting.popleft()
             started = time.perf_counter()
+            if lane.tracker.catching_up:  # this stream's own replay comes first
+                lane.tracker.catch_up()
+            if lane in self._replaying:
+                self._replaying.remove(lane)
             if keyframe:
                 detections = lane.tracker.update(head, lane.ready.pop(id(head)))
             else:
@@ -250,6 +266,8 @@ class Engine:
 
     def _end(self, lane: Lane, end: EndOfStream) -> None:
         lane.open = False
+        if lane in self._replaying:
+            self._replaying.remove(lane)
         lane.ready.clear()
         lane.late.clear()
         lane.deadlines.clear()

@@ -23,15 +23,22 @@ class Tracker:
     """
 
     signals = None
+    #: a late keyframe's result is applied but the frames since are not all redone (see `catch_up`)
+    catching_up = False
 
     def prepare(self, frame: Frame) -> None:
         """Work ahead on `frame` alone, on any thread; the default does nothing."""
 
-    def update(self, frame: Frame, detections: sv.Detections) -> sv.Detections:
+    def update(self, frame: Frame, detections: sv.Detections, catch_up: bool = True) -> sv.Detections:
         raise NotImplementedError
 
     def propagate(self, frame: Frame) -> sv.Detections:
         raise NotImplementedError
+
+    def catch_up(self, max_steps: int | None = None) -> bool:
+        """Redo up to `max_steps` frames of what a late `update(..., catch_up=False)` left; True when
+        nothing is left. A tracker that never replays has nothing to do."""
+        return True
 
 
 class PassThrough(Tracker):
@@ -46,7 +53,7 @@ class PassThrough(Tracker):
         0
     """
 
-    def update(self, frame: Frame, detections: sv.Detections) -> sv.Detections:
+    def update(self, frame: Frame, detections: sv.Detections, catch_up: bool = True) -> sv.Detections:
         detections.tracker_id = np.full(len(detections), -1, dtype=np.int64)
         return detections
 

@@ -138,6 +138,7 @@ class KeyframeTracker(Tracker):
         #: keyframe results not applied: older than the last one applied, or than the history
         self.stale_updates = 0
         self._history = FrameHistory(max_frames=math.ceil(history_s * self.fps) + 1)
+        self._replay: _Replay | None = None  # a late keyframe's replay not finished yet
         self._next_id = 1
         self._last_pts: float | None = None
         self._last_corrected: int | None = None
@@ -152,16 +153,20 @@ class KeyframeTracker(Tracker):
 
     def propagate(self, frame: Frame) -> sv.Detections:
         """Move every track to `frame` by motion and return the objects shown on it."""
+        self.catch_up()
         self._advance(frame)
         return self.objects()
 
-    def update(self, frame: Frame, detections: sv.Detections) -> sv.Detections:
+    def update(self, frame: Frame, detections: sv.Detections, catch_up: bool = True) -> sv.Detections:
         """Associate `detections` (found on `frame`) with the tracks and return the objects on `frame`.
 
         `frame` is normally the next frame of the stream. It may also be one that `propagate()`
         already carried (a late detector result): the tracks are then re-anchored on it and caught
-        up to the latest frame; `objects()` gives the caught-up objects.
+        up to the latest frame; `objects()` gives the caught-up objects. With `catch_up=False` the
+        frames since are replayed later: by `catch_up()`, a few at a time when the caller has time,
+        and in any case before the tracker does anything else.
         """
+        self.catch_up()
         latest = self._history.latest
         if latest is None or frame.index > latest.index:
             self._advance(frame)
@@ -173,11 +178,39 @@ class KeyframeTracker(Tracker):
         tracks, output = self._correct(step.tracks, detections, step.time)
         step.tracks, step.corrected = tracks, True
         self._last_corrected = self.signals.keyframe = frame.index
-        self.tracks = self._replay_after(step)
+        self._replay = _Replay(tracks, step, list(self._history.since(step.index)))
+        if catch_up:
+            self.catch_up()
         return output
+
+    @property
+    def catching_up(self) -> bool:
+        """A late keyframe result is applied, but the frames since are not all replayed yet."""
+        return self._replay is not None
+
+    def catch_up(self, max_steps: int | None = None) -> bool:
+        """Replay up to `max_steps` (None: all) of the frames a late keyframe result left to redo, from
+        their stored motion. True when the tracks are caught up to the latest frame."""
+        replay = self._replay
+        if replay is None:
+            return True
+        total = len(replay.later)
+        end = total if max_steps is None else min(total, replay.done + max_steps)
+        for k in range(replay.done, end):  # untracked motion: only the latest frame's counts
+            later = replay.later[k]
+            replay.tracks = self._move(replay.tracks, replay.previous.record, later.record, replay.previous.time,
+                                       later.time, untracked=k == total - 1)
+            later.tracks = replay.tracks
+            replay.previous = later
+        replay.done = end
+        if end < total:
+            return False
+        self.tracks, self._replay = replay.tracks, None
+        return True
 
     def objects(self) -> sv.Detections:
         """The objects shown on the latest frame (after a late update: caught up)."""
+        self.catch_up()
         latest = self._history.latest
         return self.objects_of(self.tracks, latest.time if latest else 0.0)
 
@@ -220,17 +253,6 @@ class KeyframeTracker(Tracker):
             if 0 < dt <= 10 * by_index:
                 return dt
         return by_index
-
-    def _replay_after(self, step: FrameStep) -> TrackTable:
-        """Redo the motion of every frame after `step` from its record; the tracks at the latest."""
-        tracks, previous = step.tracks, step
-        later_steps = list(self._history.since(step.index))
-        for k, later in enumerate(later_steps):  # untracked motion: only the latest frame's counts
-            tracks = self._move(tracks, previous.record, later.record, previous.time, later.time,
-                                untracked=k == len(later_steps) - 1)
-            later.tracks = tracks
-            previous = later
-        return tracks
 
     def _move(self, tracks: TrackTable, previous: object | None, current: object | None,
               then: float, now: float, untracked: bool = True) -> TrackTable:
@@ -363,6 +385,16 @@ class KeyframeTracker(Tracker):
                           class_names=found.class_names[cols], scores=found.scores[cols].astype(np.float32),
                           hits=np.ones(count, np.int64), born=np.full(count, now), last_seen=np.full(count, now),
                           motion_quality=np.ones(count))
+
+
+@dataclass(slots=True)
+class _Replay:
+    """The frames after a late keyframe, being redone from their stored motion."""
+
+    tracks: TrackTable      # the tracks as far as the replay has come
+    previous: FrameStep     # the last step redone (first: the keyframe's)
+    later: list[FrameStep]  # every step after the keyframe's, oldest first
+    done: int = 0           # how many of `later` are redone
 
 
 @dataclass(slots=True)
