@@ -171,7 +171,9 @@ def test_results_and_stats_carry_latency_per_stage_and_percentiles(tmp_path):
     # published end to end is never less than the hand-off to the sinks
     assert st.latency.count == SAMPLE_FRAMES and st.latency.sum_ms >= sum(r.frame.timings["total"] for r in results) - 1
     assert sink.stats and {"latency_ms", "stages_ms", "shed", "deferred_keyframes", "control"} <= set(sink.stats[-1])
-    assert sink.stats[-1]["control"]["level"] == 0  # a light load needs nothing from the controller
+    # a light load needs next to nothing from the controller (one step at most: a busy test machine
+    # can push a second's p95 over 33 ms once)
+    assert sink.stats[-1]["control"]["level"] <= 1
 
 
 def test_a_file_frame_is_converted_to_bgr_only_when_read():

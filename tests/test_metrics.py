@@ -74,7 +74,8 @@ def test_a_camera_that_refuses_shows_in_health_and_stats(tmp_path):
     with running(tmp_path, sources) as pipeline:
         deadline = time.monotonic() + 15
         seen = set()
-        while time.monotonic() < deadline and "backing_off" not in seen:  # a refusal is instant
+        while time.monotonic() < deadline and ("backing_off" not in seen  # a refusal is instant
+                                               or pipeline.stats["cam1"].state != "running"):
             seen.add(pipeline.stats["door"].state)
             time.sleep(0.01)
         assert "backing_off" in seen, seen

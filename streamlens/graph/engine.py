@@ -14,8 +14,8 @@ detections do come the tracker applies them at that keyframe and replays the mot
 the frames since (`Tracker.update` on an earlier frame), so a slow detector costs accuracy for a
 moment, never latency. That replay (one tracker step per frame since the keyframe: tens of steps
 when the detector is far behind) runs while the inbox is empty, `REPLAY_CHUNK` steps at a time;
-what is left of it when the stream's own next frame comes is done then, before that frame. When the detector's learnt speed says a live keyframe cannot be back by
-then, it does not wait at all. A live stream has at most one keyframe with the detector: a keyframe
+what is left of it when the stream's own next frame comes is done then, before that frame. When
+the detector's learnt speed says a live keyframe cannot be back by then, it does not wait at all. A live stream has at most one keyframe with the detector: a keyframe
 due while the last one is still there is deferred to the first frame after it comes back, so a
 detector slower than the keyframes asked of it falls behind by at most one frame per stream.
 Files wait for every keyframe: their results are exact and the same on every run.
@@ -161,26 +161,24 @@ class Engine:
         self.worker = worker
         self.publish = publish
         self.late_after_s = late_after_s
-        #: lanes whose tracker has a late keyframe's replay to finish, oldest first
-        self._replaying: list[Lane] = []
 
     def run(self) -> None:
         """Until every stream has ended (or the inbox is closed). Raises what the detector raised."""
         self.worker.start()
         try:
             while any(lane.open for lane in self.lanes.values()):
+                replaying = next((lane for lane in self.lanes.values() if lane.open and lane.tracker.catching_up),
+                                 None)
                 try:
-                    item = self.inbox.get(0.0 if self._replaying else self._wait())
+                    item = self.inbox.get(0.0 if replaying else self._wait())
                 except ChannelClosed:
                     return
                 if isinstance(item, Detected):
                     self._on_detected(item)
                 elif item is not None:
                     self._on_input(item)
-                elif self._replaying:  # nothing waiting: a little of a late keyframe's replay
-                    lane = self._replaying[0]
-                    if lane.tracker.catch_up(REPLAY_CHUNK):
-                        self._replaying.remove(lane)
+                elif replaying is not None:  # nothing waiting: a little of a late keyframe's replay
+                    replaying.tracker.catch_up(REPLAY_CHUNK)
                 for lane in self.lanes.values():
                     self._advance(lane)
         finally:
@@ -228,10 +226,8 @@ class Engine:
             self.on_detected(done.frame)
         key = id(done.frame)
         if key in lane.late:  # the tracker rewinds to that frame, applies them; the motion since is replayed
-            lane.late.discard(key)  # when the inbox is empty, or before this stream's next frame
+            lane.late.discard(key)  # when the inbox is empty, or by the tracker before this stream's next frame
             lane.tracker.update(done.frame, done.detections, catch_up=False)
-            if lane.tracker.catching_up and lane not in self._replaying:
-                self._replaying.append(lane)
         elif lane.open:
             lane.ready[key] = done.detections
 
@@ -251,10 +247,6 @@ class Engine:
             lane.deadlines.pop(id(head), None)
             lane.waiting.popleft()
             started = time.perf_counter()
-            if lane.tracker.catching_up:  # this stream's own replay comes first
-                lane.tracker.catch_up()
-            if lane in self._replaying:
-                self._replaying.remove(lane)
             if keyframe:
                 detections = lane.tracker.update(head, lane.ready.pop(id(head)))
             else:
@@ -266,8 +258,6 @@ class Engine:
 
     def _end(self, lane: Lane, end: EndOfStream) -> None:
         lane.open = False
-        if lane in self._replaying:
-            self._replaying.remove(lane)
         lane.ready.clear()
         lane.late.clear()
         lane.deadlines.clear()
