@@ -44,7 +44,7 @@ class Frame:
     """
 
     __slots__ = ("stream", "index", "pts", "ts", "_image", "_decoded", "_size", "timings", "motion_vectors",
-                 "keyframe", "prepared", "observed")
+                 "keyframe", "prepared", "observed", "submitted")
 
     def __init__(self, stream: str, index: int, pts: float | None, ts: float, image: np.ndarray | None = None,
                  timings: dict[str, float] | None = None, motion_vectors: np.ndarray | None = None,
@@ -67,6 +67,8 @@ class Frame:
         self.prepared = prepared
         #: what the tracker's motion model keeps of this frame, when `Tracker.prepare` made it ahead
         self.observed = None
+        #: when the engine handed the frame to the detector (`time.perf_counter()`), else None
+        self.submitted: float | None = None
 
     @property
     def image(self) -> np.ndarray:

@@ -36,10 +36,11 @@ class ProgressDisplay:
         self._drawn = 0
 
     def __call__(self, pipeline: Pipeline) -> None:
-        actions = list(pipeline.controller.actions) if pipeline.controller else []
-        for _, text in actions[self._actions:]:
-            self.note(f"budget: {text}")
-        self._actions = len(actions)
+        control = pipeline.controller
+        if control is not None and control.steps > self._actions:
+            for text in list(control.actions)[-(control.steps - self._actions):]:
+                self.note(f"budget: {text}")
+            self._actions = control.steps
         stats = list(pipeline.stats.values())
         if self.tty:
             lines = [stream_line(st) for st in stats]
@@ -66,7 +67,7 @@ def summary(report: RunReport) -> str:
         rows.append(f"{st.name:<12} {st.frames:>7} {st.keyframes:>9} {st.late_keyframes:>5} {st.objects:>8} "
                     f"{st.dropped:>7} {st.shed:>6} {p95:>7.1f} {st.wall_s:>7.1f} {st.mean_fps:>7.1f}  {st.state}")
     if report.control_actions:
-        rows.append(f"budget controller: {len(report.control_actions)} steps, ended on rung {report.control_level}"
+        rows.append(f"budget controller: {report.control_steps} steps, ended on rung {report.control_level}"
                     f" (last: {report.control_actions[-1]})")
     total = sum(st.frames for st in report.streams)
     rows.append(f"{report.status}: {total} frames in {report.wall_s:.1f} s "

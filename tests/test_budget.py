@@ -266,3 +266,27 @@ def test_stats_can_be_read_while_the_engine_publishes():
         writer.join()
         sys.setswitchinterval(switch)
     assert not errors
+
+
+def test_every_controller_step_is_shown_and_counted_past_the_last_64_kept():
+    """The progress display notes each step once, also after the controller's list of recent steps
+    (64) is full; the summary counts them all."""
+    import io
+    import types
+
+    from streamlens.graph.runtime import RunReport
+    from streamlens.progress import ProgressDisplay
+
+    clock = Clock()
+    c = BudgetController(33, ["a"], max_stretch=4, settle_s=1, calm_s=1, clock=clock)
+    out = io.StringIO()
+    display = ProgressDisplay(out)
+    pipeline = types.SimpleNamespace(controller=c, stats={})  # what the display reads of a pipeline
+    taken = []
+    for _ in range(50):  # up one rung, then calm: down again
+        taken += [a for a in feed(c, clock, {"a": 60}, seconds=2) + feed(c, clock, {"a": 5}, seconds=3) if a]
+        display(pipeline)
+    assert c.steps == len(taken) > 64 and len(c.actions) == 64
+    assert [line.removeprefix("budget: ") for line in out.getvalue().splitlines()] == taken
+    report = RunReport("done", None, 1.0, [], list(c.actions), c.level, c.steps)
+    assert f"budget controller: {len(taken)} steps" in summary(report)

@@ -202,3 +202,18 @@ def test_the_engine_replays_a_late_keyframe_while_idle():
     inbox.put(EndOfStream("cam1", 20), key="cam1")
     runner.join(10)
     assert caught_up and not runner.is_alive()
+
+
+def test_the_detector_never_writes_into_a_frame_already_published():
+    """A late keyframe goes out while the detector still has it. Its timings are the engine's alone
+    (no internal key, no figures added after publication, which could also race the serialising of
+    them); the detector's batch and detect times of it reach the stats through `on_detected`."""
+    frames = sample_frames(30, live=True)
+    published, lane, detector = run_engine(frames, live=True, interval=5, delay_s=0.12, late_after_s=0.001)
+    results = [r for r, _ in published if isinstance(r, FrameResult)]
+    late = [r for r in results if r.frame.keyframe and not r.keyframe]
+    assert late
+    for r in results:
+        assert not [k for k in r.frame.timings if k.startswith("_")]
+    for r in late:
+        assert "batch" not in r.frame.timings and r.frame.timings["detect"] == 0.0

@@ -42,16 +42,15 @@ def build_yolov8n(folder: Path) -> Path:
 
 def write_page(data: dict, out: Path) -> None:
     """The results page; a `## Notes` section already in `out` (the reading of the figures) is kept."""
-    notes = ""
-    if out.exists() and "\n## Notes" in out.read_text():
-        notes = out.read_text()[out.read_text().index("\n## Notes"):]
+    old = out.read_text() if out.exists() else ""
+    notes = old[old.index("\n## Notes"):] if "\n## Notes" in old else ""
     a, dl, base = data["answers"], data["decode_limit"], data["baseline"]
     lines = [
         f"# Live streams within the budget ({data['date'][:16].replace('T', ' ')} UTC)",
         "",
         f"Command: `python tools/bench_live.py` (runs `{data['command']}`)  ",
         f"Machine: {data['machine']['cpu']}, {data['machine']['cores']} cores, {data['machine']['memory_gib']} GiB, "
-        f"{data['machine']['system']}, no GPU  ",
+        f"{data['machine']['system']}, baseline on {data['baseline'].get('device', 'no device')}  ",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in data["versions"].items()) + "  ",
         f"Set-up: {data['video']['width']}x{data['video']['height']} {data['video']['codec']} at {data['video']['fps']:g} fps "
         f"({Path(data['video']['path']).name}), detector {data['detector']} ({Path(data['model']).name}), "
@@ -74,10 +73,12 @@ def write_page(data: dict, out: Path) -> None:
         f"- Largest K with every stream keeping at least 97% of its frames and p95 <= {data['budget_ms']:g} ms: "
         f"**{a['max_streams_kept_97']}**; of the trials run, the largest that lost no frame at all: "
         f"**{max((t['k'] for t in data['trials'] if t.get('kept') == 1.0 and t.get('passed')), default='none')}**.",
-        f"- Decoding alone ({dl['workers']} processes, one decode thread each, motion vectors read): "
-        f"{dl['fps']} frames/s = {dl['streams']} real-time streams; K reached "
-        f"{100 * (a['fraction_of_decode_limit'] or 0):.0f}% of that limit.",
     ]
+    if dl:
+        vectors = ", motion vectors read" if dl["export_mvs"] else ""
+        lines.append(f"- Decoding alone ({dl['workers']} processes, one decode thread each, every frame converted "
+                     f"to BGR{vectors}): {dl['fps']} frames/s = {dl['streams']} real-time streams; K reached "
+                     f"{100 * (a['fraction_of_decode_limit'] or 0):.0f}% of that limit.")
     if base.get("skipped"):
         lines.append(f"- Baseline skipped: {base['skipped']}.")
     else:
@@ -109,8 +110,7 @@ def main() -> int:
         if code != 0:
             return code
     data = json.loads(out.read_text())
-    data["command"] = " ".join(command[:-6] + ["--baseline-model", "yolov8n.pt", "--baseline-imgsz", "320",
-                                                "--out", "tools/results/bench.json"])
+    data["command"] = " ".join(command).replace(str(model), model.name)  # the model was built in a temp folder
     out.write_text(json.dumps(data, indent=1) + "\n")
     write_page(data, RESULTS / "bench.md")
     print(f"wrote {RESULTS / 'bench.md'}")

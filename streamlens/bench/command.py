@@ -15,8 +15,7 @@ on the same video, and prints a table; everything measured goes to `--out` as JS
   source); its sinks by one zmq sink on a free local port (keeping the file's zmq `format`, `hwm`
   and `frames` settings). Its detector, keyframes, tracker and runtime settings are used as they
   are, except that `runtime.mode` is always realtime and the `/metrics` server is off.
-- The budget (`--budget-ms`) defaults to the pipeline's `runtime.budget_ms`, else its
-  `detector.budget_ms`, else 33 ms.
+- The budget (`--budget-ms`) defaults to the pipeline's `runtime.budget_ms` (33 ms unless set).
 - The decode-only limit: one process per CPU core, each decoding the video on one thread (with
   the motion vectors when the tracker uses them) as fast as it can; their frames per second over
   the video's frame rate is how many streams decoding alone could carry.
@@ -46,7 +45,6 @@ from .search import StreamSearch, streams_argument
 
 #: the kept fraction reported beside the strict answer: the target of a real-time deployment
 KEPT_TARGET = 0.97
-DEFAULT_BUDGET_MS = 33.0
 
 
 def _positive(kind):
@@ -78,7 +76,7 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=_positive(float), default=30.0, metavar="S", help="seconds measured per trial (default 30)")
     p.add_argument("--warmup", type=float, default=5.0, metavar="S", help="seconds not counted at the start of a trial (default 5)")
     p.add_argument("--budget-ms", type=_positive(float), metavar="MS",
-                   help="p95 latency a trial may have (default: runtime.budget_ms, else detector.budget_ms, else 33)")
+                   help="p95 latency a trial may have (default: the pipeline's runtime.budget_ms, 33 unless set)")
     p.add_argument("--min-kept", type=_fraction, default=1.0, metavar="F",
                    help="fraction of frames every stream must keep to pass (default 1.0: none dropped)")
     p.add_argument("--out", default="bench.json", metavar="FILE", help="where to write the JSON results (default bench.json)")
@@ -100,7 +98,7 @@ def _inputs(args) -> tuple[object, str, float, dict, str | None, str]:
     model or None, why the baseline is skipped). Raises `ConfigError` (exit 2)."""
     from ..config import load_pipeline
 
-    config = load_pipeline(args.pipeline, overrides={"runtime": {"mode": "realtime", "http": None}})
+    config = load_pipeline(args.pipeline)
     if args.video:
         video = Path(args.video).expanduser().resolve()
         if not video.is_file():
@@ -117,25 +115,21 @@ def _inputs(args) -> tuple[object, str, float, dict, str | None, str]:
 
     sink = next((s.options for s in config.sinks if s.type == "zmq"), {})
     sink_options = {k: sink[k] for k in ("format", "hwm", "frames", "jpeg_quality", "annotate") if k in sink}
-    load_pipeline(args.pipeline, overrides={**trial_overrides(video, 1, "tcp://127.0.0.1:1", sink_options),
-                                            "runtime": {"mode": "realtime", "http": None}})
-    budget = args.budget_ms or getattr(config.runtime, "budget_ms", None) or config.detector.budget_ms \
-        or DEFAULT_BUDGET_MS
+    load_pipeline(args.pipeline, overrides=trial_overrides(video, 1, "tcp://127.0.0.1:1", sink_options))
+    budget = args.budget_ms or config.runtime.budget_ms
     model, skipped = None, ""
-    if args.baseline_model:
+    if args.no_baseline:
+        skipped = "--no-baseline"
+    elif args.baseline_model:
         model = Path(args.baseline_model).expanduser()
         if not model.is_file():
             raise ConfigError([f"--baseline-model: file not found: {args.baseline_model}"])
         model = str(model.resolve())
-    elif args.no_baseline:
-        skipped = "--no-baseline"
     elif config.detector.backend == "ultralytics" and config.detector.model is not None:
         model = str(config.detector.model)
     else:
         skipped = (f"the pipeline's detector is {config.detector.backend}, which Ultralytics cannot load; "
                    "pass --baseline-model (e.g. a YOLO .pt of the same size)")
-    if args.no_baseline:
-        model, skipped = None, "--no-baseline"
     return config, video, float(budget), sink_options, model, skipped
 
 

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .listener import TOPICS
 from .runner import MARKER
 
 #: a pipeline process gets this long to start (load a model, wait for the subscriber) ...
@@ -63,11 +64,12 @@ def free_port() -> int:
 
 
 def trial_overrides(video: str, k: int, endpoint: str, sink_options: dict | None = None) -> dict:
-    """The `load_pipeline` overrides of a trial: K looping live copies of `video`, one zmq sink."""
+    """The `load_pipeline` overrides of a trial: K looping live copies of `video`, one zmq sink that
+    waits for the listener's subscriptions, real-time mode and no `/metrics` server."""
     sources = [{"name": name, "uri": video, "live": True, "loop": True} for name in stream_names(k)]
     sink = {**(sink_options or {}), "type": "zmq", "endpoint": endpoint, "mode": "pub",
-            "wait_subscribers": 3, "wait_timeout_s": 60}
-    return {"sources": sources, "sinks": [sink]}
+            "wait_subscribers": len(TOPICS), "wait_timeout_s": 60}
+    return {"sources": sources, "sinks": [sink], "runtime": {"mode": "realtime", "http": None}}
 
 
 def _percentiles(values: np.ndarray) -> dict:

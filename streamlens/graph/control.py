@@ -89,8 +89,10 @@ class BudgetController:
         self.clock = clock
         self.shedders = {name: Shedder() for name in streams}
         self.throughput = False
-        #: what the controller did, most recent last: (monotonic time, text)
-        self.actions: deque[tuple[float, str]] = deque(maxlen=64)
+        #: what the controller did, most recent last
+        self.actions: deque[str] = deque(maxlen=64)
+        #: every step taken, up or down (`actions` keeps the last 64 of them)
+        self.steps = 0
         self._stretch_index = 0
         self._samples = {name: deque() for name in streams}
         self._lock = threading.Lock()
@@ -140,7 +142,7 @@ class BudgetController:
             if self._last_up is not None and now - self._last_up < self.settle_s:
                 return None  # the last step has not had its time yet
             self._last_up = now
-            return self._note(now, self._step_up(p95, over))
+            return self._note(self._step_up(p95, over))
         calm = all(ms is None or ms < CALM_SHARE * self.budget_ms for ms in p95.values())
         if not calm or self.level == 0:
             self._calm_since = None
@@ -150,11 +152,12 @@ class BudgetController:
         if now - self._calm_since < self.calm_s:
             return None
         self._calm_since, self._last_down = now, now
-        return self._note(now, self._step_down(p95))
+        return self._note(self._step_down(p95))
 
-    def _note(self, now: float, action: str | None) -> str | None:
+    def _note(self, action: str | None) -> str | None:
         if action:
-            self.actions.append((now, action))
+            self.actions.append(action)
+            self.steps += 1
         return action
 
     def _step_up(self, p95: dict[str, float | None], over: set[str]) -> str | None:

@@ -47,11 +47,15 @@ DETECTOR_NICE = 10
 
 @dataclass(slots=True, eq=False)
 class Detected:
-    """A keyframe back from the detector: its detections, or the error that stopped it."""
+    """A keyframe back from the detector: its detections, or the error that stopped it, and how
+    long it waited for its batch and the batch's detector call took (ms). The detector's thread
+    never writes into the frame: a late keyframe is being published on the engine's meanwhile."""
 
     frame: Frame
     detections: sv.Detections | None
     error: BaseException | None = None
+    batch_ms: float = 0.0
+    detect_ms: float = 0.0
 
 
 class DetectWorker:
@@ -78,7 +82,7 @@ class DetectWorker:
         self._thread.start()
 
     def submit(self, frame: Frame) -> None:
-        frame.timings["_submitted"] = time.perf_counter()
+        frame.submitted = time.perf_counter()
         self._jobs.put(frame)
 
     def expected_s(self) -> float:
@@ -117,9 +121,8 @@ class DetectWorker:
             self.batcher.observe(len(batch), ms)
             self.batches += 1
             for frame, detections in zip(batch, found):
-                frame.timings["batch"] = (started - frame.timings.pop("_submitted", started)) * 1000
-                frame.timings["detect"] = ms
-                if not self.deliver(Detected(frame, detections)):
+                waited = (started - (frame.submitted or started)) * 1000
+                if not self.deliver(Detected(frame, detections, batch_ms=waited, detect_ms=ms)):
                     return
 
 
@@ -154,7 +157,7 @@ class Engine:
 
     def __init__(self, inbox: Channel, lanes: list[Lane], worker: DetectWorker,
                  publish: Callable[[FrameResult | StreamEnd], None], late_after_s: float,
-                 on_detected: Callable[[Frame], None] | None = None):
+                 on_detected: Callable[[Detected], None] | None = None):
         self.on_detected = on_detected  # told of every keyframe back from the detector, late ones too
         self.inbox = inbox
         self.lanes = {lane.name: lane for lane in lanes}
@@ -207,6 +210,7 @@ class Engine:
                 item.keyframe = True
             if item.keyframe and lane.live and lane.in_flight:
                 item.keyframe = False  # the detector still has this stream's last keyframe
+                item.prepared = None  # an input made ahead for it is not needed
                 lane.deferred_keyframes += scheduled
             lane.since_keyframe = 0 if item.keyframe else lane.since_keyframe + 1
             if item.keyframe:
@@ -223,12 +227,13 @@ class Engine:
         lane = self.lanes[done.frame.stream]
         lane.in_flight -= 1
         if self.on_detected is not None:
-            self.on_detected(done.frame)
+            self.on_detected(done)
         key = id(done.frame)
         if key in lane.late:  # the tracker rewinds to that frame, applies them; the motion since is replayed
             lane.late.discard(key)  # when the inbox is empty, or by the tracker before this stream's next frame
             lane.tracker.update(done.frame, done.detections, catch_up=False)
-        elif lane.open:
+        elif lane.open:  # not published yet: its timings are still the engine's to fill in
+            done.frame.timings["batch"], done.frame.timings["detect"] = done.batch_ms, done.detect_ms
             lane.ready[key] = done.detections
 
     def _advance(self, lane: Lane) -> None:

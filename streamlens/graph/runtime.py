@@ -116,9 +116,9 @@ class StreamStats:
                 self.stages[stage].observe(timings[stage])
         self.stages["publish"].observe(publish_ms)
 
-    def detected(self, timings: dict[str, float]) -> None:
-        """A keyframe is back from the detector (in time or late)."""
-        batch, detect = timings.get("batch", 0.0), timings.get("detect", 0.0)
+    def detected(self, batch: float, detect: float) -> None:
+        """A keyframe is back from the detector (in time or late): ms waited for its batch, and the
+        batch's detector call."""
         self._detected.append((batch, detect))
         self.stages["batch"].observe(batch)
         self.stages["detect"].observe(detect)
@@ -174,9 +174,11 @@ class RunReport:
     error: str | None
     wall_s: float
     streams: list[StreamStats]
-    #: what the budget controller did, in order, and the rung it ended on (see graph/control.py)
+    #: what the budget controller did, in order (its last 64 steps), how many steps it took, and the
+    #: rung it ended on (see graph/control.py)
     control_actions: list[str] = field(default_factory=list)
     control_level: int = 0
+    control_steps: int = 0
 
     @property
     def exit_code(self) -> int:
@@ -331,7 +333,8 @@ class Pipeline:
         status = "failed" if self._error else "interrupted" if self._interrupted else "done"
         control = self.controller
         return RunReport(status, self._error, time.monotonic() - started, list(self.stats.values()),
-                         [text for _, text in control.actions] if control else [], control.level if control else 0)
+                         list(control.actions) if control else [], control.level if control else 0,
+                         control.steps if control else 0)
 
     def _on_source_state(self, name: str, state: str) -> None:
         st = self.stats[name]
@@ -520,7 +523,8 @@ class Pipeline:
         budget = cfg.detector.budget_ms
         self._engine = engine = Engine(self._inbox, lanes, worker, self._publish,
                                        late_after_s=budget / 1000 if budget else float("inf"),
-                                       on_detected=lambda frame: self.stats[frame.stream].detected(frame.timings))
+                                       on_detected=lambda done: self.stats[done.frame.stream].detected(
+                                           done.batch_ms, done.detect_ms))
         try:
             engine.run()
         except BaseException as e:  # noqa: BLE001

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...frame import Frame
+from ..kernels import moving_outside, sample_median
 
 
 @dataclass(slots=True)
@@ -87,43 +88,30 @@ def inner_boxes(boxes: np.ndarray, keep: float) -> np.ndarray:
     return np.hstack([centre - half, centre + half])
 
 
-def outside_boxes(points: np.ndarray, boxes: np.ndarray, shape: tuple[int, int], grow: float = 0.1,
-                  cell: int = 8) -> np.ndarray:
-    """A mask of the `points` `(P, 2)` that lie outside every box, each box grown by `grow` of its
-    size on every side (a box's own edge often moves with it). The boxes are drawn on a grid of
-    `cell`-pixel cells over a frame of `shape` (height, width), so this costs one look-up per point.
+#: for `moving_share`, a box grown by this share of its size on every side: its own edge often
+#: moves with it
+OUTSIDE_GROW = 0.1
+
+
+def moving_share(points: np.ndarray, motion: np.ndarray, boxes: np.ndarray, min_motion: float,
+                 camera: np.ndarray | None = None, step: int = 1) -> float:
+    """Of every `step`-th sample point `(P, 2)` outside every box `(B, 4)` (each grown by
+    `OUTSIDE_GROW`), the share whose motion `(P, 2)` differs from the camera's by at least
+    `min_motion` pixels; the camera's motion is `camera`, else the median of the samples. 0 when
+    no sample lies outside. Compiled (`kernels.moving_outside`): it runs on every frame.
 
     Example:
-        >>> outside_boxes(np.array([[5.0, 5.0], [50.0, 50.0]]), np.array([[0.0, 0.0, 10.0, 10.0]]), (64, 64)).tolist()
-        [False, True]
-    """
-    rows, cols = -(-shape[0] // cell), -(-shape[1] // cell)
-    covered = np.zeros((rows + 1, cols + 1), bool)
-    margin = (boxes[:, 2:] - boxes[:, :2]) * grow
-    cells = np.hstack([boxes[:, :2] - margin, boxes[:, 2:] + margin]) / cell
-    for x1, y1, x2, y2 in np.clip(cells, 0, [cols, rows, cols, rows]).astype(int).tolist():
-        covered[y1:y2 + 1, x1:x2 + 1] = True
-    at = np.clip((points / cell).astype(int), 0, [cols, rows])
-    return ~covered[at[:, 1], at[:, 0]]
-
-
-def moving_share(motion: np.ndarray, outside: np.ndarray, min_motion: float,
-                 camera: np.ndarray | None = None) -> float:
-    """The share of the samples outside every box whose motion `(P, 2)` differs from the median
-    motion of the whole frame (the camera's; `camera` when already known) by at least `min_motion`
-    pixels.
-
-    Example:
-        >>> motion = np.array([[0.0, 0.0]] * 8 + [[5.0, 0.0]] * 2)
-        >>> moving_share(motion, np.ones(10, bool), 1.0)
+        >>> points = np.array([[5.0, 5.0]] * 2 + [[50.0, 50.0]] * 10)
+        >>> motion = np.array([[9.0, 0.0]] * 2 + [[0.0, 0.0]] * 8 + [[5.0, 0.0]] * 2)
+        >>> moving_share(points, motion, np.array([[0.0, 0.0, 10.0, 10.0]]), 1.0)
         0.2
     """
-    if not outside.any():
-        return 0.0
+    points = np.ascontiguousarray(points, dtype=np.float32)
+    motion = np.ascontiguousarray(motion, dtype=np.float32)
     if camera is None:
-        camera = np.median(motion, axis=0)
-    moved = np.hypot(*(motion[outside] - camera).T) >= min_motion
-    return float(moved.mean())
+        camera = sample_median(motion, step)
+    return moving_outside(points, motion, step, np.ascontiguousarray(boxes, dtype=np.float64), OUTSIDE_GROW,
+                          camera, min_motion)
 
 
 def median_rows(values: np.ndarray) -> np.ndarray:

@@ -38,7 +38,7 @@ import cv2
 import numpy as np
 
 from ...frame import Frame
-from .base import MotionEstimate, MotionModel, inner_boxes, median_rows, moving_share, outside_boxes
+from .base import MotionEstimate, MotionModel, inner_boxes, median_rows, moving_share
 
 #: the grey image flow runs on is at most this wide (a whole step of the frame's pixels)
 WORK_WIDTH = 480
@@ -108,8 +108,7 @@ class SparseFlow(MotionModel):
         estimate.noise[:] = NOISE / scale
         if untracked:
             bg_good = good[per_box:]
-            outside = outside_boxes(background[bg_good], boxes * scale, current.grey.shape)
-            estimate.untracked_motion = moving_share(motion[per_box:][bg_good], outside,
+            estimate.untracked_motion = moving_share(background[bg_good], motion[per_box:][bg_good], boxes * scale,
                                                      MIN_BACKGROUND_MOTION / scale)
         return estimate
 

@@ -36,8 +36,8 @@ import numpy as np
 
 from ...frame import Frame
 from ...sources.motion_vectors import vectors_from_side_data
-from ..kernels import box_motion, moving_outside, order_vectors, sample_median
-from .base import MotionEstimate, MotionModel
+from ..kernels import box_motion, order_vectors, sample_median
+from .base import MotionEstimate, MotionModel, moving_share
 
 #: the central share of a box whose vectors count
 INNER = 0.6
@@ -47,9 +47,6 @@ MIN_VECTORS = 2
 BLOCK_AREA = 256.0
 #: how far (source pixels) a block outside every box must move to count as untracked motion
 MIN_BACKGROUND_MOTION = 1.0
-#: a box grown by this share of its size on every side also covers the motion around it (a box's
-#: edge often moves with it) for `untracked_motion`
-OUTSIDE_GROW = 0.1
 #: about how many vectors (of some 3,600 on a 720p frame) measure `untracked_motion`
 UNTRACKED_SAMPLE = 1024
 #: the standard deviation of a box's median vector, source pixels: vectors are quarter-pixel precise
@@ -67,7 +64,6 @@ class VectorField:
     index: int           # the frame's index
     start: np.ndarray    # (N, 2) float32 x, y of each block on the previous frame, in the order of `column`
     motion: np.ndarray   # (N, 2) float32 dx, dy per decoded frame
-    shape: tuple[int, int]  # the frame's height and width
     column: np.ndarray | None = None  # (N,) int16: start x truncated to whole pixels, ascending
     camera: np.ndarray | None = None  # the median motion of the whole frame, once measured
 
@@ -92,8 +88,7 @@ class MotionVectors(MotionModel):
             vectors = np.empty((0, 4), np.float32)
         elif vectors.dtype.names:  # FFmpeg's raw records from a source that did not convert them
             vectors = vectors_from_side_data(vectors)
-        field = VectorField(frame.index, vectors[:, :2] - vectors[:, 2:4], np.ascontiguousarray(vectors[:, 2:4]),
-                            (frame.height, frame.width))
+        field = VectorField(frame.index, vectors[:, :2] - vectors[:, 2:4], np.ascontiguousarray(vectors[:, 2:4]))
         field.sort()
         return field
 
@@ -116,6 +111,6 @@ class MotionVectors(MotionModel):
             step = max(1, len(current.start) // UNTRACKED_SAMPLE)
             if current.camera is None:  # the same for every box: kept for a replay over this frame
                 current.camera = sample_median(current.motion, step)
-            estimate.untracked_motion = moving_outside(current.start, current.motion, step, boxes, OUTSIDE_GROW,
-                                                       current.camera, MIN_BACKGROUND_MOTION)
+            estimate.untracked_motion = moving_share(current.start, current.motion, boxes, MIN_BACKGROUND_MOTION,
+                                                     current.camera, step)
         return estimate
