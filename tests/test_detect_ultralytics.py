@@ -194,3 +194,61 @@ def test_rtdetr_runs_as_ultralytics_runs_it(tmp_path, frames):
     theirs = RTDETR(str(pt)).predict(frames[0].image, imgsz=IMGSZ, conf=0.0, verbose=False)[0]
     check_detections([ours], frames[:1], detector.names)
     same_boxes(ours, theirs, top=10)
+
+
+# -- on a CUDA device (skipped without one; run on the GPU machine with tools/bench_gpu.py) ----------
+
+def cuda_or_skip():
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here: the CUDA path (pinned copies, FP16) needs an NVIDIA GPU")
+
+
+def relative_error(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want.astype(np.float64)))
+
+
+def test_cuda_gives_the_cpu_output_in_fp32_and_close_to_it_in_fp16(yolov8n, frames):
+    cuda_or_skip()
+    cpu = UltralyticsDetector(yolov8n["pt"], imgsz=IMGSZ, device="cpu")
+    batch = np.stack([cpu.prepare_input(f).data for f in frames])
+    want = cpu.run_raw(batch)
+    fp32 = UltralyticsDetector(yolov8n["pt"], imgsz=IMGSZ, device="cuda")
+    fp16 = UltralyticsDetector(yolov8n["pt"], imgsz=IMGSZ, device="cuda", half=True)
+    assert fp32.device.type == "cuda" and not fp32.fp16 and fp16.fp16
+    assert relative_error(fp32.run_raw(batch), want) < 5e-3  # cuDNN convolutions in TF32
+    assert relative_error(fp16.run_raw(batch), want) < 2e-2
+    check_detections(fp16.detect(frames), frames, fp16.names)
+
+
+def test_batches_in_flight_each_reach_the_gpu_intact(yolov8n):
+    """Six batches queued before any is read back: every batch on the device is its own frames, both
+    from inputs letterboxed into pinned memory (whose blocks are freed and reused for new inputs while
+    the copies may still run) and from numpy inputs gathered through the two staging buffers; and the
+    detections equal those of running each batch alone."""
+    cuda_or_skip()
+    import torch
+
+    rng = np.random.default_rng(1)
+    shots = [Frame("s", i, None, 0.0, rng.integers(0, 255, (720, 1280, 3), np.uint8)) for i in range(24)]
+    detector = UltralyticsDetector(yolov8n["pt"], imgsz=IMGSZ, conf=0.0001, device="cuda", max_batch=2)
+    inputs = [detector.prepare_input(f) for f in shots[:12]]
+    assert all(isinstance(p.data, torch.Tensor) and p.data.is_pinned() for p in inputs)
+    wanted = [np.stack([p.data.numpy().copy() for p in inputs[i:i + 2]]) for i in range(0, 12, 2)]
+    on_device = [detector._to_device(inputs[i:i + 2]) for i in range(0, 12, 2)]
+    del inputs
+    scribbles = [detector.prepare_input(f) for f in shots[12:]]  # may reuse the freed pinned blocks
+    for want, tensor in zip(wanted, on_device):
+        assert np.array_equal(tensor.cpu().numpy(), want)
+    staged = [[type(p)(p.data.numpy().copy(), p.geometry) for p in scribbles[i:i + 2]] for i in range(0, 12, 2)]
+    on_device = [detector._to_device(group) for group in staged]
+    for group, tensor in zip(staged, on_device):
+        assert np.array_equal(tensor.cpu().numpy(), np.stack([p.data for p in group]))
+    groups = [scribbles[i:i + 2] for i in range(0, 12, 2)]
+    together = detector.run_groups(groups)
+    alone = [detector.run_chunk(group) for group in groups]
+    for a_group, b_group in zip(together, alone):
+        for a, b in zip(a_group, b_group):
+            assert len(a.boxes) > 0 and np.allclose(a.boxes, b.boxes, atol=1e-3)
+            assert np.array_equal(a.class_ids, b.class_ids)

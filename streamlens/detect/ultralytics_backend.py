@@ -11,14 +11,12 @@ Ultralytics' own (`non_max_suppression`, on the model's device); RT-DETR and end
 choose their own boxes.
 
 On CUDA (the path that matters for throughput):
-- frames travel as uint8 (a quarter of float32's bytes) through pinned host buffers, two of them
-  used in turn, copied with `non_blocking=True` on a side stream, so the copy of one chunk
-  overlaps the model running on the previous one;
+- `prepare(frame)` letterboxes on the caller's thread (the source's decode thread) straight into
+  pinned host memory, so the engine thread only queues copies and the model;
+- frames travel as uint8 (a quarter of float32's bytes), copied with `non_blocking=True` on a
+  side stream, so the copy of one chunk overlaps the model running on the previous one;
 - channel order, scaling and FP16 (`half: true`) are done on the GPU;
-- every chunk of a call is queued before any result is read back, so the CPU fills the next
-  pinned buffer while the GPU works;
-- `prepare(frame)` letterboxes on the caller's thread (the source's decode thread), so the
-  engine thread only copies and runs.
+- every chunk of a call is queued before any result is read back.
 
 Example:
     >>> detector = UltralyticsDetector("yolov8n.pt", device="cuda", half=True)   # doctest: +SKIP
@@ -76,7 +74,7 @@ class UltralyticsDetector(NeuralDetector):
     `imgsz` is (height, width) or an int; by default the export's own size, else 640. `half` runs
     FP16 on CUDA. `resize` defaults to the model's convention, as Ultralytics predicts: letterbox,
     and a plain resize for RT-DETR. `max_batch` is the largest batch per model call (and the size
-    of the pinned buffers).
+    of the staging buffers for inputs not made by `prepare_input`).
     """
 
     def __init__(self, model: str | Path, *, imgsz: int | tuple[int, int] | None = None, conf: float = 0.25,
@@ -139,10 +137,8 @@ class UltralyticsDetector(NeuralDetector):
         self._classes = None if self.wanted is None else [int(c) for c in self.wanted]
 
         self._cuda = self.prepare_ahead = self.device.type == "cuda"
+        self._pinned: list = []  # staging buffers for inputs made outside prepare_input (see _staged)
         if self._cuda:
-            capacity = self.max_batch * height * width * 3
-            self._pinned = [torch.empty(capacity, dtype=torch.uint8).pin_memory() for _ in range(PINNED_SLOTS)]
-            self._copied = [torch.cuda.Event() for _ in range(PINNED_SLOTS)]
             self._copy_stream = torch.cuda.Stream(device=self.device)
             self._slot = 0
         self.backend.warmup(imgsz=(1, 3, height, width))
@@ -152,29 +148,54 @@ class UltralyticsDetector(NeuralDetector):
     # -- preprocessing ------------------------------------------------------------------------
 
     def prepare_input(self, frame: Frame) -> PreparedInput:
-        """The frame letterboxed into a uint8 BGR image of the input size (channel order and scale: on the device)."""
+        """The frame letterboxed into a uint8 BGR image of the input size (channel order and scale: on
+        the device). On CUDA it is letterboxed straight into pinned memory (torch's caching host
+        allocator, which reuses a block only once the copies that read it have finished), so the
+        batch goes to the GPU with no further copy on the host."""
         geometry = self.spec.geometry((frame.width, frame.height))
-        return PreparedInput(place(frame.image, geometry, self.spec.pad_value), geometry)
+        if not self._cuda:
+            return PreparedInput(place(frame.image, geometry, self.spec.pad_value), geometry)
+        width, height = geometry.input_size
+        host = self._torch.empty((height, width, 3), dtype=self._torch.uint8, pin_memory=True)
+        place(frame.image, geometry, self.spec.pad_value, out=host.numpy())
+        return PreparedInput(host, geometry)
 
     def _to_device(self, inputs: list[PreparedInput]):
-        """The batch as an N x H x W x 3 uint8 tensor on the device: through a pinned buffer on CUDA."""
+        """The batch as an N x H x W x 3 uint8 tensor on the device. On CUDA the copies run on a side
+        stream, non-blocking, from pinned memory: each input's own (from `prepare_input`), or a
+        staging buffer that inputs made elsewhere (numpy arrays) are gathered into first."""
         torch = self._torch
-        width, height = inputs[0].input_size
         if not self._cuda:
             return torch.from_numpy(np.stack([p.data for p in inputs]))
+        width, height = inputs[0].input_size
+        with torch.cuda.stream(self._copy_stream):
+            if all(isinstance(p.data, torch.Tensor) and p.data.is_pinned() for p in inputs):
+                device_batch = torch.empty((len(inputs), height, width, 3), dtype=torch.uint8, device=self.device)
+                for row, p in zip(device_batch, inputs):
+                    row.copy_(p.data, non_blocking=True)
+            else:
+                device_batch = self._staged(inputs, width, height)
+        compute = torch.cuda.current_stream(self.device)
+        compute.wait_stream(self._copy_stream)
+        device_batch.record_stream(compute)  # the allocator must not reuse it before the model has read it
+        return device_batch
+
+    def _staged(self, inputs: list[PreparedInput], width: int, height: int):
+        """Numpy inputs gathered into one of `PINNED_SLOTS` pinned buffers and copied (on the copy stream)."""
+        torch = self._torch
+        if not self._pinned:
+            capacity = self.max_batch * height * width * 3
+            self._pinned = [torch.empty(capacity, dtype=torch.uint8).pin_memory() for _ in range(PINNED_SLOTS)]
+            self._copied = [torch.cuda.Event() for _ in range(PINNED_SLOTS)]
         slot = self._slot
         self._slot = (slot + 1) % PINNED_SLOTS
         self._copied[slot].synchronize()  # the last copy out of this buffer has finished
         host = self._pinned[slot][: len(inputs) * height * width * 3].view(len(inputs), height, width, 3)
         host_array = host.numpy()
         for i, p in enumerate(inputs):
-            host_array[i] = p.data
-        with torch.cuda.stream(self._copy_stream):
-            device_batch = host.to(self.device, non_blocking=True)
-            self._copied[slot].record(self._copy_stream)
-        compute = torch.cuda.current_stream(self.device)
-        compute.wait_stream(self._copy_stream)
-        device_batch.record_stream(compute)  # the allocator must not reuse it before the model has read it
+            host_array[i] = p.data.numpy() if isinstance(p.data, torch.Tensor) else p.data
+        device_batch = host.to(self.device, non_blocking=True)
+        self._copied[slot].record(self._copy_stream)
         return device_batch
 
     def _model_input(self, batch_hwc):
