@@ -52,11 +52,9 @@ def measure(model: str, video: str, imgsz: int, frames: int) -> dict:
     timed = count - SKIP
     if timed_from is None or timed <= 0:
         raise BaselineFailed(f"Ultralytics tracked only {count} frame(s) of {video}; at least {SKIP + 1} are needed")
-    device = None
-    try:
-        device = str(next(yolo.model.parameters()).device)
-    except (AttributeError, StopIteration, TypeError):
-        pass
+    # the predictor's own device: Ultralytics runs a copy of `yolo.model`, which stays where it was loaded
+    device = getattr(getattr(yolo, "predictor", None), "device", None)
+    device = str(device) if device is not None else None
     return {"frames": timed, "seconds": round(ended - timed_from, 3), "fps": round(timed / (ended - timed_from), 2),
             "total_s": round(ended - loaded, 2), "imgsz": imgsz, "device": device, "tracker": "botsort.yaml",
             "call": "YOLO(model).track(source=video, stream=True, imgsz=imgsz, verbose=False)"}

@@ -234,8 +234,13 @@ def _run(args) -> int:
     limit = None
     if args.decode_seconds > 0:
         print(f"decode-only limit: {args.decode_seconds:g} s ...", file=out, flush=True)
-        limit = decode_limit(video, args.decode_seconds, export_mvs=mvs)
-        document["decode_limit"] = limit
+        try:
+            limit = decode_limit(video, args.decode_seconds, export_mvs=mvs)
+            document["decode_limit"] = limit
+        except StreamlensError as e:  # the trials still run; the failure is reported and the exit is 1
+            print(f"streamlens bench: error: {e}", file=sys.stderr, flush=True)
+            document["decode_limit"] = {"error": str(e)}
+            failed = True
 
     trials: list[dict] = []
     search = StreamSearch(args.streams)

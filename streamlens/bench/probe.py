@@ -26,7 +26,9 @@ import queue
 import sys
 import threading
 import time
+import traceback
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 from ..errors import StreamlensError
 
@@ -55,15 +57,21 @@ def _decode_worker(path: str, seconds: float, export_mvs: bool, ready, results) 
 
     from ..sources.motion_vectors import ReferenceDistance, frame_motion_vectors
 
-    try:
+    def opened():
         container = av.open(path)
         stream = container.streams.video[0]
         stream.thread_type = "NONE"
         stream.codec_context.thread_count = 1
         if export_mvs:
             stream.codec_context.options = {"flags2": "+export_mvs"}
-        next(iter(container.decode(stream)), None)
-        container.seek(0)
+        return container, stream
+
+    try:
+        container, stream = opened()  # warm: the first frame, in a container of its own
+        for _ in container.decode(stream):
+            break
+        container.close()
+        container, stream = opened()
         ready.wait(120)
         frames, index = 0, 0
         started = time.perf_counter()
@@ -72,7 +80,7 @@ def _decode_worker(path: str, seconds: float, export_mvs: bool, ready, results) 
             anchors, decoded = ReferenceDistance(), 0
             for frame in container.decode(stream):
                 distance = anchors.step(frame.pict_type, index) if export_mvs else 1
-                frame.to_ndarray(format="bgr24")
+                frame.to_ndarray(format="bgr24", threads=1)  # one thread: one process per core
                 if export_mvs:
                     frame_motion_vectors(frame, distance)
                 index += 1
@@ -86,8 +94,9 @@ def _decode_worker(path: str, seconds: float, export_mvs: bool, ready, results) 
         elapsed = time.perf_counter() - started
         container.close()
         results.put({"frames": frames, "seconds": elapsed})
-    except Exception as e:  # noqa: BLE001 - reported to the parent as one line
-        results.put({"error": f"{type(e).__name__}: {e}"})
+    except Exception as e:  # noqa: BLE001 - reported to the parent as one line, with where it was raised
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        results.put({"error": f"{type(e).__name__}: {e} ({Path(where.filename).name}:{where.lineno})"})
 
 
 def decode_limit(video: str, seconds: float, export_mvs: bool = False, workers: int | None = None) -> dict:
