@@ -98,11 +98,12 @@ def car_content(yolox) -> tuple[np.ndarray, np.ndarray]:
     return content, car
 
 
-@pytest.mark.parametrize("resize,scale", [("letterbox", (2, 2)), ("resize", (2, 3))])
+@pytest.mark.parametrize("resize,scale", [("letterbox", (2, 2)), ("resize", (2, 3)), ("bucket", (2, 2))])
 def test_a_car_at_known_pixels_comes_back_within_2px(yolox, car_content, resize, scale):
     """The synthetic frame is the content with each pixel repeated (sx x sy): letterbox (2x2, 832x468
-    into 416x416) and resize (2x3 of a 416x416 content, 832x1248 stretched back) give the model the
-    very content again, so the box must come back at exactly the content's box times the scale."""
+    into 416x416), resize (2x3 of a 416x416 content, 832x1248 stretched back) and bucket (832x468 into
+    416x256: the fixed-size model run at a size it was not exported for) give the model the very
+    content again, so the box must come back at exactly the content's box times the scale."""
     content, car = car_content
     if resize == "resize":
         content = np.concatenate([content, np.full((416 - 234, 416, 3), 128, np.uint8)])
@@ -122,6 +123,63 @@ def test_a_car_in_a_full_size_frame_comes_back_where_it_was_drawn(yolox, car_con
     expected = car * np.array([1280 / 416, 720 / 234] * 2)
     found = nearest_car(yolox.detect([frame])[0], expected)
     assert found is not None and np.abs(found - expected).max() <= 2 * 1280 / 416, (found, expected)
+
+
+def matched_share(ours: np.ndarray, theirs: np.ndarray, iou: float = 0.7) -> float:
+    """The share of `ours` boxes that some box of `theirs` overlaps by at least `iou`."""
+    if len(ours) == 0:
+        return 1.0
+    if len(theirs) == 0:
+        return 0.0
+    lo = np.maximum(ours[:, None, :2], theirs[None, :, :2])
+    hi = np.minimum(ours[:, None, 2:], theirs[None, :, 2:])
+    inter = np.clip(hi - lo, 0, None).prod(axis=2)
+    area = lambda b: (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])  # noqa: E731
+    union = area(ours)[:, None] + area(theirs)[None, :] - inter
+    return float(((inter / union).max(axis=1) >= iou).mean())
+
+
+def test_bucket_runs_the_fixed_size_model_on_less_and_finds_the_same_cars(yolox):
+    """YOLOX-Nano was exported for 416x416; `bucket` frees its height and width, runs a 16:9 frame at
+    416x256 (no padding rows to compute), and finds the letterboxed run's boxes (every 30th frame)."""
+    clip = need_video("highway_720p30.mp4")
+    bucket = OnnxDetector(YOLOX, conf=0.3, resize="bucket")
+    assert bucket.spec.size == (416, 416) and bucket.session.get_inputs()[0].shape[2:] == ["height", "width"]
+    found = wanted = both = 0
+    for frame in decoded_frames(clip, every=30):
+        assert bucket.prepare_input(frame).input_size == (416, 256)
+        ours, theirs = bucket.detect([frame])[0].xyxy, yolox.detect([frame])[0].xyxy
+        found, wanted = found + len(ours), wanted + len(theirs)
+        both += matched_share(theirs, ours) * len(theirs)
+        assert matched_share(ours, theirs) >= 0.8
+    assert wanted >= 150 and both >= 0.95 * wanted and abs(found - wanted) <= 0.05 * wanted
+
+
+def test_bucket_on_a_fixed_size_model_that_cannot_run_at_another_size_is_one_clear_error(tmp_path):
+    """A graph whose output does not follow its input's size (a global pool, then fixed weights) gives a
+    YOLOX-shaped output at 64x64 only: freeing its size is refused, naming the model and why."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    anchors = 8 * 8 + 4 * 4 + 2 * 2  # a YOLOX head at 64x64: strides 8, 16, 32
+    weights = numpy_helper.from_array(np.ones((3, anchors * 6), np.float32), "weights")
+    shape = numpy_helper.from_array(np.array([1, anchors, 6], np.int64), "shape")
+    nodes = [helper.make_node("GlobalAveragePool", ["images"], ["pooled"]),
+             helper.make_node("Flatten", ["pooled"], ["flat"], axis=1),
+             helper.make_node("MatMul", ["flat", "weights"], ["rows"]),
+             helper.make_node("Reshape", ["rows", "shape"], ["output"])]
+    graph = helper.make_graph(nodes, "fixed", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 64, 64])],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, anchors, 6])],
+                              initializer=[weights, shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "fixed.onnx"
+    onnx.save(model, str(path))
+    assert OnnxDetector(path).head.name == "yolox"  # at its own size it is a detector
+    with pytest.raises(DetectorError) as e:
+        OnnxDetector(path, resize="bucket")
+    assert str(e.value).startswith(f"detector.resize: bucket: {path} takes a fixed 64x64 input and does not run "
+                                   f"at another size (") and "\n" not in str(e.value)
 
 
 def test_not_an_onnx_file_is_one_clear_error(tmp_path):
@@ -160,8 +218,6 @@ def test_settings_that_contradict_the_model_are_clear_errors(tmp_path):
     model = need_yolox()
     with pytest.raises(DetectorError, match=r"^detector.imgsz: \[640, 640\] but .* takes a fixed 416x416 input"):
         OnnxDetector(model, imgsz=640)
-    with pytest.raises(DetectorError, match=r"^detector.resize: bucket needs a model with a dynamic input"):
-        OnnxDetector(model, resize="bucket")
     with pytest.raises(DetectorError, match=r"^detector.classes\[0\]: 'lorry' is not a class"):
         OnnxDetector(model, classes=["lorry"])
     with pytest.raises(DetectorError, match=r"^detector.device: 'cuda': onnxruntime here has no CUDA provider"):
