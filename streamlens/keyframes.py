@@ -127,7 +127,7 @@ class AdaptiveKeyframeScheduler:
 
     def is_keyframe(self, frame: Frame | None = None, signals=None) -> bool:
         """Call once per frame, in order, before the frame is tracked."""
-        cut = frame is not None and self._cuts.is_cut(frame.grey_sample(8))
+        cut = frame is not None and self._cuts.is_cut(frame.grey_sample(thumbnail_step(frame.width)))
         self._learn(signals)
         reason = self._reason(cut, signals)
         if reason:
@@ -172,8 +172,9 @@ class SceneCutDetector:
     """Tells a scene cut from a frame's thumbnail: the mean absolute difference of its grey image
     (luma, or the green channel), shrunk to `THUMBNAIL_WIDTH` pixels wide, from the previous frame's.
     A cut changes nearly every thumbnail pixel; motion, even a pan over the same scene, changes few
-    of them, and little. `is_cut` takes a grey image (every 8th pixel is plenty: the runtime passes
-    `Frame.grey_sample(8)`, about 0.05 ms on a 720p frame) or a BGR one.
+    of them, and little. `is_cut` takes a grey image (a sample of every few pixels is plenty: the
+    runtime passes `Frame.grey_sample(thumbnail_step(width))`, about twice the thumbnail's width, which
+    it then halves by area averaging: about 0.05 ms on a 720p frame) or a BGR one.
 
     Example:
         >>> cuts = SceneCutDetector()
@@ -194,6 +195,16 @@ class SceneCutDetector:
         if previous is None or previous.shape != thumbnail.shape:
             return False
         return float(np.abs(thumbnail - previous).mean()) > self.difference
+
+
+def thumbnail_step(width: int) -> int:
+    """The pixel step that samples a frame `width` wide down to about twice `THUMBNAIL_WIDTH`.
+
+    Example:
+        >>> [thumbnail_step(w) for w in (1280, 1920, 640, 100)]
+        [10, 15, 5, 1]
+    """
+    return max(1, width // (2 * THUMBNAIL_WIDTH))
 
 
 def _thumbnail(grey: np.ndarray) -> np.ndarray:

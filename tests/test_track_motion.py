@@ -167,3 +167,30 @@ def test_each_box_moves_by_the_median_of_exactly_the_vectors_inside_it():
     moving = np.hypot(*(vectors[:, 2:] - [1.0, 0.0]).T) >= 2.0
     share = moving_outside(field.start, field.motion, 1, boxes, 0.0, np.array([1.0, 0.0]), 2.0)
     assert share == pytest.approx(moving[outside].mean(), abs=1e-6)
+
+
+def test_the_compiled_reading_of_ffmpeg_vectors_is_the_arithmetic_written_out(clips):
+    """FFmpeg's records of a clip with B-frames (blocks from the past and from the future), and the
+    same with mixed precisions: the compiled pass keeps exactly the past blocks, in order, each moved
+    by -motion / (scale x distance) per frame."""
+    from streamlens.sources.motion_vectors import vectors_from_side_data
+
+    def written_out(raw, distance):
+        raw = raw[raw["source"] < 0]
+        scale = np.float32(-1.0) / (np.maximum(raw["motion_scale"], 1).astype(np.float32) * np.float32(distance))
+        return np.stack([raw["dst_x"].astype(np.float32), raw["dst_y"].astype(np.float32),
+                         (raw["motion_x"] * scale.astype(np.float64)).astype(np.float32),
+                         (raw["motion_y"] * scale.astype(np.float64)).astype(np.float32)], axis=1).reshape(-1, 4)
+
+    container = av.open(str(clips[2]))
+    stream = container.streams.video[0]
+    stream.codec_context.options = {"flags2": "+export_mvs"}
+    records = [f.side_data.get("MOTION_VECTORS") for f in container.decode(stream)]
+    container.close()
+    records = [r.to_ndarray() for r in records if r is not None]
+    assert sum((r["source"] > 0).any() for r in records) > 5  # B-frames: blocks from the future to leave out
+    mixed = records[3].copy()
+    mixed["motion_scale"][::3] = 2
+    for raw in records + [mixed]:
+        for distance in (1, 2, 3):
+            assert np.array_equal(vectors_from_side_data(raw, distance), written_out(raw, distance))

@@ -7,7 +7,7 @@ The search passes a K when every stream keeps at least 97% of its frames (the is
 p95 <= 33 ms; the table shows each trial's losses, and the page names the largest K that lost none.
 
 The pipeline is pipelines/highway_yolox.yaml (720p30 H.264, YOLOX-Nano through onnxruntime on one
-thread, adaptive keyframes, the `mv` tracker; `streamlens bench` replaces its sinks by one ZeroMQ
+thread at 416x256 (`resize: bucket`), adaptive keyframes, the `mv` tracker; `streamlens bench` replaces its sinks by one ZeroMQ
 sink and times every result at an outside subscriber). YOLOX-Nano is not a model Ultralytics can
 load, so the baseline, Ultralytics' own `model.track(stream=True)` on the same clip, runs a YOLOv8n
 built here from `yolov8n.yaml`: random weights, nothing downloaded, the same computation per frame

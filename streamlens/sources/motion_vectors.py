@@ -18,6 +18,11 @@ import numpy as np
 
 #: FFmpeg's AVPictureType of the frames later ones are predicted from: I, P, SI, SP
 ANCHOR_PICTURES = (1, 2, 5, 6)
+#: the record PyAV's `MotionVectors.to_ndarray()` gives (FFmpeg's AVMotionVector)
+MV_DTYPE = np.dtype({"names": ["source", "w", "h", "src_x", "src_y", "dst_x", "dst_y", "flags", "motion_x",
+                               "motion_y", "motion_scale"],
+                     "formats": ["<i4", "u1", "u1", "<i2", "<i2", "<i2", "<i2", "<u8", "<i4", "<i4", "<u2"],
+                     "offsets": [0, 4, 5, 6, 8, 10, 12, 16, 24, 28, 32], "itemsize": 40, "aligned": True})
 
 
 def frame_motion_vectors(frame, distance: int = 1) -> np.ndarray | None:
@@ -51,20 +56,14 @@ def vectors_from_side_data(raw: np.ndarray, distance: int = 1) -> np.ndarray:
         >>> vectors_from_side_data(raw, distance=2).tolist()
         [[40.0, 24.0, 2.5, -0.5]]
     """
-    past = raw["source"] < 0
-    if not past.all():  # B-frames only: a P-frame's blocks all come from the past
-        raw = raw[past]
-    scales = raw["motion_scale"]
-    if len(scales) and (scales == scales[0]).all():  # one precision for the frame (H.264: quarter pel)
-        scale = np.float32(-1.0 / (max(int(scales[0]), 1) * max(distance, 1)))
-    else:
-        scale = -1.0 / (np.maximum(scales.astype(np.float32), 1.0) * max(distance, 1))
-    out = np.empty((len(raw), 4), np.float32)
-    out[:, 0] = raw["dst_x"]
-    out[:, 1] = raw["dst_y"]
-    np.multiply(raw["motion_x"], scale, out=out[:, 2], casting="unsafe")
-    np.multiply(raw["motion_y"], scale, out=out[:, 3], casting="unsafe")
-    return out
+    from ..track.kernels import past_vectors  # compiled: one pass over the records' bytes
+
+    if raw.dtype != MV_DTYPE or not raw.flags.c_contiguous:  # records of another layout: copied by field
+        records = np.zeros(len(raw), MV_DTYPE)
+        for name in ("source", "dst_x", "dst_y", "motion_x", "motion_y", "motion_scale"):
+            records[name] = raw[name]
+        raw = records
+    return past_vectors(raw.view(np.uint8).reshape(-1), int(distance))
 
 
 class ReferenceDistance:
