@@ -341,3 +341,27 @@ def test_containers_and_codecs_decode_every_frame(tmp_path, suffix, codec_args):
     assert [f.index for f in frames] == list(range(len(frames)))
     assert all(b.pts > a.pts for a, b in zip(frames, frames[1:]))
     assert frames[0].image.shape == (360, 640, 3)
+
+
+def test_the_reused_converter_gives_pyav_own_bgr_for_every_size_and_thread(tmp_path):
+    """`to_bgr` keeps one converter per thread: pictures of two sizes and formats, interleaved, and
+    the same pictures converted on another thread, all equal `to_ndarray(format="bgr24")`."""
+    import numpy as np
+
+    from streamlens.frame import to_bgr
+
+    small = make_video(tmp_path / "small.mp4", "-i", str(SAMPLE), "-frames:v", "12", "-vf", "scale=320:180",
+                       "-pix_fmt", "yuvj420p")
+    pictures = []
+    for path in (SAMPLE, small):
+        with av.open(str(path)) as container:
+            pictures.append([f for _, f in zip(range(12), container.decode(video=0))])
+    mixed = [p for pair in zip(*pictures) for p in pair]
+    assert {(p.width, p.format.name) for p in mixed} == {(640, "yuv420p"), (320, "yuvj420p")}
+    want = [p.to_ndarray(format="bgr24") for p in mixed]
+    assert all(np.array_equal(to_bgr(p), w) for p, w in zip(mixed, want))
+    other: list = []
+    worker = threading.Thread(target=lambda: other.extend(to_bgr(p) for p in reversed(mixed)))
+    worker.start()
+    worker.join(30)
+    assert all(np.array_equal(a, w) for a, w in zip(reversed(other), want))

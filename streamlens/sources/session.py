@@ -121,6 +121,7 @@ def run_session(spec: SessionSpec, out: SessionOutput, should_stop: Callable[[],
 
 
 def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tuple[str, str]:
+    from ..frame import to_bgr
     from .file import _FrameRateCap, _PresentationTimes  # the file source's own rules, shared
     from .motion_vectors import ReferenceDistance, frame_motion_vectors
 
@@ -159,6 +160,6 @@ def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tu
             if cap is not None and not cap.keep(pts):
                 continue
             started = time.perf_counter()
-            image = frame.to_ndarray(format="bgr24")
+            image = to_bgr(frame)
             mvs = frame_motion_vectors(frame, distance) if spec.export_mvs else None
             out.frame(image, pts, time.time(), share_ms + (time.perf_counter() - started) * 1000.0, mvs)
