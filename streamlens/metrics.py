@@ -150,7 +150,7 @@ class _Collector:
             depth.add_metric(v, self.pipeline.queue_depth(st.name))
             fps.add_metric(v, st.fps)
             up.add_metric(v, 1.0 if st.state == "running" else 0.0)
-            series = [(latency, v, st.latency), (detect, v, st.detect)]
+            series = [(latency, v, st.latency), (detect, v, st.stages["detect"])]
             series += [(stages, [st.name, stage], hist) for stage, hist in st.stages.items()]
             for family, labels, hist in series:
                 buckets = [(str(b / 1000), c) for b, c in zip(hist.bounds_ms, hist.cumulative())]

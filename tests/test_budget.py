@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 
 import numpy as np
+import pytest
 
 import streamlens
 from streamlens.graph.control import BudgetController, Shedder
@@ -290,3 +292,37 @@ def test_every_controller_step_is_shown_and_counted_past_the_last_64_kept():
     assert [line.removeprefix("budget: ") for line in out.getvalue().splitlines()] == taken
     report = RunReport("done", None, 1.0, [], list(c.actions), c.level, c.steps)
     assert f"budget controller: {len(taken)} steps" in summary(report)
+
+
+def test_two_live_pipelines_in_one_process_share_the_switch_interval(tmp_path):
+    """The switch interval is the process's: the first live pipeline to end leaves it short while
+    the other still runs, and the last one puts back what the first found."""
+    import subprocess
+
+    clip = tmp_path / "short.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-i", str(SAMPLE), "-frames:v", "45", "-c", "copy", str(clip)],
+                   check=True, timeout=60)
+
+    def pipeline(name: str, uri, loop: bool) -> streamlens.Pipeline:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(f"sources:\n  - {{name: {name}, uri: {uri}, live: true, loop: {str(loop).lower()}}}\n"
+                        "detector: {backend: motion}\nkeyframes: {interval: 3}\ntracker: {motion: kalman}\n")
+        return streamlens.Pipeline.from_yaml(path, sinks=[])
+
+    found = sys.getswitchinterval()
+    short, endless = pipeline("short", clip, False), pipeline("endless", SAMPLE, True)
+    reports = []
+    first = threading.Thread(target=lambda: reports.append(short.run()))
+    second = threading.Thread(target=endless.run)
+    first.start()  # the short one starts first (and finds the process's interval) ...
+    try:
+        while not short.stats["short"].frames:
+            time.sleep(0.01)
+        second.start()  # ... the endless one starts while it runs, and outlives it
+        first.join(30)
+        during = sys.getswitchinterval()
+        assert reports[0].status == "done" and endless.stats["endless"].state == "running"
+    finally:
+        endless.stop()
+        second.join(30)
+    assert during == pytest.approx(0.001) and sys.getswitchinterval() == found

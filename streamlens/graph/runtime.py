@@ -90,7 +90,6 @@ class StreamStats:
     _detected: deque = field(default_factory=lambda: deque(maxlen=64), repr=False)
     #: end to end: from the frame becoming available to every sink having published it
     latency: LatencyHistogram = field(default_factory=LatencyHistogram, repr=False)
-    detect: LatencyHistogram = field(default_factory=LatencyHistogram, repr=False)
     stages: dict = field(default_factory=lambda: {stage: LatencyHistogram() for stage in STAGES}, repr=False)
 
     def count(self, result: FrameResult) -> None:
@@ -122,7 +121,6 @@ class StreamStats:
         self._detected.append((batch, detect))
         self.stages["batch"].observe(batch)
         self.stages["detect"].observe(detect)
-        self.detect.observe(detect)
 
     def latency_percentiles(self) -> dict[str, float]:
         """p50, p95 and p99 end to end over the last 256 published frames."""
@@ -198,6 +196,29 @@ class _QueueSink(Sink):
 
 
 _END = object()
+
+
+_switch_lock = threading.Lock()
+_switch_holders = 0
+_switch_found = 0.005
+
+
+def _live_switch_interval(hold: bool) -> None:
+    """While a live pipeline runs, its threads hand the GIL over every LIVE_SWITCH_S, not every 5 ms: a
+    frame waiting on a thread that holds it costs latency (p95 on 3 paced 720p streams with
+    YOLOX-Nano on 2 cores: 57 ms at 5 ms, 18 ms at 1 ms). The interval is the process's: the first
+    live pipeline to start sets it, the last to end restores the value it found."""
+    global _switch_holders, _switch_found
+    with _switch_lock:
+        if hold:
+            if _switch_holders == 0:
+                _switch_found = sys.getswitchinterval()
+                sys.setswitchinterval(LIVE_SWITCH_S)
+            _switch_holders += 1
+        else:
+            _switch_holders -= 1
+            if _switch_holders == 0:
+                sys.setswitchinterval(_switch_found)
 
 
 class _InlineSink:
@@ -287,12 +308,9 @@ class Pipeline:
         self._ran = True
         started = time.monotonic()
         sources, detector, sinks = self._build()
-        switch = sys.getswitchinterval()
-        if any(s.live for s in self.config.sources):
-            # the threads of a live pipeline hand the GIL on every LIVE_SWITCH_S, not every 5 ms: a
-            # frame waiting on a thread that holds it costs latency (p95 on 3 paced 720p streams
-            # with YOLOX-Nano on 2 cores: 57 ms at 5 ms, 18 ms at 1 ms)
-            sys.setswitchinterval(LIVE_SWITCH_S)
+        live = any(s.live for s in self.config.sources)
+        if live:
+            _live_switch_interval(hold=True)
         self._sources = {src.name: src for src in sources}
         http = None
         threads: list[threading.Thread] = []
@@ -322,7 +340,8 @@ class Pipeline:
                 deadline = time.monotonic() + ABORT_JOIN_S
                 for t in threads:
                     t.join(max(0.0, deadline - time.monotonic()))
-            sys.setswitchinterval(switch)
+            if live:
+                _live_switch_interval(hold=False)
             self._stop_sources.set()
             for src in sources:
                 src.close()
@@ -540,10 +559,7 @@ class Pipeline:
                 with entry.lock:
                     if entry.open:
                         entry.open = False
-                        try:
-                            entry.sink.close()
-                        except BaseException as e:  # noqa: BLE001
-                            self._fail(e)
+                        self._close_sink(entry.sink)
 
     def _publish(self, item: FrameResult | StreamEnd) -> None:
         st = self.stats[item.stream if isinstance(item, StreamEnd) else item.frame.stream]
@@ -555,16 +571,19 @@ class Pipeline:
             st.ended = time.monotonic()
         message = message_for(item)
         payload = dumps(message)
-        if isinstance(item, FrameResult):
-            sinks = len(self._sink_channels) + len(self._inline)
-            if not sinks:
-                self._on_published(item, time.perf_counter())
-            else:
-                with self._published_lock:
-                    self._unpublished[id(item)] = [sinks, time.perf_counter()]
+        result = isinstance(item, FrameResult)
+        handed = time.perf_counter()
+        if result and self._sink_channels:  # the last sink thread to publish it ends its latency
+            with self._published_lock:
+                self._unpublished[id(item)] = [len(self._sink_channels) + len(self._inline), handed]
+        written = 0
         for entry in self._inline:
-            if self._write_inline(entry, item, message, payload) and isinstance(item, FrameResult):
+            written += self._write_inline(entry, item, message, payload)
+        if result and self._sink_channels:
+            for _ in range(written):
                 self._written(item)
+        elif result and written == len(self._inline):  # every sink is inline (or there is none): done now
+            self._on_published(item, handed)
         for ch in self._sink_channels:
             ch.put((item, message, payload))
 
@@ -578,13 +597,21 @@ class Pipeline:
                 return True
             except BaseException as e:  # noqa: BLE001
                 entry.open = False
-                self._fail(e)
-                self._inbox.close(discard=True)
-                try:
-                    entry.sink.close()
-                except BaseException as e2:  # noqa: BLE001
-                    self._fail(e2)
+                self._sink_failed(e)
+                self._close_sink(entry.sink)
                 return False
+
+    def _sink_failed(self, error: BaseException) -> None:
+        """A sink could not write: the run ends with its error, and frames not yet processed are dropped."""
+        self._fail(error)
+        self._inbox.close(discard=True)
+
+    def _close_sink(self, sink: Sink) -> None:
+        """Close a sink (it flushes what it holds); a failure to close ends the run as a write failure does."""
+        try:
+            sink.close()
+        except BaseException as e:  # noqa: BLE001
+            self._fail(e)
 
     def _written(self, item: FrameResult) -> None:
         """A sink has published `item`; the last one to do so ends its latency."""
@@ -616,11 +643,7 @@ class Pipeline:
                 if isinstance(item, FrameResult):
                     self._written(item)
         except BaseException as e:  # noqa: BLE001
-            self._fail(e)
+            self._sink_failed(e)  # the error first: the engine then finds this channel closed
             channel.close(discard=True)
-            self._inbox.close(discard=True)
         finally:
-            try:
-                sink.close()
-            except BaseException as e:  # noqa: BLE001
-                self._fail(e)
+            self._close_sink(sink)
