@@ -120,7 +120,9 @@ def to_bgr(picture) -> np.ndarray:
     `picture.to_ndarray(format="bgr24")` makes a new converter for each picture, and since PyAV 17
     a converter starts its own pool of swscale threads (one per CPU): each conversion would set up a
     context and start threads. Here each thread keeps one converter, whose context and threads are
-    reused as long as the pictures' size and format stay the same (0.5 ms of CPU less per 720p frame).
+    reused as long as the pictures' size and format stay the same (on 2 cores, a 720p conversion
+    took 2.0 ms of CPU against 2.2, medians of alternating runs; more threads are started where there
+    are more cores).
     """
     from av.video.reformatter import VideoReformatter
 
