@@ -114,8 +114,9 @@ class Frame:
 _converters = threading.local()
 
 
-def to_bgr(picture) -> np.ndarray:
-    """A decoded PyAV `VideoFrame` as an H x W x 3 BGR uint8 array.
+def to_bgr(picture, threads: int = 0) -> np.ndarray:
+    """A decoded PyAV `VideoFrame` as an H x W x 3 BGR uint8 array; `threads`: swscale's, 0 for one
+    per CPU (PyAV's default), 1 where many processes convert side by side (a camera's decode worker).
 
     `picture.to_ndarray(format="bgr24")` makes a new converter for each picture, and since PyAV 17
     a converter starts its own pool of swscale threads (one per CPU): each conversion would set up a
@@ -129,7 +130,7 @@ def to_bgr(picture) -> np.ndarray:
     converter = getattr(_converters, "converter", None)
     if converter is None:
         converter = _converters.converter = VideoReformatter()
-    return converter.reformat(picture, format="bgr24").to_ndarray()
+    return converter.reformat(picture, format="bgr24", threads=threads).to_ndarray()
 
 
 #: pixel formats whose first plane is 8-bit luma

@@ -360,6 +360,7 @@ def test_the_reused_converter_gives_pyav_own_bgr_for_every_size_and_thread(tmp_p
     assert {(p.width, p.format.name) for p in mixed} == {(640, "yuv420p"), (320, "yuvj420p")}
     want = [p.to_ndarray(format="bgr24") for p in mixed]
     assert all(np.array_equal(to_bgr(p), w) for p, w in zip(mixed, want))
+    assert all(np.array_equal(to_bgr(p, threads=1), w) for p, w in zip(mixed, want))  # as camera workers do
     other: list = []
     worker = threading.Thread(target=lambda: other.extend(to_bgr(p) for p in reversed(mixed)))
     worker.start()

@@ -160,6 +160,6 @@ def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tu
             if cap is not None and not cap.keep(pts):
                 continue
             started = time.perf_counter()
-            image = to_bgr(frame)
+            image = to_bgr(frame, threads=1)  # one thread: cameras decode in processes of their own
             mvs = frame_motion_vectors(frame, distance) if spec.export_mvs else None
             out.frame(image, pts, time.time(), share_ms + (time.perf_counter() - started) * 1000.0, mvs)
