@@ -125,10 +125,10 @@ def to_bgr(picture, threads: int = 0) -> np.ndarray:
     took 2.0 ms of CPU against 2.2, medians of alternating runs; more threads are started where there
     are more cores).
     """
-    from av.video.reformatter import VideoReformatter
-
     converter = getattr(_converters, "converter", None)
     if converter is None:
+        from av.video.reformatter import VideoReformatter
+
         converter = _converters.converter = VideoReformatter()
     return converter.reformat(picture, format="bgr24", threads=threads).to_ndarray()
 

@@ -55,6 +55,7 @@ def _decode_worker(path: str, seconds: float, export_mvs: bool, ready, results) 
     looping over the file, for `seconds`; put `{"frames", "seconds"}` (or `{"error"}`) on `results`."""
     import av
 
+    from ..frame import to_bgr
     from ..sources.motion_vectors import ReferenceDistance, frame_motion_vectors
 
     def opened():
@@ -80,7 +81,7 @@ def _decode_worker(path: str, seconds: float, export_mvs: bool, ready, results) 
             anchors, decoded = ReferenceDistance(), 0
             for frame in container.decode(stream):
                 distance = anchors.step(frame.pict_type, index) if export_mvs else 1
-                frame.to_ndarray(format="bgr24", threads=1)  # one thread: one process per core
+                to_bgr(frame, threads=1)  # as the pipeline converts, on one thread: one process per core
                 if export_mvs:
                     frame_motion_vectors(frame, distance)
                 index += 1

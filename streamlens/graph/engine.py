@@ -15,9 +15,10 @@ the frames since (`Tracker.update` on an earlier frame), so a slow detector cost
 moment, never latency. That replay (one tracker step per frame since the keyframe: tens of steps
 when the detector is far behind) runs while the inbox is empty, `REPLAY_CHUNK` steps at a time;
 what is left of it when the stream's own next frame comes is done then, before that frame. When
-the detector's learnt speed says a live keyframe cannot be back by then, it does not wait at all. A live stream has at most one keyframe with the detector: a keyframe
-due while the last one is still there is deferred to the first frame after it comes back, so a
-detector slower than the keyframes asked of it falls behind by at most one frame per stream.
+the detector's learnt speed says a live keyframe cannot be back by then, it does not wait at all.
+A live stream has at most one keyframe with the detector: a keyframe due while the last one is
+still there is deferred to the first frame after it comes back, so a detector slower than the
+keyframes asked of it falls behind by at most one frame per stream.
 Files wait for every keyframe: their results are exact and the same on every run.
 """
 

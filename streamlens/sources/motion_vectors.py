@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 #: FFmpeg's AVPictureType of the frames later ones are predicted from: I, P, SI, SP
 ANCHOR_PICTURES = (1, 2, 5, 6)
@@ -56,14 +57,12 @@ def vectors_from_side_data(raw: np.ndarray, distance: int = 1) -> np.ndarray:
         >>> vectors_from_side_data(raw, distance=2).tolist()
         [[40.0, 24.0, 2.5, -0.5]]
     """
-    from ..track.kernels import past_vectors  # compiled: one pass over the records' bytes
-
     if raw.dtype != MV_DTYPE or not raw.flags.c_contiguous:  # records of another layout: copied by field
         records = np.zeros(len(raw), MV_DTYPE)
         for name in ("source", "dst_x", "dst_y", "motion_x", "motion_y", "motion_scale"):
             records[name] = raw[name]
         raw = records
-    return past_vectors(raw.view(np.uint8).reshape(-1), int(distance))
+    return _past_vectors(raw.view(np.uint8).reshape(-1), int(distance))  # one pass over the bytes
 
 
 class ReferenceDistance:
@@ -79,3 +78,30 @@ class ReferenceDistance:
         if int(pict_type) in ANCHOR_PICTURES:
             self.anchor = index
         return distance
+
+
+@njit(cache=True)
+def _past_vectors(records, distance):
+    """FFmpeg's `AVMotionVector` records (their bytes, 40 a record, contiguous, little-endian as
+    `MV_DTYPE` lays them out) to `(N, 4)` float32 `x, y, dx, dy` per frame, for the blocks predicted
+    from the past (`source` < 0): see `vectors_from_side_data`. Compiled: it runs on every frame."""
+    i32 = records.view(np.int32)  # a record is 10 int32, 20 int16 or uint16
+    i16 = records.view(np.int16)
+    u16 = records.view(np.uint16)
+    count = len(records) // 40
+    n = 0
+    for i in range(count):
+        if i32[10 * i] < 0:  # source
+            n += 1
+    out = np.empty((n, 4), np.float32)
+    frames = np.float32(max(distance, 1))
+    j = 0
+    for i in range(count):
+        if i32[10 * i] < 0:
+            scale = np.float32(-1.0) / (np.float32(max(int(u16[20 * i + 16]), 1)) * frames)  # motion_scale
+            out[j, 0] = i16[20 * i + 5]  # dst_x
+            out[j, 1] = i16[20 * i + 6]  # dst_y
+            out[j, 2] = i32[10 * i + 6] * scale  # motion_x
+            out[j, 3] = i32[10 * i + 7] * scale  # motion_y
+            j += 1
+    return out

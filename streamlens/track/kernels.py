@@ -175,33 +175,6 @@ def kalman_move(mean, cov, delta, dt, noise, position_noise, velocity_noise, min
     return out_mean, out_cov
 
 
-@njit(**_JIT)
-def past_vectors(records, distance):
-    """FFmpeg's `AVMotionVector` records (their bytes, 40 a record, contiguous, little-endian as
-    `sources.motion_vectors.MV_DTYPE` lays them out) to `(N, 4)` float32 `x, y, dx, dy` per frame,
-    for the blocks predicted from the past (`source` < 0): see `sources.motion_vectors`."""
-    i32 = records.view(np.int32)  # a record is 10 int32, 20 int16 or uint16
-    i16 = records.view(np.int16)
-    u16 = records.view(np.uint16)
-    count = len(records) // 40
-    n = 0
-    for i in range(count):
-        if i32[10 * i] < 0:  # source
-            n += 1
-    out = np.empty((n, 4), np.float32)
-    frames = np.float32(max(distance, 1))
-    j = 0
-    for i in range(count):
-        if i32[10 * i] < 0:
-            scale = np.float32(-1.0) / (np.float32(max(int(u16[20 * i + 16]), 1)) * frames)  # motion_scale
-            out[j, 0] = i16[20 * i + 5]  # dst_x
-            out[j, 1] = i16[20 * i + 6]  # dst_y
-            out[j, 2] = i32[10 * i + 6] * scale  # motion_x
-            out[j, 3] = i32[10 * i + 7] * scale  # motion_y
-            j += 1
-    return out
-
-
 def warm_up() -> None:
     """Compile (first run on a machine: some seconds) or load (later: a fraction of a second) every
     kernel now, with the types the tracker passes, rather than on a stream's first frames. Once per
