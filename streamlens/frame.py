@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,7 +29,9 @@ class Frame:
 
     `index` counts decoded frames from 0 (it keeps counting across loops of a file); `pts` is the
     presentation time in seconds (it restarts with each loop of a file); `ts` is the wall-clock time
-    at which the frame became available (for a paced file: its scheduled time). `image` is HxWx3 BGR
+    at which the frame became available (for a paced file: its scheduled time), for results only;
+    `clock` is the same moment on `time.monotonic()`, which every deadline, latency and gap inside
+    the graph is measured on (a step of the wall clock changes none of them). `image` is HxWx3 BGR
     uint8. `timings` holds per-stage milliseconds, filled in as the frame travels.
 
     A source may hand over the decoder's own picture instead (`decoded`, a PyAV `VideoFrame`): it
@@ -45,15 +47,17 @@ class Frame:
     """
 
     __slots__ = ("stream", "index", "pts", "ts", "_image", "_decoded", "_size", "timings", "motion_vectors",
-                 "keyframe", "prepared", "observed", "submitted")
+                 "keyframe", "prepared", "observed", "submitted", "clock")
 
     def __init__(self, stream: str, index: int, pts: float | None, ts: float, image: np.ndarray | None = None,
                  timings: dict[str, float] | None = None, motion_vectors: np.ndarray | None = None,
-                 keyframe: bool = False, prepared: object = None, *, decoded=None):
+                 keyframe: bool = False, prepared: object = None, *, decoded=None, clock: float | None = None):
         self.stream = stream
         self.index = index
         self.pts = pts
         self.ts = ts
+        #: `time.monotonic()` when the frame became available (default: when it was made)
+        self.clock = time.monotonic() if clock is None else clock
         self._image = image
         self._decoded = None if image is not None else decoded
         self._size = ((int(image.shape[1]), int(image.shape[0])) if image is not None
@@ -166,12 +170,19 @@ class FrameResult:
 
 @dataclass(slots=True, eq=False)
 class StreamEnd:
-    """The result-side end of a stream: what sinks receive after a stream's last `FrameResult`."""
+    """The result-side end of a stream: what sinks receive after a stream's last `FrameResult`.
+
+    `reason`: `end` (the input ended), `truncated` (it ended before its declared length, or reading
+    failed: `detail` says how), `stopped` or `error`. `lost` counts what never became a result, by
+    cause (see `RunReport`); `expected` is the frame count the input declared, when it did."""
 
     stream: str
     seq: int
     frames: int
     reason: str = "end"
+    lost: dict = field(default_factory=dict)
+    expected: int | None = None
+    detail: str | None = None
 
 
 @dataclass(slots=True, eq=False)

@@ -55,7 +55,9 @@ def frame_message(result: FrameResult) -> dict[str, Any]:
 
 
 def eos_message(end: StreamEnd) -> dict[str, Any]:
-    """The schema-v1 `eos` message that closes a stream. `reason` is end, stopped or error."""
+    """The schema-v1 `eos` message that closes a stream. `reason` is end, truncated, stopped or
+    error; `lost` counts what never became a result, by cause; `expected` is the frame count the
+    input declared (null when it declared none); `detail` says what went wrong (null when nothing)."""
     return {
         "v": SCHEMA_VERSION,
         "type": "eos",
@@ -63,6 +65,9 @@ def eos_message(end: StreamEnd) -> dict[str, Any]:
         "seq": end.seq,
         "frames": end.frames,
         "reason": end.reason,
+        "lost": dict(end.lost),
+        "expected": end.expected,
+        "detail": end.detail,
     }
 
 

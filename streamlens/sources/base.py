@@ -21,6 +21,15 @@ class Source:
     total_frames: int | None = None
     #: the stream's nominal frame rate, when known
     fps: float | None = None
+    #: why the input ended before its end (a truncated file, a read error), once `frames()` has
+    #: ended; None when it ended whole, was stopped, or has not ended
+    incomplete: str | None = None
+
+    def losses(self) -> dict[str, int]:
+        """What this source lost so far, by cause, counted since it was made: `corrupt` (packets the
+        decoder rejected), `decoder` (frames a decode worker dropped, its ring full), `stale` (frames
+        too old when they reached the source's reader). Causes that cannot happen are left out."""
+        return {}
 
     def frames(self, stop: threading.Event) -> Iterator[Frame]:
         raise NotImplementedError
