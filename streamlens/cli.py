@@ -18,17 +18,25 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
+import threading
 from importlib.metadata import PackageNotFoundError, version
 
 from . import keygen_command, subscribe_command
 from .bench import command as bench_command
 from .config import load_pipeline
+try:  # TEMP until config.preflight_problems lands
+    from .config import preflight_problems
+except ImportError:
+    def preflight_problems(cfg): return []
 from .eval import command as eval_command
 from .errors import ConfigError, StreamlensError
 
 EXIT_USAGE = 2
+#: after a second Ctrl-C, how long the run may take to close its sinks before the process exits anyway
+ABORT_GRACE_S = 2.0
 
 
 def _version() -> str:
@@ -59,33 +67,64 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_validate(args) -> int:
+    """The file's keys, then what a run would check before it starts: paths, ports, the model."""
     cfg = load_pipeline(args.pipeline)
+    problems = preflight_problems(cfg)
+    if not problems:
+        try:  # the model loads (and an ONNX model's shape is checked) as a run would load it
+            from .detect import build_detector
+
+            build_detector(cfg.detector).close()
+        except StreamlensError as e:
+            problems.append(str(e))
+    for line in problems:
+        print(line, file=sys.stderr)
+    if problems:
+        return EXIT_USAGE
     print(f"{args.pipeline}: ok: {len(cfg.sources)} source(s), detector {cfg.detector.backend}, "
           f"{len(cfg.sinks)} sink(s)")
     return 0
 
 
-def _cmd_run(args) -> int:
-    from .graph.runtime import Pipeline
-    from .progress import ProgressDisplay, summary
+def _exit_soon(code: int, seconds: float) -> None:
+    """End the process `seconds` from now whatever its threads are doing (a sink blocked in a
+    write, a detector inside a long batch): the second Ctrl-C's promise."""
+    def exit_now() -> None:
+        print("streamlens: stopped at once: something did not end in time", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(code)
 
-    config = load_pipeline(args.pipeline, overrides={"runtime": {"mode": "bulk"}} if args.bulk else None)
-    pipeline = Pipeline(config)
-    display = None if args.quiet else ProgressDisplay()
-    presses = 0
+    timer = threading.Timer(seconds, exit_now)
+    timer.daemon = True
+    timer.start()
+
+
+def _cmd_run(args) -> int:
+    presses, pipeline, display = 0, None, None
 
     def on_signal(signum, frame) -> None:
         nonlocal presses
         presses += 1
+        if pipeline is None:  # still loading: nothing has been produced, nothing to finish
+            raise KeyboardInterrupt
         if presses == 1:
             message = "stopping: finishing what was decoded (Ctrl-C again to stop at once)"
             display.note(message) if display else print(message, file=sys.stderr)
             pipeline.stop()
         else:
             pipeline.abort()
+            if presses == 2:
+                _exit_soon(130, ABORT_GRACE_S)
 
+    # the handlers come first: a SIGTERM while the modules and the model load ends the run cleanly too
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        from .graph.runtime import Pipeline
+        from .progress import ProgressDisplay, summary
+
+        config = load_pipeline(args.pipeline, overrides={"runtime": {"mode": "bulk"}} if args.bulk else None)
+        display = None if args.quiet else ProgressDisplay()
+        pipeline = Pipeline(config)
         report = pipeline.run(on_tick=display)
     finally:
         for s, handler in old.items():
@@ -94,6 +133,8 @@ def _cmd_run(args) -> int:
         print(summary(report), file=sys.stderr)
     if report.error:
         print(f"streamlens: error: {report.error}", file=sys.stderr)
+    for line in report.incomplete:
+        print(f"streamlens: error: {line}", file=sys.stderr)
     return report.exit_code
 
 
@@ -116,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"streamlens: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        print("streamlens: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - one line unless --debug
         if args.debug:

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 LATENCY_BUCKETS_MS = (2.5, 5, 10, 20, 33, 50, 75, 100, 150, 250, 500, 1000, 2500)
 HEALTHY = ("running", "degraded")
 UNHEALTHY_STREAM_STATES = ("stalled", "backing_off", "reconnecting", "connecting", "error", "failed")
+#: the states of a stream that delivers frames: a file's (`running`) and a camera's (`streaming`)
+DELIVERING_STATES = ("running", "streaming")
 
 
 class LatencyHistogram:
@@ -115,6 +117,12 @@ class _Collector:
         dropped = CounterMetricFamily("streamlens_dropped_frames",
                                       "Frames dropped before publication, anywhere (shed frames included)",
                                       labels=label)
+        lost = CounterMetricFamily("streamlens_lost",
+                                   "Frames (corrupt: packets) lost, by cause: corrupt, decoder, inbox, stale, shed",
+                                   labels=["stream", "cause"])
+        ended = GaugeMetricFamily("streamlens_stream_ended",
+                                  "1 once the stream has ended, labelled with how: end, truncated, stopped, error",
+                                  labels=["stream", "reason"])
         shed = CounterMetricFamily("streamlens_shed_frames", "Frames the budget controller dropped", labels=label)
         deferred = CounterMetricFamily("streamlens_deferred_keyframes",
                                        "Keyframes put off while the stream's last one was with the detector",
@@ -149,15 +157,19 @@ class _Collector:
             dropped.add_metric(v, st.dropped)
             depth.add_metric(v, self.pipeline.queue_depth(st.name))
             fps.add_metric(v, st.fps)
-            up.add_metric(v, 1.0 if st.state == "running" else 0.0)
+            up.add_metric(v, 1.0 if st.state in DELIVERING_STATES else 0.0)
+            for cause, n in dict(st.lost).items():
+                lost.add_metric([st.name, cause], n)
+            if st.reason is not None:
+                ended.add_metric([st.name, st.reason], 1.0)
             series = [(latency, v, st.latency), (detect, v, st.stages["detect"])]
             series += [(stages, [st.name, stage], hist) for stage, hist in st.stages.items()]
             for family, labels, hist in series:
                 buckets = [(str(b / 1000), c) for b, c in zip(hist.bounds_ms, hist.cumulative())]
                 buckets.append(("+Inf", hist.count))
                 family.add_metric(labels, buckets, hist.sum_ms / 1000)
-        yield from (frames, keyframes, late, objects, dropped, shed, deferred, depth, fps, up, stretch, shed_share,
-                    latency, stages, detect)
+        yield from (frames, keyframes, late, objects, dropped, lost, shed, deferred, depth, fps, up, ended, stretch,
+                    shed_share, latency, stages, detect)
 
 
 class MetricsServer:

@@ -59,13 +59,19 @@ def summary(report: RunReport) -> str:
     """The table printed when a run ends. `late`: keyframes whose detections came after the frame
     had to go out (they were applied to the tracks afterwards); `dropped`: frames lost anywhere,
     of which `shed` by the budget controller; `p95 ms`: from a frame becoming available to its
-    publication, over the last frames."""
+    publication, over the last frames; `state`: how the stream ended. Under the table, a line for
+    each stream that lost anything, by cause, and for each whose input was truncated."""
     rows = [f"{'stream':<12} {'frames':>7} {'keyframes':>9} {'late':>5} {'objects':>8} {'dropped':>7} "
             f"{'shed':>6} {'p95 ms':>7} {'wall s':>7} {'fps':>7}  state"]
     for st in report.streams:
         p95 = st.latency_percentiles()["p95"]
         rows.append(f"{st.name:<12} {st.frames:>7} {st.keyframes:>9} {st.late_keyframes:>5} {st.objects:>8} "
                     f"{st.dropped:>7} {st.shed:>6} {p95:>7.1f} {st.wall_s:>7.1f} {st.mean_fps:>7.1f}  {st.state}")
+    for st in report.streams:
+        causes = ", ".join(f"{cause} {n}" for cause, n in st.lost.items() if n)
+        if causes:
+            rows.append(f"{st.name} lost: {causes}")
+    rows += [f"truncated: {line}" for line in report.incomplete]
     if report.control_actions:
         rows.append(f"budget controller: {report.control_steps} steps, ended on rung {report.control_level}"
                     f" (last: {report.control_actions[-1]})")

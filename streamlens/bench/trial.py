@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..metrics import nearest_rank
 from .listener import TOPICS
 from .runner import MARKER
 
@@ -73,11 +74,12 @@ def trial_overrides(video: str, k: int, endpoint: str, sink_options: dict | None
 
 
 def _percentiles(values: np.ndarray) -> dict:
+    """p50, p95, p99 by nearest rank, as the engine's own stats compute them, and the maximum."""
     if values.size == 0:
         return {"p50": None, "p95": None, "p99": None, "max": None}
-    p50, p95, p99 = np.percentile(values, [50, 95, 99])
-    return {"p50": round(float(p50), 2), "p95": round(float(p95), 2), "p99": round(float(p99), 2),
-            "max": round(float(values.max()), 2)}
+    ordered = np.sort(values).tolist()
+    out = {name: round(float(nearest_rank(ordered, q)), 2) for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))}
+    return {**out, "max": round(float(ordered[-1]), 2)}
 
 
 def measure(streams: dict, k: int, warmup: float, seconds: float) -> dict:

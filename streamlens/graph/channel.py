@@ -106,3 +106,51 @@ class Channel:
         """Items waiting, for one key or in all."""
         with self._cond:
             return len(self._items) if key is None else self._count[key]
+
+
+class Credits:
+    """How many items each key may have between a producer and the point that is done with them:
+    `acquire(key)` waits while `key` holds `limit` credits, `release(key)` gives one back. A file
+    source takes a credit for each frame it decodes and the engine gives it back when the frame is
+    published, so however slow the detector, a file never has more than `limit` frames in memory.
+    `close()` wakes every waiter (acquire then returns False).
+
+    Example:
+        >>> credits = Credits(2)
+        >>> credits.acquire("cam1"), credits.acquire("cam1"), credits.held("cam1")
+        (True, True, 2)
+        >>> credits.release("cam1"); credits.acquire("cam1")
+        True
+    """
+
+    def __init__(self, limit: int):
+        if limit < 1:
+            raise ValueError("limit must be >= 1")
+        self.limit = limit
+        self._held: Counter[str] = Counter()
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def acquire(self, key: str) -> bool:
+        """Take a credit for `key`, waiting while none is left; False once closed."""
+        with self._cond:
+            while not self._closed and self._held[key] >= self.limit:
+                self._cond.wait()
+            if self._closed:
+                return False
+            self._held[key] += 1
+            return True
+
+    def release(self, key: str, n: int = 1) -> None:
+        with self._cond:
+            self._held[key] = max(0, self._held[key] - n)
+            self._cond.notify_all()
+
+    def held(self, key: str) -> int:
+        with self._cond:
+            return self._held[key]
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()

@@ -8,7 +8,7 @@
 
 The detector never blocks the engine: while it works, other streams' frames keep flowing, and a
 stream's own frames queue behind its keyframe. For a live stream a keyframe waits at most until
-`frame.ts + late_after_s`; past that it is published by motion alone (it counts as a late
+`frame.clock + late_after_s`; past that it is published by motion alone (it counts as a late
 keyframe, and goes out with `keyframe: false`), the frames behind it flow on, and when the
 detections do come the tracker applies them at that keyframe and replays the motion it stored for
 the frames since (`Tracker.update` on an earlier frame), so a slow detector costs accuracy for a
@@ -92,11 +92,18 @@ class DetectWorker:
         cost = self.batcher.cost
         return cost.estimate(self._jobs.depth() + self._busy + 1) / 1000 if cost.known else 0.0
 
-    def close(self) -> None:
-        """Finish the batch in hand, then stop; frames not started are dropped."""
+    def close(self, timeout: float | None = None) -> bool:
+        """Finish the batch in hand, then stop; frames not started are dropped. Waits at most
+        `timeout` seconds (None: for the batch to end); returns whether the thread has ended."""
         self._jobs.close(discard=True)
         if self._thread.is_alive():
-            self._thread.join()
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the detector's thread is still running (inside a batch, after a timed-out close)."""
+        return self._thread.is_alive()
 
     def _run(self) -> None:
         if self.low_priority and sys.platform.startswith("linux"):
@@ -140,7 +147,7 @@ class Lane:
     waiting: deque = field(default_factory=deque)
     ready: dict = field(default_factory=dict)
     late: set = field(default_factory=set)  # ids of keyframes published before their detections
-    #: live keyframes with the detector: until when each may wait for its detections (time.time())
+    #: live keyframes with the detector: until when each may wait for its detections (time.monotonic())
     deadlines: dict = field(default_factory=dict)
     #: live keyframes put off because the stream's previous keyframe was still with the detector
     deferred_keyframes: int = 0
@@ -186,7 +193,9 @@ class Engine:
                 for lane in self.lanes.values():
                     self._advance(lane)
         finally:
-            self.worker.close()
+            # an abort (the inbox closed and emptied) does not wait for a batch in hand: the
+            # detector's thread ends by itself once it finds the inbox closed
+            self.worker.close(0.0 if self.inbox.closed else None)
 
     def open_streams(self) -> list[Lane]:
         return [lane for lane in self.lanes.values() if lane.open]
@@ -196,12 +205,12 @@ class Engine:
         deadlines = [lane.deadlines.get(id(lane.waiting[0]), 0.0) for lane in self.lanes.values()
                      if lane.live and lane.waiting and isinstance(lane.waiting[0], Frame)
                      and lane.waiting[0].keyframe and id(lane.waiting[0]) not in lane.ready]
-        return max(0.0, min(deadlines) - time.time()) if deadlines else None
+        return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
 
     def _on_input(self, item: Frame | EndOfStream) -> None:
         lane = self.lanes[item.stream]
         if isinstance(item, Frame):
-            if lane.max_staleness_s is not None and time.time() - item.ts > lane.max_staleness_s:
+            if lane.max_staleness_s is not None and time.monotonic() - item.clock > lane.max_staleness_s:
                 lane.stale_dropped += 1  # too old to be worth anything live; the schedule catches up below
                 return
             item.timings["queue"] = (time.perf_counter() - item.timings.pop("_queued", time.perf_counter())) * 1000
@@ -217,8 +226,9 @@ class Engine:
             if item.keyframe:
                 lane.in_flight += 1
                 if lane.live:  # wait for the detections only if they can be back in time
-                    deadline = item.ts + self.late_after_s
-                    lane.deadlines[id(item)] = deadline if time.time() + self.worker.expected_s() <= deadline else 0.0
+                    deadline = item.clock + self.late_after_s
+                    in_time = time.monotonic() + self.worker.expected_s() <= deadline
+                    lane.deadlines[id(item)] = deadline if in_time else 0.0
                 self.worker.submit(item)
         lane.waiting.append(item)
 
@@ -247,7 +257,7 @@ class Engine:
                 return
             keyframe = head.keyframe and id(head) in lane.ready
             if head.keyframe and not keyframe:
-                if not (lane.live and time.time() >= lane.deadlines.get(id(head), 0.0)):
+                if not (lane.live and time.monotonic() >= lane.deadlines.get(id(head), 0.0)):
                     return  # wait for the detector
                 lane.late.add(id(head))  # out by motion now; its detections are applied when they come
             lane.deadlines.pop(id(head), None)
@@ -267,5 +277,5 @@ class Engine:
         lane.ready.clear()
         lane.late.clear()
         lane.deadlines.clear()
-        self.publish(StreamEnd(lane.name, lane.seq, lane.seq, end.reason))
+        self.publish(StreamEnd(lane.name, lane.seq, lane.seq, end.reason, detail=end.error))
         lane.seq += 1

@@ -12,10 +12,16 @@
 - Each result is serialised once (schema v1) and handed to every sink. Its latency ends when the
   last sink has published it; the budget controller (graph/control.py) holds the live streams'
   p95 of that within `runtime.budget_ms`.
+- A file source holds a credit for every frame between its decoding and its publication
+  (`file_credits`): however slow the detector, a file waits instead of filling the memory.
 - `stop()` (Ctrl-C) ends the sources; what they already produced is processed and written, each
   stream gets its `eos`, and the sinks close. `abort()` (a second Ctrl-C) discards frames not yet
-  processed but still writes and closes what the sinks hold. An error in any node stops the rest
-  the same way, and `run()` reports it.
+  processed, does not wait for a detector batch in hand, and still writes and closes what the
+  sinks hold. An error in any node stops the rest the same way, and `run()` reports it.
+- Every stream's end says how it ended and what it lost (`StreamStats.lost`, the `eos` message,
+  the summary, `/metrics`): a file that ended before its declared length ends `truncated`, and
+  the run then exits non-zero with one line naming it, whatever the other streams did.
+- Deadlines and latencies run on `time.monotonic()` (`Frame.clock`); `ts` stays wall time for results.
 
 Example:
     >>> from streamlens import Pipeline                    # doctest: +SKIP
@@ -37,8 +43,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import PipelineConfig, SourceConfig, load_pipeline
+try:  # TEMP until config.preflight_problems lands
+    from ..config import preflight_problems
+except ImportError:
+    def preflight_problems(cfg): return []
 from ..detect import build_detector
-from ..errors import StreamlensError
+from ..errors import ConfigError, StreamlensError
 from ..frame import EndOfStream, FrameResult, StatsReport, StreamEnd
 from ..keyframes import build_scheduler, longest_gap, stagger_offsets
 from ..schema import dumps, message_for
@@ -46,7 +56,7 @@ from ..sinks import Sink, build_sink
 from ..sources import Source, build_source
 from ..track import build_tracker
 from ..metrics import LatencyHistogram, MetricsServer, percentiles
-from .channel import Channel, ChannelClosed
+from .channel import Channel, ChannelClosed, Credits
 from .control import BudgetController
 from .engine import DETECTED_KEY, DetectWorker, Engine, Lane
 
@@ -57,6 +67,24 @@ EXIT_DONE, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 LIVE_SWITCH_S = 0.001
 #: how long `run()` waits for its threads when it ends by an exception
 ABORT_JOIN_S = 10.0
+#: after `abort()`, how long the engine may wait for room in a stuck sink's queue before that queue
+#: is closed (the sink then writes what it holds and closes; the engine ends)
+ABORT_SINK_GRACE_S = 0.5
+#: the states of a stream that has ended: `StreamEnd.reason` ("end" shown as "ended")
+ENDED_STATES = ("ended", "truncated", "stopped", "error")
+#: the causes a stream's frames can be lost to, as counted in `StreamStats.lost` (see `_refresh_drops`)
+LOSS_CAUSES = ("corrupt", "decoder", "inbox", "stale", "shed")
+
+
+def file_credits(interval: int, max_batch: int) -> int:
+    """Frames a file source may have between decoding and publication: enough for one full batch
+    of its keyframes at the detector while the next one gathers.
+
+    Example:
+        >>> file_credits(5, 4)
+        24
+    """
+    return (interval + 1) * max_batch
 
 
 #: the stages of a frame's latency, in order. `latency_ms` of a result has all but `publish` (which
@@ -80,6 +108,11 @@ class StreamStats:
     shed: int = 0
     late_keyframes: int = 0
     deferred_keyframes: int = 0
+    #: frames (and packets, `corrupt`) lost by cause: see `LOSS_CAUSES`
+    lost: dict = field(default_factory=dict)
+    #: how the stream ended (end, truncated, stopped, error) and what went wrong, once it has
+    reason: str | None = None
+    detail: str | None = None
     state: str = "starting"
     started: float | None = None
     ended: float | None = None
@@ -142,7 +175,7 @@ class StreamStats:
                 "keyframes": self.keyframes, "fps": round(self.fps, 2),
                 "keyframe_rate": round(sum(k for k, *_ in window) / len(window), 4) if window else 0.0,
                 "latency_ms": self.latency_percentiles(), "stages_ms": stages,
-                "queue_depth": queue_depth, "dropped": self.dropped, "shed": self.shed,
+                "queue_depth": queue_depth, "dropped": self.dropped, "shed": self.shed, "lost": dict(self.lost),
                 "late_keyframes": self.late_keyframes, "deferred_keyframes": self.deferred_keyframes}
 
     @property
@@ -179,7 +212,15 @@ class RunReport:
     control_steps: int = 0
 
     @property
+    def incomplete(self) -> list[str]:
+        """One line for each stream whose input ended before its end (a truncated file)."""
+        return [f"{st.name}: {st.uri}: {st.detail}" for st in self.streams if st.reason == "truncated"]
+
+    @property
     def exit_code(self) -> int:
+        """0 done, 130 interrupted, 1 failed or done with a stream's input truncated."""
+        if self.status == "done" and self.incomplete:
+            return EXIT_FAILED
         return {"done": EXIT_DONE, "interrupted": EXIT_INTERRUPTED}.get(self.status, EXIT_FAILED)
 
 
@@ -242,8 +283,11 @@ class Pipeline:
         self._lock = threading.Lock()
         self._error: str | None = None
         self._interrupted = False
+        self._aborted_at: float | None = None
         self._ran = False
         self._inbox = Channel(config.runtime.queue_size, "inbox")
+        self._credits = Credits(file_credits(longest_gap(config.keyframes), config.detector.max_batch))
+        self._credited = {s.name for s in config.sources if not s.live}
         self._opening: list[Sink] = []  # sinks whose open() may wait (for subscribers): stop() ends it
         self.http_port: int | None = None  # where /metrics and /healthz listen, once running
         self._engine: Engine | None = None
@@ -284,9 +328,15 @@ class Pipeline:
         return self._inbox.depth(stream)
 
     def abort(self) -> None:
-        """Immediate stop: frames not yet processed are dropped; sinks still flush and close."""
+        """Immediate stop: frames not yet processed are dropped, a detector batch in hand is not
+        waited for, a sink blocked in a write is interrupted; sinks still flush and close."""
+        if self._aborted_at is None:
+            self._aborted_at = time.monotonic()
         self.stop()
+        self._credits.close()
         self._inbox.close(discard=True)
+        for sink in self._threaded_sinks + [entry.sink for entry in self._inline]:
+            sink.interrupt()
 
     def _fail(self, error: BaseException) -> None:
         line = str(error) if isinstance(error, StreamlensError) else f"{type(error).__name__}: {error}"
@@ -307,24 +357,22 @@ class Pipeline:
             raise StreamlensError("a Pipeline runs once; build a new one")
         self._ran = True
         started = time.monotonic()
-        sources, detector, sinks = self._build()
+        sources, detector, sinks, http = self._build()
         live = any(s.live for s in self.config.sources)
         if live:
             _live_switch_interval(hold=True)
         self._sources = {src.name: src for src in sources}
-        http = None
         threads: list[threading.Thread] = []
         try:
-            if self.config.runtime.http_port is not None:
-                http = MetricsServer(self, self.config.runtime.http_host, self.config.runtime.http_port)
-                http.start()
-                self.http_port = http.port
             threads = self._start(sources, detector, sinks)
             next_stats = time.monotonic() + stats_every_s
             while any(t.is_alive() for t in threads):
                 for t in threads:
                     t.join(tick_s / len(threads))
                 self._refresh_drops()
+                if self._aborted_at is not None and time.monotonic() - self._aborted_at > ABORT_SINK_GRACE_S:
+                    for ch in self._sink_channels:  # the engine may be stuck putting into one
+                        ch.close()
                 if time.monotonic() >= next_stats:
                     next_stats += stats_every_s
                     self._control()
@@ -337,6 +385,11 @@ class Pipeline:
                 # `on_tick`): stop every node and let the sinks close before the detector goes away
                 # under a thread still running it
                 self.abort()
+                engine = next((t for t in threads if t.name == "engine"), None)
+                if engine is not None:
+                    engine.join(ABORT_SINK_GRACE_S)
+                for ch in self._sink_channels:
+                    ch.close()
                 deadline = time.monotonic() + ABORT_JOIN_S
                 for t in threads:
                     t.join(max(0.0, deadline - time.monotonic()))
@@ -345,7 +398,12 @@ class Pipeline:
             self._stop_sources.set()
             for src in sources:
                 src.close()
-            detector.close()
+            if self._engine is not None and self._engine.worker.alive:
+                # aborted inside a batch: closing the model under the thread that runs it would
+                # crash the process; the thread ends with its batch (it finds the inbox closed)
+                log.debug("the detector is still inside a batch; it is left to end by itself")
+            else:
+                detector.close()
             if http is not None:
                 http.close()
         self._refresh_drops()
@@ -357,18 +415,25 @@ class Pipeline:
 
     def _on_source_state(self, name: str, state: str) -> None:
         st = self.stats[name]
-        if st.state not in ("ended", "stopped", "error"):
+        if st.state not in ENDED_STATES:
             st.state = state
 
     def _refresh_drops(self) -> None:
-        """Every frame dropped anywhere: at the decoder, in the inbox, too stale for the engine, or
-        by the budget controller (`shed`)."""
+        """What each stream lost, by cause: packets the decoder rejected (`corrupt`), frames a decode
+        worker dropped (`decoder`), the oldest frames of a full inbox (`inbox`), frames too old for
+        the source's reader or the engine (`stale`), and frames the budget controller gave up
+        (`shed`). `dropped` is every frame lost before publication: all of them but `corrupt`."""
         shedders = self.controller.shedders if self.controller else {}
         for st in self.stats.values():
             src, lane = self._sources.get(st.name), self._lanes.get(st.name)
-            st.shed = shedders[st.name].dropped if st.name in shedders else 0
-            st.dropped = (self._inbox.dropped[st.name] + getattr(src, "dropped_worker", 0)
-                          + getattr(src, "dropped_stale", 0) + (lane.stale_dropped if lane else 0) + st.shed)
+            found = src.losses() if src is not None else {}
+            lost = {"corrupt": found.get("corrupt", 0), "decoder": found.get("decoder", 0),
+                    "inbox": self._inbox.dropped[st.name],
+                    "stale": found.get("stale", 0) + (lane.stale_dropped if lane else 0),
+                    "shed": shedders[st.name].dropped if st.name in shedders else 0}
+            st.lost = lost
+            st.shed = lost["shed"]
+            st.dropped = sum(n for cause, n in lost.items() if cause != "corrupt")
             st.deferred_keyframes = lane.deferred_keyframes if lane else 0
 
     def _control(self) -> None:
@@ -387,11 +452,15 @@ class Pipeline:
         if self._engine is not None:
             self._engine.worker.batcher.budget_ms = None if control.throughput else self.config.detector.budget_ms
 
-    def _publish_stats(self) -> None:
-        """Hand each stream's `stats` to the sinks that want it, never waiting on a busy one."""
+    def _publish_stats(self, streams: list[str] | None = None) -> None:
+        """Hand each stream's `stats` (or those of `streams`) to the sinks that want it, never
+        waiting on a busy one. Called about once a second, and for each stream just before its `eos`."""
         wanted = [ch for sink, ch in zip(self._threaded_sinks, self._sink_channels) if sink.wants_stats]
         inline = [entry for entry in self._inline if entry.sink.wants_stats]
-        for st in (self.stats.values() if wanted or inline else ()):
+        if not (wanted or inline):
+            return
+        for name in (self.stats if streams is None else streams):
+            st = self.stats[name]
             values = st.report(self._inbox.depth(st.name))
             if self.controller is not None and st.name in self.controller.shedders:
                 values["control"] = self.controller.state(st.name)
@@ -443,35 +512,52 @@ class Pipeline:
         if report.status == "failed":  # type: ignore[union-attr]
             raise StreamlensError(report.error)  # type: ignore[union-attr]
 
-    def _build(self) -> tuple[list[Source], object, list[Sink]]:
+    def _build(self) -> tuple[list[Source], object, list[Sink], MetricsServer | None]:
+        """Check what can be checked, then make the sources and the detector, start the HTTP
+        server, and open the sinks last, so that nothing (a JSONL file of the last run) is truncated
+        before everything that can fail at start has been tried. A failure closes what was made."""
+        cfg = self.config
+        problems = preflight_problems(cfg)
+        if problems:
+            raise ConfigError(problems[0] if len(problems) == 1 else
+                              f"{problems[0]} (and {len(problems) - 1} more: streamlens validate lists them)")
         built: list = []
         try:
-            mvs = self.config.tracker.motion == "mv"
-            sources = [build_source(s, export_mvs=mvs) for s in self.config.sources]
-            built += sources
+            mvs = cfg.tracker.motion == "mv"
+            sources = []
+            for s in cfg.sources:
+                sources.append(build_source(s, export_mvs=mvs))
+                built.append(sources[-1])
             for src in sources:
                 self.stats[src.name].total = src.total_frames
                 if hasattr(src, "on_state"):
                     src.on_state = self._on_source_state
-            detector = build_detector(self.config.detector)
+            detector = build_detector(cfg.detector)
             built.append(detector)
+            http = None
+            if cfg.runtime.http_port is not None:
+                http = MetricsServer(self, cfg.runtime.http_host, cfg.runtime.http_port)
+                http.start()
+                built.append(http)
+                self.http_port = http.port
             fps = {s.name: s.fps for s in sources if s.fps}
-            sinks = [build_sink(s, fps) for s in self.config.sinks] + self._extra_sinks
-            opened: list[Sink] = []
+            sinks = [build_sink(s, fps) for s in cfg.sinks] + self._extra_sinks
             for sink in sinks:
                 self._opening = [sink]
                 if self._stop_sources.is_set():  # stopped already: open, but wait for nothing
                     sink.interrupt_open()
                 sink.open()
-                opened.append(sink)
+                built.append(sink)
             self._opening = []
         except BaseException:
-            for sink in locals().get("opened", []):
-                sink.close()
-            for thing in built:
-                thing.close()
+            self._opening = []
+            for thing in reversed(built):
+                try:
+                    thing.close()
+                except Exception:  # noqa: BLE001 - the first error is the one to report
+                    log.debug("closing after a failed start", exc_info=True)
             raise
-        return sources, detector, sinks
+        return sources, detector, sinks, http
 
     def _start(self, sources, detector, sinks) -> list[threading.Thread]:
         cfg = self.config
@@ -503,6 +589,7 @@ class Pipeline:
         """Decode, mark keyframes (the schedule reads the stream's tracking signals as they were a
         few frames ago), preprocess them here when that overlaps inference, and queue."""
         produced, reason, error = 0, "end", None
+        credited = source.name in self._credited
         prepare = detector.prepare if getattr(detector, "prepare_ahead", False) else None
         shedder = self.controller.shedders.get(source.name) if self.controller else None
         prepare_track = lane.tracker.prepare
@@ -517,6 +604,8 @@ class Pipeline:
                 if frame.keyframe and prepare is not None:
                     prepare(frame)
                 prepare_track(frame)  # per-frame tracking work, here rather than on the engine's thread
+                if credited and not self._credits.acquire(source.name):
+                    break  # aborted: the engine gives back no more credits
                 frame.timings["_queued"] = time.perf_counter()
                 if not self._inbox.put(frame, key=source.name, drop_oldest=cfg.live):
                     break
@@ -528,6 +617,9 @@ class Pipeline:
             source.close()
             if reason == "end" and self._stop_sources.is_set():
                 reason = "stopped"
+            elif reason == "end" and source.incomplete:
+                # the other streams go on; the run exits non-zero and names this input (RunReport.incomplete)
+                reason, error = "truncated", source.incomplete
             self._inbox.put(EndOfStream(source.name, produced, reason, error), key=source.name)
 
     def _run_engine(self, detector, lanes: list[Lane]) -> None:
@@ -564,11 +656,17 @@ class Pipeline:
     def _publish(self, item: FrameResult | StreamEnd) -> None:
         st = self.stats[item.stream if isinstance(item, StreamEnd) else item.frame.stream]
         if isinstance(item, FrameResult):
-            item.frame.timings["total"] = (time.time() - item.frame.ts) * 1000
+            item.frame.timings["total"] = (time.monotonic() - item.frame.clock) * 1000
             st.count(item)
+            if st.name in self._credited:
+                self._credits.release(st.name)
         else:
+            self._refresh_drops()
+            item.lost, item.expected = dict(st.lost), st.total
+            st.reason, st.detail = item.reason, item.detail
             st.state = {"end": "ended"}.get(item.reason, item.reason)
             st.ended = time.monotonic()
+            self._publish_stats([st.name])  # the stream's last figures, before its eos
         message = message_for(item)
         payload = dumps(message)
         result = isinstance(item, FrameResult)
@@ -627,7 +725,7 @@ class Pipeline:
 
     def _on_published(self, item: FrameResult, handed: float) -> None:
         publish_ms = (time.perf_counter() - handed) * 1000
-        total_ms = (time.time() - item.frame.ts) * 1000
+        total_ms = (time.monotonic() - item.frame.clock) * 1000
         self.stats[item.frame.stream].published(item, publish_ms, total_ms)
         if self.controller is not None:
             self.controller.observe(item.frame.stream, total_ms)

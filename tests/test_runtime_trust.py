@@ -1,0 +1,307 @@
+"""What the runtime promises whatever the machine's speed: bounded memory on files, honest stream
+ends, a final stats report per stream, deadlines that ignore wall-clock steps, a second Ctrl-C
+that ends any run, and a failed start that leaves the last run's output alone."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import streamlens
+from streamlens.frame import Frame, StatsReport, StreamEnd
+from streamlens.graph import runtime
+from streamlens.graph.runtime import file_credits
+from streamlens.sinks import Sink
+
+from .conftest import REPO, need_video
+from .test_engine import SlowMotionDetector
+from .test_pipeline_run import read_jsonl, write_pipeline
+
+SAMPLE = REPO / "samples" / "traffic.mp4"  # 300 frames, 640x360
+SAMPLE_FRAMES = 300
+
+
+class Collect(Sink):
+    """An embedding program's sink: keeps every message, stats included."""
+
+    name = "collect"
+    wants_stats = True
+
+    def __init__(self):
+        self.messages: list[dict] = []
+
+    def write(self, item, message, payload):
+        self.messages.append(message)
+
+
+def frames_alive() -> int:
+    return sum(1 for o in gc.get_objects() if type(o) is Frame)
+
+
+def test_a_file_waits_for_a_slow_detector_instead_of_filling_memory(tmp_path, monkeypatch):
+    """A detector far slower than decoding (every frame a keyframe): the file source waits for
+    credits, so the frames alive at any moment stay bounded, and none is lost."""
+    monkeypatch.setattr(runtime, "build_detector", lambda cfg: SlowMotionDetector(0.02))
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {SAMPLE}}}]
+detector: {{backend: motion, max_batch: 2}}
+keyframes: {{interval: 1}}
+tracker: none
+""")
+    sink = Collect()
+    pipeline = streamlens.Pipeline.from_yaml(path, sinks=[sink])
+    alive: list[int] = []
+    report = pipeline.run(on_tick=lambda p: alive.append(frames_alive()), tick_s=0.05)
+    assert report.exit_code == 0
+    frames = [m for m in sink.messages if m["type"] == "frame"]
+    assert [m["frame"] for m in frames] == list(range(SAMPLE_FRAMES))
+    # credits, the inbox's share, what the sink's queue holds, and a few in the hands of threads
+    bound = file_credits(1, 2) + 2 * pipeline.config.runtime.queue_size + 4
+    assert len(alive) > 5 and max(alive) <= bound, (max(alive), bound)
+
+
+def test_every_stream_ends_with_its_last_stats_and_what_it_lost(tmp_path):
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {SAMPLE}}}, {{name: cam2, uri: {SAMPLE}, max_fps: 10}}]
+detector: {{backend: motion}}
+tracker: none
+""")
+    sink = Collect()
+    report = streamlens.Pipeline.from_yaml(path, sinks=[sink]).run(stats_every_s=3600)  # no periodic stats
+    assert report.exit_code == 0 and report.incomplete == []
+    for name, frames in (("cam1", SAMPLE_FRAMES), ("cam2", SAMPLE_FRAMES // 3)):
+        mine = [m for m in sink.messages if m["stream"] == name]
+        stats, eos = mine[-2], mine[-1]
+        assert stats["type"] == "stats" and stats["frames"] == frames and stats["dropped"] == 0
+        assert eos == {"v": 1, "type": "eos", "stream": name, "seq": frames, "frames": frames, "reason": "end",
+                       "lost": {"corrupt": 0, "decoder": 0, "inbox": 0, "stale": 0, "shed": 0},
+                       "expected": SAMPLE_FRAMES if name == "cam1" else None, "detail": None}
+
+
+def _truncated_copy(tmp_path: Path) -> Path:
+    """The first 40% of a clip whose index comes first (faststart): it opens, then ends early."""
+    clip = tmp_path / "fast.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-i", str(SAMPLE), "-c", "copy", "-movflags", "+faststart",
+                    str(clip)], check=True)
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(clip.read_bytes()[:int(clip.stat().st_size * 0.4)])
+    return cut
+
+
+def test_a_truncated_file_ends_truncated_and_the_run_says_so(tmp_path):
+    cut = _truncated_copy(tmp_path)
+    out = tmp_path / "out.jsonl"
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: cut, uri: {cut}}}, {{name: whole, uri: {SAMPLE}}}]
+detector: {{backend: motion}}
+tracker: none
+sinks: [{{type: jsonl, path: {out}}}]
+""")
+    proc = subprocess.run([sys.executable, "-m", "streamlens", "run", str(path)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("streamlens: error:")]
+    assert len(errors) == 1 and f"cut: {cut}: truncated" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = read_jsonl(out)
+    eos = {m["stream"]: m for m in lines if m["type"] == "eos"}
+    decoded = sum(1 for m in lines if m["type"] == "frame" and m["stream"] == "cut")
+    assert 0 < decoded < SAMPLE_FRAMES
+    assert eos["cut"]["reason"] == "truncated" and eos["cut"]["frames"] == decoded
+    assert eos["cut"]["expected"] == SAMPLE_FRAMES and "truncated" in eos["cut"]["detail"]
+    assert eos["whole"]["reason"] == "end" and eos["whole"]["frames"] == SAMPLE_FRAMES  # the other went on
+
+
+def test_latency_and_live_deadlines_ignore_a_step_of_the_wall_clock(tmp_path, monkeypatch):
+    """The wall clock jumps back an hour while a live stream runs (NTP, a user's `date -s`): the
+    results' latencies stay those of the monotonic clock and no frame is judged stale."""
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {SAMPLE}, live: true, max_staleness_ms: 2000}}]
+detector: {{backend: motion}}
+keyframes: {{interval: 5}}
+""")
+    sink = Collect()
+    pipeline = streamlens.Pipeline.from_yaml(path, sinks=[sink])
+    real = time.time
+    stepped = []
+
+    def step(p) -> None:
+        if not stepped and p.stats["cam1"].frames >= 30:
+            stepped.append(True)
+            monkeypatch.setattr(time, "time", lambda: real() - 3600.0)
+
+    report = pipeline.run(on_tick=step, tick_s=0.05)
+    assert stepped and report.exit_code == 0
+    frames = [m for m in sink.messages if m["type"] == "frame"]
+    assert len(frames) == SAMPLE_FRAMES and report.streams[0].dropped == 0
+    assert all(0 <= m["latency_ms"]["total"] < 60_000 for m in frames)
+    assert sum(m["keyframe"] for m in frames) >= SAMPLE_FRAMES // 10  # keyframes still waited for
+
+
+def _fifo_reader(path: Path) -> int:
+    os.mkfifo(path)
+    return os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a reader that never reads
+
+
+def test_a_second_ctrl_c_ends_a_run_whose_sink_is_stuck(tmp_path):
+    """The JSONL sink writes into a pipe nobody reads: its write blocks for ever. Ctrl-C once
+    cannot finish; Ctrl-C twice ends the process with 130 all the same."""
+    fifo = tmp_path / "stuck.jsonl"
+    reader = _fifo_reader(fifo)
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {SAMPLE}, loop: true}}]
+detector: {{backend: motion}}
+tracker: none
+runtime: {{http: {{port: 0}}}}
+sinks: [{{type: jsonl, path: {fifo}}}]
+""")
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "streamlens", "run", str(path)], cwd=REPO,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            # the pipe's buffer fills, and then the sink is stuck: wait until nothing more goes in
+            size = -1
+            while True:
+                time.sleep(1.0)
+                now = _pipe_fill(reader)
+                assert proc.poll() is None, proc.communicate()
+                if now == size and now > 0:
+                    break
+                size = now
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.5)
+            assert proc.poll() is None  # the first Ctrl-C waits for the stuck sink
+            proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 130, stderr
+        assert "Traceback" not in stderr
+    finally:
+        os.close(reader)
+
+
+def _pipe_fill(fd: int) -> int:
+    """Bytes waiting in a pipe (FIONREAD)."""
+    import array
+    import fcntl
+    import termios
+
+    buf = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, buf)
+    return buf[0]
+
+
+def test_a_start_that_fails_leaves_the_last_runs_output_alone(tmp_path):
+    """The metrics port is taken: the run fails at start with one line naming it, before the
+    JSONL file of the last run is truncated."""
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"last": "run"}\n')
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {SAMPLE}}}]
+detector: {{backend: motion}}
+runtime: {{http: {{port: {port}}}}}
+sinks: [{{type: jsonl, path: {out}}}]
+""")
+        proc = subprocess.run([sys.executable, "-m", "streamlens", "run", str(path)], cwd=REPO,
+                              capture_output=True, text=True, timeout=120)
+        check = subprocess.run([sys.executable, "-m", "streamlens", "validate", str(path)], cwd=REPO,
+                               capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and str(port) in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, \
+        proc.stderr
+    assert out.read_text() == '{"last": "run"}\n'
+    assert check.returncode == 2 and str(port) in check.stderr
+
+
+def test_sigterm_during_start_up_ends_cleanly(tmp_path):
+    """SIGTERM while the run waits at start (a ZeroMQ sink waiting for its subscriber): exit 130,
+    one line, no traceback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        zport = s.getsockname()[1]
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {SAMPLE}}}]
+detector: {{backend: motion}}
+runtime: {{http: {{port: 0}}}}
+sinks: [{{type: zmq, endpoint: "tcp://127.0.0.1:{zport}", wait_subscribers: 1, wait_timeout_s: 600}}]
+""")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlens", "run", str(path), "--debug"], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_listening(zport, proc)  # the ZeroMQ socket is bound: the run waits inside its start
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+
+
+def _wait_listening(port: int, proc: subprocess.Popen) -> None:
+    while True:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+
+
+def test_stream_up_is_one_while_a_stream_delivers_and_lost_is_by_cause(tmp_path):
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {SAMPLE}, live: true, loop: true}}]
+detector: {{backend: motion}}
+tracker: none
+runtime: {{http: {{port: 0}}}}
+""")
+    pipeline = streamlens.Pipeline.from_yaml(path)
+    seen: dict[str, str] = {}
+
+    def scrape(p) -> None:
+        if p.http_port is None or "running" in seen:
+            if "running" in seen:
+                p.stop()
+            return
+        if p.stats["cam1"].frames >= 10:
+            with urllib.request.urlopen(f"http://127.0.0.1:{p.http_port}/metrics", timeout=5) as r:
+                seen["running"] = r.read().decode()
+
+    report = pipeline.run(on_tick=scrape, tick_s=0.05)
+    assert report.exit_code == 130
+    text = seen["running"]
+    assert 'streamlens_stream_up{stream="cam1"} 1.0' in text
+    assert 'streamlens_lost_total{cause="inbox",stream="cam1"} 0.0' in text
+
+
+def test_stream_up_counts_a_camera_that_is_streaming(tmp_path):
+    """Cameras report `streaming`, files `running`: both deliver frames."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from streamlens.metrics import _Collector
+
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {SAMPLE}}}, {{name: cam2, uri: {SAMPLE}}}, {{name: cam3, uri: {SAMPLE}}}]
+detector: {{backend: motion}}
+""")
+    pipeline = streamlens.Pipeline.from_yaml(path)
+    for name, state in (("cam1", "streaming"), ("cam2", "running"), ("cam3", "backing_off")):
+        pipeline.stats[name].state = state
+    registry = CollectorRegistry()
+    registry.register(_Collector(pipeline))
+    text = generate_latest(registry).decode()
+    assert 'streamlens_stream_up{stream="cam1"} 1.0' in text
+    assert 'streamlens_stream_up{stream="cam2"} 1.0' in text
+    assert 'streamlens_stream_up{stream="cam3"} 0.0' in text
