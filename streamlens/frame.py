@@ -24,6 +24,11 @@ if TYPE_CHECKING:  # supervision takes about a second to import: decode workers 
     import supervision as sv
 
 
+#: the least width and height of a published box, in pixels (detectors and trackers alike): a thinner box covers no whole
+#: pixel (nothing to crop or draw), and a result rounds it to a box of no size
+MIN_BOX_PX = 1.0
+
+
 class Frame:
     """One decoded frame of one stream.
 

@@ -100,3 +100,19 @@ def test_measured_motion_is_fused_with_the_prediction_coordinate_by_coordinate()
     # no time passed: nothing to fuse, the prediction (which does not move) stands
     same_mean, _ = kf.move(mean, cov, delta, 0.0, noise)
     np.testing.assert_allclose(same_mean, kf.predict(mean, cov, 0.0)[0])
+
+
+def test_across_a_gap_velocity_carries_a_box_only_the_horizon():
+    """Ten seconds with nothing measured and a horizon of 0.4 s: the box moves 0.4 s at its velocity,
+    not 10 s, while its uncertainty grows over the whole gap (more than over 0.4 s alone)."""
+    kf = BoxKalmanFilter()
+    mean, cov = kf.initiate(np.array([[100.0, 100.0, 40.0, 40.0]]))
+    mean[0, 4:] = [30.0, -10.0, 0.0, 0.0]
+    nothing = np.full((1, 4), np.nan)
+    gap_mean, gap_cov = kf.move(mean, cov, nothing, 10.0, 1.0, horizon=0.4)
+    short_mean, short_cov = kf.move(mean, cov, nothing, 0.4, 1.0)
+    np.testing.assert_allclose(gap_mean, short_mean)
+    np.testing.assert_allclose(gap_mean[0, :2], [112.0, 96.0])
+    assert np.all(gap_cov[0, POS] > short_cov[0, POS]) and np.all(gap_cov[0, RATE] > short_cov[0, RATE])
+    # a step within the horizon is the plain prediction
+    np.testing.assert_allclose(kf.move(mean, cov, nothing, 0.2, 1.0, horizon=0.4)[0], kf.predict(mean, cov, 0.2)[0])

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import supervision as sv
 
-from ..frame import empty_detections
+from ..frame import MIN_BOX_PX, empty_detections
 from .heads import Candidates
 from .nms import nms
 from .preprocess import Geometry
@@ -26,7 +26,8 @@ def to_detections(found: Candidates, geometry: Geometry, names: dict[int, str], 
                   apply_nms: bool = True, max_det: int = 300) -> sv.Detections:
     """NMS (class-aware, unless the head already chose its boxes), then boxes in source pixels.
 
-    Boxes that end up empty once clipped to the frame (they lay in the padding) are dropped.
+    Boxes under `MIN_BOX_PX` wide or high once clipped to the frame (they lay in the padding, or
+    on its edge) are dropped: every box leaves the detector with a positive area.
     """
     if len(found.scores) == 0:
         return empty_detections()
@@ -35,7 +36,7 @@ def to_detections(found: Candidates, geometry: Geometry, names: dict[int, str], 
     else:
         keep = np.argsort(-found.scores, kind="stable")[:max_det]
     xyxy = geometry.to_source(found.boxes[keep])
-    inside = (xyxy[:, 2] > xyxy[:, 0]) & (xyxy[:, 3] > xyxy[:, 1])
+    inside = (xyxy[:, 2] - xyxy[:, 0] >= MIN_BOX_PX) & (xyxy[:, 3] - xyxy[:, 1] >= MIN_BOX_PX)
     keep, xyxy = keep[inside], xyxy[inside]
     class_id = found.class_ids[keep].astype(np.int64)
     detections = sv.Detections(

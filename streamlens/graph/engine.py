@@ -100,6 +100,10 @@ class DetectWorker:
             self._thread.join(timeout)
         return not self._thread.is_alive()
 
+    def join(self, timeout: float | None = None) -> None:
+        """Wait up to `timeout` seconds for the detector's thread to end (after `close`)."""
+        self._thread.join(timeout)
+
     @property
     def alive(self) -> bool:
         """Whether the detector's thread is still running (inside a batch, after a timed-out close)."""

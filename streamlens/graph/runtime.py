@@ -42,11 +42,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import PipelineConfig, SourceConfig, load_pipeline
-try:  # TEMP until config.preflight_problems lands
-    from ..config import preflight_problems
-except ImportError:
-    def preflight_problems(cfg): return []
+from ..config import PipelineConfig, SourceConfig, load_pipeline, preflight_problems
 from ..detect import build_detector
 from ..errors import ConfigError, StreamlensError
 from ..frame import EndOfStream, FrameResult, StatsReport, StreamEnd
@@ -398,9 +394,11 @@ class Pipeline:
             self._stop_sources.set()
             for src in sources:
                 src.close()
-            if self._engine is not None and self._engine.worker.alive:
-                # aborted inside a batch: closing the model under the thread that runs it would
-                # crash the process; the thread ends with its batch (it finds the inbox closed)
+            worker = self._engine.worker if self._engine is not None else None
+            if worker is not None and worker.alive:  # aborted inside a batch: it ends with the batch
+                worker.join(ABORT_JOIN_S)
+            if worker is not None and worker.alive:
+                # closing the model under the thread that runs it would crash the process
                 log.debug("the detector is still inside a batch; it is left to end by itself")
             else:
                 detector.close()

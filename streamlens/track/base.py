@@ -5,7 +5,26 @@ from __future__ import annotations
 import numpy as np
 import supervision as sv
 
-from ..frame import Frame, empty_detections
+from ..frame import MIN_BOX_PX, Frame, empty_detections
+
+
+
+def clip_to_frame(xyxy: np.ndarray, width: int, height: int) -> tuple[np.ndarray, np.ndarray]:
+    """Boxes `(N, 4)` (x1, y1, x2, y2) clipped to a `width` x `height` frame, as float32, and a mask
+    of those at least `MIN_BOX_PX` wide and high once clipped. A frame of unknown size (0 x 0)
+    clips nothing.
+
+    Example:
+        >>> boxes, shown = clip_to_frame(np.array([[-5.0, 10.0, 20.0, 30.0], [-9.0, 0.0, 0.5, 8.0]]), 100, 50)
+        >>> boxes.tolist(), shown.tolist()
+        ([[0.0, 10.0, 20.0, 30.0], [0.0, 0.0, 0.5, 8.0]], [True, False])
+    """
+    boxes = np.array(xyxy, dtype=np.float32).reshape(-1, 4)
+    if width > 1 and height > 1:
+        np.maximum(boxes, 0.0, out=boxes)
+        np.minimum(boxes, (width, height, width, height), out=boxes)
+    shown = (boxes[:, 2] - boxes[:, 0] >= MIN_BOX_PX) & (boxes[:, 3] - boxes[:, 1] >= MIN_BOX_PX)
+    return boxes, shown
 
 
 class Tracker:
@@ -42,9 +61,10 @@ class Tracker:
 
 
 class PassThrough(Tracker):
-    """`tracker: none`: the detector's boxes as they are (id -1), nothing between keyframes.
+    """`tracker: none`: the detector's boxes (id -1), nothing between keyframes.
 
-    Useful to check a detector on its own.
+    Useful to check a detector on its own. Boxes are clipped to the frame, and those less than
+    `MIN_BOX_PX` wide or high there are left out, as every tracker does.
 
     Example:
         >>> import numpy as np
@@ -54,6 +74,10 @@ class PassThrough(Tracker):
     """
 
     def update(self, frame: Frame, detections: sv.Detections, catch_up: bool = True) -> sv.Detections:
+        boxes, shown = clip_to_frame(detections.xyxy, frame.width, frame.height)
+        detections.xyxy = boxes
+        if not shown.all():
+            detections = detections[shown]
         detections.tracker_id = np.full(len(detections), -1, dtype=np.int64)
         return detections
 

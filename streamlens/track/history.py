@@ -34,6 +34,9 @@ class FrameStep:
     tracks: TrackTable
     #: whether a keyframe result has corrected this frame's tracks
     corrected: bool = False
+    #: whether the stream broke just before this frame (a loop seam, time stamps that restarted, an
+    #: outage longer than the tracker's `lost_s`): no track crosses from the frame before
+    cut: bool = False
 
 
 class FrameHistory:

@@ -146,7 +146,7 @@ class BoxKalmanFilter:
 
 
     def move(self, mean: np.ndarray, cov: np.ndarray, delta: np.ndarray, dt: float,
-             noise: float | np.ndarray = 1.0) -> tuple[np.ndarray, np.ndarray]:
+             noise: float | np.ndarray = 1.0, horizon: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Move every box `dt` seconds ahead by measured motion: `delta` `(N, 4)` is how far each
         coordinate (cx, cy, w, h) moved, NaN where it was not measured (those coordinates are predicted
         as by `predict`); `noise` the standard deviation of a measured displacement, pixels (per box).
@@ -158,6 +158,11 @@ class BoxKalmanFilter:
         while the velocity is still unknown). A new track, whose velocity is unknown, follows the
         measurement; a steady one smooths it a little. The velocity is corrected by the measured
         displacement over `dt` in the same way. (Compiled, `kernels.kalman_move`: it runs every frame.)
+
+        `horizon` (seconds, default `dt`) bounds how far the velocity is carried forward: across a
+        longer step (a gap in the stream) a box moves by velocity x `horizon` while its uncertainty
+        grows over the whole `dt`. Constant velocity is a guess for a fraction of a second, not for
+        the length of an outage.
         """
         mean = np.ascontiguousarray(mean, dtype=np.float64)
         if len(mean) == 0:
@@ -165,7 +170,8 @@ class BoxKalmanFilter:
         noise = (np.full(len(mean), noise, dtype=np.float64) if np.ndim(noise) == 0
                  else np.ascontiguousarray(noise, dtype=np.float64))
         return kalman_move(mean, np.ascontiguousarray(cov, dtype=np.float64),
-                           np.ascontiguousarray(delta, dtype=np.float64), float(dt), noise,
+                           np.ascontiguousarray(delta, dtype=np.float64), float(dt),
+                           float(dt if horizon is None else horizon), noise,
                            float(self.position_noise), float(self.velocity_noise), MIN_SIZE)
 
 

@@ -138,8 +138,9 @@ def moving_outside(start, motion, step, boxes, grow, camera, min_motion):
 
 
 @njit(**_JIT)
-def kalman_move(mean, cov, delta, dt, noise, position_noise, velocity_noise, min_size):
+def kalman_move(mean, cov, delta, dt, horizon, noise, position_noise, velocity_noise, min_size):
     """`BoxKalmanFilter.move` for every box: see there. `noise` `(N,)`; returns new arrays."""
+    ahead = min(dt, horizon)  # how far the velocity is extrapolated; noise builds up over all of dt
     out_mean = np.empty_like(mean)
     out_cov = np.empty_like(cov)
     qp, qv = position_noise * position_noise, velocity_noise * velocity_noise
@@ -150,13 +151,13 @@ def kalman_move(mean, cov, delta, dt, noise, position_noise, velocity_noise, min
             scale_sq = scale * scale
             pos, cross, rate = cov[n, 0, c], cov[n, 1, c], cov[n, 2, c]
             velocity = mean[n, 4 + c]
-            predicted_pos = pos + dt * (2.0 * cross + dt * rate) + dt * qp * scale_sq
-            predicted_cross = cross + dt * rate
+            predicted_pos = pos + ahead * (2.0 * cross + ahead * rate) + dt * qp * scale_sq
+            predicted_cross = cross + ahead * rate
             rate_var = rate + dt * qv * scale_sq
-            expected = dt * velocity
+            expected = ahead * velocity
             measured = delta[n, c]
             if dt > 0 and math.isfinite(measured):
-                expected_var = dt * dt * rate_var + dt * qp * scale_sq
+                expected_var = ahead * ahead * rate_var + dt * qp * scale_sq
                 fused = expected + expected_var / (expected_var + observed_var) * (measured - expected)
                 gain = rate_var / (rate_var + observed_var / (dt * dt))
                 out_mean[n, c] = mean[n, c] + fused
@@ -187,7 +188,7 @@ def warm_up() -> None:
     boxes = np.array([[0.0, 0.0, 1.0, 1.0]])
     box_motion(start, start, np.zeros(1, np.int16), boxes, 0.5, 2, 256.0)
     moving_outside(start, start, 1, boxes, 0.1, sample_median(start, 1), 1.0)
-    kalman_move(np.ones((1, 8)), np.ones((1, 3, 4)), np.zeros((1, 4)), 0.1, np.ones(1), 1.0, 1.0, 1.0)
+    kalman_move(np.ones((1, 8)), np.ones((1, 3, 4)), np.zeros((1, 4)), 0.1, 0.1, np.ones(1), 1.0, 1.0, 1.0)
     from ..sources.motion_vectors import MV_DTYPE, vectors_from_side_data
 
     vectors_from_side_data(np.zeros(1, MV_DTYPE))

@@ -12,8 +12,17 @@ younger goes (ByteTrack's clean-up).
 
 Between keyframes, and before associating on a keyframe, every track moves by motion: the Kalman
 prediction (`kalman.py`), corrected by what the motion model measured (`motion/`: optical flow or
-the decoder's motion vectors) where it could. All times are in seconds (frame time stamps, else frame
-numbers and the frame rate), so the frame rate and the keyframe interval do not change behaviour.
+the decoder's motion vectors) where it could. All times are in seconds, so the frame rate and the
+keyframe interval do not change behaviour. The time between two frames is what their time stamps
+(`pts`) say when these move forward by a plausible step (up to `MAX_STEP_FRAMES` frame times for
+each frame numbered in between); else what `Frame.clock` says, but never less than the frame
+numbers account for (a file read faster than real time). A step longer than `MAX_STEP_FRAMES`
+frame times is a gap in the stream:
+- across it, velocities carry the tracks at most `coast_s` (or those frame times, if longer): a
+  box carried by prediction alone is trusted no further (see `COAST_S`); its uncertainty grows
+  over the whole gap;
+- across a gap longer than `lost_s`, or where time stamps jump back (a file looping, a camera's
+  time stamps restarting), no track survives: what is there after it gets new ids.
 
 A keyframe's detections may arrive late, after later frames were already carried by motion: the
 tracker keeps `history_s` seconds of its past (per frame: the tracks and the motion record), so
@@ -22,14 +31,17 @@ since from their stored motion; the result is the same as if the detections had 
 Results of one stream must arrive in frame order; one older than the last one applied, or older
 than the history, is not applied (counted in `stale_updates`) and its boxes come back untracked (-1).
 
-What the tracker shows on every frame, in source pixels clipped to the frame:
+What the tracker shows on every frame, in source pixels clipped to the frame, never less than
+`MIN_BOX_PX` wide and high there:
 - every tentative and confirmed track: in a keyframe engine a new object waits a whole interval for
   its second match, and the detector's box on its first keyframe is the best knowledge there is;
 - lost tracks for `coast_s` seconds after their last match, but never longer than they had been seen
   before it: detectors blink (blur, a passing occluder, a score just under the threshold), and one
   blink on a keyframe would otherwise drop an object for a whole interval.
-`confidence` is the score of the last detection matched; ids start at 1 and are never reused within
-a stream.
+A track whose box is no longer visible ends: less than `MIN_VISIBLE` of its area inside the frame,
+or less than `MIN_BOX_PX` wide or high there (it drove out of the picture, or motion carried it
+out). `confidence` is the score of the last detection matched; ids start at 1 and are never reused
+within a stream.
 
 The thresholds default to ByteTrack's MOT17 settings, for detections reported down to a score of 0.1
 (MOTChallenge's public detections). In a pipeline, `build_tracker` sets the confident and new-track
@@ -57,7 +69,7 @@ import numpy as np
 import supervision as sv
 
 from ..frame import Frame, empty_detections
-from .base import Tracker
+from .base import MIN_BOX_PX, Tracker, clip_to_frame
 from .history import FrameHistory, FrameStep
 from .kalman import BoxKalmanFilter, xywh_to_xyxy, xyxy_to_xywh
 from .kernels import warm_up
@@ -86,6 +98,13 @@ LOST_S = 1.0
 COAST_S = 0.4
 #: how far back a late keyframe result may re-anchor the tracks
 HISTORY_S = 2.0
+#: a track ends when less than this share of its box's area is inside the frame: the object is
+#: mostly out of the picture (across one edge: its centre has left it), and the rest of its box is
+#: the tracker's guess, which a detector that sees only the visible part cannot confirm
+MIN_VISIBLE = 0.5
+#: the longest step between two frames that is still one stretch of video, in frame times: a
+#: decoder skipping a few damaged frames, a frame-rate cap; beyond it, a gap (see the module's docs)
+MAX_STEP_FRAMES = 10
 #: the frame rate assumed when neither the stream nor time stamps say
 DEFAULT_FPS = 30.0
 
@@ -141,6 +160,7 @@ class KeyframeTracker(Tracker):
         self._replay: _Replay | None = None  # a late keyframe's replay not finished yet
         self._next_id = 1
         self._last_pts: float | None = None
+        self._last_clock = 0.0
         self._last_corrected: int | None = None
         self._frame_size = (0, 0)
 
@@ -198,8 +218,7 @@ class KeyframeTracker(Tracker):
         end = total if max_steps is None else min(total, replay.done + max_steps)
         for k in range(replay.done, end):  # untracked motion: only the latest frame's counts
             later = replay.later[k]
-            replay.tracks = self._move(replay.tracks, replay.previous.record, later.record, replay.previous.time,
-                                       later.time, untracked=k == total - 1)
+            replay.tracks = self._move(replay.tracks, replay.previous, later, untracked=k == total - 1)
             later.tracks = replay.tracks
             replay.previous = later
         replay.done = end
@@ -220,12 +239,9 @@ class KeyframeTracker(Tracker):
         rows |= tracks.coasting(now, self.coast_s)
         if not rows.any():
             return empty_detections()
-        boxes = xywh_to_xyxy(tracks.means[rows, :4])
-        width, height = self._frame_size
-        if width > 1 and height > 1:
-            np.maximum(boxes, 0.0, out=boxes)
-            np.minimum(boxes, (width, height, width, height), out=boxes)
-        out = sv.Detections(xyxy=boxes.astype(np.float32), confidence=tracks.scores[rows].astype(np.float32),
+        boxes, shown = clip_to_frame(xywh_to_xyxy(tracks.means[:, :4]), *self._frame_size)
+        rows &= shown
+        out = sv.Detections(xyxy=boxes[rows], confidence=tracks.scores[rows].astype(np.float32),
                             class_id=tracks.class_ids[rows], tracker_id=tracks.ids[rows])
         out.data["class_name"] = tracks.class_names[rows]
         return out
@@ -238,33 +254,41 @@ class KeyframeTracker(Tracker):
         record = frame.observed if frame.observed is not None else self.motion.observe(frame)
         frame.observed = None  # kept in the history from here
         previous = self._history.latest
-        now = 0.0 if previous is None else previous.time + self._elapsed(previous, frame)
-        self._last_pts = frame.pts
+        step = FrameStep(frame.index, 0.0, record, self.tracks)
         if previous is not None:
-            self.tracks = self._move(self.tracks, previous.record, record, previous.time, now)
-        self._history.append(FrameStep(frame.index, now, record, self.tracks))
+            elapsed, step.cut = self._elapsed(previous, frame)
+            step.time = previous.time + elapsed
+            self.tracks = step.tracks = self._move(self.tracks, previous, step)
+        self._last_pts, self._last_clock = frame.pts, frame.clock
+        self._history.append(step)
 
-    def _elapsed(self, previous: FrameStep, frame: Frame) -> float:
-        """Seconds from the previous frame to `frame`: from time stamps when they move forward by a
-        plausible amount (they restart when a file loops), else from frame numbers."""
+    def _elapsed(self, previous: FrameStep, frame: Frame) -> tuple[float, bool]:
+        """Seconds from the previous frame to `frame`, and whether the stream broke between them (see
+        the module's docs)."""
         by_index = max(1, frame.index - previous.index) / self.fps
+        dt, restarted = None, False
         if frame.pts is not None and self._last_pts is not None:
-            dt = frame.pts - self._last_pts
-            if 0 < dt <= 10 * by_index:
-                return dt
-        return by_index
+            moved = frame.pts - self._last_pts
+            if 0 < moved <= MAX_STEP_FRAMES * by_index:
+                dt = moved
+            restarted = moved < 0
+        if dt is None:
+            dt = max(by_index, frame.clock - self._last_clock)
+        return dt, restarted or dt > max(self.lost_s, MAX_STEP_FRAMES / self.fps)
 
-    def _move(self, tracks: TrackTable, previous: object | None, current: object | None,
-              then: float, now: float, untracked: bool = True) -> TrackTable:
-        """The tracks one frame later (time `then` to `now`): predicted by the Kalman filter, corrected
-        by measured motion. Tracks lost for longer than `coast_s` are only predicted: they are out of
-        view, or the detector would see them."""
+    def _move(self, tracks: TrackTable, previous: FrameStep, step: FrameStep, untracked: bool = True) -> TrackTable:
+        """The tracks one frame later (from `previous` to `step`): predicted by the Kalman filter,
+        corrected by measured motion; none across a cut. Tracks lost for longer than `coast_s` are only
+        predicted: they are out of view, or the detector would see them."""
+        if step.cut:
+            tracks = TrackTable.empty()
         if len(tracks) == 0:
-            estimate = self.motion.measure(previous, current, np.empty((0, 4)), untracked)
+            estimate = self.motion.measure(previous.record, step.record, np.empty((0, 4)), untracked)
             if untracked:
                 self._note_motion(tracks, estimate.untracked_motion)
             return tracks
-        dt = now - then
+        then, dt = previous.time, step.time - previous.time
+        horizon = max(self.coast_s, MAX_STEP_FRAMES / self.fps)  # how far velocity carries across a gap
         states = tracks.states
         shown = (states == TENTATIVE) | (states == CONFIRMED) | tracks.coasting(then, self.coast_s)
         means = tracks.means
@@ -274,7 +298,7 @@ class KeyframeTracker(Tracker):
             means[lost, 6:8] = 0.0
         everyone = bool(shown.all())
         visible = slice(None) if everyone else np.flatnonzero(shown)
-        estimate = self.motion.measure(previous, current, xywh_to_xyxy(means[visible, :4]), untracked)
+        estimate = self.motion.measure(previous.record, step.record, xywh_to_xyxy(means[visible, :4]), untracked)
         if everyone:
             delta, noise = estimate.deltas(means[:, 2:4]), estimate.noise
         else:
@@ -284,27 +308,28 @@ class KeyframeTracker(Tracker):
             noise[visible] = estimate.noise
         # a new table sharing the columns a step leaves alone (a table is never changed in place
         # once kept in the history: `_correct` copies it first)
-        moved = TrackTable(tracks.ids, states.copy(), *self.kalman.move(means, tracks.covs, delta, dt, noise),
+        moved = TrackTable(tracks.ids, states.copy(),
+                           *self.kalman.move(means, tracks.covs, delta, dt, noise, horizon),
                            tracks.class_ids, tracks.class_names, tracks.scores, tracks.hits, tracks.born,
                            tracks.last_seen, tracks.motion_quality.copy())
         quality = estimate.quality
-        decayed = moved.motion_quality[visible] * math.exp(-dt / self.lost_s)
+        decayed = moved.motion_quality[visible] * (math.exp(-dt / self.lost_s) if self.lost_s > 0 else 0.0)
         moved.motion_quality[visible] = np.where(np.isfinite(quality), np.minimum(quality, 1.0), decayed)
-        self._lose_outside(moved)
+        moved = self._without_invisible(moved)
         if untracked:
             self._note_motion(moved, estimate.untracked_motion)
         return moved
 
-    def _lose_outside(self, tracks: TrackTable) -> None:
-        """Tracks whose box has left the frame entirely are lost (tentative ones removed)."""
+    def _without_invisible(self, tracks: TrackTable) -> TrackTable:
+        """`tracks` without those whose box is no longer visible in the frame (see the module's docs)."""
         width, height = self._frame_size
-        if width <= 1 or height <= 1:
-            return
-        boxes = xywh_to_xyxy(tracks.means[:, :4])
-        outside = (boxes[:, 2] <= 0) | (boxes[:, 3] <= 0) | (boxes[:, 0] >= width) | (boxes[:, 1] >= height)
-        if outside.any():
-            tracks.states[outside & (tracks.states == CONFIRMED)] = LOST
-            tracks.states[outside & (tracks.states == TENTATIVE)] = REMOVED
+        if width <= 1 or height <= 1 or len(tracks) == 0:
+            return tracks
+        means = tracks.means
+        centre, half = means[:, :2], means[:, 2:4] / 2
+        seen = np.minimum(centre + half, (width, height)) - np.maximum(centre - half, 0.0)  # the part inside
+        visible = (seen >= MIN_BOX_PX).all(axis=1) & (seen.prod(axis=1) >= MIN_VISIBLE * means[:, 2] * means[:, 3])
+        return tracks if visible.all() else tracks.select(visible)
 
     def _note_motion(self, tracks: TrackTable, untracked_motion: float) -> None:
         confirmed = tracks.states == CONFIRMED
@@ -353,8 +378,7 @@ class KeyframeTracker(Tracker):
         self._apply(tracks, rows, found, cols, now)
 
         born = self._start(found, high[found.scores[high] >= self.new_track_score], now, first_keyframe)
-        tracks = tracks.select(states != REMOVED).append(born)
-        tracks = _without_duplicates(tracks)
+        tracks = self._without_invisible(_without_duplicates(tracks.select(states != REMOVED).append(born)))
         self.signals.births, self.signals.losses = len(born), int(missed.sum())
         self._note_motion(tracks, self.signals.untracked_motion)
         return tracks, self.objects_of(tracks, now)
