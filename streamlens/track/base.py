@@ -8,7 +8,6 @@ import supervision as sv
 from ..frame import MIN_BOX_PX, Frame, empty_detections
 
 
-
 def clip_to_frame(xyxy: np.ndarray, width: int, height: int) -> tuple[np.ndarray, np.ndarray]:
     """Boxes `(N, 4)` (x1, y1, x2, y2) clipped to a `width` x `height` frame, as float32, and a mask
     of those at least `MIN_BOX_PX` wide and high once clipped. A frame of unknown size (0 x 0)
