@@ -8,10 +8,12 @@ class StreamlensError(Exception):
 
 
 class ConfigError(StreamlensError):
-    """One or more mistakes in a pipeline file, each a line `file: key.path: what is wrong`."""
+    """One or more mistakes in a pipeline file, each a line `file: key.path: what is wrong`.
 
-    def __init__(self, problems: list[str]):
-        self.problems = list(problems)
+    `problems` is the list of lines, or one line as a string."""
+
+    def __init__(self, problems: list[str] | str):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
         super().__init__("\n".join(self.problems))
 
 

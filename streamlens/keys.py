@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -48,32 +49,62 @@ def curve_available() -> bool:
     return bool(zmq.has("curve"))
 
 
+#: a key name is a plain file name: letters, digits, '_', '-' and '.', not starting with '.'
+_KEY_NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
+
+
 def make_keys(folder: str | Path, names: list[str], *, authorize: tuple[str, ...] = ()) -> list[Path]:
     """Write `NAME.key` and `NAME.key_secret` in `folder` for each name; never overwrite a key.
 
-    Each name in `authorize` also gets its public key copied into `folder/authorized/`. Secret
-    files are readable by their owner only. Returns the paths written, in order.
+    Each name in `authorize` also gets its public key copied into `folder/authorized/` (an
+    existing copy there is not overwritten either). A secret file is created readable by its owner
+    only (mode 0600, whatever the umask) before the key is written into it, so it is never readable
+    by others, not even for a moment, and a file that appears meanwhile is not overwritten
+    (`O_EXCL`). Folders made here are not writable by others. Returns the paths written, in order.
     """
     if not curve_available():
         raise KeyFileError("this libzmq has no CurveZMQ support (it was built without libsodium)")
     folder = Path(folder)
     for name in names:
-        for path in (folder / f"{name}.key", folder / f"{name}.key_secret"):
+        if not _KEY_NAME_RE.fullmatch(name):
+            raise KeyFileError(f"{name!r}: use letters, digits, '_', '-' and '.' (not first) in a key name")
+        for path in _key_files(folder, name, name in authorize):
             if path.exists():
                 raise KeyFileError(f"{path} exists; not overwriting a key (remove it first)")
     written: list[Path] = []
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o755, parents=True, exist_ok=True)  # not writable by others, who could swap a key
         for name in names:
-            public, secret = (Path(p) for p in zmq.auth.create_certificates(folder, name))
-            os.chmod(secret, 0o600)
+            public, secret = _key_files(folder, name, False)
+            _create(public, 0o644)
+            _create(secret, 0o600)
+            zmq.auth.create_certificates(folder, name)  # writes into the two files, keeping their modes
             written += [public, secret]
             if name in authorize:
-                (folder / AUTHORIZED_DIR).mkdir(exist_ok=True)
-                written.append(Path(shutil.copy(public, folder / AUTHORIZED_DIR / public.name)))
+                (folder / AUTHORIZED_DIR).mkdir(mode=0o755, exist_ok=True)
+                copy = folder / AUTHORIZED_DIR / public.name
+                _create(copy, 0o644)
+                written.append(Path(shutil.copyfile(public, copy)))
+    except FileExistsError as e:
+        raise KeyFileError(f"{e.filename} exists; not overwriting a key (remove it first)") from None
     except OSError as e:
         raise KeyFileError(f"cannot write keys in {folder}: {e.strerror or e}") from None
     return written
+
+
+def _key_files(folder: Path, name: str, authorized: bool) -> list[Path]:
+    """`NAME.key`, `NAME.key_secret` and, when `authorized`, the copy in `folder/authorized/`."""
+    return [folder / f"{name}.key", folder / f"{name}.key_secret"] + (
+        [folder / AUTHORIZED_DIR / f"{name}.key"] if authorized else [])
+
+
+def _create(path: Path, mode: int) -> None:
+    """Create `path` empty with exactly `mode`; FileExistsError if anything is there already."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode & 0o600)  # O_EXCL: nor a symlink
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 def read_public_key(path: str | Path) -> bytes:

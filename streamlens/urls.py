@@ -3,6 +3,8 @@
 Example:
     >>> mask_url("rtsp://admin:s3cret@10.0.0.5:554/stream1")
     'rtsp://***@10.0.0.5:554/stream1'
+    >>> mask_url("rtsp://admin:p@ss/w:rd@[fe80::1]:554/s")
+    'rtsp://***@[fe80::1]:554/s'
     >>> is_url("clips/a.mp4"), is_url("rtsp://cam/1")
     (False, True)
 """
@@ -12,7 +14,8 @@ from __future__ import annotations
 import re
 
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_CREDENTIALS_RE = re.compile(r"(?<=://)[^/@\s]+@")
+#: in free text, a URL ends at white space or a quote; its credentials end at its last '@'
+_CREDENTIALS_IN_TEXT_RE = re.compile(r"(?<=://)[^\s'\"<>]*@")
 
 
 def is_url(text: str) -> bool:
@@ -21,5 +24,18 @@ def is_url(text: str) -> bool:
 
 
 def mask_url(text: str) -> str:
-    """Replace `user:password@` (or `user@`) after any `scheme://` in `text` with `***@`."""
-    return _CREDENTIALS_RE.sub("***@", text)
+    """`text` with the credentials of every URL in it (`user:password@`, `user@`) replaced by `***@`.
+
+    Everything from `://` to the URL's last `@` is hidden, so no part of a password shows
+    whatever it holds (`@`, `/`, `:`, `#`, `%40`); the price is that an `@` later in a URL (in
+    its path or query) hides the host as well. A `text` that is one URL is that URL to its end
+    (white space included); in other text a URL ends at white space or a quote.
+
+    Example:
+        >>> mask_url("cannot open 'rtsp://u:a@b@cam/1': 401 Unauthorized")
+        "cannot open 'rtsp://***@cam/1': 401 Unauthorized"
+    """
+    scheme = _SCHEME_RE.match(text)
+    if scheme is not None and text.rfind("@") >= scheme.end():
+        return text[:scheme.end()] + "***" + text[text.rindex("@"):]
+    return _CREDENTIALS_IN_TEXT_RE.sub("***@", text)
