@@ -26,11 +26,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from . import keygen_command, subscribe_command
 from .bench import command as bench_command
-from .config import load_pipeline
-try:  # TEMP until config.preflight_problems lands
-    from .config import preflight_problems
-except ImportError:
-    def preflight_problems(cfg): return []
+from .config import load_pipeline, preflight_problems
 from .eval import command as eval_command
 from .errors import ConfigError, StreamlensError
 
@@ -159,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("streamlens: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `streamlens subscribe ... | head`: the reader has gone, nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 1
     except Exception as e:  # noqa: BLE001 - one line unless --debug
         if args.debug:
             raise

@@ -688,9 +688,10 @@ class _PipelineLoader(yaml.SafeLoader):
         return node
 
 
-def _read_yaml(path: str | Path, display: str | None = None) -> Any:
-    """The YAML tree of a pipeline file, read with the bounds of `_PipelineLoader` and at most
-    `MAX_FILE_BYTES` long; raises `ConfigError` with one line naming the file (and line)."""
+def read_yaml(path: str | Path, display: str | None = None) -> Any:
+    """The YAML tree of a pipeline file (or another YAML file a pipeline names: a class names
+    file), read with the bounds of `_PipelineLoader` and at most `MAX_FILE_BYTES` long; raises
+    `ConfigError` with one line naming the file (and line)."""
     display = str(path) if display is None else display
     try:
         with open(path, "rb") as f:
@@ -724,7 +725,7 @@ def load_pipeline(path: str | Path, env: dict[str, str] | None = None,
     `{"runtime": {"mode": "bulk"}}`); a list replaces a whole section (`{"sinks": [...]}`)."""
     display = str(path)
     path = Path(path)
-    data = _read_yaml(path, display)
+    data = read_yaml(path, display)
     if overrides and isinstance(data, dict):
         for section, values in overrides.items():
             current = data.get(section)

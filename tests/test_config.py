@@ -394,3 +394,14 @@ def test_preflight_rechecks_inputs_that_went_away_after_loading(tmp_path):
     (tmp_path / "m.onnx").unlink()
     assert preflight_problems(cfg) == [f"{path}: sources[0].uri: file not found: {tmp_path / 'clip.mp4'}",
                                        f"{path}: detector.model: file not found: {tmp_path / 'm.onnx'}"]
+
+
+def test_a_names_file_is_read_with_the_same_bounds(tmp_path):
+    """A class names file in YAML is bounded as a pipeline file is: the bomb is one clear line."""
+    from streamlens.detect.names import read_names_file
+    from streamlens.errors import DetectorError
+
+    names = tmp_path / "names.yaml"
+    names.write_text(alias_bomb())
+    with pytest.raises(DetectorError, match=r"detector\.names: .*names\.yaml: line \d+, column \d+: more than"):
+        read_names_file(names)

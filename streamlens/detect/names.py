@@ -19,9 +19,9 @@ import ast
 from pathlib import Path
 
 import numpy as np
-import yaml
 
-from ..errors import DetectorError
+from ..config import read_yaml
+from ..errors import ConfigError, DetectorError
 
 COCO_NAMES = (
     "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat", "traffic light",
@@ -45,19 +45,19 @@ def read_names_file(path: Path) -> dict[int, str]:
         >>> read_names_file(p)
         {0: 'car', 1: 'truck'}
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise DetectorError(f"detector.names: {path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
     if path.suffix.lower() in (".yaml", ".yml", ".json"):
         try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise DetectorError(f"detector.names: {path}: invalid YAML: {str(e).splitlines()[0]}") from None
+            data = read_yaml(path)  # bounded as a pipeline file is: no alias bomb here either
+        except ConfigError as e:
+            raise DetectorError(f"detector.names: {e}") from None
         names = parse_names(data.get("names") if isinstance(data, dict) and "names" in data else data)
         if names is None:
             raise DetectorError(f"detector.names: {path}: expected a list of names or an {{id: name}} mapping")
         return names
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise DetectorError(f"detector.names: {path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
     lines = [line.strip() for line in text.splitlines()]
     while lines and not lines[-1]:
         lines.pop()

@@ -517,8 +517,7 @@ class Pipeline:
         cfg = self.config
         problems = preflight_problems(cfg)
         if problems:
-            raise ConfigError(problems[0] if len(problems) == 1 else
-                              f"{problems[0]} (and {len(problems) - 1} more: streamlens validate lists them)")
+            raise ConfigError(problems)
         built: list = []
         try:
             mvs = cfg.tracker.motion == "mv"
