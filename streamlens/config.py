@@ -83,7 +83,8 @@ class SourceConfig:
     timeout_s: float = 5.0
     #: the watchdog: no frame for this long and the connection is dropped and reopened
     stall_s: float = 5.0
-    #: the wait after a failed connection attempt starts here and doubles up to backoff_max_s
+    #: the wait after a failed connection attempt: at most max(this, 0.5 s) in an outage's first minute,
+    #: then doubling up to backoff_max_s (see sources/backoff.py)
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 5.0
     #: a live frame older than this when it reaches the graph is dropped (counted); None: no limit

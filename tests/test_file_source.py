@@ -81,7 +81,7 @@ def test_every_frame_of_every_clip_decodes_in_order(name):
     expected = ffprobe_result(probe)
     assert count == int(expected["nb_read_frames"])
     assert shape[:2] == (expected["height"], expected["width"])
-    assert source.corrupt_packets == 0 and source.read_error is None
+    assert source.corrupt_packets == 0 and source.read_error is None and source.incomplete is None
     assert source.fps and source.fps > 0
     if int(expected.get("nb_frames") or 0) > 0:
         # the container's own count; a packed-bitstream AVI counts 2 placeholder packets as frames
@@ -146,15 +146,18 @@ def test_max_fps_must_be_positive():
 def test_live_paces_frames_at_the_file_rate():
     source = FileSource("cam1", clip("highway_720p30.mp4"), live=True)
     stop = threading.Event()
-    arrivals, stamps = [], []
+    arrivals, stamps, clocks = [], [], []
     for frame in source.frames(stop):
         arrivals.append(time.monotonic())
         stamps.append(frame.ts)
+        clocks.append(frame.clock)
         if len(stamps) == 15:
             break
     assert arrivals[-1] - arrivals[0] >= 0.44  # 14 intervals of 1/30 s
     for a, b in zip(stamps, stamps[1:]):
         assert b - a == pytest.approx(1 / 30, abs=2e-3)  # ts is the scheduled time
+    for a, b in zip(clocks, clocks[1:]):
+        assert b - a == pytest.approx(1 / 30, abs=2e-3)  # and so is clock, on time.monotonic()
 
 
 def test_live_re_anchors_instead_of_bursting_when_the_consumer_is_slow():
@@ -275,6 +278,7 @@ def test_a_file_cut_in_half_yields_what_it_can(tmp_path):
     indexes = [frame.index for frame in source.frames(threading.Event())]
     assert 300 < len(indexes) < 748
     assert indexes == list(range(len(indexes)))
+    assert source.incomplete == f"truncated: {len(indexes)} of 750 frames decoded"
 
 
 def test_an_mp4_cut_before_its_index_is_refused(tmp_path):
@@ -305,8 +309,9 @@ def test_corrupt_packets_are_skipped_and_counted(tmp_path):
     path = damaged_copy(clip("highway_720p30.mp4"), tmp_path / "damaged.mp4", 200, [50, 100, 140])
     source = FileSource("cam1", path)
     frames = [(frame.index, frame.pts) for frame in source.frames(threading.Event())]
-    assert source.corrupt_packets == 3
+    assert source.corrupt_packets == 3 and source.losses() == {"corrupt": 3}
     assert len(frames) == 197
+    assert source.incomplete == "truncated: 197 of 897 frames decoded"  # cut after packet 200
     assert [index for index, _ in frames] == list(range(197))
     assert all(b > a for (_, a), (_, b) in zip(frames, frames[1:]))
 
@@ -316,6 +321,82 @@ def test_a_file_of_nothing_but_corrupt_packets_is_an_error(tmp_path):
     source = FileSource("cam1", path)
     with pytest.raises(SourceError, match=r"ruined.mp4: no frame could be decoded \(\d+ corrupt packets\)"):
         list(source.frames(threading.Event()))
+
+
+def encoded_clip(path: Path, frames: int = 90) -> Path:
+    """Encode a small H.264 mp4 with PyAV (a keyframe every 30 frames, no B-frames), its index
+    (moov) at the front as recorders write it, so that a cut copy still opens."""
+    import numpy as np
+
+    with av.open(str(path), "w", options={"movflags": "faststart"}) as out:
+        stream = out.add_stream("libx264", rate=30, options={"g": "30", "bf": "0", "preset": "ultrafast"})
+        stream.width, stream.height, stream.pix_fmt = 160, 120, "yuv420p"
+        for k in range(frames):
+            image = np.zeros((120, 160, 3), np.uint8)
+            image[:, (3 * k) % 160:] = 200
+            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="bgr24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return path
+
+
+def test_a_whole_file_is_not_incomplete_and_loses_nothing(tmp_path):
+    source = FileSource("cam1", encoded_clip(tmp_path / "whole.mp4"))
+    assert source.total_frames == 90
+    frames = list(source.frames(threading.Event()))
+    assert len(frames) == 90 and source.incomplete is None and source.losses() == {"corrupt": 0}
+
+
+def test_a_truncated_file_says_so_after_what_it_could_decode(tmp_path):
+    data = encoded_clip(tmp_path / "whole.mp4").read_bytes()
+    path = tmp_path / "cut.mp4"
+    path.write_bytes(data[: len(data) // 2])
+    source = FileSource("cam1", path)
+    assert source.total_frames == 90  # the index at the front still declares every frame
+    indexes = [frame.index for frame in source.frames(threading.Event())]
+    assert 20 < len(indexes) < 80 and indexes == list(range(len(indexes)))
+    assert source.incomplete == f"truncated: {len(indexes)} of 90 frames decoded"
+    assert str(tmp_path) not in source.incomplete and source.losses() == {"corrupt": 0}
+    again = list(source.frames(threading.Event()))  # a second run tells it again, the same way
+    assert len(again) == len(indexes) and source.incomplete.startswith("truncated: ")
+
+
+def test_the_first_300_kb_of_a_real_clip_are_reported_truncated(tmp_path):
+    path = tmp_path / "highway_cut.mp4"
+    path.write_bytes(clip("highway_720p30.mp4").read_bytes()[:300_000])
+    source = FileSource("cam1", path)
+    decoded = len(list(source.frames(threading.Event())))
+    assert 0 < decoded < 897 and source.incomplete == f"truncated: {decoded} of 897 frames decoded"
+    capped = FileSource("cam1", path, max_fps=15)  # frames the cap leaves out were decoded all the same
+    assert len(list(capped.frames(threading.Event()))) < decoded and capped.incomplete == source.incomplete
+
+
+def test_stopping_a_file_early_is_not_incomplete(tmp_path):
+    source = FileSource("cam1", encoded_clip(tmp_path / "whole.mp4"))
+    stop = threading.Event()
+    for frame in source.frames(stop):
+        if frame.index == 9:
+            stop.set()
+    assert source.incomplete is None
+
+
+def test_corrupt_packets_in_a_whole_file_are_losses_not_truncation(tmp_path):
+    path = encoded_clip(tmp_path / "clip.mp4")
+    damaged = damaged_copy(path, tmp_path / "damaged.mp4", 90, [10, 40, 70])  # inter frames
+    source = FileSource("cam1", damaged)
+    frames = list(source.frames(threading.Event()))
+    assert len(frames) == 87 and source.losses() == {"corrupt": 3} and source.incomplete is None
+
+
+def test_a_looping_file_keeps_counting_corrupt_packets_across_passes(tmp_path):
+    damaged = damaged_copy(encoded_clip(tmp_path / "clip.mp4"), tmp_path / "damaged.mp4", 90, [10, 40, 70])
+    source = FileSource("cam1", damaged, loop=True)
+    stop = threading.Event()
+    for frame in source.frames(stop):
+        if frame.index == 87 * 2 - 1:  # the last frame of the second pass
+            stop.set()
+    assert source.losses() == {"corrupt": 6} and source.incomplete is None
 
 
 # -- containers and codecs -----------------------------------------------------------------------

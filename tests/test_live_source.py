@@ -1,11 +1,16 @@
 """Live sources on their own: the decode worker and its shared-memory ring, the state machine, backoff,
-the stall watchdog, stopping from any state, and credentials masking. Real servers, real sockets."""
+the stall watchdog, stopping from any state, signals and an owner that dies, shared memory that runs
+out, and credentials masking. Real servers, real sockets, real processes."""
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import shutil
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -14,10 +19,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from streamlens.errors import SourceError
+from streamlens.sources.backoff import FAST_FOR_S, FAST_S, Backoff, retry_delay
 from streamlens.sources.file import FileSource
 from streamlens.sources.live import LiveSource
+from streamlens.sources.ring import free_bytes
 from streamlens.sources.session import SessionSpec
-from streamlens.sources.worker import Died, Ended, FrameReady, Opened, ProcessWorker, ThreadWorker
+from streamlens.sources.worker import (Died, Ended, FrameReady, Opened, ProcessWorker, ThreadWorker,
+                                       check_shared_memory)
 from streamlens.sources.host_memory import HostMemory
 
 from .conftest import REPO
@@ -340,3 +349,252 @@ def test_an_http_stream_is_read_with_its_own_timeout_option(tmp_path):
         assert rec.frames[0][1].image.shape == (360, 640, 3)
     finally:
         server.kill()
+
+
+# -- reconnecting fast --------------------------------------------------------------------------
+
+def test_retries_stay_quick_for_the_first_minute_of_an_outage_then_back_off_to_the_cap():
+    now = [0.0]
+    backoff = Backoff(0.5, 30.0, jitter=0.0, clock=lambda: now[0])
+    schedule = []  # (seconds into the outage, wait) for each failed attempt, attempts taking no time
+    while now[0] < 600:
+        wait = backoff.next()
+        schedule.append((now[0], wait))
+        now[0] += wait
+    young = [wait for at, wait in schedule if at < FAST_FOR_S]
+    old = [wait for at, wait in schedule if at >= FAST_FOR_S]
+    assert len(young) >= 100 and max(young) <= FAST_S <= 1.0
+    growing = old[:old.index(30.0)]
+    assert len(growing) >= 4 and all(b == 2 * a for a, b in zip(growing, growing[1:-1]))
+    assert set(old[len(growing):]) == {30.0}  # at the cap for good: a camera that stays down
+    assert len(old) < 30  # ...is knocked at about twice a minute, not twice a second
+    backoff.reset()
+    assert backoff.next() == 0.5 and backoff.since == now[0]  # a new outage starts quick again
+
+
+def test_the_quick_phase_grows_from_the_initial_wait_and_respects_both_settings():
+    assert [retry_delay(n, 1.0, 0.1, 5.0) for n in range(1, 6)] == [0.1, 0.2, 0.4, 0.5, 0.5]
+    assert retry_delay(9, 10.0, 0.1, 0.3) == 0.3  # backoff_max_s below the quick cap wins
+    assert retry_delay(9, 10.0, 2.0, 5.0) == 2.0  # so does a longer backoff_initial_s
+    assert retry_delay(1, 10_000.0, 0.5, 5.0) == 5.0
+
+
+def test_a_camera_back_after_a_short_outage_was_retried_quickly_and_streams_again(tmp_path):
+    reason = gst_missing()
+    if reason:
+        pytest.skip(reason)
+    with GstRtspServer({"cam1": SAMPLE}, tmp_path) as server:
+        source = LiveSource("cam1", server.url("cam1"), timeout_s=2, stall_s=3, backoff_max_s=5)
+        waits: list[float] = []  # every wait the source chose, as it chose it
+        next_wait = source.backoff.next
+        source.backoff.next = lambda: waits.append(next_wait()) or waits[-1]
+        with _Recorder(source) as rec:
+            assert rec.wait_frames(10, 15), f"no frames: {source.stats()}"
+            server.kill()
+            lost = rec.wait_state("reconnecting", 10)
+            assert lost is not None, rec.states
+            time.sleep(4.0)  # the camera is down for 4 s; then it comes back on the same port
+            server.restart()
+            back = time.monotonic()
+            count = len(rec.frames)
+            assert rec.wait_frames(count + 10, 15), f"no frames after the camera came back: {source.stats()}"
+            assert rec.wait_state("streaming", 1, after=lost) is not None
+    after_loss = [state for at, state in rec.states if at >= lost]
+    assert after_loss[0] == "reconnecting" and after_loss[-1] == "stopped"
+    assert set(after_loss[:after_loss.index("streaming")]) == {"reconnecting", "backing_off"}
+    assert len(waits) >= 2 and max(waits) <= FAST_S, waits  # refused at once, retried quickly, 4 s long
+    assert source.reconnects == 1 and "Connection refused" in source.last_error
+    assert any(at > back for at, _ in rec.frames)
+    frames = [f for _, f in rec.frames]
+    assert [f.index for f in frames] == list(range(len(frames)))
+    assert all(b.pts > a.pts and b.clock >= a.clock for a, b in zip(frames, frames[1:]))
+
+
+# -- losses and clocks ------------------------------------------------------------------------------
+
+def test_losses_count_each_cause_and_frames_carry_the_workers_decode_clock():
+    # A file read as fast as it decodes stands in for a camera; the consumer takes 50 ms a frame.
+    source = LiveSource("clip", str(SAMPLE), max_staleness_ms=40)
+    assert source.losses() == {"corrupt": 0, "decoder": 0, "stale": 0}
+    stop = threading.Event()
+    for frame in source.frames(stop):
+        age = time.monotonic() - frame.clock
+        assert 0 <= age < 0.04 + 0.03 and abs((time.time() - frame.ts) - age) < 0.01
+        time.sleep(0.05)
+        if frame.index >= 20:
+            stop.set()
+    losses = source.losses()
+    assert losses["decoder"] == source.dropped_worker > 0 and losses["stale"] == source.dropped_stale > 0
+    assert losses["corrupt"] == 0
+
+
+def test_packets_the_cameras_decoder_rejects_are_counted(tmp_path):
+    """The worker decodes a copy of the sample with three inter-frame packets overwritten."""
+    import av
+
+    with av.open(str(SAMPLE)) as container:
+        packets = [(p.pos, p.size, p.is_keyframe) for p in container.demux(video=0) if p.size]
+    data = bytearray(SAMPLE.read_bytes())
+    damaged = [n for n, (_, _, key) in enumerate(packets) if not key][20:23]
+    for n in damaged:
+        pos, size, _ = packets[n]
+        data[pos:pos + size] = b"\xff" * size
+    path = tmp_path / "damaged.mp4"
+    path.write_bytes(data)
+    source = LiveSource("clip", str(path))
+    stop = threading.Event()
+    for frame in source.frames(stop):
+        if frame.index >= 100:
+            stop.set()
+    assert source.losses()["corrupt"] == 3
+
+
+# -- signals and an owner that goes away ------------------------------------------------------------
+
+def _frames_until_end(worker, session: int) -> int:
+    """Discard a session's frames until it ends; how many came. Fails if the worker died."""
+    count = 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        event = worker.poll(0.5)
+        assert not isinstance(event, Died), event
+        if isinstance(event, FrameReady):
+            event.discard()
+            count += 1
+        elif isinstance(event, Ended) and event.session == session:
+            return count
+    raise AssertionError("the session did not end in 30 s")
+
+
+def test_a_decode_worker_outlives_sigterm_and_ends_when_its_owner_closes_it():
+    """systemd and `docker stop` send SIGTERM to every process; the owner ends its workers itself."""
+    worker = ProcessWorker("clip")
+    worker.start()
+    try:
+        worker.open(1, SessionSpec(str(SAMPLE)))
+        _first_frame(worker).discard()  # the worker runs its loop: its signal handling is in place
+        os.kill(worker.pid, signal.SIGTERM)
+        _frames_until_end(worker, 1)
+        worker.open(2, SessionSpec(str(SAMPLE)))
+        assert _frames_until_end(worker, 2) > 0 and worker.alive
+        pid = worker.pid
+    finally:
+        worker.close()
+    assert not worker.alive and not _running(pid)
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (an orphan's zombie waits for init)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+_OWNER = """
+import sys, time
+from streamlens.sources.session import SessionSpec, input_options
+from streamlens.sources.worker import ProcessWorker
+worker = ProcessWorker("hang")
+worker.start()
+url = sys.argv[1]
+worker.open(1, SessionSpec(url, input_options(url, transport="tcp", timeout_s=60, user={})))
+print(worker.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_decode_worker_whose_owner_dies_exits_even_from_inside_ffmpeg(tmp_path):
+    hole = _Blackhole()  # the worker's connect hangs in FFmpeg, for up to its 60 s timeout
+    owner = ChildProcess([sys.executable, "-c", _OWNER, f"rtsp://127.0.0.1:{hole.port}/x"], tmp_path / "owner.log")
+    pid = None
+    try:
+        pid = int(owner.readline(timeout=30) or 0)
+        deadline = time.monotonic() + 10
+        while not hole.held and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pid and hole.held and _running(pid), (tmp_path / "owner.log").read_text()
+        os.kill(owner.popen.pid, signal.SIGKILL)  # the owner alone (its group holds the worker too)
+        owner.popen.wait(10)
+        deadline = time.monotonic() + 10
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(pid), "the worker outlived its owner"
+        camera = hole.held[0]
+        camera.settimeout(5)
+        while camera.recv(4096):  # what the worker sent (its OPTIONS request), then the end: it let go
+            pass
+    finally:
+        owner.kill()
+        if pid and _running(pid):
+            os.kill(pid, signal.SIGKILL)
+        hole.close()
+
+
+# -- shared memory that runs out ------------------------------------------------------------------
+
+def test_a_ring_that_does_not_fit_in_shared_memory_is_one_clear_line():
+    with pytest.raises(SourceError) as raised:
+        check_shared_memory("cam6", 11_059_264, free=3_145_728)
+    message = str(raised.value)
+    assert message.startswith("cam6: not enough shared memory") and "\n" not in message
+    assert "11059264 bytes" in message and "3145728 free" in message and "/dev/shm" in message
+    assert "docker run --shm-size=" in message and "fewer or smaller cameras" in message
+    check_shared_memory("cam1", 11_059_264, free=11_059_264)  # just fits: no error
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 1 MiB tmpfs mounted at a folder of its own (needs root: skipped where it cannot mount)."""
+    folder = tmp_path / "shm"
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or 'not root'})")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], capture_output=True)
+
+
+def test_the_check_reads_a_real_tmpfs(small_tmpfs):
+    assert free_bytes(str(small_tmpfs)) == 1 << 20
+    check_shared_memory("cam1", 512 << 10, path=str(small_tmpfs))
+    (small_tmpfs / "other").write_bytes(b"x" * (768 << 10))  # another camera's ring, say
+    with pytest.raises(SourceError, match=rf"cam1: .* needs 524288 bytes, {small_tmpfs} has 262144 free"):
+        check_shared_memory("cam1", 512 << 10, path=str(small_tmpfs))
+
+
+_SMALL_SHM_RUN = """
+import threading
+from streamlens.errors import SourceError
+from streamlens.sources.live import LiveSource
+source = LiveSource("cam1", {sample!r})
+stop = threading.Event()
+try:
+    for frame in source.frames(stop):  # the ring's slots all written: the worker touched every page
+        if frame.index == 20:
+            stop.set()
+    print("FRAMES", source.stats())
+except SourceError as error:
+    print("ERROR", error)
+"""
+
+
+def test_a_camera_whose_ring_does_not_fit_in_dev_shm_fails_with_one_line_instead_of_sigbus(tmp_path):
+    """/dev/shm shrunk to 1 MiB in a mount namespace of its own; a 640x360 ring needs 2.6 MiB."""
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is not installed")
+    probe = subprocess.run(["unshare", "--mount", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a small /dev/shm in a mount namespace here ({probe.stderr.strip()})")
+    script = _SMALL_SHM_RUN.format(sample=str(SAMPLE))
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", 'mount -t tmpfs -o size=1m tmpfs /dev/shm && exec "$@"',
+                           "sh", sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = done.stdout.strip()
+    assert line.startswith("ERROR cam1: not enough shared memory"), line
+    assert "needs 2764864 bytes, /dev/shm has" in line and "--shm-size=" in line

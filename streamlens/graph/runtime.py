@@ -659,7 +659,8 @@ class Pipeline:
                 self._credits.release(st.name)
         else:
             self._refresh_drops()
-            item.lost, item.expected = dict(st.lost), st.total
+            capped = any(s.max_fps for s in self.config.sources if s.name == st.name)
+            item.lost, item.expected = dict(st.lost), None if capped else st.total  # a cap delivers fewer
             st.reason, st.detail = item.reason, item.detail
             st.state = {"end": "ended"}.get(item.reason, item.reason)
             st.ended = time.monotonic()

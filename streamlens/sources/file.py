@@ -1,9 +1,10 @@
 """A video file (or anything else FFmpeg opens by name) as a stream of `Frame`s, decoded with PyAV.
 
 `FileSource` demuxes and decodes packet by packet, so a corrupt packet in the middle of a file is
-skipped and counted (`corrupt_packets`) instead of ending the stream, and a truncated file yields
-what can be read and then ends normally. It can replay a file at its own frame rate as a camera
-would (`live=True`), loop it forever (`loop=True`) and thin it out to at most `max_fps`.
+skipped and counted (`corrupt_packets`, `losses()["corrupt"]`) instead of ending the stream, and a
+truncated file yields what can be read and then ends, with `incomplete` saying so (see
+`FileSource`). It can replay a file at its own frame rate as a camera would (`live=True`), loop it
+forever (`loop=True`) and thin it out to at most `max_fps`.
 
 What each field of a `Frame` means here:
 - `index` is the decoded frame index from 0. It keeps counting across loops, and frames that
@@ -11,6 +12,7 @@ What each field of a `Frame` means here:
 - `pts` is the presentation time in seconds as the file states it (it need not start at 0), made
   strictly increasing within one pass of the file; it restarts with each loop.
 - `ts` is `time.time()` when the frame became available; with `live=True`, its scheduled time.
+  `clock` is the same moment on `time.monotonic()`.
 - `timings["decode"]` is the milliseconds spent reading, decoding and converting this frame.
 - `motion_vectors` (only with `export_mvs=True`): the decoder's motion vectors, float32 `(N, 4)`
   rows `x, y, dx, dy` = a coded block's centre on this frame and how far its content moved per
@@ -49,6 +51,11 @@ from .motion_vectors import ReferenceDistance, frame_motion_vectors
 DEFAULT_FPS = 30.0
 #: how far (seconds) a paced live stream may fall behind its clock before the clock is re-anchored
 MAX_LIVE_LAG_S = 1.0
+#: packets a pass may read short of the frame count its container declares and still count as whole.
+#: The count comes from the container's index, which a whole file's packets match exactly; the slack
+#: keeps an index off by a sample or two (a muxer's trailing entry) from failing a run, and a file cut
+#: within its last two frames lost nothing worth reporting
+TRUNCATION_SLACK = 2
 
 
 class FileSource(Source):
@@ -67,6 +74,14 @@ class FileSource(Source):
     - `export_mvs`: ask the decoder for the motion vectors it computed anyway (FFmpeg's
       `flags2=+export_mvs`; H.264, HEVC, MPEG-2/4) and put them on `Frame.motion_vectors`, for the
       `mv` tracker. It costs about a tenth of a millisecond a 720p frame.
+
+    When a single pass (no `loop`) ends by itself before the end of the file, `incomplete` says why
+    once `frames()` has ended, in one line without the path: the container declares how many
+    frames it holds (`stream.frames`, from its index; not every container does) and fewer packets
+    than that could be read (`TRUNCATION_SLACK`), e.g. `truncated: 44 of 897 frames decoded`, or
+    reading failed (`read error after 44 frames: I/O error`). Packets are compared, not decoded
+    frames: an AVI's placeholder packets decode to nothing and are still part of a whole file.
+    A stopped or whole pass leaves it None.
 
     The file is opened here, so a missing or unreadable file fails at once with a `SourceError` that
     names it. `close()` releases it; it is also released when `frames()` ends, and `frames()` reopens
@@ -97,6 +112,7 @@ class FileSource(Source):
         self.corrupt_packets = 0
         #: why the current (or last) pass stopped reading before the end of the file, or None
         self.read_error: str | None = None
+        self._packets = 0  # packets the current pass read from the file
         self._is_file = not is_url(self.path) and not self.path.startswith("/dev/")
         self._lock = threading.Lock()  # guards the container: decoding and close() never overlap
         self._running = False
@@ -106,7 +122,9 @@ class FileSource(Source):
         stream = self._container.streams.video[0]
         rate = stream.average_rate or stream.guessed_rate
         self.fps = float(rate) if rate else None
-        self.total_frames = stream.frames if stream.frames > 0 and not loop else None
+        #: frames the container says it holds (0: it does not say)
+        self.declared_frames = max(0, stream.frames)
+        self.total_frames = None if loop else self.declared_frames or None
 
     # -- opening and closing -------------------------------------------------------------------
 
@@ -145,6 +163,10 @@ class FileSource(Source):
                 self._container.close()
                 self._container = None
 
+    def losses(self) -> dict[str, int]:
+        """Packets the decoder rejected, all passes and all runs of `frames()` together."""
+        return {"corrupt": self.corrupt_packets}
+
     # -- frames --------------------------------------------------------------------------------
 
     def frames(self, stop: threading.Event) -> Iterator[Frame]:
@@ -157,6 +179,7 @@ class FileSource(Source):
             if self._running:
                 raise RuntimeError(f"{self.name}: frames() is already running")
             self._running = True
+            self.incomplete = None
             if self._container is None:
                 try:
                     self._container = self._open()
@@ -182,6 +205,7 @@ class FileSource(Source):
                 stream = self._container.streams.video[0]  # a new one when a loop reopened the file
                 decoded = _decode_pass(self._container, stream, self)
             self.read_error = None
+            self._packets = 0
             corrupt_before = self.corrupt_packets
             times = _PresentationTimes(stream.time_base or Fraction(1, 90000), frame_duration)
             cap = _FrameRateCap(self.max_fps) if self.max_fps else None
@@ -208,16 +232,18 @@ class FileSource(Source):
                 vectors = frame_motion_vectors(frame, distance) if self.export_mvs else None
                 decode_ms += (time.perf_counter() - started) * 1000.0
                 if pacer is None:
-                    ts = time.time()
+                    ts, due_monotonic = time.time(), None
                 else:
                     due_monotonic, ts = pacer.schedule(loop_offset + pts - pass_first_pts)
                     delay = due_monotonic - time.monotonic()
                     if delay > 0 and stop.wait(delay):
                         return
                 yield Frame(stream=self.name, index=frame_index, pts=pts, ts=ts, decoded=frame,
-                            timings={"decode": decode_ms}, motion_vectors=vectors)
+                            timings={"decode": decode_ms}, motion_vectors=vectors, clock=due_monotonic)
             if stop.is_set():
                 return
+            if not self.loop:
+                self.incomplete = _shortfall(index, self._packets, self.declared_frames, self.read_error)
             if pass_first_pts is None:  # nothing decoded in this pass: the end, or nothing readable
                 corrupt = self.corrupt_packets - corrupt_before
                 if first_pass and (corrupt or self.read_error):
@@ -248,7 +274,8 @@ def _decode_pass(container: av.container.InputContainer, stream: av.video.stream
                  source: FileSource) -> Iterator[tuple[av.VideoFrame, float]]:
     """Yield `(frame, milliseconds spent reading and decoding it)` for one pass over the file.
 
-    A packet the decoder rejects is counted in `source.corrupt_packets` and skipped. A read error
+    Packets read are counted in `source._packets` (the flush packet PyAV adds at the end is not
+    one). A packet the decoder rejects is counted in `source.corrupt_packets` and skipped. A read error
     ends the pass as if the file ended there (a truncated file): it is kept in `source.read_error`
     and the frames still inside the decoder are drained. Time spent while suspended (the consumer's
     time) is not counted; when one packet releases several frames they share its time.
@@ -263,6 +290,8 @@ def _decode_pass(container: av.container.InputContainer, stream: av.video.stream
         except av.error.FFmpegError as error:
             source.read_error = _reason(error)
             packet = None  # drain the decoder: frame threads still hold decoded frames
+        else:
+            source._packets += packet.size > 0 or packet.dts is not None
         try:
             frames = stream.codec_context.decode(packet) if packet is None else packet.decode()
         except av.error.FFmpegError:
@@ -385,6 +414,22 @@ class _LivePacer:
         self.anchor_monotonic = now
         self.anchor_wall = time.time()
         return self.anchor_monotonic, self.anchor_wall
+
+
+def _shortfall(decoded: int, packets: int, declared: int, read_error: str | None) -> str | None:
+    """Why a single pass was not whole, one line, or None: it read fewer packets than the container
+    declares frames, or a read error ended it.
+
+    Example:
+        >>> _shortfall(44, 44, 897, None)
+        'truncated: 44 of 897 frames decoded'
+        >>> _shortfall(748, 750, 750, None) is None, _shortfall(10, 10, 0, "I/O error")
+        (True, 'read error after 10 frames: I/O error')
+    """
+    if declared and packets < declared - TRUNCATION_SLACK:
+        return f"truncated: {decoded} of {declared} frames decoded" + (f" (read error: {read_error})"
+                                                                      if read_error else "")
+    return f"read error after {decoded} frames: {read_error}" if read_error else None
 
 
 def _failure_summary(corrupt_packets: int, read_error: str | None) -> str:

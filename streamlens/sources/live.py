@@ -10,11 +10,15 @@ decoded on a worker (a CPU process by default; see worker.py):
         +--failed--> backing_off --wait--> connecting / reconnecting <------+ (failed)
     any state --stop--> stopped
 
-- A connection attempt that fails waits before the next one: 0.5 s, 1, 2, 4 ... up to
-  `backoff_max_s` (exponential backoff with a cap and a little jitter). A stream that delivered frames
-  for `HEALTHY_S` seconds and then drops is retried at once, and its backoff starts again from the
-  beginning; one that drops sooner (a flapping camera) goes on backing off. A source never gives up,
-  and a camera that is down at start never takes the pipeline or the other streams down.
+- A connection attempt that fails waits before the next one (see backoff.py): while the outage is
+  younger than a minute, from `backoff_initial_s` doubling up to half a second, so a camera that
+  comes back is knocked on again within half a second of its return; after that the wait doubles at
+  each attempt up to `backoff_max_s`, so one that stays down is not hammered (all with a little
+  jitter). A refused connection fails at once, so quick retries cost a camera that is down almost
+  nothing. A stream that
+  delivered frames for `HEALTHY_S` seconds and then drops is retried at once, and a new outage begins;
+  one that drops sooner (a flapping camera) goes on backing off within the same outage. A source never
+  gives up, and a camera that is down at start never takes the pipeline or the other streams down.
 - Every network wait is bounded by FFmpeg's own timeout (`timeout_s`, passed as the option the
   protocol honours: see session.py); the watchdog catches what that cannot (bytes that arrive but
   decode to nothing): no frame for `stall_s` seconds and the connection is dropped and reopened.
@@ -22,6 +26,8 @@ decoded on a worker (a CPU process by default; see worker.py):
   0.5 s to end its connection, and a worker process blocked inside FFmpeg is then killed rather than
   waited for (a worker thread is left to end on its own: FFmpeg's timeout bounds it).
 - `max_staleness_ms`: a frame that waited longer than this (from decode to hand-over) is dropped.
+- `losses()`: frames the worker dropped (`decoder`, its ring full), frames dropped for staleness
+  (`stale`) and packets its decoder rejected (`corrupt`), counted across reconnects and workers.
 - Credentials in the URL never leave this module unmasked: every log line, error and stats value
   uses `rtsp://***@host/...`.
 
@@ -30,7 +36,8 @@ What the `Frame` fields mean here:
   staleness still takes its number, so gaps in `index` show drops).
 - `pts` is in seconds from the source's first frame: the stream's own clock within a connection,
   bridged across a reconnect by the wall-clock time the outage lasted, so it always increases.
-- `ts` is `time.time()` when the frame was decoded, i.e. when it became available.
+- `ts` is `time.time()` when the frame was decoded, i.e. when it became available; `clock` the
+  same moment on `time.monotonic()`, read in the worker (the clock is system wide).
 
 Example:
     >>> source = LiveSource("door", "rtsp://user:pw@10.0.0.7/stream1", backoff_max_s=5)
@@ -69,7 +76,9 @@ ABORT_GRACE_S = 1.0
 #: a connection that delivered frames this long (seconds) was healthy: its loss is retried at once and
 #: the backoff starts again from backoff_initial_s; one lost sooner continues the backoff (a flapping camera)
 HEALTHY_S = 5.0
-#: once the backoff is at its cap, the same connection failure is logged again at most this often (s)
+#: the first attempts of an outage that are each logged; after them only a new error or a longer
+#: wait, and otherwise the same failure again at most every REPEAT_LOG_S seconds
+LOGGED_ATTEMPTS = 5
 REPEAT_LOG_S = 60.0
 
 
@@ -127,7 +136,9 @@ class LiveSource(Source):
         #: frames dropped before the graph saw them: the worker's slots were full, or too old
         self.dropped_worker = 0
         self.dropped_stale = 0
-        self._retired_drops = 0  # drops counted by workers since replaced (their counters restart)
+        #: packets the decoder rejected (lost UDP packets, a stream joined between keyframes)
+        self.corrupt_packets = 0
+        self._retired = (0, 0)  # drops and corrupt packets counted by workers since replaced
         #: the last connection failure or loss, one line, URL masked
         self.last_error: str | None = None
         self._closed = threading.Event()
@@ -149,6 +160,14 @@ class LiveSource(Source):
                 "dropped_source": self.dropped_worker + self.dropped_stale,
                 "last_error": self.last_error}
 
+    def losses(self) -> dict[str, int]:
+        return {"corrupt": self.corrupt_packets, "decoder": self.dropped_worker, "stale": self.dropped_stale}
+
+    def _count(self, event) -> None:
+        """Take the counters a worker sends (they restart with each worker)."""
+        self.dropped_worker = self._retired[0] + event.worker_drops
+        self.corrupt_packets = self._retired[1] + event.corrupt
+
     def close(self) -> None:
         """Make a running `frames()` end within about `POLL_S` (its worker is ended there), and a
         later one return at once. Safe to call twice and from any thread."""
@@ -158,7 +177,8 @@ class LiveSource(Source):
 
     def frames(self, stop: threading.Event) -> Iterator[Frame]:
         """Yield frames until `stop` is set or `close()` is called; never raises for a camera that is
-        down or drops (it retries); ends in state `stopped`."""
+        down or drops (it retries); ends in state `stopped`. Raises `SourceError` when this host
+        cannot take the stream: no room in shared memory for its frame ring (see worker.py)."""
         with self._lock:
             if self._running:
                 raise RuntimeError(f"{self.name}: frames() is already running")
@@ -192,7 +212,7 @@ class LiveSource(Source):
                 for ready in self._connection(worker, session, stopping, outcome):
                     if host is None:
                         host = HostMemory(self.pinned)
-                    self.dropped_worker = self._retired_drops + ready.worker_drops
+                    self._count(ready)
                     frame = self._frame(ready, host, clock)
                     if frame is None:
                         continue
@@ -206,7 +226,7 @@ class LiveSource(Source):
                 if outcome.kind in ("stalled", "died"):
                     worker.close(0.0)
                     worker = None
-                    self._retired_drops = self.dropped_worker
+                    self._retired = (self.dropped_worker, self.corrupt_packets)
                 self.last_error = _describe(outcome, self.stall_s)
                 if announced:
                     streamed_before = True
@@ -223,9 +243,9 @@ class LiveSource(Source):
                                 self.display_uri, f" in {wait:.1f} s" if wait else "")
                 else:
                     wait = self.backoff.next()
-                    # every attempt until the wait reaches its cap, then the same error at most once a minute
+                    # the first attempts, then only news (a new error, a longer wait) or once a minute
                     due = repeat.should_log(self.last_error)
-                    if due or not self.backoff.capped or self.backoff.just_capped:
+                    if due or self.backoff.failures <= LOGGED_ATTEMPTS or not self.backoff.capped:
                         log.warning("%s: cannot connect to %s (%s); retrying in %.1f s (attempt %d)", self.name,
                                     self.display_uri, self.last_error, wait, self.backoff.failures)
                 if wait:
@@ -268,6 +288,7 @@ class LiveSource(Source):
                 outcome.frames += 1
                 yield event
             elif isinstance(event, Ended):
+                self._count(event)
                 outcome.kind, outcome.reason, outcome.message = "ended", event.reason, event.message
                 return
 
@@ -282,6 +303,7 @@ class LiveSource(Source):
             if isinstance(event, FrameReady):
                 event.discard()
             elif isinstance(event, Ended) and event.session == session:
+                self._count(event)
                 outcome.kind = "ended_after_stall"
                 break
             elif isinstance(event, Died):
@@ -292,13 +314,13 @@ class LiveSource(Source):
 
     def _frame(self, ready: FrameReady, host: HostMemory, clock: _StreamClock) -> Frame | None:
         index = clock.count()
-        if self.max_staleness_s is not None and time.time() - ready.ts > self.max_staleness_s:
+        if self.max_staleness_s is not None and time.monotonic() - ready.clock > self.max_staleness_s:
             ready.discard()
             self.dropped_stale += 1
             return None
         image, mvs = ready.take(host)
         return Frame(stream=self.name, index=index, pts=clock.pts(ready.session, ready.pts), ts=ready.ts,
-                     image=image, timings={"decode": ready.decode_ms}, motion_vectors=mvs)
+                     image=image, timings={"decode": ready.decode_ms}, motion_vectors=mvs, clock=ready.clock)
 
     def _on_streaming(self, streamed_before: bool, lost_at: float | None) -> None:
         self._set_state("streaming")

@@ -12,6 +12,11 @@ after it copied the slot out, so no lock is needed. The parent frees a slot as s
 copied it, so a worker rarely finds the ring full; when it does, it drops the frame it holds
 (a live stream keeps the freshest frames) and counts it.
 
+The segment's memory is reserved when it is made (`posix_fallocate` on its file in /dev/shm): a
+tmpfs that is full, as Docker's 64 MB /dev/shm soon is, would otherwise hand out the segment and
+kill with SIGBUS whichever process first touches a page it cannot back. Here `create()` raises
+`NoRoom` instead.
+
 Why copy instead of lending the slot to the graph: a frame lives on in queues, the tracker and
 the sinks for an unbounded time; a lent slot would tie the worker's progress to the slowest sink,
 and a segment unmapped under a live array would crash the process. One copy of a 1080p frame
@@ -32,16 +37,39 @@ Example:
 
 from __future__ import annotations
 
+import errno
+import os
 from multiprocessing import shared_memory
 
 import numpy as np
 
 #: bytes before the first slot: one flag per slot, padded to a cache line
 HEADER_ALIGN = 64
+#: where POSIX shared memory lives on Linux
+SHM_DIR = "/dev/shm"
 
 
 def _header_bytes(slots: int) -> int:
     return -(-slots // HEADER_ALIGN) * HEADER_ALIGN
+
+
+def ring_bytes(slots: int, slot_bytes: int) -> int:
+    """The size of the segment that holds a ring of `slots` slots of `slot_bytes` bytes."""
+    return _header_bytes(slots) + slots * slot_bytes
+
+
+def free_bytes(path: str = SHM_DIR) -> int:
+    """Bytes an unprivileged process may still allocate on the file system at `path`."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+class NoRoom(OSError):
+    """Shared memory has no room for a ring: `needed` bytes, `free` left."""
+
+    def __init__(self, needed: int, free: int):
+        super().__init__(errno.ENOSPC, f"no room in shared memory for {needed} bytes ({free} free)")
+        self.needed, self.free = needed, free
 
 
 class FrameRing:
@@ -64,7 +92,14 @@ class FrameRing:
     def create(cls, slots: int, slot_bytes: int) -> FrameRing:
         if slots < 1 or slot_bytes < 1:
             raise ValueError(f"a ring needs at least one slot of at least one byte, got {slots} x {slot_bytes}")
-        shm = shared_memory.SharedMemory(create=True, size=_header_bytes(slots) + slots * slot_bytes)
+        size = ring_bytes(slots, slot_bytes)
+        shm = shared_memory.SharedMemory(create=True, size=size)
+        try:
+            _reserve(shm, size)
+        except BaseException:
+            shm.close()
+            shm.unlink()
+            raise
         ring = cls(shm, slots, slot_bytes, owner=True)
         ring._flags[:] = 0
         return ring
@@ -132,3 +167,20 @@ class FrameRing:
                 shm.unlink()
             except FileNotFoundError:
                 pass
+
+
+def _reserve(shm: shared_memory.SharedMemory, size: int) -> None:
+    """Back every page of the segment now; `NoRoom` when its file system cannot. (Where the segment is
+    not a file in `SHM_DIR`, or the file system cannot reserve, pages are found when first written.)"""
+    path = os.path.join(SHM_DIR, shm.name.lstrip("/"))
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as error:
+        if error.errno == errno.ENOSPC:
+            raise NoRoom(size, free_bytes(SHM_DIR)) from None
+    finally:
+        os.close(fd)

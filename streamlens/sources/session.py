@@ -91,8 +91,13 @@ class SessionOutput:
     def opened(self, info: StreamInfo) -> None:
         raise NotImplementedError
 
-    def frame(self, image: np.ndarray, pts: float, ts: float, decode_ms: float,
+    def frame(self, image: np.ndarray, pts: float, ts: float, clock: float, decode_ms: float,
               motion_vectors: np.ndarray | None) -> None:
+        """A decoded frame; `ts` and `clock` are `time.time()` and `time.monotonic()` when it was."""
+        raise NotImplementedError
+
+    def rejected(self) -> None:
+        """A packet the decoder rejected (it is skipped)."""
         raise NotImplementedError
 
 
@@ -106,7 +111,8 @@ def run_session(spec: SessionSpec, out: SessionOutput, should_stop: Callable[[],
     """Open `spec.uri`, decode it into `out` until it ends, fails or `should_stop()` says so.
 
     Returns `(reason, message)`, reason one of `END_REASONS`, message one line (URL masked).
-    Packets the decoder rejects (lost UDP packets, a stream joined mid-GOP) are skipped.
+    Packets the decoder rejects (lost UDP packets, a stream joined mid-GOP) are skipped and told to
+    `out.rejected()`.
     """
     try:
         container = av.open(spec.uri, options=dict(spec.options), format=spec.format)
@@ -151,6 +157,7 @@ def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tu
         try:
             frames = packet.decode()
         except av.error.FFmpegError:
+            out.rejected()
             frames = []
         share_ms = (time.perf_counter() - started) * 1000.0 / max(1, len(frames))
         for frame in frames:
@@ -162,4 +169,5 @@ def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tu
             started = time.perf_counter()
             image = to_bgr(frame, threads=1)  # one thread: cameras decode in processes of their own
             mvs = frame_motion_vectors(frame, distance) if spec.export_mvs else None
-            out.frame(image, pts, time.time(), share_ms + (time.perf_counter() - started) * 1000.0, mvs)
+            out.frame(image, pts, time.time(), time.monotonic(), share_ms + (time.perf_counter() - started) * 1000.0,
+                      mvs)

@@ -12,13 +12,22 @@ Both speak the same small protocol with their owner (a `LiveSource`), one connec
     owner -> worker:  ("open", session, SessionSpec)   ("abort", session)   ("quit",)
                       ("ring", ring_id, name, slots, slot_bytes)      (process only: a new ring)
     worker -> owner:  ("opened", session, StreamInfo)   ("frame", session, ...)
-                      ("ended", session, reason, message)   ("need_ring", slot_bytes)   ("crashed", message)
+                      ("ended", session, reason, message, drops, corrupt)   ("need_ring", slot_bytes)
+                      ("crashed", message)
 
 `poll()` turns what arrives into `Opened`, `FrameReady`, `Ended` or `Died`. A `FrameReady` must be
 `take()`n or `discard()`ed before the next `poll()`: that frees its slot. The worker never blocks on
-the owner: when every slot is full it drops the frame it holds (counted in `FrameReady.worker_drops`).
-The decoder's motion vectors travel in the same slot, after the image (or in the message when they
-do not fit).
+the owner: when every slot is full it drops the frame it holds (counted in `FrameReady.worker_drops`;
+packets its decoder rejected in `FrameReady.corrupt`; both counters also come with `Ended`, and
+restart with each worker). The decoder's motion vectors travel in the same slot, after the image (or
+in the message when they do not fit).
+
+A worker process is ended by its owner only: it ignores SIGINT and SIGTERM, which a terminal's
+Ctrl-C, `docker stop` or systemd send to the whole process group, so that the owner can end its
+connections in order. It exits by itself when the owner's process is gone (its lifeline pipe
+closes), even while blocked inside FFmpeg. The owner checks, before it makes a ring, that shared
+memory has room for it, and reserves the ring's memory at once: a full /dev/shm is one clear
+`SourceError`, never a worker killed by SIGBUS when it writes a frame.
 
 Example:
     >>> from streamlens.sources.session import SessionSpec       # doctest: +SKIP
@@ -35,6 +44,7 @@ from __future__ import annotations
 import collections
 import itertools
 import multiprocessing
+import os
 import queue
 import signal
 import threading
@@ -43,15 +53,18 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import SourceError
 from ..urls import mask_url
 from .host_memory import HostMemory
-from .ring import FrameRing
+from .ring import SHM_DIR, FrameRing, NoRoom, free_bytes, ring_bytes
 from .session import SessionOutput, SessionSpec, StreamInfo, run_session
 
 #: slots in a process worker's ring (and frames in flight from a thread worker)
 RING_SLOTS = 4
 #: how long `close()` waits for a worker to end by itself before it is killed
 CLOSE_GRACE_S = 0.5
+#: how long the owner waits for a worker whose pipe closed to be reaped, to say how it ended
+DEATH_NOTE_WAIT_S = 0.5
 
 
 # -- what the owner receives --------------------------------------------------------------------
@@ -67,6 +80,9 @@ class Ended:
     session: int
     reason: str
     message: str
+    #: the worker's counters when the session ended (as in `FrameReady`)
+    worker_drops: int = 0
+    corrupt: int = 0
 
 
 @dataclass
@@ -82,11 +98,15 @@ class FrameReady:
 
     session: int
     pts: float
+    #: `time.time()` and `time.monotonic()` when the worker decoded it
     ts: float
+    clock: float
     decode_ms: float
     shape: tuple[int, ...]
     #: frames the worker dropped so far because every slot was full
     worker_drops: int
+    #: packets the worker's decoder rejected so far
+    corrupt: int
     _take: Any = field(repr=False, default=None)
     _release: Any = field(repr=False, default=None)
 
@@ -116,6 +136,7 @@ class _Control:
         self.ring: FrameRing | None = None
         self.ring_id = 0
         self.drops = 0
+        self.corrupt = 0
 
     def handle(self, message: tuple) -> None:
         kind = message[0]
@@ -147,7 +168,7 @@ def serve(conn, make_output) -> None:
             _, control.session, spec = message
             control.aborted = False
             reason, text = run_session(spec, make_output(conn, control, spec), control.should_stop)
-            conn.send(("ended", control.session, reason, text))
+            conn.send(("ended", control.session, reason, text, control.drops, control.corrupt))
     finally:
         if control.ring is not None:
             control.ring.close()
@@ -162,7 +183,10 @@ class _RingOutput(SessionOutput):
     def opened(self, info: StreamInfo) -> None:
         self.conn.send(("opened", self.control.session, info))
 
-    def frame(self, image, pts, ts, decode_ms, motion_vectors) -> None:
+    def rejected(self) -> None:
+        self.control.corrupt += 1
+
+    def frame(self, image, pts, ts, clock, decode_ms, motion_vectors) -> None:
         control = self.control
         height, width = image.shape[:2]
         need = image.nbytes + (_mv_budget(width, height) if self.spec.export_mvs else 0)
@@ -181,8 +205,8 @@ class _RingOutput(SessionOutput):
             else:
                 mvs = ("inline", motion_vectors)
         control.ring.publish(slot)
-        self.conn.send(("frame", control.session, control.ring_id, slot, image.shape, pts, ts, decode_ms,
-                        mvs, control.drops))
+        self.conn.send(("frame", control.session, control.ring_id, slot, image.shape, pts, ts, clock, decode_ms,
+                        mvs, control.drops, control.corrupt))
 
     def _wait_for_ring(self, slot_bytes: int) -> bool:
         """Ask the owner for a ring whose slots hold `slot_bytes`; False if the session ends first."""
@@ -204,10 +228,14 @@ def _mv_budget(width: int, height: int) -> int:
     return (width // 8 + 1) * (height // 8 + 1) * 16
 
 
-def worker_process_main(conn) -> None:
-    """A decode worker process's entry point."""
-    # Ctrl-C in a terminal reaches the whole process group; the owner decides when a worker ends.
+def worker_process_main(conn, lifeline) -> None:
+    """A decode worker process's entry point. `lifeline`: the reading end of a pipe that only the
+    owner's process holds open; when it closes, the owner is gone and the worker exits at once."""
+    # Ctrl-C in a terminal, `docker stop` and systemd signal the whole process group: the owner
+    # decides when a worker ends, after its own shutdown has ended the connections in order
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_owner, args=(lifeline,), name="lifeline", daemon=True).start()
     try:
         serve(conn, _RingOutput)
     except (EOFError, OSError):  # the owner went away
@@ -217,6 +245,42 @@ def worker_process_main(conn) -> None:
             conn.send(("crashed", mask_url(f"{type(error).__name__}: {error}")))
         except (OSError, ValueError):
             pass
+
+
+def _exit_with_owner(lifeline) -> None:
+    """Wait for the owner's end of the lifeline to close, then end this process at once: the main
+    thread may be inside FFmpeg for up to its timeout (an orphan would hold the camera that long)."""
+    try:
+        lifeline.recv_bytes()  # nothing is ever sent: this returns only by EOF
+    except (EOFError, OSError):
+        pass
+    os._exit(0)
+
+
+def check_shared_memory(stream: str, needed: int, free: int | None = None, path: str = SHM_DIR) -> None:
+    """Raise a `SourceError` naming `stream` when a ring of `needed` bytes does not fit in the shared
+    memory left: `free` bytes, by default what the file system at `path` has free now.
+
+    Example:
+        >>> check_shared_memory("cam6", 11_059_264, free=3_145_728)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        streamlens.errors.SourceError: cam6: not enough shared memory ...: it needs 11059264 bytes, ...
+        >>> check_shared_memory("cam1", 11_059_264, free=64 << 20)
+    """
+    if free is None:
+        free = free_bytes(path)
+    if needed > free:
+        raise SourceError(_no_room(stream, needed, free, path))
+
+
+def _no_room(stream: str, needed: int, free: int, path: str) -> str:
+    """The line that says so, with a shared memory size to give a container: room for 16 such rings."""
+    mib = 1 << 20
+    suggest = -(-16 * needed // (256 * mib)) * 256
+    return (f"{stream}: not enough shared memory for the camera's frame ring ({RING_SLOTS} frames): it needs "
+            f"{needed} bytes, {path} has {free} free; give the container more (docker run --shm-size={suggest}m, "
+            f"or shm_size in compose; each camera like this one takes {needed / mib:.1f} MiB) or run fewer or "
+            f"smaller cameras")
 
 
 # -- the owner's side -----------------------------------------------------------------------------
@@ -243,6 +307,7 @@ class ProcessWorker:
         self.host = host
         self._process = None
         self._conn = None
+        self._lifeline = None
         self._rings: dict[int, FrameRing] = {}
         self._ring_ids = itertools.count(1)
         self._dead = False
@@ -250,10 +315,16 @@ class ProcessWorker:
     def start(self) -> None:
         ctx = _process_context()
         self._conn, child = ctx.Pipe(duplex=True)
-        self._process = ctx.Process(target=worker_process_main, args=(child,), daemon=True,
+        lifeline, self._lifeline = ctx.Pipe(duplex=False)
+        self._process = ctx.Process(target=worker_process_main, args=(child, lifeline), daemon=True,
                                     name=f"streamlens-decode-{self.name}")
         self._process.start()
         child.close()
+        lifeline.close()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
 
     @property
     def alive(self) -> bool:
@@ -272,7 +343,8 @@ class ProcessWorker:
             self._dead = True  # noticed by poll()
 
     def poll(self, timeout: float):
-        """The next event, or None if nothing arrived within `timeout` seconds."""
+        """The next event, or None if nothing arrived within `timeout` seconds. Raises `SourceError`
+        when the ring the worker asks for does not fit in shared memory."""
         if self._dead:
             return Died(self._death_note())
         try:
@@ -288,7 +360,7 @@ class ProcessWorker:
         if kind == "opened":
             return Opened(message[1], message[2])
         if kind == "ended":
-            return Ended(message[1], message[2], message[3])
+            return Ended(*message[1:])
         if kind == "need_ring":
             self._new_ring(message[1])
             return None
@@ -303,12 +375,17 @@ class ProcessWorker:
             ring.close()
         self._rings.clear()
         ring_id = next(self._ring_ids)
-        ring = FrameRing.create(RING_SLOTS, slot_bytes)
+        needed = ring_bytes(RING_SLOTS, slot_bytes)
+        check_shared_memory(self.name, needed)
+        try:
+            ring = FrameRing.create(RING_SLOTS, slot_bytes)
+        except NoRoom as error:  # taken meanwhile (other cameras start at the same time)
+            raise SourceError(_no_room(self.name, needed, error.free, SHM_DIR)) from None
         self._rings[ring_id] = ring
         self._send(("ring", ring_id, ring.name, ring.slots, ring.slot_bytes))
 
     def _frame_ready(self, message: tuple) -> FrameReady:
-        _, session, ring_id, slot, shape, pts, ts, decode_ms, mvs, drops = message
+        _, session, ring_id, slot, shape, pts, ts, clock, decode_ms, mvs, drops, corrupt = message
         ring = self._rings[ring_id]
 
         def take(host: HostMemory):
@@ -320,11 +397,23 @@ class ProcessWorker:
                 return image, ring.read_extra(slot, image.nbytes, mvs[1], mvs[2])
             return image, mvs[1]
 
-        return FrameReady(session, pts, ts, decode_ms, tuple(shape), drops, take, lambda: ring.release(slot))
+        return FrameReady(session, pts, ts, clock, decode_ms, tuple(shape), drops, corrupt, take,
+                          lambda: ring.release(slot))
 
     def _death_note(self) -> str:
-        code = None if self._process is None else self._process.exitcode
-        return "decode worker ended" + ("" if code is None else f" (exit code {code})")
+        """`decode worker ended`, and how: its pipe closed as it died, so it is reaped within moments."""
+        if self._process is None:
+            return "decode worker ended"
+        self._process.join(DEATH_NOTE_WAIT_S)
+        code = self._process.exitcode
+        if code is None:
+            return "decode worker ended"
+        if code < 0:
+            try:
+                return f"decode worker ended (killed by {signal.Signals(-code).name})"
+            except ValueError:
+                pass
+        return f"decode worker ended (exit code {code})"
 
     def close(self, grace_s: float = CLOSE_GRACE_S) -> None:
         """End the worker: ask, wait `grace_s`, then kill. Safe to call twice."""
@@ -338,9 +427,10 @@ class ProcessWorker:
             if not self._process.is_alive():
                 self._process.close()
             self._process = None
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        for end in (self._conn, self._lifeline):
+            if end is not None:
+                end.close()
+        self._conn = self._lifeline = None
         for ring in self._rings.values():
             ring.close()
         self._rings.clear()
@@ -379,12 +469,16 @@ class _DirectOutput(SessionOutput):
     def opened(self, info: StreamInfo) -> None:
         self.conn.send(("opened", self.control.session, info))
 
-    def frame(self, image, pts, ts, decode_ms, motion_vectors) -> None:
-        if not self.control.slots.acquire(blocking=False):
-            self.control.drops += 1
+    def rejected(self) -> None:
+        self.control.corrupt += 1
+
+    def frame(self, image, pts, ts, clock, decode_ms, motion_vectors) -> None:
+        control = self.control
+        if not control.slots.acquire(blocking=False):
+            control.drops += 1
             return
-        self.conn.send(("frame", self.control.session, image, pts, ts, decode_ms, motion_vectors,
-                        self.control.drops))
+        self.conn.send(("frame", control.session, image, pts, ts, clock, decode_ms, motion_vectors,
+                        control.drops, control.corrupt))
 
 
 class ThreadWorker:
@@ -434,7 +528,7 @@ class ThreadWorker:
         message = self._conn.recv()
         kind = message[0]
         if kind == "frame":
-            _, session, image, pts, ts, decode_ms, mvs, drops = message
+            _, session, image, pts, ts, clock, decode_ms, mvs, drops, corrupt = message
             slots = self._slots
 
             def take(host: HostMemory):
@@ -444,11 +538,11 @@ class ThreadWorker:
                 np.copyto(pinned, image)
                 return pinned, mvs
 
-            return FrameReady(session, pts, ts, decode_ms, image.shape, drops, take, slots.release)
+            return FrameReady(session, pts, ts, clock, decode_ms, image.shape, drops, corrupt, take, slots.release)
         if kind == "opened":
             return Opened(message[1], message[2])
         if kind == "ended":
-            return Ended(message[1], message[2], message[3])
+            return Ended(*message[1:])
         if kind == "crashed":
             self._dead = True
             return Died(f"decode thread failed: {message[1]}")
