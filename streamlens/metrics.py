@@ -127,6 +127,9 @@ class _Collector:
         deferred = CounterMetricFamily("streamlens_deferred_keyframes",
                                        "Keyframes put off while the stream's last one was with the detector",
                                        labels=label)
+        discarded = CounterMetricFamily("streamlens_discarded_detections",
+                                        "Keyframes whose detections came back too late for the tracker to apply",
+                                        labels=label)
         stretch = GaugeMetricFamily("streamlens_keyframe_stretch",
                                     "Factor the budget controller puts on the keyframe intervals", labels=label)
         shed_share = GaugeMetricFamily("streamlens_shed_fraction",
@@ -147,6 +150,7 @@ class _Collector:
             v = [st.name]
             shed.add_metric(v, st.shed)
             deferred.add_metric(v, st.deferred_keyframes)
+            discarded.add_metric(v, st.discarded_detections)
             if control is not None and st.name in control.shedders:
                 stretch.add_metric(v, control.stretch)
                 shed_share.add_metric(v, control.shedders[st.name].fraction)
@@ -168,7 +172,7 @@ class _Collector:
                 buckets = [(str(b / 1000), c) for b, c in zip(hist.bounds_ms, hist.cumulative())]
                 buckets.append(("+Inf", hist.count))
                 family.add_metric(labels, buckets, hist.sum_ms / 1000)
-        yield from (frames, keyframes, late, objects, dropped, lost, shed, deferred, depth, fps, up, ended, stretch,
+        yield from (frames, keyframes, late, objects, dropped, lost, shed, deferred, discarded, depth, fps, up, ended, stretch,
                     shed_share, latency, stages, detect)
 
 

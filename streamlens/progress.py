@@ -71,6 +71,8 @@ def summary(report: RunReport) -> str:
         causes = ", ".join(f"{cause} {n}" for cause, n in st.lost.items() if n)
         if causes:
             rows.append(f"{st.name} lost: {causes}")
+        if st.discarded_detections:
+            rows.append(f"{st.name}: {st.discarded_detections} keyframes' detections came back too late to apply")
     rows += [f"truncated: {line}" for line in report.incomplete]
     if report.control_actions:
         rows.append(f"budget controller: {report.control_steps} steps, ended on rung {report.control_level}"

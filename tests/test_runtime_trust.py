@@ -194,8 +194,9 @@ runtime: {{http: {{port: 0}}}}
     assert 'streamlens_lost_total{cause="inbox",stream="cam1"} 0.0' in text
 
 
-def test_stream_up_counts_a_camera_that_is_streaming(tmp_path):
-    """Cameras report `streaming`, files `running`: both deliver frames."""
+def test_metric_values_stream_up_losses_and_ends(tmp_path):
+    """Cameras report `streaming`, files `running`: both deliver frames; losses by cause, late
+    detections and how a stream ended are exported as counted."""
     from prometheus_client import CollectorRegistry, generate_latest
 
     from streamlens.metrics import _Collector
@@ -207,9 +208,17 @@ detector: {{backend: motion}}
     pipeline = streamlens.Pipeline.from_yaml(path)
     for name, state in (("cam1", "streaming"), ("cam2", "running"), ("cam3", "backing_off")):
         pipeline.stats[name].state = state
+    pipeline.stats["cam2"].lost = {"corrupt": 2, "decoder": 0, "inbox": 5, "stale": 0, "shed": 0}
+    pipeline.stats["cam2"].discarded_detections = 3
+    pipeline.stats["cam3"].reason = "truncated"
     registry = CollectorRegistry()
     registry.register(_Collector(pipeline))
     text = generate_latest(registry).decode()
     assert 'streamlens_stream_up{stream="cam1"} 1.0' in text
     assert 'streamlens_stream_up{stream="cam2"} 1.0' in text
     assert 'streamlens_stream_up{stream="cam3"} 0.0' in text
+    assert 'streamlens_lost_total{cause="corrupt",stream="cam2"} 2.0' in text
+    assert 'streamlens_lost_total{cause="inbox",stream="cam2"} 5.0' in text
+    assert 'streamlens_discarded_detections_total{stream="cam2"} 3.0' in text
+    assert 'streamlens_stream_ended{reason="truncated",stream="cam3"} 1.0' in text
+    assert 'streamlens_stream_ended{reason' not in text.replace('stream="cam3"', "")

@@ -104,6 +104,8 @@ class StreamStats:
     shed: int = 0
     late_keyframes: int = 0
     deferred_keyframes: int = 0
+    #: keyframes whose detections came back too late for the tracker to apply (older than its history)
+    discarded_detections: int = 0
     #: frames (and packets, `corrupt`) lost by cause: see `LOSS_CAUSES`
     lost: dict = field(default_factory=dict)
     #: how the stream ended (end, truncated, stopped, error) and what went wrong, once it has
@@ -172,7 +174,8 @@ class StreamStats:
                 "keyframe_rate": round(sum(k for k, *_ in window) / len(window), 4) if window else 0.0,
                 "latency_ms": self.latency_percentiles(), "stages_ms": stages,
                 "queue_depth": queue_depth, "dropped": self.dropped, "shed": self.shed, "lost": dict(self.lost),
-                "late_keyframes": self.late_keyframes, "deferred_keyframes": self.deferred_keyframes}
+                "late_keyframes": self.late_keyframes, "deferred_keyframes": self.deferred_keyframes,
+                "discarded_detections": self.discarded_detections}
 
     @property
     def fps(self) -> float:
@@ -433,6 +436,7 @@ class Pipeline:
             st.shed = lost["shed"]
             st.dropped = sum(n for cause, n in lost.items() if cause != "corrupt")
             st.deferred_keyframes = lane.deferred_keyframes if lane else 0
+            st.discarded_detections = getattr(lane.tracker, "stale_updates", 0) if lane else 0
 
     def _control(self) -> None:
         """One step of the budget controller, applied to the live streams' schedules and lanes and
