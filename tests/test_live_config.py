@@ -64,11 +64,11 @@ def test_live_key_mistakes_are_one_line_each_and_never_show_a_password():
 
 def test_a_camera_url_becomes_a_live_source_without_connecting():
     cfg = _parse([{"name": "door", "uri": "rtsp://admin:pw@192.0.2.1:554/s1", "transport": "udp",
-                   "timeout_s": 1.5}])
+                   "timeout_s": 60}])
     started = time.monotonic()
     source = build_source(cfg.sources[0])
-    assert time.monotonic() - started < 0.5  # an unreachable camera never delays the build
+    assert time.monotonic() - started < 30  # an unreachable camera never delays the build by its timeout
     assert isinstance(source, LiveSource) and source.state == "connecting"
-    assert source.spec.options["rtsp_transport"] == "udp" and source.spec.options["timeout"] == "1500000"
+    assert source.spec.options["rtsp_transport"] == "udp" and source.spec.options["timeout"] == "60000000"
     assert source.display_uri == "rtsp://***@192.0.2.1:554/s1" and source.total_frames is None
     source.close()

@@ -167,7 +167,7 @@ sources:
     assert len(waits) >= 3 and waits[2] > waits[0] and max(waits) <= 1.0, err[-2000:]
     assert "Connection refused" in retries[0]
     assert proc.returncode == 130, err[-2000:]
-    assert took < 2.0, f"Ctrl-C took {took:.2f} s"
+    assert took < 10, f"Ctrl-C took {took:.2f} s"  # not the camera's backoff and timeouts over and over
     lines = _frames(results)
     assert {m["stream"] for m in lines if m["type"] == "eos"} == {"door", "file1"}
     assert not _by_stream(lines).get("door")
