@@ -563,7 +563,7 @@ def _sinks(node: Any, base: Path, problems: _Problems) -> list[SinkConfig]:
             options["annotate"] = sec.get("annotate", bool, True)
             if mode != "push" and "send_timeout_s" in sec.node:
                 problems.add(sec.where("send_timeout_s"), "only for mode push")
-            options["send_timeout_s"] = sec.get("send_timeout_s", float, 0.0, minimum=0, maximum=MAX_SECONDS)
+            options["send_timeout_s"] = sec.get("send_timeout_s", float, None, above=0, maximum=MAX_SECONDS)
             options["linger_ms"] = sec.get("linger_ms", int, None, minimum=0, maximum=int(MAX_MS))
             if sec.get("curve", dict) is not None:
                 curve = _Section(sec.node["curve"], sec.where("curve"), ("server_secret", "authorized"), problems)

@@ -14,12 +14,12 @@ Example:
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 
 from .frame import FrameResult, StatsReport, StreamEnd
+from .wire import json_bytes
 
 SCHEMA_VERSION = 1
 
@@ -84,10 +84,21 @@ def message_for(item: FrameResult | StreamEnd | StatsReport) -> dict[str, Any]:
 
 
 def dumps(message: dict[str, Any]) -> bytes:
-    """Compact UTF-8 JSON, one object, no newline."""
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+    """Compact UTF-8 JSON, one object, no newline: always valid JSON, NaN and infinities as null.
+
+    Example:
+        >>> dumps({"type": "stats", "stream": "cam1", "fps": float("nan")})
+        b'{"type":"stats","stream":"cam1","fps":null}'
+    """
+    return json_bytes(message)
 
 
 def topic(message: dict[str, Any]) -> bytes:
-    """The ZeroMQ topic of a message: `<type>.<stream>`, so subscribers filter by prefix."""
-    return f"{message['type']}.{message['stream']}".encode()
+    """The ZeroMQ topic of a message: `<type>.<stream>.`, ending in a dot so that a prefix filter
+    is exact (`frame.cam1.` never matches `frame.cam10.`; see `streamlens.wire`).
+
+    Example:
+        >>> topic({"type": "frame", "stream": "cam1"})
+        b'frame.cam1.'
+    """
+    return f"{message['type']}.{message['stream']}.".encode()

@@ -5,7 +5,12 @@ gaps in each stream's `seq`, are reported on stderr as they are found, and a one
 written to stderr at the end. `--frames DIR` saves the JPEG frames a sink with `frames: jpeg`
 sends, as `DIR/<stream>-<frame>.jpg`.
 
+`--stream NAME` receives everything of one stream (frames, eos, stats, events) and nothing of any
+other; `--topic` takes topic prefixes, and one that names a type and a stream is exact
+(`frame.cam1` never receives cam10): topics are `<type>.<stream>.` (see `streamlens.wire`).
+
 Example:
+    $ streamlens subscribe tcp://127.0.0.1:5555 --stream cam1 | jq -c '[.type, .seq]'
     $ streamlens subscribe tcp://127.0.0.1:5555 --topic frame.cam1 | jq -c '[.seq, (.objects | length)]'
     $ streamlens subscribe tcp://127.0.0.1:5555 --topic stats. --count 5
 """
@@ -13,7 +18,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -28,7 +32,10 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
                                    "messages (gaps in seq) on stderr.")
     p.add_argument("endpoint", help="the sink's endpoint, e.g. tcp://127.0.0.1:5555")
     p.add_argument("-t", "--topic", action="append", default=[], metavar="PREFIX",
-                   help="topic prefix to receive, e.g. frame.cam1, frame., eos., stats. (repeatable; default all)")
+                   help="topic prefix to receive, e.g. frame., eos., stats., or frame.cam1 (exactly cam1's "
+                        "frames) (repeatable; default all)")
+    p.add_argument("-s", "--stream", action="append", default=[], metavar="NAME",
+                   help="receive every message of this stream and of no other (repeatable)")
     p.add_argument("--pull", action="store_true", help="connect a PULL socket, for a sink in mode: push")
     p.add_argument("--server-key", metavar="FILE", help="CurveZMQ: the publisher's public key file (server.key)")
     p.add_argument("--client-key", metavar="FILE", help="CurveZMQ: this subscriber's secret key file")
@@ -42,7 +49,7 @@ def run(args) -> int:
     """Run the command; the exit code is 0 (130 on Ctrl-C). Connection errors raise
     `SubscriberError`, which the CLI prints as one line."""
     from .subscriber import Subscriber
-    from .wire import PayloadError
+    from .wire import PayloadError, json_bytes
 
     frames_dir = Path(args.frames) if args.frames else None
     if frames_dir is not None:
@@ -50,8 +57,8 @@ def run(args) -> int:
     out, err = sys.stdout, sys.stderr
     seen, ended = set(), set()
     code = 0
-    with Subscriber(args.endpoint, args.topic or [""], pull=args.pull, server_key=args.server_key,
-                    client_key=args.client_key) as sub:
+    with Subscriber(args.endpoint, args.topic, streams=args.stream, pull=args.pull,
+                    server_key=args.server_key, client_key=args.client_key) as sub:
         try:
             while args.count is None or sub.received < args.count:
                 try:
@@ -66,7 +73,7 @@ def run(args) -> int:
                     break
                 if msg.gap is not None:
                     print(f"{PROG}: gap: {msg.gap}", file=err, flush=True)
-                out.write(json.dumps(msg.data, separators=(",", ":"), ensure_ascii=False))
+                out.write(json_bytes(msg.data).decode())  # never NaN, whatever the payload held
                 out.write("\n")
                 if msg.jpeg is not None and frames_dir is not None:
                     name = f"{msg.stream}-{msg.data.get('frame', msg.seq)}.jpg"

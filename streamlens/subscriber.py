@@ -11,6 +11,10 @@ sets where counting starts (a subscriber that joins late is not missing anything
 Subscribe to a stream's `frame` topic to see its gaps: messages filtered out by topic are not
 counted as lost.
 
+Topics are `<type>.<stream>.` (see `streamlens.wire`); a filter that names a type and a stream is
+exact, `frame.cam1` receives cam1's frames and never cam10's. `streams=["cam1"]` receives
+everything of cam1 (its frame, eos, stats and event topics) and nothing else.
+
 Example:
     >>> with Subscriber("tcp://127.0.0.1:5555", topics=["frame.cam1", "eos."]) as sub:  # doctest: +SKIP
     ...     for msg in sub:
@@ -110,18 +114,26 @@ class SeqTracker:
 class Subscriber:
     """Connects to a zmq sink and receives its messages; `close()` it, or use it in `with`.
 
-    - `topics`: topic prefixes to receive (`frame.cam1`, `frame.`, `eos.`); all by default.
+    - `topics`: topic prefixes to receive (`frame.`, `eos.`, `frame.cam1`: exact, see
+      `wire.exact_filter`); `streams`: stream names whose every message to receive. Neither given:
+      everything.
     - `pull`: connect a PULL socket, for a sink in `mode: push` (topics are then filtered here).
     - `hwm`: how many messages this side queues before ZeroMQ drops (pub) or the sender waits.
     - `server_key`: the publisher's public key file, to connect with CurveZMQ; `client_key`: this
       subscriber's secret key file (a throwaway key pair without it).
     """
 
-    def __init__(self, endpoint: str, topics: Iterable[str] = ("",), *, pull: bool = False,
-                 hwm: int = 1000, server_key: str | Path | None = None,
+    def __init__(self, endpoint: str, topics: Iterable[str] = (), *, streams: Iterable[str] = (),
+                 pull: bool = False, hwm: int = 1000, server_key: str | Path | None = None,
                  client_key: str | Path | None = None, context: zmq.Context | None = None):
         self.endpoint = endpoint
-        self.topics = [t for t in topics] or [""]
+        streams = list(streams)
+        for name in streams:
+            if not name or wire.TOPIC_END in name:
+                raise SubscriberError(f"stream {name!r}: a stream name is not empty and holds no '.' "
+                                      "(the dot ends a topic)")
+        self.topics = ([wire.exact_filter(t) for t in topics]
+                       + [t for name in streams for t in wire.stream_topics(name)]) or [""]
         self.pull = pull
         self.gaps: list[Gap] = []
         self.received = 0

@@ -1,10 +1,13 @@
 """How results travel on ZeroMQ: multipart messages `[topic, payload]` or `[topic, payload, jpeg]`.
 
-- `topic` is `<type>.<stream>` in UTF-8 (`frame.cam1`, `eos.cam1`, `stats.cam1`), so a SUB socket
-  filters by prefix.
+- `topic` is `<type>.<stream>.` in UTF-8, ending in a dot (`frame.cam1.`, `eos.cam1.`,
+  `stats.cam1.`, `event.cam1.`), so a SUB socket filters by prefix and a prefix is exact:
+  `frame.` is every stream's frames, `frame.cam1.` is cam1's alone (never cam10's), `` is all.
+  Stream names hold no dot (letters, digits, `_` and `-`), so the dot always ends the name.
 - `payload` is one schema-v1 message, compact UTF-8 JSON (the default) or MessagePack (a map with
   the same keys and values). A reader tells them apart by the first byte: JSON objects start with
-  `{`, MessagePack maps with 0x80-0x8f, 0xde or 0xdf.
+  `{`, MessagePack maps with 0x80-0x8f, 0xde or 0xdf. JSON payloads never hold NaN or infinities
+  (JSON has neither): such a value is sent as null.
 - `jpeg`, only on `frame` messages and only when the sink has `frames: jpeg`, is the frame as a
   JPEG image (with its boxes drawn unless `annotate: false`).
 
@@ -12,14 +15,26 @@ Example:
     >>> message = {"v": 1, "type": "eos", "stream": "cam1", "seq": 3, "frames": 3}
     >>> decode(encode(message, "msgpack")) == decode(encode(message, "json")) == message
     True
+    >>> stream_topics("cam1")
+    ['frame.cam1.', 'eos.cam1.', 'stats.cam1.', 'event.cam1.']
+    >>> [exact_filter(t) for t in ("frame.cam1", "frame.cam1.", "frame.", "")]
+    ['frame.cam1.', 'frame.cam1.', 'frame.', '']
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 FORMATS = ("json", "msgpack")
+#: the message types, each a topic of its own per stream
+MESSAGE_TYPES = ("frame", "eos", "stats", "event")
+#: what ends a topic: `<type>.<stream>.`
+TOPIC_END = "."
+
+# one encoder for every message: json.dumps would build a new one per call for these options
+_encode_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
 class PayloadError(ValueError):
@@ -35,12 +50,46 @@ def msgpack_module():
     return msgpack
 
 
+def stream_topics(stream: str) -> list[str]:
+    """The topics that carry exactly one stream: its frames, eos, stats and events."""
+    return [f"{kind}.{stream}{TOPIC_END}" for kind in MESSAGE_TYPES]
+
+
+def exact_filter(prefix: str) -> str:
+    """A subscription prefix made exact: `frame.cam1` (a type and a stream) becomes `frame.cam1.`,
+    so it never matches `frame.cam10.`; `frame.`, `frame` and `` are kept as they are."""
+    _, dot, rest = prefix.partition(".")
+    return prefix + TOPIC_END if dot and rest and not rest.endswith(TOPIC_END) else prefix
+
+
+def json_bytes(message: dict[str, Any]) -> bytes:
+    """Compact UTF-8 JSON, one object, no newline; NaN and infinities become null.
+
+    Example:
+        >>> json_bytes({"fps": float("nan"), "box": [1.5, float("inf")]})
+        b'{"fps":null,"box":[1.5,null]}'
+    """
+    try:
+        return _encode_json(message).encode()
+    except ValueError:  # a NaN or an infinity somewhere: rare, so looked for only then
+        return _encode_json(finite(message)).encode()
+
+
+def finite(value: Any) -> Any:
+    """`value` with every NaN and infinity in it (in dicts, lists and tuples) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
 def encode(message: dict[str, Any], fmt: str = "json") -> bytes:
     """One message as payload bytes in `fmt` (json or msgpack)."""
     if fmt == "json":
-        from .schema import dumps  # here, so that readers need not import numpy and supervision
-
-        return dumps(message)
+        return json_bytes(message)
     if fmt == "msgpack":
         return msgpack_module().packb(message, use_bin_type=True)
     raise ValueError(f"unknown payload format {fmt!r} (json, msgpack)")
@@ -72,4 +121,5 @@ def decode(payload: bytes) -> dict[str, Any]:
     return message
 
 
-__all__ = ["FORMATS", "PayloadError", "encode", "decode", "format_of"]
+__all__ = ["FORMATS", "MESSAGE_TYPES", "TOPIC_END", "PayloadError", "encode", "decode", "format_of",
+           "json_bytes", "finite", "stream_topics", "exact_filter"]

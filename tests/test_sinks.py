@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+import threading
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -13,9 +15,11 @@ import numpy as np
 import pytest
 import supervision as sv
 
+from streamlens.config import SinkConfig
 from streamlens.errors import SinkError
-from streamlens.frame import Frame, FrameResult, StreamEnd, empty_detections
+from streamlens.frame import Frame, FrameResult, StatsReport, StreamEnd, empty_detections
 from streamlens.schema import dumps, message_for
+from streamlens.sinks import build_sink
 from streamlens.sinks.jsonl import FLUSH_INTERVAL_S, JsonlSink
 from streamlens.sinks.video import VideoSink
 
@@ -267,12 +271,116 @@ def test_close_without_stream_end_leaves_a_playable_file(tmp_path):
     assert times[-1] == pytest.approx(14 / 30, abs=1e-3)
 
 
-def test_video_sink_unwritable_path_names_the_path(tmp_path):
+def test_video_sink_unwritable_path_fails_at_open_naming_the_path_and_key(tmp_path):
     regular_file = tmp_path / "not_a_folder"
     regular_file.write_text("x")
     path = regular_file / "annotated.mp4"
     sink = VideoSink(path)
-    sink.open()
-    with pytest.raises(SinkError, match="not_a_folder"):
-        write_item(sink, results_for("cam1", [synthetic_image(32, 24, 0)])[0])
+    with pytest.raises(SinkError) as error:
+        sink.open()  # at the start, not at the first frame
+    assert str(error.value) == f"video sink: cannot write {path}: a file is in the way of a folder"
     sink.close()
+    cfg = SinkConfig("video", {"path": tmp_path / "out" / "{stream}" / "annotated.mp4"})
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "cam2").write_text("x")  # cam2's folder cannot be made
+    sink = build_sink(cfg, {"cam1": 25.0, "cam2": 25.0}, where="sinks[1]")
+    with pytest.raises(SinkError) as error:
+        sink.open()
+    assert str(error.value) == (f"sinks[1].path: cannot write {tmp_path}/out/cam2/annotated.mp4: "
+                                "a file is in the way of a folder")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["cam1", "cam2"]
+    assert list((tmp_path / "out" / "cam1").iterdir()) == []  # the check leaves no empty file
+
+
+def test_video_sink_encodes_each_stream_on_a_thread_of_its_own(tmp_path):
+    sink = VideoSink(tmp_path / "{stream}.mp4", stream_fps={"cam1": 30.0, "cam2": 30.0})
+    sink.open()
+    streams = {name: results_for(name, [synthetic_image(96, 64, i) for i in range(6)]) for name in ("cam1", "cam2")}
+    for i in range(6):
+        for name in streams:
+            write_item(sink, streams[name][i])
+    encoders = sorted(t.name for t in threading.enumerate() if t.name.startswith("video-"))
+    write_item(sink, StreamEnd("cam1", seq=6, frames=6))
+    sink.close()
+    assert encoders == ["video-cam1", "video-cam2"]
+    assert not any(t.name.startswith("video-") for t in threading.enumerate())  # all ended in close()
+    assert sink.frames_written == {"cam1": 6, "cam2": 6} and sink.drops() == {}
+    assert [len(read_video(tmp_path / f"{name}.mp4")[1]) for name in streams] == [6, 6]
+
+
+def test_an_encoder_error_is_one_line_and_ends_the_sink(tmp_path):
+    sink = VideoSink(tmp_path / "a.mp4", codec="no_such_codec")
+    sink.open()
+    write_item(sink, results_for("cam1", [synthetic_image(32, 24, 0)])[0])
+    with pytest.raises(SinkError) as error:
+        sink.close()  # the encoder's thread found it: the next write or close says so
+    assert str(error.value) == (f"video sink: cannot write {tmp_path}/a.mp4: "
+                                "codec 'no_such_codec' is not in this FFmpeg build")
+
+
+# ------------------------------------------------------------------------- NaN and full disks
+
+
+def strict_json(line: str | bytes) -> dict:
+    """Parse as a strict JSON reader does (Python's json takes NaN and Infinity; JSON does not)."""
+    def reject(name):
+        raise ValueError(f"{name} is not JSON")
+    return json.loads(line, parse_constant=reject)
+
+
+def test_nan_and_infinities_reach_the_file_as_null(tmp_path):
+    det = make_detections((4, 4, 30, 20), score=float("nan"))
+    det.xyxy[0, 2] = np.inf
+    result = results_for("cam1", [synthetic_image(64, 48, 0)], detections=det)[0]
+    result.frame.timings["detect"] = float("nan")
+    path = tmp_path / "results.jsonl"
+    sink = JsonlSink(path)
+    sink.open()
+    write_item(sink, result)
+    write_item(sink, StatsReport("cam1", {"fps": float("inf"), "latency_ms": {"p95": float("nan")}}))
+    sink.close()
+    frame, stats = [strict_json(line) for line in path.read_bytes().splitlines()]
+    assert frame["objects"][0]["score"] is None and frame["objects"][0]["box"] == [4.0, 4.0, None, 20.0]
+    assert frame["latency_ms"]["detect"] is None and frame["objects"][0]["label"] == "car"
+    assert stats["fps"] is None and stats["latency_ms"] == {"p95": None}
+
+
+FILE_LIMIT_WRITER = """
+import resource, signal, sys
+from streamlens.errors import SinkError
+from streamlens.frame import StreamEnd
+from streamlens.schema import dumps, message_for
+from streamlens.sinks.jsonl import JsonlSink
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, 10_000))
+sink = JsonlSink(sys.argv[1])
+sink.open()
+try:
+    for seq in range(1000):
+        end = StreamEnd("cam1", seq, seq)
+        sink.write(end, message_for(end), dumps(message_for(end)))  # a StreamEnd writes at once
+except SinkError as e:
+    print(e)
+try:
+    sink.close()
+except SinkError as e:
+    print("close:", e)
+print("lost", sink.lost_lines)
+"""
+
+
+def test_jsonl_keeps_whole_lines_when_a_write_fails_halfway(tmp_path):
+    """A file that can grow no more (a size limit here, a full disk alike) takes part of a line:
+    the sink cuts it back to its last whole line and says why, once, naming the path."""
+    path = tmp_path / "results.jsonl"
+    proc = subprocess.run([sys.executable, "-c", FILE_LIMIT_WRITER, str(path)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    first, closing, lost = proc.stdout.splitlines()
+    assert first == f"jsonl sink: cannot write {path}: File too large"
+    assert closing == f"close: {first}"
+    raw = path.read_bytes()
+    assert 0 < len(raw) <= 10_000 and raw.endswith(b"\n")
+    seqs = [strict_json(line)["seq"] for line in raw.splitlines()]
+    assert seqs == list(range(len(seqs)))
+    assert lost == "lost 1"  # the line cut short; the sink took no more after the error

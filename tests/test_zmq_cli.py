@@ -10,8 +10,9 @@ import sys
 import time
 
 import numpy as np
+import zmq
 
-from streamlens.frame import Frame, FrameResult, StreamEnd, empty_detections
+from streamlens.frame import Frame, FrameResult, StatsReport, StreamEnd, empty_detections
 from streamlens.schema import dumps, message_for
 from streamlens.sinks.zmq import ZmqSink
 
@@ -28,8 +29,8 @@ def send(sink: ZmqSink, item) -> None:
     sink.write(item, message, dumps(message))
 
 
-def result(seq: int) -> FrameResult:
-    frame = Frame("cam1", seq, seq / 25, time.time(), np.zeros((48, 64, 3), np.uint8))
+def result(seq: int, stream: str = "cam1") -> FrameResult:
+    frame = Frame(stream, seq, seq / 25, time.time(), np.zeros((48, 64, 3), np.uint8))
     return FrameResult(frame, seq, False, empty_detections())
 
 
@@ -69,6 +70,64 @@ def test_subscribe_prints_json_lines_and_reports_gaps(tmp_path):
     ]
 
 
+def test_a_stream_filter_is_exact_cam1_never_receives_cam10():
+    """Topics end in a dot (`frame.cam1.`), so `--stream cam1`, `--topic frame.cam1` and a plain
+    pyzmq SUB on `frame.cam1.` receive cam1 alone, while `frame.` still receives both streams."""
+    sink = ZmqSink("tcp://127.0.0.1:*")
+    sink.open()
+    ctx = zmq.Context()
+    plain, every_frame = ctx.socket(zmq.SUB), ctx.socket(zmq.SUB)
+    try:
+        by_stream = subscribe(sink.endpoint, "--stream", "cam1", "--until-eos", "--timeout", "20")
+        by_topic = subscribe(sink.endpoint, "--topic", "frame.cam1", "--topic", "eos.cam1", "--until-eos",
+                             "--timeout", "20")
+        for sock, prefix in ((plain, b"frame.cam1."), (every_frame, b"frame.")):
+            sock.subscribe(prefix)
+            sock.connect(sink.endpoint)
+        assert sink.wait_for(4 + 2 + 2, timeout_s=20)  # --stream subscribes to each type of cam1's
+        for seq in range(3):
+            for stream in ("cam10", "cam1"):
+                send(sink, result(seq, stream))
+        for stream in ("cam10", "cam1"):
+            send(sink, StatsReport(stream, {"fps": 25.0}))
+            send(sink, StreamEnd(stream, 3, 3))
+        outputs = [p.communicate(timeout=20) for p in (by_stream, by_topic)]
+        plain_got = [plain.recv_multipart()[0] for _ in range(3)]
+        every_got = [every_frame.recv_multipart()[0] for _ in range(6)]
+        assert not plain.poll(200) and not every_frame.poll(200)  # nothing else came
+    finally:
+        plain.close(linger=0)
+        every_frame.close(linger=0)
+        ctx.term()
+        sink.close()
+    (stream_out, stream_err), (topic_out, topic_err) = outputs
+    assert by_stream.returncode == 0 and by_topic.returncode == 0, stream_err + topic_err
+    assert [(m["type"], m["stream"], m.get("seq")) for m in map(json.loads, stream_out.splitlines())] == [
+        ("frame", "cam1", 0), ("frame", "cam1", 1), ("frame", "cam1", 2), ("stats", "cam1", None), ("eos", "cam1", 3)]
+    assert [(m["type"], m["stream"]) for m in map(json.loads, topic_out.splitlines())] == \
+        [("frame", "cam1")] * 3 + [("eos", "cam1")]
+    assert plain_got == [b"frame.cam1."] * 3
+    assert sorted(set(every_got)) == [b"frame.cam1.", b"frame.cam10."] and len(every_got) == 6
+
+
+def test_subscribe_prints_valid_json_even_when_a_payload_holds_nan():
+    """MessagePack carries NaN; the JSON lines `streamlens subscribe` prints carry null instead."""
+    sink = ZmqSink("tcp://127.0.0.1:*", format="msgpack")
+    sink.open()
+    try:
+        proc = subscribe(sink.endpoint, "--until-eos", "--timeout", "20")
+        assert sink.wait_for(1, timeout_s=20)
+        send(sink, StatsReport("cam1", {"fps": float("nan"), "latency_ms": {"p95": float("inf")}}))
+        send(sink, StreamEnd("cam1", 0, 0))
+        out, err = proc.communicate(timeout=20)
+    finally:
+        sink.close()
+    assert proc.returncode == 0, err
+    assert "NaN" not in out and "Infinity" not in out
+    stats = json.loads(out.splitlines()[0])
+    assert stats["fps"] is None and stats["latency_ms"] == {"p95": None}
+
+
 def test_curve_lets_in_the_right_key_and_nobody_else(tmp_path):
     keys, other = tmp_path / "keys", tmp_path / "other"
     assert streamlens("keygen", str(keys)).returncode == 0
@@ -103,6 +162,10 @@ def test_subscribe_mistakes_are_one_line(tmp_path):
     bad_endpoint = streamlens("subscribe", "127.0.0.1:5555", "--timeout", "0.1")
     assert bad_endpoint.returncode == 1
     assert bad_endpoint.stderr == "streamlens: error: cannot connect to '127.0.0.1:5555': Invalid argument\n"
+    bad_stream = streamlens("subscribe", "tcp://127.0.0.1:5555", "--stream", "cam.1", "--timeout", "0.1")
+    assert bad_stream.returncode == 1
+    assert bad_stream.stderr == ("streamlens: error: stream 'cam.1': a stream name is not empty and holds no '.' "
+                                 "(the dot ends a topic)\n")
     missing = tmp_path / "server.key"
     no_key = streamlens("subscribe", "tcp://127.0.0.1:5555", "--server-key", str(missing))
     assert no_key.returncode == 1

@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import zmq
 
 from streamlens.config import load_pipeline
-from streamlens.errors import ConfigError
+from streamlens.errors import ConfigError, SinkError
 from streamlens.keys import make_keys
 from streamlens.sinks import build_sink
+from streamlens.sinks.zmq import DEFAULT_LINGER_MS, DEFAULT_SEND_TIMEOUT_S
 
 HEAD = "sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\n"
 
@@ -41,6 +43,23 @@ def test_the_short_form_keeps_its_defaults(tmp_path):
     assert (sink.mode, sink.format, sink.hwm, sink.wait_subscribers, sink.frames, sink.linger_ms) == \
         ("pub", "json", 1000, 0, "none", 200)
     assert sink.curve == {}
+
+
+def test_a_push_sink_never_waits_for_ever_by_default(tmp_path):
+    cfg = load_pipeline(pipeline(tmp_path, '{type: zmq, endpoint: "tcp://127.0.0.1:5555", mode: push}'))
+    sink = build_sink(cfg.sinks[0], {})
+    assert (sink.send_timeout_s, sink.linger_ms) == (DEFAULT_SEND_TIMEOUT_S, DEFAULT_LINGER_MS["push"])
+    assert 0 < sink.send_timeout_s < float("inf")
+
+
+def test_a_sink_that_cannot_bind_names_its_key(tmp_path):
+    with zmq.Context() as ctx, ctx.socket(zmq.PUB) as taken:
+        port = taken.bind_to_random_port("tcp://127.0.0.1")
+        cfg = load_pipeline(pipeline(tmp_path, f'{{type: zmq, endpoint: "tcp://127.0.0.1:{port}"}}'))
+        sink = build_sink(cfg.sinks[0], {}, where="sinks[0]")
+        with pytest.raises(SinkError) as info:
+            sink.open()
+    assert str(info.value) == f"sinks[0].endpoint: cannot bind tcp://127.0.0.1:{port}: Address already in use"
 
 
 @pytest.mark.parametrize("sink, expected", [

@@ -17,7 +17,7 @@ from streamlens import Subscriber
 from streamlens.errors import SinkError
 from streamlens.frame import Frame, FrameResult, StatsReport, StreamEnd, empty_detections
 from streamlens.schema import dumps, message_for
-from streamlens.sinks.zmq import ZmqSink
+from streamlens.sinks.zmq import DEFAULT_SEND_TIMEOUT_S, ZmqSink
 from streamlens.wire import decode
 
 ENDPOINT = "tcp://127.0.0.1:*"  # any free port; the sink's `endpoint` then says which
@@ -64,7 +64,7 @@ def test_msgpack_payload_carries_the_same_message_as_json(sink_factory):
         item = result(0, detections=a_car())
         send(sink, item)
         msg = sub.recv(timeout=5)
-    assert msg.topic == "frame.cam1"
+    assert msg.topic == "frame.cam1."
     assert msg.data == decode(dumps(message_for(item)))
     assert msg.data["objects"][0]["label"] == "car" and msg.jpeg is None
 
@@ -149,7 +149,7 @@ def test_stats_messages_carry_the_publishers_counters(sink_factory):
         report = StatsReport("cam1", {"fps": 25.0, "dropped": 0, "queue_depth": 1})
         send(sink, report)
         msg = sub.recv(timeout=5)
-    assert msg.topic == "stats.cam1" and msg.data["fps"] == 25.0
+    assert msg.topic == "stats.cam1." and msg.data["fps"] == 25.0
     assert msg.data["publisher"] == {"mode": "pub", "sent": 3, "dropped": 0, "subscriptions": 1}
 
 
@@ -175,16 +175,63 @@ def test_push_mode_waits_for_the_consumer_and_loses_nothing(sink_factory):
     topics = [pulled.recv_multipart()[0] for _ in range(total + 1)]  # now consume
     producer.join(timeout=10)
     pulled.close()
-    assert topics == [b"frame.cam1"] * total + [b"eos.cam1"]
+    assert topics == [b"frame.cam1."] * total + [b"eos.cam1."]
     assert sink.sent["cam1"] == total + 1 and sink.dropped["cam1"] == 0 and sink.waited_s > 0.3
 
 
-def test_push_mode_send_timeout_fails_with_one_line(sink_factory):
-    sink = sink_factory(mode="push", send_timeout_s=0.3)  # nobody connects
-    with pytest.raises(SinkError) as info:
-        send(sink, result(0))
-    assert str(info.value) == (f"zmq sink {sink.endpoint}: no consumer took a message for 0.3 s "
-                               "(mode push, send_timeout_s)")
+def test_push_mode_never_waits_for_ever_it_drops_and_counts(sink_factory, caplog):
+    """No consumer: the first send waits `send_timeout_s`, then every message is dropped at once
+    (counted) until a consumer takes one; from then on nothing is lost again."""
+    assert ZmqSink("tcp://127.0.0.1:*", mode="push").send_timeout_s == DEFAULT_SEND_TIMEOUT_S
+    assert ZmqSink("tcp://127.0.0.1:*", mode="push", send_timeout_s=0).send_timeout_s == DEFAULT_SEND_TIMEOUT_S
+    sink = sink_factory(mode="push", send_timeout_s=0.3)  # nobody connects yet
+    with caplog.at_level(logging.WARNING, logger="streamlens"):
+        for seq in range(5):
+            send(sink, result(seq))
+        assert sink.dropped["cam1"] == 5 and sink.sent["cam1"] == 0 and sink.dropping
+        assert sink.drops() == {"cam1": 5}
+        with Subscriber(sink.endpoint, pull=True) as consumer:
+            assert sink.wait_for(1, timeout_s=5)
+            for seq in range(5, 10):
+                send(sink, result(seq))
+            send(sink, StreamEnd("cam1", 10, 10))
+            got = [consumer.recv(timeout=5) for _ in range(6)]
+            send(sink, StatsReport("cam1", {"fps": 25.0}))
+            stats = consumer.recv(timeout=5).data["publisher"]
+    assert [m.seq for m in got] == list(range(5, 11)) and sink.dropped["cam1"] == 5 and not sink.dropping
+    assert {k: v for k, v in stats.items() if k != "waited_ms"} == {
+        "mode": "push", "sent": 6, "dropped": 5, "consumers": 1, "dropping": False}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        f"zmq sink {sink.endpoint}: no consumer took a message for 0.3 s (mode push, send_timeout_s); "
+        "dropping messages until one does",  # once: the four after it did not wait
+        f"zmq sink {sink.endpoint}: a consumer takes messages again (5 dropped meanwhile)"]
+
+
+def test_interrupt_ends_a_waiting_push_send_and_the_close_at_once(sink_factory):
+    """A second Ctrl-C: the runtime calls `interrupt()` from another thread; a send that waits for
+    a consumer (here for up to an hour) gives up, and `close()` does not linger."""
+    sink = sink_factory(mode="push", hwm=2, send_timeout_s=3600, linger_ms=3_600_000)
+    consumer = zmq.Context.instance().socket(zmq.PULL)
+    consumer.rcvhwm = 1
+    consumer.connect(sink.endpoint)  # connected, but never reads: messages queue up for it
+    assert sink.wait_for(1, timeout_s=5)
+    big = b"{" + b" " * 200_000 + b"}"
+
+    def produce():
+        for seq in range(500):  # far more than the socket buffers of both ends hold
+            sink.write(result(seq), {"type": "frame", "stream": "cam1"}, big)
+        sink.close()
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    producer.join(timeout=0.5)
+    assert producer.is_alive()  # waiting on the consumer
+    sink.interrupt()
+    producer.join(timeout=30)
+    consumer.close(linger=0)
+    assert not producer.is_alive(), "interrupt() did not end the wait"
+    assert sink.sent["cam1"] + sink.dropped["cam1"] == 500 and sink.dropped["cam1"] > 0
 
 
 def test_subscriber_reads_a_push_sink_with_pull(sink_factory):

@@ -18,9 +18,17 @@ For each number of subscribers (1, 10 and 50 by default) it runs two phases agai
 Payloads are serialised before timing starts, as the runtime serialises each result once, outside
 the sinks.
 
+`--slow` measures instead what a slow subscriber costs the others: the throughput phase, run
+`--repeats` times with and without one more subscriber (a Python SUB socket at the default
+high-water mark that sleeps `SLOW_SLEEP_S` per message), the two kinds taking turns so that the
+machine's load weighs on both alike; it reports each kind's median delivered rate and their ratio.
+(The tests check only that a slow subscriber never makes the others lose messages; how much time
+it costs is this benchmark's question.)
+
 Run:
     python tools/bench_zmq.py                        # 1, 10, 50 subscribers; a markdown table
     python tools/bench_zmq.py --subscribers 10 --messages 50000
+    python tools/bench_zmq.py --slow --subscribers 1 10
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 OBJECTS = 20
+#: how long the `--slow` subscriber sleeps per message
+SLOW_SLEEP_S = 0.01
 
 
 # ----------------------------------------------------------------------- subscriber processes
@@ -54,10 +64,19 @@ def subscriber_main(kind: str, endpoint: str, sockets: int, expected: int, out: 
     - `drain`: each socket is drained in C by `zmq.proxy_steerable` (as a subscriber written in C,
       Go or Rust would read), and asked for its counters every millisecond; saves, per socket,
       when it had all `expected` messages (ns, -1 if never) and how many it had.
+    - `slow`: one socket at the default high-water mark, read in Python, `SLOW_SLEEP_S` per
+      message, until it is killed; saves nothing.
     """
     import zmq
 
     ctx = zmq.Context()
+    if kind == "slow":
+        s = ctx.socket(zmq.SUB)
+        s.subscribe(b"")
+        s.connect(endpoint)
+        while True:
+            s.recv_multipart()
+            time.sleep(SLOW_SLEEP_S)
     socks = []
     for _ in range(sockets):
         s = ctx.socket(zmq.SUB)
@@ -194,8 +213,9 @@ def start_subscribers(kind: str, endpoint: str, count: int, per_process: int, ex
 
 
 def run_phase(subscribers: int, items: list, *, rate: float | None, hwm: int, per_process: int,
-              folder: Path) -> dict:
-    """Publish `items` to `subscribers` (paced at `rate` a second, or as fast as possible)."""
+              folder: Path, slow: bool = False) -> dict:
+    """Publish `items` to `subscribers` (paced at `rate` a second, or as fast as possible), and
+    with `slow` to one slow subscriber more (its figures are left out)."""
     from streamlens.frame import StreamEnd
     from streamlens.schema import dumps, eos_message
     from streamlens.sinks.zmq import ZmqSink
@@ -204,9 +224,10 @@ def run_phase(subscribers: int, items: list, *, rate: float | None, hwm: int, pe
     sink.open()
     kind = "timed" if rate else "drain"
     procs = start_subscribers(kind, sink.endpoint, subscribers, per_process, len(items), folder, timeout_s=10)
+    laggard = start_subscribers("slow", sink.endpoint, 1, 1, 0, folder, timeout_s=0)[0][0] if slow else None
     try:
-        if not sink.wait_for(subscribers, timeout_s=120):
-            raise SystemExit(f"only {sink.peers} of {subscribers} subscribers connected")
+        if not sink.wait_for(subscribers + slow, timeout_s=120):
+            raise SystemExit(f"only {sink.peers} of {subscribers + slow} subscribers connected")
         time.sleep(0.2)
         sent = np.empty(len(items), np.int64)
         now_ns = time.monotonic_ns
@@ -230,9 +251,10 @@ def run_phase(subscribers: int, items: list, *, rate: float | None, hwm: int, pe
             proc.wait(timeout=300)
     finally:
         sink.close()
-        for proc, _ in procs:
+        for proc in [p for p, _ in procs] + ([laggard] if laggard else []):
             if proc.poll() is None:
                 proc.kill()
+                proc.wait()
     saved = np.concatenate([np.load(out) for _, out in procs])  # one row per subscriber
     stats = {"subscribers": subscribers, "messages": len(items), "send_rate": len(items) / send_s}
     if kind == "drain":
@@ -272,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=1000.0, help="messages a second in the latency phase")
     p.add_argument("--seconds", type=float, default=3.0, help="length of the latency phase")
     p.add_argument("--per-process", type=int, default=10, help="SUB sockets per subscriber process")
+    p.add_argument("--slow", action="store_true", help="what one slow subscriber costs the others (see above)")
+    p.add_argument("--repeats", type=int, default=3, help="--slow: runs of each kind")
     p.add_argument("--subscriber", nargs=6, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.subscriber:
@@ -282,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     items = payloads(max(args.messages, int(args.rate * args.seconds)))
     size = len(items[0][2])
     print(f"payload: {size} bytes of JSON, {OBJECTS} objects per message\n")
+    if args.slow:
+        return slow_cost(args, items[:args.messages])
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.subscribers:
@@ -301,6 +327,26 @@ def main(argv: list[str] | None = None) -> int:
     for n, flat, paced in rows:
         print(f"| {n} | {flat['delivered_rate']:,.0f} | {flat['send_rate']:,.0f} | {flat['lost']} | "
               f"{paced['p50_ms']:.2f} | {paced['p99_ms']:.2f} | {paced['lost']} |")
+    return 0
+
+
+def slow_cost(args, items: list) -> int:
+    """`--slow`: the median delivered rate with and without one slow subscriber, runs alternating."""
+    print(f"| subscribers | delivered msg/s without a slow one (median of {args.repeats}) | with one | ratio | "
+          "lost (fast ones, with) |")
+    print("|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in args.subscribers:
+            rates: dict[bool, list[float]] = {False: [], True: []}
+            lost = 0
+            for _ in range(args.repeats):
+                for slow in (False, True):
+                    run = run_phase(n, items, rate=None, hwm=args.messages + 10, per_process=args.per_process,
+                                    folder=Path(tmp), slow=slow)
+                    rates[slow].append(run["delivered_rate"])
+                    lost += run["lost"] if slow else 0
+            without, with_slow = (float(np.median(rates[k])) for k in (False, True))
+            print(f"| {n} | {without:,.0f} | {with_slow:,.0f} | {with_slow / without:.2f} | {lost} |", flush=True)
     return 0
 
 

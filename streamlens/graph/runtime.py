@@ -541,8 +541,8 @@ class Pipeline:
                 http.start()
                 built.append(http)
                 self.http_port = http.port
-            fps = {s.name: s.fps for s in sources if s.fps}
-            sinks = [build_sink(s, fps) for s in cfg.sinks] + self._extra_sinks
+            fps = {s.name: s.fps for s in sources}  # every stream, its rate None where unknown
+            sinks = [build_sink(s, fps, where=f"sinks[{i}]") for i, s in enumerate(cfg.sinks)] + self._extra_sinks
             for sink in sinks:
                 self._opening = [sink]
                 if self._stop_sources.is_set():  # stopped already: open, but wait for nothing

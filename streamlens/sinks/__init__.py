@@ -8,22 +8,26 @@ from ..config import SinkConfig
 from .base import Sink
 
 
-def build_sink(cfg: SinkConfig, stream_fps: Mapping[str, float]) -> Sink:
-    """The sink for one `sinks[i]` entry. `stream_fps` gives each stream's frame rate."""
+def build_sink(cfg: SinkConfig, stream_fps: Mapping[str, float], where: str | None = None) -> Sink:
+    """The sink for one `sinks[i]` entry. `stream_fps` gives each stream's frame rate (in the
+    pipeline's order); `where` names the entry in the sink's errors (`sinks[1]`)."""
     if cfg.type == "jsonl":
         from .jsonl import JsonlSink
 
-        return JsonlSink(cfg.options["path"])
-    if cfg.type == "video":
+        sink: Sink = JsonlSink(cfg.options["path"])
+    elif cfg.type == "video":
         from .video import VideoSink
 
         opts = {k: v for k, v in cfg.options.items() if k != "path"}
-        return VideoSink(cfg.options["path"], stream_fps=stream_fps, **opts)
-    if cfg.type == "zmq":
+        sink = VideoSink(cfg.options["path"], stream_fps=stream_fps, **opts)
+    elif cfg.type == "zmq":
         from .zmq import ZmqSink
 
-        return ZmqSink(**cfg.options)
-    raise ValueError(f"unknown sink type {cfg.type!r}")
+        sink = ZmqSink(**cfg.options)
+    else:
+        raise ValueError(f"unknown sink type {cfg.type!r}")
+    sink.where = where
+    return sink
 
 
 __all__ = ["Sink", "build_sink"]

@@ -8,13 +8,25 @@ from typing import Any
 from ..frame import FrameResult, StreamEnd
 
 
+def os_reason(error: OSError) -> str:
+    """Why a file operation failed, in words (`No space left on device`); a file standing where a
+    folder is to be made reads `a file is in the way of a folder`."""
+    if isinstance(error, FileExistsError):
+        return "a file is in the way of a folder"
+    return error.strerror or str(error)
+
+
 class Sink:
     """Takes results in order (per stream) and writes them somewhere.
 
     The runtime calls `open()` once before the first item, `write()` for each `FrameResult` and
     `StreamEnd` (and `StatsReport`, if `wants_stats`) with the schema-v1 message already built
-    (`message`, and `payload`: the same as compact JSON bytes), and `close()` exactly once at the end, whatever the reason, so a sink must
-    flush there. A sink raises `SinkError` with one clear line when it cannot write.
+    (`message`, and `payload`: the same as compact JSON bytes), and `close()` exactly once at the
+    end, whatever the reason, so a sink must flush there; `close()` returns in bounded time (a sink
+    that lingers for a peer bounds and documents how long). A sink raises `SinkError` with one
+    clear line when it cannot open or write, naming its entry of the pipeline file when it has one
+    (`where`: `sinks[1].path: cannot open ...`). `open()` checks what can be checked before the
+    first frame (that output files can be made), so such mistakes end the run at its start.
     """
 
     name: str = "sink"
@@ -24,6 +36,13 @@ class Sink:
     #: then calls it on the engine's thread, one thread hop less per frame, under a lock of its own
     #: (stats come from another thread); the others get a thread and a queue each
     inline: bool = False
+    #: the sink's entry in the pipeline file (`sinks[1]`), named in its errors; None when made in code
+    where: str | None = None
+
+    def key(self, name: str) -> str:
+        """How an error names this sink's key `name`: `sinks[1].path` for a sink of a pipeline
+        file, else the sink's kind (`video sink`)."""
+        return f"{self.where}.{name}" if self.where else f"{self.name} sink"
 
     def open(self) -> None:
         pass
@@ -31,6 +50,19 @@ class Sink:
     def interrupt_open(self) -> None:
         """Called from another thread (Ctrl-C) while `open()` waits, e.g. for subscribers: end the
         wait soon. The default does nothing: most sinks do not wait."""
+
+    def interrupt(self) -> None:
+        """Called from another thread when the run is aborted (a second Ctrl-C): a `write()` or
+        `open()` that waits should give up soon (what a write gives up is counted in `drops()`),
+        and `close()` should not linger; what is already in hand is still flushed. The default
+        ends an `open()` that waits."""
+        self.interrupt_open()
+
+    def drops(self) -> dict[str, int]:
+        """Messages this sink has dropped so far, per stream: never delivered (a push consumer that
+        took nothing for `send_timeout_s`, an interrupted write). Empty for sinks that never drop.
+        Safe to call from any thread."""
+        return {}
 
     def write(self, item: FrameResult | StreamEnd, message: dict[str, Any], payload: bytes) -> None:
         raise NotImplementedError

@@ -4,7 +4,12 @@ Lines are always whole. The sink keeps finished lines in memory and hands them t
 whole lines, so a reader (`tail -f`, or someone opening the file after Ctrl-C) never sees half a
 line. It hands them over every `FLUSH_INTERVAL_S` seconds (a small background thread does this,
 so lines reach the file even while a live stream stalls), at once on every `StreamEnd`, and in
-`close()`.
+`close()` (which the runtime calls on every ending: the end, an error, Ctrl-C).
+
+When a write fails (the disk is full), the file is cut back to its last whole line, the lines
+not written are counted in `lost_lines`, and the sink raises `SinkError` naming the path (and the
+key, `sinks[i].path`, for a sink from a pipeline file) on that write or the next; nothing more is
+written to the file after that.
 
 Example:
     >>> import json, tempfile
@@ -23,13 +28,14 @@ Example:
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
 
 from ..errors import SinkError
 from ..frame import FrameResult, StreamEnd
-from .base import Sink
+from .base import Sink, os_reason
 
 #: how long a finished line may wait in memory before it is handed to the OS
 FLUSH_INTERVAL_S = 0.2
@@ -58,6 +64,9 @@ class JsonlSink(Sink):
         self._flusher: threading.Thread | None = None
         self._flush_error: SinkError | None = None
         self._closed = False
+        self._whole = 0  # bytes of the file that are whole lines
+        #: lines that never reached the file because writing failed
+        self.lost_lines = 0
 
     def open(self) -> None:
         """Make the parent folders and open the file for writing, truncating it."""
@@ -65,7 +74,7 @@ class JsonlSink(Sink):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "wb", buffering=0)
         except OSError as e:
-            raise SinkError(f"jsonl sink: cannot open {self.path}: {e.strerror or e}") from None
+            raise SinkError(f"{self.key('path')}: cannot open {self.path}: {os_reason(e)}") from None
         self._flusher = threading.Thread(
             target=self._flush_on_timer, name="jsonl-flush", daemon=True
         )
@@ -115,17 +124,30 @@ class JsonlSink(Sink):
                 return  # kept in self._flush_error; raised by the next write() or close()
 
     def _flush_locked(self) -> None:
-        """Write waiting lines with as few OS writes as possible; the caller holds the lock."""
+        """Write waiting lines with as few OS writes as possible; the caller holds the lock. On a
+        failed write, cut the file back to its last whole line and raise (now and from then on)."""
         if not self._pending:
             return
-        data = memoryview(b"".join(self._pending))
+        if self._flush_error is not None:  # the file takes nothing more once a write failed
+            self.lost_lines += len(self._pending)
+            self._pending.clear()
+            self._pending_bytes = 0
+            raise self._flush_error
+        lines = len(self._pending)
+        data = b"".join(self._pending)
         self._pending.clear()
         self._pending_bytes = 0
+        done = 0
         try:
-            while data:
-                written = self._file.write(data)
-                data = data[written:]
+            while done < len(data):
+                done += self._file.write(memoryview(data)[done:])
         except OSError as e:
-            reason = e.strerror or e
-            self._flush_error = SinkError(f"jsonl sink: cannot write {self.path}: {reason}")
+            kept = data.rfind(b"\n", 0, done) + 1  # the lines written whole
+            self.lost_lines += lines - data.count(b"\n", 0, kept)
+            self._flush_error = SinkError(f"{self.key('path')}: cannot write {self.path}: {os_reason(e)}")
+            try:
+                os.ftruncate(self._file.fileno(), self._whole + kept)
+            except OSError:
+                pass  # nothing more can be done for the file; the error says what happened
             raise self._flush_error from None
+        self._whole += done

@@ -13,12 +13,23 @@ like `#7 car 0.83` (`#id` only for a tracked object, `tracker_id >= 0`), coloure
 tracked, else by class, so a tracked object keeps its colour. Line width and text size follow the
 frame size.
 
+Checks at the start: `open()` makes the output folder and checks that `path` can be written
+(with `{stream}`: the file of each stream of `stream_fps`), so a path that cannot be made fails
+the run before its first frame, with one line naming the path (and `sinks[i].path` for a sink
+from a pipeline file), not halfway through.
+
 Encoding: PyAV, `codec` (libx264 by default, with libx264's own frame threading) to yuv420p.
-A stream's encoder opens on its first frame, when the size is known; an odd width or height is
-padded by one replicated pixel row or column to an even size, as yuv420p needs. Should a
-stream's frame size change later (a camera reconfigured), later frames are resized to the first
-size. A stream's file is finished on its `StreamEnd`; `close()` finishes every file still open,
-so a run stopped early (Ctrl-C) still leaves playable files.
+Each stream has an encoder thread of its own, fed through a queue of `QUEUE_FRAMES` frames
+(`write()` waits when it is full), so that drawing, colour conversion and encoding of several
+streams run side by side (OpenCV and FFmpeg release the GIL) and a large stream never holds up a
+small one. A stream's encoder opens on its first frame, when the size is known; an odd width or
+height is padded by one replicated pixel row or column to an even size, as yuv420p needs. Should
+a stream's frame size change later (a camera reconfigured), later frames are resized to the
+first size. A stream's file is finished on its `StreamEnd` (on its thread); `close()` waits for
+every stream's thread and finishes every file still open, so a run stopped early (Ctrl-C) still
+leaves playable files. After `interrupt()` (a second Ctrl-C) frames still queued are not
+encoded (they are counted in `drops()`), and the files are finished at once. An encoder's error
+is raised by the next `write()` or by `close()`.
 
 Example:
     >>> import tempfile
@@ -39,7 +50,9 @@ Example:
 from __future__ import annotations
 
 import math
+import queue
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -53,9 +66,12 @@ import numpy as np
 from .. import draw
 from ..errors import SinkError
 from ..frame import FrameResult, StreamEnd
-from .base import Sink
+from .base import Sink, os_reason
 
 DEFAULT_FPS = 30.0
+#: frames a stream may have waiting for its encoder thread
+QUEUE_FRAMES = 4
+_FINISH = object()  # a stream's queue: no more frames, finish the file
 #: codecs that take x264-style `preset` and `crf` options
 X264_LIKE_CODECS = ("libx264", "libx265")
 
@@ -71,6 +87,46 @@ class _StreamWriter:
     height: int
     source_size: tuple[int, int]  # (width, height) of the stream's first frame
     annotator: draw.FrameAnnotator
+
+
+def _safe(stream: str) -> str:
+    """A stream name fit for a file name."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", stream)
+
+
+class _Encoder:
+    """One stream's encoder thread: it takes frame results from its queue, draws and encodes them,
+    and finishes the file on `_FINISH`. An error is kept in `error`; the thread then takes (and
+    drops) what comes, so that a writer never waits on a full queue for ever."""
+
+    def __init__(self, sink: VideoSink, stream: str):
+        self.sink, self.stream = sink, stream
+        self.queue: queue.Queue = queue.Queue(QUEUE_FRAMES)
+        self.writer: _StreamWriter | None = None
+        self.error: SinkError | None = None
+        self.thread = threading.Thread(target=self._run, name=f"video-{stream}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        sink = self.sink
+        while (item := self.queue.get()) is not _FINISH:
+            if self.error is not None or sink._aborted:
+                sink._dropped[self.stream] += 1
+                continue
+            try:
+                if self.writer is None:
+                    self.writer = sink._open_stream(self.stream, item.frame.image)
+                sink._encode(self.writer, item)
+            except SinkError as e:
+                self.error = e
+            except Exception as e:  # noqa: BLE001 - any failure ends this stream's file, said in one line
+                path = sink.path_for(self.stream)
+                self.error = SinkError(f"{sink.key('path')}: cannot write {path}: {type(e).__name__}: {e}")
+        if self.writer is not None:
+            try:
+                sink._finish(self.writer)
+            except SinkError as e:
+                self.error = self.error or e
 
 
 class VideoSink(Sink):
@@ -97,55 +153,101 @@ class VideoSink(Sink):
         self.preset = preset
         self.crf = crf
         self.frames_written: dict[str, int] = {}
-        self._writers: dict[str, _StreamWriter] = {}
+        self._encoders: dict[str, _Encoder] = {}  # every stream seen, finished or not
         self._paths: dict[str, Path] = {}  # every stream seen, finished or not
         self._finished: set[str] = set()
+        self._dropped: dict[str, int] = {}
+        self._aborted = False
         self._closed = False
 
     def open(self) -> None:
-        """Nothing to do yet: each stream's file opens on its first frame."""
+        """Make the output folders and check that the file of each known stream can be written
+        (each stream's encoder opens on its first frame, when the frame size is known)."""
+        if "{stream}" in str(self.path):  # each known stream's own file; others on their first frame
+            paths = [self._placeholder_path(stream) for stream in self.stream_fps]
+        else:  # the first stream's file; the others' are beside it
+            paths = [self.path]
+        for path in paths:
+            self._check_writable(path)
+
+    def interrupt(self) -> None:
+        """From any thread (a second Ctrl-C): frames still queued are dropped (counted in
+        `drops()`) and each file is finished as soon as its thread has the frame in hand."""
+        self._aborted = True
+
+    def drops(self) -> dict[str, int]:
+        """Frames never encoded, per stream: dropped after `interrupt()` or an encoder's error."""
+        return {stream: n for stream, n in self._dropped.items() if n}
 
     def write(self, item: FrameResult | StreamEnd, message: dict[str, Any], payload: bytes) -> None:
-        """Draw and encode a frame result, or finish a stream's file on its `StreamEnd`."""
+        """Hand a frame result to its stream's encoder thread (waiting while its queue is full),
+        or tell it to finish the file on the stream's `StreamEnd`."""
         if self._closed:
             raise SinkError(f"video sink: {self.path} is closed")
-        if isinstance(item, StreamEnd):
-            writer = self._writers.pop(item.stream, None)
-            self._finished.add(item.stream)
-            if writer is not None:
-                self._finish(writer)
-            return
-        stream = item.frame.stream
+        self._raise_error()
+        stream = item.stream if isinstance(item, StreamEnd) else item.frame.stream
         if stream in self._finished:
+            if isinstance(item, StreamEnd):
+                return
             raise SinkError(f"video sink: a frame of stream {stream!r} came after its end")
-        writer = self._writers.get(stream)
-        if writer is None:
-            writer = self._writers[stream] = self._open_stream(stream, item.frame.image)
+        encoder = self._encoders.get(stream)
+        if isinstance(item, StreamEnd):
+            self._finished.add(stream)
+            if encoder is not None:
+                encoder.queue.put(_FINISH)
+            return
+        if encoder is None:
+            self.path_for(stream)  # fixed now, in the order streams come
+            self.frames_written.setdefault(stream, 0)
+            self._dropped.setdefault(stream, 0)
+            encoder = self._encoders[stream] = _Encoder(self, stream)
+        encoder.queue.put(item)
+
+    def close(self) -> None:
+        """Wait for every stream's encoder thread, finishing every file still open. Safe to call
+        twice; raises the first encoder error, if any."""
+        if self._closed:
+            return
+        self._closed = True
+        for stream, encoder in self._encoders.items():
+            if stream not in self._finished:
+                encoder.queue.put(_FINISH)
+        for encoder in self._encoders.values():
+            encoder.thread.join()
+        self._raise_error()
+
+    def _raise_error(self) -> None:
+        for encoder in self._encoders.values():
+            if encoder.error is not None:
+                raise encoder.error
+
+    def _check_writable(self, path: Path) -> None:
+        """Make `path`'s folder and check that the file can be opened for writing (a file that
+        was not there is removed again: the encoder makes it on the stream's first frame)."""
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            existed = path.exists()
+            with open(path, "ab"):
+                pass
+            if not existed:
+                path.unlink()
+        except OSError as e:
+            raise SinkError(f"{self.key('path')}: cannot write {path}: {os_reason(e)}") from None
+
+    def _encode(self, writer: _StreamWriter, item: FrameResult) -> None:
+        """Draw one result on its frame and encode it (on the stream's encoder thread)."""
         image = self._fit_to_encoder(writer, self.annotate(writer, item))
         # OpenCV's BGR -> I420 is BT.601 limited range, as swscale's, and several times faster
         video_frame = av.VideoFrame.from_ndarray(
             cv2.cvtColor(image, cv2.COLOR_BGR2YUV_I420), format="yuv420p"
         )
+        stream = item.frame.stream
         video_frame.pts = self.frames_written[stream]
         try:
             writer.container.mux(writer.video.encode(video_frame))
         except (av.FFmpegError, OSError) as e:
-            raise SinkError(f"video sink: cannot write {writer.path}: {e}") from None
+            raise SinkError(f"{self.key('path')}: cannot write {writer.path}: {e}") from None
         self.frames_written[stream] += 1
-
-    def close(self) -> None:
-        """Flush every encoder still open and finish its file. Safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        first_error: SinkError | None = None
-        for stream in list(self._writers):
-            try:
-                self._finish(self._writers.pop(stream))
-            except SinkError as e:
-                first_error = first_error or e
-        if first_error is not None:
-            raise first_error
 
     def path_for(self, stream: str) -> Path:
         """The file a stream is (or would be) written to; fixed for a stream once it is seen.
@@ -157,15 +259,17 @@ class VideoSink(Sink):
         """
         if stream in self._paths:
             return self._paths[stream]
-        safe_name = re.sub(r"[^A-Za-z0-9._-]", "_", stream)
         if "{stream}" in str(self.path):
-            path = Path(str(self.path).replace("{stream}", safe_name))
+            path = self._placeholder_path(stream)
         elif not self._paths:
             path = self.path
         else:
-            path = self.path.with_name(f"{self.path.stem}-{safe_name}{self.path.suffix}")
+            path = self.path.with_name(f"{self.path.stem}-{_safe(stream)}{self.path.suffix}")
         self._paths[stream] = path
         return path
+
+    def _placeholder_path(self, stream: str) -> Path:
+        return Path(str(self.path).replace("{stream}", _safe(stream)))
 
     def annotate(self, writer: _StreamWriter, result: FrameResult) -> np.ndarray:
         """The frame with its detections drawn; the frame's own image is never changed."""
@@ -186,8 +290,8 @@ class VideoSink(Sink):
             path.parent.mkdir(parents=True, exist_ok=True)
             container = av.open(str(path), mode="w")
         except (av.FFmpegError, OSError) as e:
-            reason = getattr(e, "strerror", None) or e
-            raise SinkError(f"video sink: cannot open {path}: {reason}") from None
+            reason = os_reason(e) if isinstance(e, OSError) else e
+            raise SinkError(f"{self.key('path')}: cannot open {path}: {reason}") from None
         try:
             video = container.add_stream(self.codec, rate=rate, options=options)
             video.width, video.height = even_width, even_height
@@ -205,13 +309,12 @@ class VideoSink(Sink):
         except av.codec.codec.UnknownCodecError:
             container.close()
             reason = f"codec {self.codec!r} is not in this FFmpeg build"
-            raise SinkError(f"video sink: cannot write {path}: {reason}") from None
+            raise SinkError(f"{self.key('codec')}: cannot write {path}: {reason}") from None
         except (av.FFmpegError, ValueError) as e:
             container.close()
             reason = f"codec {self.codec!r}: {e}"
-            raise SinkError(f"video sink: cannot write {path}: {reason}") from None
+            raise SinkError(f"{self.key('codec')}: cannot write {path}: {reason}") from None
         resolution = (width, height)
-        self.frames_written.setdefault(stream, 0)
         return _StreamWriter(
             path=path,
             container=container,
@@ -235,18 +338,17 @@ class VideoSink(Sink):
             )
         return np.ascontiguousarray(image)
 
-    @staticmethod
-    def _finish(writer: _StreamWriter) -> None:
+    def _finish(self, writer: _StreamWriter) -> None:
         """Drain the encoder and write the file's index; the file is playable afterwards."""
         try:
             writer.container.mux(writer.video.encode(None))
         except (av.FFmpegError, OSError) as e:
-            error = SinkError(f"video sink: cannot finish {writer.path}: {e}")
+            error = SinkError(f"{self.key('path')}: cannot finish {writer.path}: {e}")
         else:
             error = None
         try:
             writer.container.close()
         except (av.FFmpegError, OSError) as e:
-            error = error or SinkError(f"video sink: cannot finish {writer.path}: {e}")
+            error = error or SinkError(f"{self.key('path')}: cannot finish {writer.path}: {e}")
         if error is not None:
             raise error

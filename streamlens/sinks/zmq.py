@@ -1,6 +1,7 @@
 """The ZeroMQ sink: results fanned out to any number of subscribers, or handed reliably to one consumer.
 
-Every message is multipart `[topic, payload]` (see `streamlens.wire`): topic `<type>.<stream>`,
+Every message is multipart `[topic, payload]` (see `streamlens.wire`): topic `<type>.<stream>.`
+(ending in a dot, so `frame.cam1.` is exactly cam1's frames and `frame.` every stream's),
 payload one schema-v1 message in JSON (default) or MessagePack (`format: msgpack`). With
 `frames: jpeg`, frame messages carry the (annotated) frame as a JPEG third part.
 
@@ -13,12 +14,17 @@ Two modes:
   the other subscribers. ZeroMQ does not tell a PUB socket when it drops for one subscriber: that
   subscriber sees the loss as a gap in `seq` (`streamlens subscribe` and `Subscriber` report it).
   A subscriber that joins late gets messages from then on.
-- `mode: push`: a PUSH socket binds `endpoint`; PULL sockets connect. Nothing is dropped: when the
-  consumer's queue is full (or no consumer is connected) the send waits, the sink's queue fills
-  and the pipeline slows to the consumer's pace (a file source waits; a live source drops its
-  oldest frames at the input, counted in `dropped`). With several PULL consumers each message goes
-  to one of them (round robin): a work queue, not a fan-out. `send_timeout_s` bounds the wait.
-  Messages already queued to a consumer that then disconnects are lost with it.
+- `mode: push`: a PUSH socket binds `endpoint`; PULL sockets connect. Nothing is dropped while a
+  consumer takes messages: when its queue is full (or no consumer is connected) the send waits,
+  the sink's queue fills and the pipeline slows to the consumer's pace (a file source waits; a
+  live source drops its oldest frames at the input, counted in `dropped`). With several PULL
+  consumers each message goes to one of them (round robin): a work queue, not a fan-out.
+  A send waits at most `send_timeout_s` (default `DEFAULT_SEND_TIMEOUT_S`, 10 s; 0 also means the
+  default): a message no consumer took by then is dropped and counted, a warning says that the
+  sink drops from now on, and until a consumer takes a message again every message that finds no
+  room is dropped at once (counted) instead of waiting. A consumer that is gone or stuck thus
+  holds up the pipeline once, for `send_timeout_s`, never for ever. Messages already queued to a
+  consumer that then disconnects are lost with it (ZeroMQ does not say how many).
 
 Use pub for dashboards, monitors and anything live: many readers, latest data, no reader may hold
 up the cameras. Use push for a consumer that must see every result (a database writer, an
@@ -30,9 +36,16 @@ archiver, an evaluation job), accepting that it sets the pace.
 start first thus lose nothing to ZeroMQ's slow-joiner effect.
 
 Stats: the runtime hands this sink a `stats` report per stream about once a second; it is
-published as `stats.<stream>` with a `publisher` object added: `sent` and `dropped` (messages of
-this stream sent, and refused by the socket), `subscriptions` (pub) or `consumers` (push) now, and
-`waited_ms` (push: time spent waiting for the consumer).
+published as `stats.<stream>.` with a `publisher` object added: `sent` and `dropped` (messages of
+this stream sent, and dropped by this sink: refused by the socket, or no consumer took them in
+time), `subscriptions` (pub) or `consumers` (push) now, and for push `waited_ms` (time spent
+waiting for the consumer) and `dropping` (true while no consumer takes messages). `drops()` gives
+the same drop counts to the runtime. A pub socket cannot count what ZeroMQ drops for one slow
+subscriber (libzmq does not report it): that subscriber sees the loss as gaps in `seq`.
+
+Closing: `close()` lets ZeroMQ deliver what is still queued for at most `linger_ms` (default
+200 ms for pub, 10 s for push), then drops it; after `interrupt()` (a second Ctrl-C) it does not
+linger at all, and a send that waits gives up within one poll step (the message dropped, counted).
 
 CurveZMQ: `curve: {server_secret: FILE, authorized: DIR}` encrypts the traffic with the keys in
 `FILE` (see `streamlens.keys`, `streamlens keygen`) and, with `authorized`, lets in only the
@@ -51,13 +64,14 @@ Example:
     >>> end = StreamEnd("cam1", seq=0, frames=0)
     >>> sink.write(end, eos_message(end), dumps(eos_message(end)))
     >>> sub.recv_multipart()[0]
-    b'eos.cam1'
+    b'eos.cam1.'
     >>> sink.close(); sub.close()
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -81,6 +95,8 @@ FRAME_PAYLOADS = ("none", "jpeg")
 #: must not hold up the exit; what is already in the kernel's socket buffers is delivered anyway),
 #: long for push (the consumer must get everything)
 DEFAULT_LINGER_MS = {"pub": 200, "push": 10_000}
+#: push: how long one send waits for a consumer to take the message before it is dropped
+DEFAULT_SEND_TIMEOUT_S = 10.0
 _POLL_MS = 50
 
 
@@ -102,7 +118,7 @@ class ZmqSink(Sink):
         frames: str = "none",
         jpeg_quality: int = 80,
         annotate: bool = True,
-        send_timeout_s: float = 0.0,
+        send_timeout_s: float | None = None,
         linger_ms: int | None = None,
         curve: dict[str, Any] | None = None,
     ):
@@ -123,7 +139,8 @@ class ZmqSink(Sink):
         self.inline = mode == "pub" and frames == "none"
         self.jpeg_quality = jpeg_quality
         self.annotate = annotate
-        self.send_timeout_s = send_timeout_s
+        # 0 is what older pipeline files meant by "wait for ever": a wait is never unbounded now
+        self.send_timeout_s = send_timeout_s if send_timeout_s else DEFAULT_SEND_TIMEOUT_S
         self.linger_ms = DEFAULT_LINGER_MS[mode] if linger_ms is None else linger_ms
         self.curve = dict(curve or {})
         #: messages handed to ZeroMQ, and messages the socket refused, per stream
@@ -131,9 +148,14 @@ class ZmqSink(Sink):
         self.dropped: Counter[str] = Counter()
         #: pub: subscriptions now in; push: consumers connected now
         self.peers = 0
-        self._interrupted = False
+        self._interrupted = False  # interrupt_open(): stop waiting for subscribers
+        self._aborted = False  # interrupt(): stop waiting at all, close without lingering
         #: push: seconds spent waiting for a consumer to take messages
         self.waited_s = 0.0
+        #: push: True while no consumer takes messages (a send timed out): sends do not wait
+        self.dropping = False
+        self._dropped_before = 0  # messages dropped when `dropping` began
+        self._connected = self._connected_before = 0  # push: consumers ever connected; when dropping began
         self._ctx: zmq.Context | None = None
         self._sock: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
@@ -159,10 +181,12 @@ class ZmqSink(Sink):
             self._sock.bind(self.endpoint)
         except zmq.ZMQError as e:
             self.close()
-            raise SinkError(f"zmq sink: cannot bind {self.endpoint}: {zmq.strerror(e.errno)}") from None
+            raise SinkError(f"{self.key('endpoint')}: cannot bind {self.endpoint}: "
+                            f"{zmq.strerror(e.errno)}") from None
         except StreamlensError as e:
             self.close()
-            raise SinkError(f"zmq sink {self.endpoint}: {e}") from None
+            where = self.key("curve") if self.where else f"zmq sink {self.endpoint}"
+            raise SinkError(f"{where}: {e}") from None
         self.endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         if self.wait_subscribers and not self.wait_for(self.wait_subscribers, self.wait_timeout_s):
             what = "subscriptions" if self.mode == "pub" else "consumers"
@@ -172,6 +196,16 @@ class ZmqSink(Sink):
     def interrupt_open(self) -> None:
         """End a `wait_subscribers` wait now (Ctrl-C while waiting)."""
         self._interrupted = True
+
+    def interrupt(self) -> None:
+        """From any thread (a second Ctrl-C): end a `wait_subscribers` wait, make a push send that
+        waits give up within one poll step (the message dropped and counted), send without waiting
+        from now on, and let `close()` discard what is queued instead of lingering."""
+        self._interrupted = self._aborted = True
+
+    def drops(self) -> dict[str, int]:
+        """Messages dropped per stream (see `dropped`)."""
+        return dict(self.dropped)
 
     def wait_for(self, count: int, timeout_s: float) -> bool:
         """Wait until `count` subscriptions (pub) or consumers (push) are in; False on timeout or
@@ -189,7 +223,8 @@ class ZmqSink(Sink):
 
     def write(self, item: FrameResult | StreamEnd | StatsReport, message: dict[str, Any],
               payload: bytes) -> None:
-        """Send one message: at once or never (pub), or waiting for the consumer (push)."""
+        """Send one message: at once or never (pub), or waiting for the consumer for at most
+        `send_timeout_s` (push). A message not sent is counted in `dropped`."""
         if self._sock is None:
             raise SinkError(f"zmq sink: {self.endpoint} is not open")
         stream = message["stream"]
@@ -205,33 +240,52 @@ class ZmqSink(Sink):
         try:
             if self.mode == "pub":
                 self._send_now(parts)
+                sent = True
             else:
-                self._send_waiting(parts)
+                sent = self._send_waiting(parts)
         except zmq.Again:
-            self.dropped[stream] += 1
-            return
+            sent = False
         except zmq.ZMQError as e:
             raise SinkError(f"zmq sink: cannot send on {self.endpoint}: {zmq.strerror(e.errno)}") from None
-        self.sent[stream] += 1
+        if sent:
+            self.sent[stream] += 1
+        else:
+            self.dropped[stream] += 1
 
     def close(self) -> None:
-        """Close the socket, letting ZeroMQ deliver what is queued for up to `linger_ms`.
-        Safe to call twice."""
+        """Close the socket, letting ZeroMQ deliver what is queued for up to `linger_ms` (not at
+        all after `interrupt()`); log what was dropped, if anything. Safe to call twice."""
         if self._monitor is not None:
             self._sock.disable_monitor()
             self._monitor.close(linger=0)
             self._monitor = None
         if self._sock is not None:
-            self._sock.close()
+            self._sock.close(linger=0 if self._aborted else self.linger_ms)
             self._sock = None
+            if self.dropped:
+                each = ", ".join(f"{stream}: {n}" for stream, n in sorted(self.dropped.items()))
+                log.warning("zmq sink %s: %d message(s) dropped (%s)", self.endpoint,
+                            sum(self.dropped.values()), each)
         if self._auth is not None:
             self._auth.stop()
             self._auth = None
         if self._ctx is not None:
-            self._ctx.term()
+            self._term(self._ctx)
             self._ctx = None
 
     # -- parts --------------------------------------------------------------------------------
+
+    def _term(self, ctx: zmq.Context) -> None:
+        """End the context, which waits while ZeroMQ delivers what is still queued (`linger_ms`);
+        on another thread, so that `interrupt()` ends the wait at once (ZeroMQ then finishes on
+        its own, or the process ends)."""
+        ended = threading.Event()
+        threading.Thread(target=lambda: (ctx.term(), ended.set()), name="zmq-linger", daemon=True).start()
+        while not ended.wait(_POLL_MS / 1000):
+            if self._aborted:
+                log.warning("zmq sink %s: closed without waiting for queued messages to be delivered",
+                            self.endpoint)
+                return
 
     def _secure(self) -> None:
         """CurveZMQ server keys, and an authenticator when only known subscribers may connect."""
@@ -256,28 +310,51 @@ class ZmqSink(Sink):
             sock.send(part, zmq.SNDMORE)
         sock.send(parts[-1])
 
-    def _send_waiting(self, parts: list[bytes]) -> None:
-        """Push mode: send, waiting while the consumer's queue is full or no consumer is there."""
+    def _send_waiting(self, parts: list[bytes]) -> bool:
+        """Push mode: send, waiting while the consumer's queue is full or no consumer is there, for
+        at most `send_timeout_s`, and not at all after `interrupt()` or while `dropping` (unless a
+        consumer has connected since). False: not sent (the caller counts the drop)."""
         try:
             self._send_now(parts)
-            return
         except zmq.Again:
-            pass
+            if self._aborted:
+                return False
+            if self.dropping:
+                self._count_peers()
+                if self._connected == self._connected_before:
+                    return False
+                self._resume()  # a consumer came: wait for it as usual
+        else:
+            if self.dropping:
+                self._resume()
+            return True
         started = time.monotonic()
+        deadline = started + self.send_timeout_s
         try:
-            while True:
+            while not self._aborted:
                 if self._sock.poll(_POLL_MS, zmq.POLLOUT):
                     try:
                         self._send_now(parts)
-                        return
+                        return True
                     except zmq.Again:
                         pass
-                waited = time.monotonic() - started
-                if self.send_timeout_s and waited >= self.send_timeout_s:
-                    raise SinkError(f"zmq sink {self.endpoint}: no consumer took a message for "
-                                    f"{self.send_timeout_s:g} s (mode push, send_timeout_s)")
+                if time.monotonic() >= deadline:
+                    self.dropping = True
+                    self._dropped_before = sum(self.dropped.values())
+                    self._count_peers()
+                    self._connected_before = self._connected
+                    log.warning("zmq sink %s: no consumer took a message for %g s (mode push, "
+                                "send_timeout_s); dropping messages until one does",
+                                self.endpoint, self.send_timeout_s)
+                    break
+            return False
         finally:
             self.waited_s += time.monotonic() - started
+
+    def _resume(self) -> None:
+        self.dropping = False
+        log.warning("zmq sink %s: a consumer takes messages again (%d dropped meanwhile)",
+                    self.endpoint, sum(self.dropped.values()) - self._dropped_before)
 
     def _jpeg(self, result: FrameResult) -> bytes:
         image = result.frame.image
@@ -313,6 +390,7 @@ class ZmqSink(Sink):
                 event = recv_monitor_message(self._monitor)["event"]
                 if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                     self.peers += 1
+                    self._connected += 1
                 elif event == zmq.EVENT_DISCONNECTED:
                     self.peers = max(0, self.peers - 1)
 
@@ -323,7 +401,8 @@ class ZmqSink(Sink):
         else:
             stats["consumers"] = self.peers
             stats["waited_ms"] = round(self.waited_s * 1000, 1)
+            stats["dropping"] = self.dropping
         return stats
 
 
-__all__ = ["ZmqSink", "MODES", "FRAME_PAYLOADS"]
+__all__ = ["ZmqSink", "MODES", "FRAME_PAYLOADS", "DEFAULT_LINGER_MS", "DEFAULT_SEND_TIMEOUT_S"]
