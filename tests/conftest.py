@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -29,3 +30,18 @@ def streamlens(*args: str, cwd: Path | None = None, env: dict | None = None, tim
     """Run the `streamlens` command in a subprocess, as a user would."""
     return subprocess.run([sys.executable, "-m", "streamlens", *args], cwd=cwd or REPO, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@contextlib.contextmanager
+def tmpfs(folder: Path, size: str):
+    """A tmpfs of `size` (mount's notation: `200k`, `1m`) mounted on `folder` (made here) for the
+    block, unmounted after; skips the test where this machine does not let it mount (not root)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True,
+                          text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a {size} tmpfs here ({made.stderr.strip() or 'mount failed'}): needs root")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], capture_output=True)

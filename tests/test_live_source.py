@@ -29,7 +29,7 @@ from streamlens.sources.worker import (Died, Ended, FrameReady, Opened, ProcessW
                                        check_shared_memory)
 from streamlens.sources.host_memory import HostMemory
 
-from .conftest import REPO
+from .conftest import REPO, tmpfs
 from .rtsp_server import (ChildProcess, GstRtspServer, PerlRtspServer, annexb_copy, ffmpeg_missing, free_port,
                           gst_missing, perl_missing)
 
@@ -546,17 +546,9 @@ def test_a_ring_that_does_not_fit_in_shared_memory_is_one_clear_line():
 
 @pytest.fixture
 def small_tmpfs(tmp_path):
-    """A 1 MiB tmpfs mounted at a folder of its own (needs root: skipped where it cannot mount)."""
-    folder = tmp_path / "shm"
-    folder.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or 'not root'})")
-    try:
+    """A 1 MiB tmpfs in a folder of its own."""
+    with tmpfs(tmp_path / "shm", "1m") as folder:
         yield folder
-    finally:
-        subprocess.run(["umount", str(folder)], capture_output=True)
 
 
 def test_the_check_reads_a_real_tmpfs(small_tmpfs):

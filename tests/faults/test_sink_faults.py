@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import REPO, streamlens
+from ..conftest import REPO, streamlens, tmpfs
 
 SAMPLE = REPO / "samples" / "traffic.mp4"
 SAMPLE_FRAMES = 300
@@ -68,18 +68,9 @@ def dropped_line(stderr: str) -> int:
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 200 KiB tmpfs at tmp_path/disk, unmounted afterwards; skipped where mounting is not allowed."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(disk)], capture_output=True,
-                          text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs to fill ({made.stderr.strip() or 'mount failed'}): "
-                    "the full-disk test needs root")
-    try:
+    """A 200 KiB disk to fill, at tmp_path/disk."""
+    with tmpfs(tmp_path / "disk", "200k") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", str(disk)], check=True)
 
 
 def test_a_full_disk_ends_the_run_with_one_line_and_leaves_whole_lines(tmp_path, small_disk):
