@@ -233,4 +233,4 @@ def test_build_tracker_follows_the_pipeline_file():
     assert isinstance(tracker, KeyframeTracker) and tracker.motion.name == "flow"
     assert (tracker.high_score, tracker.new_track_score, tracker.low_score, tracker.lost_s) == (0.3, 0.3, 0.05, 2.0)
     plain = build_tracker(TrackerConfig(motion="kalman"), None)
-    assert (plain.high_score, plain.new_track_score, plain.fps) == (0.6, 0.7, 30.0)
+    assert (plain.high_score, plain.new_track_score, plain.fps) == (0.3, 0.5, 30.0)

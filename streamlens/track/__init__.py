@@ -28,7 +28,7 @@ def build_tracker(cfg: TrackerConfig, fps: float | None, *, detector_conf: float
     `fps` is the stream's frame rate when known (used when frames carry no time stamps).
     `detector_conf` is the detector's confidence threshold: unless the pipeline file sets
     `tracker.high_score` / `new_track_score`, every box the detector reports is confident and may
-    start a track (the user's `conf` says what an object is; ByteTrack's own 0.6 / 0.7 assume a
+    start a track (the user's `conf` says what an object is; the tracker's own 0.3 / 0.5 assume a
     detector that reports everything down to 0.1). `adaptive`: the keyframe schedule is adaptive, so
     the motion model also measures motion outside the tracks (a little more work per frame).
     """

@@ -12,12 +12,16 @@ younger goes (ByteTrack's clean-up).
 
 Between keyframes, and before associating on a keyframe, every track moves by motion: the Kalman
 prediction (`kalman.py`), corrected by what the motion model measured (`motion/`: optical flow or
-the decoder's motion vectors) where it could. All times are in seconds, so the frame rate and the
-keyframe interval do not change behaviour. The time between two frames is what their time stamps
-(`pts`) say when these move forward by a plausible step (up to `MAX_STEP_FRAMES` frame times for
-each frame numbered in between); else what `Frame.clock` says, but never less than the frame
-numbers account for (a file read faster than real time). A step longer than `MAX_STEP_FRAMES`
-frame times is a gap in the stream:
+the decoder's motion vectors) where it could. Where the model measures the camera's motion (the
+picture as a whole shifting: `MotionEstimate.camera`), every track moves with it, those it could not
+measure and those lost too, and the Kalman velocities are the objects' own motion over the
+background (camera motion compensation, as BoT-SORT does, translation only): a track carried by
+prediction stays with its object when the camera pans, starts or stops. All times are in seconds, so
+the frame rate and the keyframe interval do not change behaviour. The time between two frames is
+what their time stamps (`pts`) say when these move forward by a plausible step (up to
+`MAX_STEP_FRAMES` frame times for each frame numbered in between); else what `Frame.clock` says,
+but never less than the frame numbers account for (a file read faster than real time). A step
+longer than `MAX_STEP_FRAMES` frame times is a gap in the stream:
 - across it, velocities carry the tracks at most `coast_s` (or those frame times, if longer): a
   box carried by prediction alone is trusted no further (see `COAST_S`); its uncertainty grows
   over the whole gap;
@@ -44,8 +48,10 @@ out). `confidence` is the score of the last detection matched; ids start at 1 an
 within a stream.
 
 The thresholds default to ByteTrack's MOT17 settings, for detections reported down to a score of 0.1
-(MOTChallenge's public detections). In a pipeline, `build_tracker` sets the confident and new-track
-scores to the detector's own `conf` (every box the detector reports counts).
+(MOTChallenge's public detections), but for the confident and new-track scores and the overlap a
+new track carried by prediction alone needs on its second keyframe (chosen by leave-one-out on
+MOTChallenge sequences, see the constants). In a pipeline, `build_tracker` sets the confident and new-track scores to the detector's
+own `conf` (every box the detector reports counts).
 
 Example:
     >>> import numpy as np, supervision as sv
@@ -77,17 +83,26 @@ from .matching import box_iou, match_by_iou
 from .motion import MotionModel, build_motion
 from .tracks import CONFIRMED, LOST, REMOVED, TENTATIVE, TrackTable
 
-# ByteTrack's choices (MOT17 settings), restated in seconds where they were in frames.
-#: detections at or above this score are confident: they are matched first and may start tracks
-HIGH_SCORE = 0.6
+# ByteTrack's choices (MOT17 settings), restated in seconds where they were in frames; the two
+# scores for detections reported down to 0.1 chosen by leave-one-out over the six shared MOTChallenge
+# sequences (tools/results/track_mot.md; ByteTrack's own 0.6 and 0.7 send more of a moving camera's
+# boxes, whose predictions overlap them less, to the strict second stage).
+#: detections at or above this score are confident: they are matched first, by overlap weighted by
+#: their score (a box of score 0.3 must overlap its track by 2/3)
+HIGH_SCORE = 0.3
 #: detections below this are ignored; between LOW_SCORE and HIGH_SCORE they only keep tracks alive
 LOW_SCORE = 0.1
 #: a confident detection left over starts a track only at or above this score
-NEW_TRACK_SCORE = 0.7
+NEW_TRACK_SCORE = 0.5
 #: the least overlap (IoU, weighted by the detection's score) for each stage of matching
 MATCH_IOU = 0.2
 LOW_MATCH_IOU = 0.5
 TENTATIVE_MATCH_IOU = 0.3
+#: the same for a new track carried by prediction alone (a motion model that sees no pixels): it has
+#: no velocity yet, so it stayed where it was first seen while its object walked on, and its second
+#: keyframe asks only for some overlap (chosen by leave-one-out on MOTChallenge; 0.3 drops walking
+#: people at longer keyframe intervals). With flow or mv its box followed the object: 0.3 holds.
+BLIND_TENTATIVE_MATCH_IOU = 0.1
 #: how long a lost track waits to be found again (ByteTrack: 30 frames at 30 fps)
 LOST_S = 1.0
 #: how long a track missed on a keyframe stays on screen, carried by motion (see the module's docs):
@@ -134,19 +149,22 @@ class KeyframeTracker(Tracker):
     """ByteTrack-style association on keyframes, motion in between, late results caught up.
 
     `motion` is a `MotionModel` or its name (`kalman`, `flow`, `mv`); `fps` the stream's frame rate
-    (used when frames carry no time stamps, and to size the history). Scores and overlaps are
-    ByteTrack's (see the module's docs); `lost_s`, `coast_s` and `history_s` are in seconds.
+    (used when frames carry no time stamps, and to size the history). Scores and overlaps: see the
+    module's docs and constants (`tentative_match_iou` None: by whether the motion model sees pixels,
+    see `BLIND_TENTATIVE_MATCH_IOU`); `lost_s`, `coast_s` and `history_s` are in seconds.
     """
 
     def __init__(self, motion: MotionModel | str = "kalman", fps: float | None = None, *,
                  high_score: float = HIGH_SCORE, low_score: float = LOW_SCORE,
                  new_track_score: float = NEW_TRACK_SCORE, match_iou: float = MATCH_IOU,
-                 low_match_iou: float = LOW_MATCH_IOU, tentative_match_iou: float = TENTATIVE_MATCH_IOU,
+                 low_match_iou: float = LOW_MATCH_IOU, tentative_match_iou: float | None = None,
                  lost_s: float = LOST_S, coast_s: float = COAST_S, history_s: float = HISTORY_S):
         self.motion = build_motion(motion) if isinstance(motion, str) else motion
         self.fps = fps if fps and fps > 0 else DEFAULT_FPS
         self.high_score, self.low_score, self.new_track_score = high_score, low_score, new_track_score
         self.match_iou, self.low_match_iou = match_iou, low_match_iou
+        if tentative_match_iou is None:
+            tentative_match_iou = TENTATIVE_MATCH_IOU if self.motion.sees_pixels else BLIND_TENTATIVE_MATCH_IOU
         self.tentative_match_iou = tentative_match_iou
         self.lost_s = lost_s
         self.coast_s = coast_s
@@ -306,12 +324,17 @@ class KeyframeTracker(Tracker):
             delta[visible] = estimate.deltas(means[visible, 2:4])
             noise = np.ones(len(tracks))  # pixels; unused where nothing was measured
             noise[visible] = estimate.noise
+        camera = estimate.camera if np.isfinite(estimate.camera).all() else None
+        if camera is not None:  # the velocities are the objects' own: what was measured, less the camera's
+            delta[:, :2] -= camera
         # a new table sharing the columns a step leaves alone (a table is never changed in place
         # once kept in the history: `_correct` copies it first)
         moved = TrackTable(tracks.ids, states.copy(),
                            *self.kalman.move(means, tracks.covs, delta, dt, noise, horizon),
                            tracks.class_ids, tracks.class_names, tracks.scores, tracks.hits, tracks.born,
                            tracks.last_seen, tracks.motion_quality.copy())
+        if camera is not None:  # every track moves with the picture, measured or not (BoT-SORT's CMC)
+            moved.means[:, :2] += camera
         quality = estimate.quality
         decayed = moved.motion_quality[visible] * (math.exp(-dt / self.lost_s) if self.lost_s > 0 else 0.0)
         moved.motion_quality[visible] = np.where(np.isfinite(quality), np.minimum(quality, 1.0), decayed)

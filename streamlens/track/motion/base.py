@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -38,7 +38,10 @@ class MotionEstimate:
     - `quality` `(N,)` 0 to 1: how well the model followed each box (the share of its points or
       vectors it could use); NaN when the model had nothing to go on this frame;
     - `untracked_motion`: the share of the frame outside every box that moved (camera motion
-      discounted), 0 to 1; NaN when the model cannot tell. A hint that a new object appeared.
+      discounted), 0 to 1; NaN when the model cannot tell. A hint that a new object appeared;
+    - `camera` `(2,)`: how far the picture as a whole moved (the median motion over the frame: the
+      background's, which a moving camera shifts), source pixels; NaN when the model cannot tell.
+      The tracker moves every track by it, measured or not (camera motion compensation).
     """
 
     shift: np.ndarray
@@ -46,6 +49,7 @@ class MotionEstimate:
     noise: np.ndarray
     quality: np.ndarray
     untracked_motion: float = float("nan")
+    camera: np.ndarray = field(default_factory=lambda: np.full(2, np.nan))
 
     @classmethod
     def nothing(cls, count: int) -> MotionEstimate:
@@ -64,6 +68,8 @@ class MotionModel:
 
     #: the name used in the pipeline file (`tracker: {motion: NAME}`)
     name: str = ""
+    #: whether the model measures anything from the frames (False: boxes move by prediction alone)
+    sees_pixels: bool = True
 
     def observe(self, frame: Frame) -> object | None:
         """What to keep of `frame` to measure motion into and out of it later."""

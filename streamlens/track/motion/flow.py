@@ -4,11 +4,14 @@ Per frame the model keeps a small grey copy of the frame: the green channel (clo
 grey is all Lucas-Kanade looks at) of every n-th pixel, n the smallest whole step that makes it at
 most `work_width` wide (1280 -> 427, 1920 -> 480). Between two frames it follows a 3x3 grid of
 points in the central part of each box (the part most likely to be the object, not the background
-around it). A point Lucas-Kanade loses, or whose patch matches much worse than the others' (an
-error above twice the median: it slid onto an edge or was covered), is dropped. A box moves by the
-median motion of its points (as in Kalal's Median Flow) and grows or shrinks as they spread apart or
-draw together. A box with fewer than `MIN_POINTS` good points is not measured (the Kalman
-prediction carries it).
+around it). A point Lucas-Kanade loses, or whose patch matches much worse than the others' of its
+box (an error above twice their median: it slid onto an edge or was covered), is dropped. A box
+moves by the median motion of its points (as in Kalal's Median Flow) and grows or shrinks as they
+spread apart or draw together. A box with fewer than `MIN_POINTS` good points is not measured (the Kalman
+prediction carries it). A coarse grid over the whole frame (`CAMERA_GRID`, or `BACKGROUND_GRID` when
+untracked motion is measured too) is followed as well: the median motion of its good points is the
+camera's (`MotionEstimate.camera`, BoT-SORT's global motion, translation only), by which the tracker
+moves every track.
 
 Choices, measured on the highway clip with tools/bench_track.py (agreement with the detector run
 on every frame, and milliseconds): Lucas-Kanade's cost is mostly per point (about 3 us each here)
@@ -49,13 +52,15 @@ INNER = 0.6
 #: to about 15 work pixels (45 source pixels of a 1280-wide frame) a frame
 WINDOW = 9
 LEVELS = 2
-#: a point whose patch error exceeds this many times the median error of all points is dropped
+#: a point whose patch error exceeds this many times the median error of its box's points is dropped
 MAX_ERROR_RATIO = 2.0
 MIN_POINTS = 3
 #: a box may grow or shrink by at most this factor from one frame to the next
 MAX_SCALE_STEP = 1.25
 #: the whole-frame grid for untracked motion, and how far (work pixels) a point must move to count
 BACKGROUND_GRID = (16, 9)
+#: the whole-frame grid for the camera's motion alone: a median needs only a few dozen points
+CAMERA_GRID = (8, 5)
 MIN_BACKGROUND_MOTION = 1.0
 #: the standard deviation of a box's median flow, work-image pixels (Lucas-Kanade is sub-pixel precise
 #: on texture; some points sit on background). Measured on the highway clip: 0.5 to 2 agree about
@@ -99,23 +104,25 @@ class SparseFlow(MotionModel):
         scale = current.scale
         box_points = _grid_points(inner_boxes(boxes, INNER), self.grid) * scale  # (B, G*G, 2)
         untracked = self.untracked and untracked
-        background = self._background_points(current.grey.shape) if untracked else np.empty((0, 2), np.float32)
+        background = self._background_points(current.grey.shape, BACKGROUND_GRID if self.untracked else CAMERA_GRID)
         start = np.concatenate([box_points.reshape(-1, 2), background]).astype(np.float32)
-        end, good = _track_points(previous.grey, current.grey, start)
-        motion = (end - start) / scale  # source pixels
+        end, good = _track_points(previous.grey, current.grey, start, len(boxes), self.grid ** 2)
         per_box = len(boxes) * self.grid ** 2
+        motion = (end - start) / scale  # source pixels
         estimate = _move_boxes(boxes, box_points / scale, motion[:per_box], good[:per_box], self.grid)
         estimate.noise[:] = NOISE / scale
+        bg_good = good[per_box:]
+        if bg_good.sum() >= MIN_POINTS:
+            estimate.camera = np.median(motion[per_box:][bg_good], axis=0)
         if untracked:
-            bg_good = good[per_box:]
             estimate.untracked_motion = moving_share(background[bg_good], motion[per_box:][bg_good], boxes * scale,
                                                      MIN_BACKGROUND_MOTION / scale)
         return estimate
 
-    def _background_points(self, shape: tuple[int, int]) -> np.ndarray:
+    def _background_points(self, shape: tuple[int, int], grid: tuple[int, int]) -> np.ndarray:
         if self._background_shape != shape:
             h, w = shape
-            cols, rows = BACKGROUND_GRID
+            cols, rows = grid
             xs = (np.arange(cols) + 0.5) * w / cols
             ys = (np.arange(rows) + 0.5) * h / rows
             self._background = np.stack(np.meshgrid(xs, ys), axis=-1).reshape(-1, 2).astype(np.float32)
@@ -132,15 +139,27 @@ def _grid_points(boxes: np.ndarray, grid: int) -> np.ndarray:
     return boxes[:, None, :2] + fractions[None] * size[:, None]
 
 
-def _track_points(previous: np.ndarray, current: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Lucas-Kanade from `previous` to `current`; `(end points, mask of the points followed well)`."""
+def _track_points(previous: np.ndarray, current: np.ndarray, start: np.ndarray, boxes: int,
+                  per_box: int) -> tuple[np.ndarray, np.ndarray]:
+    """Lucas-Kanade from `previous` to `current`; `(end points, mask of the points followed well)`.
+    `start` holds `per_box` points of each of `boxes` boxes, then the whole-frame grid: each box's
+    points, and the grid's, are judged against their own median error (a still background or a
+    still object matches far better than a moving one, which must not lose its points for that)."""
     if len(start) == 0:
         return start, np.zeros(0, bool)
     end, found, error = cv2.calcOpticalFlowPyrLK(previous, current, start.reshape(-1, 1, 2), None,
                                                  winSize=(WINDOW, WINDOW), maxLevel=LEVELS, criteria=_CRITERIA)
-    found, error = found.ravel().astype(bool), error.ravel()
-    limit = MAX_ERROR_RATIO * np.median(error[found]) if found.any() else 0.0
-    return end.reshape(-1, 2), found & (error <= limit)
+    found = found.ravel().astype(bool)
+    with np.errstate(invalid="ignore"):  # a point Lucas-Kanade lost may have a NaN error
+        error = np.where(found, error.ravel(), np.nan)
+        limit = np.zeros(len(found))
+        split = boxes * per_box
+        if boxes:
+            limit[:split] = np.repeat(MAX_ERROR_RATIO * median_rows(error[:split].reshape(boxes, per_box)), per_box)
+        rest = error[split:]
+        if np.isfinite(rest).any():
+            limit[split:] = MAX_ERROR_RATIO * np.nanmedian(rest)
+        return end.reshape(-1, 2), found & (error <= limit)  # False where NaN
 
 
 def _move_boxes(boxes: np.ndarray, points: np.ndarray, motion: np.ndarray, good: np.ndarray,

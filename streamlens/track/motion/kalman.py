@@ -24,6 +24,7 @@ class KalmanOnly(MotionModel):
     """Measures nothing: the tracker's Kalman filter predicts every box."""
 
     name = "kalman"
+    sees_pixels = False
 
     def observe(self, frame) -> None:
         return None

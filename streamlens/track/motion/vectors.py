@@ -14,8 +14,11 @@ Kalman filter predicts. A frame without vectors (an I-frame, or a source that do
 or a box with fewer than `MIN_VECTORS` falls back to the Kalman prediction. The median is fused with
 the box's predicted motion by their uncertainties (`NOISE`, see `BoxKalmanFilter.move`).
 
-With `untracked=True`, the vectors outside every box that move differently from the frame's median
-(the camera's) measure `untracked_motion`.
+The median of the whole frame's vectors (an even sample of about `UNTRACKED_SAMPLE`) is the camera's
+motion (`MotionEstimate.camera`: the background fills most of a frame); the tracker moves every track
+by it, those it cannot measure too. A frame without vectors repeats the frame before's camera motion
+(a pan does not stop for an I-frame). With `untracked=True`, the vectors outside every box that move
+differently from it measure `untracked_motion`.
 
 Example:
     >>> from streamlens.frame import Frame
@@ -94,10 +97,15 @@ class MotionVectors(MotionModel):
 
     def measure(self, previous, current: VectorField | None, boxes: np.ndarray,
                 untracked: bool = True) -> MotionEstimate:
-        if current is None or len(current.motion) == 0:
-            return MotionEstimate.nothing(len(boxes))
         # vectors give motion per decoded frame; frames dropped on the way (max_fps) moved too
-        frames = max(1, current.index - previous.index) if isinstance(previous, VectorField) else 1
+        frames = max(1, current.index - previous.index) if isinstance(previous, VectorField) and current else 1
+        if current is None or len(current.motion) == 0:
+            estimate = MotionEstimate.nothing(len(boxes))
+            if isinstance(previous, VectorField) and previous.camera is not None:
+                estimate.camera = previous.camera * frames
+                if current is not None:
+                    current.camera = previous.camera
+            return estimate
         if current.column is None:  # a field made elsewhere: order it by whole pixel columns now
             current.sort()
         boxes = np.ascontiguousarray(boxes, dtype=np.float64)
@@ -105,12 +113,13 @@ class MotionVectors(MotionModel):
                                     BLOCK_AREA)
         if frames > 1:
             shift *= frames
+        # the camera's motion and the untracked share: an even sample of about UNTRACKED_SAMPLE vectors
+        step = max(1, len(current.start) // UNTRACKED_SAMPLE)
+        if current.camera is None:  # the same for every box: kept for a replay over this frame
+            current.camera = sample_median(current.motion, step)
         estimate = MotionEstimate(shift=shift, growth=np.full(len(boxes), np.nan), noise=np.full(len(boxes), NOISE),
-                                  quality=quality)
-        if self.untracked and untracked:  # a share: an even sample of about UNTRACKED_SAMPLE vectors measures it as well
-            step = max(1, len(current.start) // UNTRACKED_SAMPLE)
-            if current.camera is None:  # the same for every box: kept for a replay over this frame
-                current.camera = sample_median(current.motion, step)
+                                  quality=quality, camera=current.camera * frames)
+        if self.untracked and untracked:
             estimate.untracked_motion = moving_share(current.start, current.motion, boxes, MIN_BACKGROUND_MOTION,
                                                      current.camera, step)
         return estimate
