@@ -1,6 +1,7 @@
 """`streamlens bench`: real trials (a pipeline process, a subscriber process, real sockets) on the
 sample video with the weight-free quickstart pipeline, the decode-only limit, an Ultralytics baseline
 with a random-weights YOLOv8n built offline, the search over K, the window arithmetic, and bad input.
+Accuracy (the reference, the scorer, the hold baseline) is in test_bench_accuracy.py.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ def test_frames_after_the_window_and_silent_streams():
 def test_two_trials_on_the_quickstart_pipeline(tmp_path):
     out = tmp_path / "bench.json"
     done = streamlens("bench", QUICKSTART, "--streams", "1,2", "--seconds", "3", "--warmup", "1",
-                      "--decode-seconds", "2", "--no-baseline", "--out", str(out), timeout=180)
+                      "--decode-seconds", "2", "--no-baseline", "--no-hold", "--reference-cache",
+                      str(tmp_path / "cache"), "--out", str(out), timeout=180)
     assert done.returncode == 0, done.stderr
     table = [line.split() for line in done.stdout.splitlines()]
     assert ["K", "kept", "kept", "min", "p50", "ms", "p95", "ms", "p99", "ms"] in [r[:10] for r in table]
@@ -105,7 +107,8 @@ def test_two_trials_on_the_quickstart_pipeline(tmp_path):
             assert stream["eos"]["type"] == "eos" and stream["pipeline"]["frames"] > 0
             assert stream["stats"]["type"] == "stats"
     assert report["decode_limit"]["fps"] > 0 and report["decode_limit"]["streams"] > 0
-    assert report["budget_ms"] == 33.0 and report["min_kept"] == 1.0
+    assert report["budget_ms"] == 33.0 and report["min_kept"] == 1.0 and report["min_f1"] == 0.85
+    assert report["hold"] is None and all(0.0 <= t["accuracy"]["f1"] <= 1.0 for t in report["trials"])
     assert report["machine"]["cores"] >= 1 and report["versions"]["python"]
     assert report["video"]["fps"] == 30.0 and report["baseline"] == {"skipped": "--no-baseline"}
     passing = [t["k"] for t in report["trials"] if t["passed"]]
@@ -125,7 +128,7 @@ def test_the_ultralytics_baseline_with_a_random_yolov8n(tmp_path):
     out = tmp_path / "bench.json"
     done = streamlens("bench", QUICKSTART, "--streams", "1", "--seconds", "1", "--warmup", "0.5",
                       "--decode-seconds", "0", "--baseline-model", str(model), "--baseline-frames", "30",
-                      "--out", str(out), timeout=300)
+                      "--no-hold", "--reference-cache", str(tmp_path / "cache"), "--out", str(out), timeout=300)
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
     baseline = report["baseline"]
@@ -159,17 +162,18 @@ def test_a_missing_baseline_model_is_one_line():
     assert done.stderr.strip() == "--baseline-model: file not found: no/such/yolov8n.pt"
 
 
-def test_a_pipeline_that_fails_to_start_fails_its_trial(tmp_path):
+def test_a_detector_that_cannot_run_is_one_line_and_no_trial_runs(tmp_path):
     (tmp_path / "junk.onnx").write_bytes(b"not a model")
     pipeline = tmp_path / "p.yaml"
     pipeline.write_text(f"sources: [{{uri: {REPO / 'samples' / 'traffic.mp4'}}}]\n"
                         "detector: {backend: onnx, model: junk.onnx}\nsinks: []\n")
     out = tmp_path / "bench.json"
     done = streamlens("bench", str(pipeline), "--streams", "1-4", "--seconds", "1", "--warmup", "0",
-                      "--decode-seconds", "0", "--out", str(out), timeout=120)
+                      "--decode-seconds", "0", "--reference-cache", str(tmp_path / "cache"), "--out", str(out),
+                      timeout=120)
     assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(errors) == 1 and "the pipeline failed: detector.model:" in errors[0] and "junk.onnx" in errors[0]
+    assert len(errors) == 1 and "error: reference: detector.model:" in errors[0] and "junk.onnx" in errors[0]
     report = json.loads(out.read_text())
-    assert [(t["k"], t["status"]) for t in report["trials"]] == [(1, "error")]
+    assert report["trials"] == [] and "junk.onnx" in report["reference"]["error"]
     assert "Ultralytics cannot load" in report["baseline"]["skipped"]

@@ -6,6 +6,9 @@
   in another process, and the figures of its measured window (kept frames, latency percentiles);
 - `runner`: the trial's pipeline process; `listener`: the trial's outside subscriber process;
 - `probe`: the decode-only limit of the machine, and what the machine and its packages are;
+- `reference`: the pipeline's detector on every frame of the video, cached: the yardstick of accuracy;
+- `accuracy`: what a subscriber received against it (F1, new-object waits, detection delay);
+- `hold`: the plain baseline: the newest frame of each stream detected in turn, its boxes held;
 - `baseline`: Ultralytics' own `model.track(stream=True)` on the same video, in its own process.
 
 Example:

@@ -2,10 +2,13 @@
 
 Runs K copies of a video as K live streams (paced at the video's frame rate, looping) through the
 pipeline, and times every result from the moment its frame became available to an outside ZeroMQ
-subscriber receiving it. It finds the largest K whose p95 latency is within the budget while every
-stream keeps at least `--min-kept` of its frames (1.0: none dropped). In the same run it measures
-the decode-only limit of the machine and a baseline, Ultralytics' own `model.track(stream=True)`
-on the same video, and prints a table; everything measured goes to `--out` as JSON.
+subscriber receiving it, and scores the boxes it received against the same detector run on every
+frame of the video (F1 at IoU 0.5, class-aware, matched per frame). It finds the largest K whose p95
+latency is within the budget while every stream keeps at least `--min-kept` of its frames (1.0:
+none dropped) and delivers an F1 of at least `--min-f1`. In the same run it measures the
+decode-only limit of the machine, a plain baseline at every K tried (the newest frame of each
+stream detected in turn, its boxes held), and Ultralytics' own `model.track(stream=True)` on the
+same video, and prints a table; everything measured goes to `--out` as JSON.
 
 - `--streams`: `6` tries 6; `1,2,4` tries each; `1-16` (the default) searches: 1, 2, 4, 8, 16 while
   they pass, then halves the gap between the last pass and the first failure.
@@ -16,14 +19,24 @@ on the same video, and prints a table; everything measured goes to `--out` as JS
   and `frames` settings). Its detector, keyframes, tracker and runtime settings are used as they
   are, except that `runtime.mode` is always realtime and the `/metrics` server is off.
 - The budget (`--budget-ms`) defaults to the pipeline's `runtime.budget_ms` (33 ms unless set).
+- Accuracy (`streamlens.bench.accuracy`): the reference is the pipeline's own detector (same model,
+  resize mode, conf, classes) on every frame of one pass of the video, made once per video and
+  detector and cached in `--reference-cache` (`streamlens.bench.reference`). Each stream's received
+  frames in the window are scored: F1 (a stream's worst F1 is what `--min-f1` judges), how many
+  frames a new object waits for its first box, and the detection delay, from a keyframe becoming
+  available to the first result carrying its detections.
+- The plain baseline (`streamlens.bench.hold`, `--no-hold` skips it): K paced copies decoded on
+  threads, one loop detecting the newest frame of each stream in turn and publishing every frame
+  at once with its stream's last boxes; measured, scored and judged as a trial is.
 - The decode-only limit: one process per CPU core, each decoding the video on one thread (with
   the motion vectors when the tracker uses them) as fast as it can; their frames per second over
   the video's frame rate is how many streams decoding alone could carry.
 - The baseline needs a model Ultralytics loads: `--baseline-model`, or the pipeline's own when its
   detector backend is `ultralytics`; otherwise it is skipped, saying why.
 
-Exit codes: 0 done (whatever the results), 1 a trial or the baseline failed to run, 2 bad pipeline
-file or arguments, 130 interrupted.
+Exit codes: 0 done (whatever the results), 1 the reference, a trial or a baseline failed to run
+(a reference that cannot be made stops the bench before any trial), 2 bad pipeline file or
+arguments, 130 interrupted.
 
 Example:
     $ streamlens bench pipelines/highway_yolox.yaml --streams 1-12 --baseline-model yolov8n.pt
@@ -79,6 +92,11 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
                    help="p95 latency a trial may have (default: the pipeline's runtime.budget_ms, 33 unless set)")
     p.add_argument("--min-kept", type=_fraction, default=1.0, metavar="F",
                    help="fraction of frames every stream must keep to pass (default 1.0: none dropped)")
+    p.add_argument("--min-f1", type=_fraction, default=0.85, metavar="F",
+                   help="F1 against detecting every frame that every stream must reach to pass (default 0.85)")
+    p.add_argument("--reference-cache", metavar="DIR",
+                   help="where detect-every-frame references are cached (default ~/.cache/streamlens/bench)")
+    p.add_argument("--no-hold", action="store_true", help="skip the plain detect-newest-and-hold baseline")
     p.add_argument("--out", default="bench.json", metavar="FILE", help="where to write the JSON results (default bench.json)")
     p.add_argument("--baseline-model", metavar="PATH",
                    help="model for the Ultralytics baseline (default: the pipeline's, if its backend is ultralytics)")
@@ -144,31 +162,55 @@ def _pct(value) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+def _count(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def _f1(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def format_table(trials: list[dict]) -> str:
     """The trials as a fixed-width table, one row each, in the order they ran: kept frames (all
-    streams, and the worst stream), latency percentiles, the fraction of measured frames published
-    with their detections (`keyframe: true`), and over the whole run, keyframes published before
-    their detections came (late) and frames dropped in the pipeline."""
-    head = ("K", "kept", "kept min", "p50 ms", "p95 ms", "p99 ms", "keyframes", "late kf", "dropped", "result")
+    streams, and the worst stream), latency percentiles, F1 against detecting every frame (all
+    streams, and the worst), p95 detection delay, p95 frames a new object waits for its box, the
+    fraction of measured frames published with their detections (`keyframe: true`), and over the
+    whole run, keyframes published before their detections came (late) and frames dropped in the
+    pipeline."""
+    head = ("K", "kept", "kept min", "p50 ms", "p95 ms", "p99 ms", "F1", "F1 min", "delay p95", "new wait",
+            "keyframes", "late kf", "dropped", "result")
     rows = [head]
     for t in trials:
         lat = t.get("latency_ms") or {}
+        acc = t.get("accuracy") or {}
+        delay = (t.get("detection_delay_ms") or {}).get("p95")
+        wait = (acc.get("new_object_wait_frames") or {}).get("p95")
         result = "error" if t["status"] != "ok" else ("pass" if t["passed"] else "fail")
         rows.append((str(t["k"]), _pct(t.get("kept")), _pct(t.get("kept_min")), _ms(lat.get("p50")),
-                     _ms(lat.get("p95")), _ms(lat.get("p99")), _pct(t.get("keyframe_rate")),
-                     str(t.get("late_keyframes", "-")), str(t.get("dropped", "-")), result))
+                     _ms(lat.get("p95")), _ms(lat.get("p99")), _f1(acc.get("f1")), _f1(acc.get("f1_min")),
+                     _ms(delay), "-" if wait is None else f"{wait:g}", _pct(t.get("keyframe_rate")),
+                     _count(t.get("late_keyframes")), _count(t.get("dropped")), result))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows)
 
 
-def answers(trials: list[dict], budget_ms: float, limit: dict | None, baseline: dict | None) -> dict:
-    """The largest K that passed, the largest with kept >= 97% within the budget, and the ratios."""
+def answers(trials: list[dict], budget_ms: float, limit: dict | None, baseline: dict | None,
+            min_f1: float = 0.0, hold: list[dict] | None = None) -> dict:
+    """The largest K that passed, the largest with kept >= 97% and F1 >= `min_f1` within the budget
+    (and the same for the hold baseline's trials), and the ratios."""
     ok = [t for t in trials if t["status"] == "ok"]
     best = max((t["k"] for t in ok if t["passed"]), default=None)
-    near = max((t["k"] for t in ok if t["kept_min"] >= KEPT_TARGET and t["latency_ms"]["p95"] is not None
-                and t["latency_ms"]["p95"] <= budget_ms), default=None)
-    out = {"max_streams": best, f"max_streams_kept_{round(KEPT_TARGET * 100)}": near,
+
+    def near(runs: list[dict]) -> int | None:
+        return max((t["k"] for t in runs if t["status"] == "ok" and t["kept_min"] >= KEPT_TARGET
+                    and t["latency_ms"]["p95"] is not None and t["latency_ms"]["p95"] <= budget_ms
+                    and ((t.get("accuracy") or {}).get("f1_min") or 0.0) >= min_f1), default=None)
+
+    out = {"max_streams": best, f"max_streams_kept_{round(KEPT_TARGET * 100)}": near(ok),
            "fraction_of_decode_limit": None, "ratio_to_baseline": None}
+    if hold is not None:
+        out["hold_max_streams"] = max((t["k"] for t in hold if t["status"] == "ok" and t["passed"]), default=None)
+        out[f"hold_max_streams_kept_{round(KEPT_TARGET * 100)}"] = near(hold)
     if best is not None and limit and limit.get("streams"):
         out["fraction_of_decode_limit"] = round(best / limit["streams"], 3)
     if best is not None and baseline and baseline.get("streams"):
@@ -186,6 +228,12 @@ def _write(path: str, document: dict) -> None:
 
 
 # -- the command ---------------------------------------------------------------------------------
+
+
+def _summary(trial: dict) -> str:
+    lat, acc = trial["latency_ms"], trial.get("accuracy") or {}
+    return (f"kept {_pct(trial['kept'])} (min {_pct(trial['kept_min'])}), p95 {_ms(lat['p95'])} ms, "
+            f"F1 {_f1(acc.get('f1'))} (min {_f1(acc.get('f1_min'))}): {'pass' if trial['passed'] else 'fail'}")
 
 
 def _interrupt(signum, _frame) -> None:
@@ -206,7 +254,8 @@ def run(args) -> int:
 def _run(args) -> int:
     from .baseline import BaselineFailed, run_baseline
     from .probe import decode_limit, machine, versions, video_info
-    from .trial import TrialFailed, run_trial
+    from .reference import default_cache_dir, reference_for
+    from .trial import TrialFailed, run_hold_trial, run_trial
 
     config, video, budget, sink_options, model, skipped = _inputs(args)
     try:
@@ -216,17 +265,19 @@ def _run(args) -> int:
     out = sys.stdout
     mvs = config.tracker.motion == "mv"
     print(f"streamlens bench: {args.pipeline} on {video} ({info['width']}x{info['height']} {info['codec']}, "
-          f"{info['fps']:g} fps), budget p95 <= {budget:g} ms, kept >= {args.min_kept:g}", file=out, flush=True)
+          f"{info['fps']:g} fps), budget p95 <= {budget:g} ms, kept >= {args.min_kept:g}, F1 >= {args.min_f1:g}",
+          file=out, flush=True)
     document = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join(["streamlens", *sys.argv[1:]]),
         "machine": machine(), "versions": versions(), "pipeline": str(Path(args.pipeline).resolve()),
-        "video": info, "budget_ms": budget, "min_kept": args.min_kept, "warmup_s": args.warmup,
+        "video": info, "budget_ms": budget, "min_kept": args.min_kept, "min_f1": args.min_f1, "warmup_s": args.warmup,
         "seconds": args.seconds, "detector": config.detector.backend,
         "model": str(config.detector.model) if config.detector.model else None,
         "keyframes": {"interval": config.keyframes.interval, "adaptive": config.keyframes.adaptive,
                       "max_interval": config.keyframes.max_interval},
-        "tracker": config.tracker.motion, "trials": [], "answers": None, "decode_limit": None,
+        "tracker": config.tracker.motion, "trials": [], "hold": None, "reference": None, "answers": None,
+        "decode_limit": None,
         "baseline": {"skipped": skipped} if skipped else None,
     }
     failed = False
@@ -242,13 +293,36 @@ def _run(args) -> int:
             document["decode_limit"] = {"error": str(e)}
             failed = True
 
+    cache = Path(args.reference_cache).expanduser() if args.reference_cache else default_cache_dir()
+    print(f"reference: {config.detector.backend} on every frame of the video (cached in {cache}) ...",
+          file=out, flush=True)
+    try:
+        reference = reference_for(config.detector, video, cache)
+    except Exception as e:  # noqa: BLE001 - the detector cannot run: no trial could be scored
+        if args.debug:
+            raise
+        why = str(e) if isinstance(e, StreamlensError) else f"{type(e).__name__}: {e}"
+        print(f"streamlens bench: error: reference: {why}", file=sys.stderr, flush=True)
+        document["reference"] = {"error": why}
+        _write(args.out, document)
+        print(f"wrote {args.out}", file=out, flush=True)
+        return 1
+    else:
+        document["reference"] = {"frames": len(reference), "boxes": int(len(reference.xyxy)),
+                                 "cache": str(reference.path), "computed": reference.computed,
+                                 "matching": "per frame, Hungarian, IoU >= 0.5, same class id"}
+        print(f"  {len(reference)} frames, {len(reference.xyxy)} boxes "
+              f"({'detected now' if reference.computed else 'from the cache'})", file=out, flush=True)
+
     trials: list[dict] = []
+    hold: list[dict] | None = None if args.no_hold else []
     search = StreamSearch(args.streams)
     while (k := search.next()) is not None:
         print(f"trial: {k} stream(s), {args.warmup:g} s warm-up + {args.seconds:g} s ...", file=out, flush=True)
         try:
             trial = run_trial(args.pipeline, video, k, warmup=args.warmup, seconds=args.seconds, budget_ms=budget,
-                              min_kept=args.min_kept, sink_options=sink_options, debug=args.debug)
+                              min_kept=args.min_kept, min_f1=args.min_f1, reference=reference,
+                              sink_options=sink_options, debug=args.debug)
         except TrialFailed as e:
             print(f"streamlens bench: error: {e}", file=sys.stderr, flush=True)
             trial = {"k": k, "status": "error", "error": str(e), "passed": False}
@@ -258,10 +332,23 @@ def _run(args) -> int:
             break
         trials.append(trial)
         search.record(k, trial["passed"])
-        lat = trial["latency_ms"]
-        print(f"  kept {_pct(trial['kept'])} (min {_pct(trial['kept_min'])}), p95 {_ms(lat['p95'])} ms: "
-              f"{'pass' if trial['passed'] else 'fail'}", file=out, flush=True)
+        print("  " + _summary(trial), file=out, flush=True)
+        if hold is not None:
+            print(f"hold baseline: {k} stream(s), {args.warmup:g} s warm-up + {args.seconds:g} s ...", file=out,
+                  flush=True)
+            try:
+                held = run_hold_trial(args.pipeline, video, k, warmup=args.warmup, seconds=args.seconds,
+                                      budget_ms=budget, min_kept=args.min_kept, min_f1=args.min_f1,
+                                      reference=reference, debug=args.debug)
+            except TrialFailed as e:
+                print(f"streamlens bench: error: hold baseline: {e}", file=sys.stderr, flush=True)
+                held = {"k": k, "status": "error", "error": str(e), "passed": False}
+                failed = True
+            else:
+                print("  " + _summary(held), file=out, flush=True)
+            hold.append(held)
     document["trials"] = trials
+    document["hold"] = hold
 
     baseline = None
     if model is not None:
@@ -275,13 +362,21 @@ def _run(args) -> int:
             document["baseline"] = {"error": str(e), "model": model}
             failed = True
 
-    document["answers"] = result = answers(trials, budget, limit, baseline)
+    document["answers"] = result = answers(trials, budget, limit, baseline, args.min_f1, hold)
     print("", file=out)
     print(format_table(trials), file=out)
+    if hold:
+        print("\nhold baseline (newest frame of each stream detected in turn, boxes held):", file=out)
+        print(format_table(hold), file=out)
     print("", file=out)
     best, near = result["max_streams"], result[f"max_streams_kept_{round(KEPT_TARGET * 100)}"]
-    print(f"largest K passing (kept >= {args.min_kept:g}, p95 <= {budget:g} ms): {best if best else 'none'}", file=out)
-    print(f"largest K with kept >= {KEPT_TARGET:g} and p95 <= {budget:g} ms: {near if near else 'none'}", file=out)
+    print(f"largest K passing (kept >= {args.min_kept:g}, p95 <= {budget:g} ms, F1 >= {args.min_f1:g}): "
+          f"{best if best else 'none'}", file=out)
+    print(f"largest K with kept >= {KEPT_TARGET:g}, p95 <= {budget:g} ms and F1 >= {args.min_f1:g}: "
+          f"{near if near else 'none'}", file=out)
+    if hold:
+        held_best = result["hold_max_streams"]
+        print(f"hold baseline, largest K passing: {held_best if held_best else 'none'}", file=out)
     if limit:
         print(f"decode-only limit: {limit['fps']:g} frames/s on {limit['workers']} core(s) = "
               f"{limit['streams']:g} real-time streams", file=out)

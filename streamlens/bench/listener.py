@@ -2,8 +2,10 @@
 
 It is what a user's consumer is: a plain pyzmq SUB socket in another process, connected to the
 pipeline's zmq sink, subscribed to `frame.`, `eos.` and `stats.`. For every frame message it keeps
-the stream, the frame index, the frame's `ts` (when the frame became available), the wall clock at
-receipt (`time.time()`, taken before the payload is decoded) and whether it was a keyframe. It
+the stream, the frame index, its `pts`, the frame's `ts` (when the frame became available), the
+wall clock at receipt (`time.time()`, taken before the payload is decoded), whether it was a
+keyframe, its boxes as `[x1, y1, x2, y2, cls]` rows (the bench scores them against detecting every
+frame) and its `detected_frame` when the message has one (else None). It
 keeps each stream's last `stats` message and its `eos`, and counts messages lost on the way (gaps
 in `seq`). It ends when every expected stream has sent its `eos`, at `--deadline-s`, or on SIGTERM
 or SIGINT, and then writes everything as one JSON object to `--out` (the bench's trial reads it).
@@ -46,7 +48,8 @@ def listen(endpoint: str, streams: list[str], deadline_s: float) -> dict:
     for prefix in TOPICS:
         sock.subscribe(prefix)
     sock.connect(endpoint)
-    data = {name: {"frame": [], "ts": [], "recv": [], "key": [], "lost": 0, "stats": None, "eos": None}
+    data = {name: {"frame": [], "pts": [], "ts": [], "recv": [], "key": [], "boxes": [], "det": [], "lost": 0,
+                   "stats": None, "eos": None}
             for name in streams}
     next_seq: dict[str, int] = {}
     ended: set[str] = set()
@@ -83,6 +86,9 @@ def listen(endpoint: str, streams: list[str], deadline_s: float) -> dict:
                 entry["ts"].append(message["ts"])
                 entry["recv"].append(received)
                 entry["key"].append(1 if message.get("keyframe") else 0)
+                entry["pts"].append(message.get("pts"))
+                entry["boxes"].append([o["box"] + [o.get("cls", -1)] for o in message.get("objects") or ()])
+                entry["det"].append(message.get("detected_frame"))
             elif kind == "stats":
                 entry["stats"] = message
             elif kind == "eos":

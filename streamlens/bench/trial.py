@@ -20,8 +20,12 @@ every stream; the keyframe rate is the fraction of counted frames published with
 (a keyframe whose detections missed the budget goes out without them: the pipeline counts it in
 `late_keyframes`, reported for the whole run with the pipeline's other counters).
 
-A trial passes when every stream kept at least `min_kept` of its frames and the p95 latency is at
-most the budget.
+With the clip's `Reference` each stream's received frames in the window are also scored against
+detecting every frame (`streamlens.bench.accuracy`: F1, new-object waits) and its detection delay
+is measured. A trial passes when every stream kept at least `min_kept` of its frames, the p95
+latency is at most the budget and every stream's F1 is at least `min_f1` (`passes`).
+`run_hold_trial` runs the plain baseline (`streamlens.bench.hold`) in the pipeline's place,
+measured and judged the same way.
 
 Example:
     >>> trial = measure({"s0": {"frame": [0, 1, 2, 4], "ts": [0.0, 1.0, 2.0, 3.0],
@@ -44,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from ..metrics import nearest_rank
+from .accuracy import combine, detection_delays, score_stream, spread
 from .listener import TOPICS
 from .runner import MARKER
 
@@ -82,16 +87,31 @@ def _percentiles(values: np.ndarray) -> dict:
     return {**out, "max": round(float(ordered[-1]), 2)}
 
 
-def measure(streams: dict, k: int, warmup: float, seconds: float) -> dict:
+def _late_estimate(stats: dict | None) -> dict | None:
+    """From a stream's last `stats` message: decode + queue + batch + detect, p50s added and p95s
+    added (its batch and detect cover the last 64 keyframes back from the detector, late ones
+    included): a rough figure for how late a keyframe's detections are applied, in ms."""
+    stages = (stats or {}).get("stages_ms") or {}
+    parts = [stages.get(name) or {} for name in ("decode", "queue", "batch", "detect")]
+    if not all("p50" in part and "p95" in part for part in parts):
+        return None
+    return {q: round(sum(part[q] for part in parts), 2) for q in ("p50", "p95")}
+
+
+def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None) -> dict:
     """kept, latency and keyframe rate in the measured window, from the subscriber's records
-    (`{stream: {"frame": [...], "ts": [...], "recv": [...], "key": [...]}}`; see the module docs)."""
+    (`{stream: {"frame": [...], "ts": [...], "recv": [...], "key": [...]}}`; see the module docs).
+    With a `Reference` (and records holding `pts`, `boxes` and `det`, as the listener writes them)
+    also the accuracy of each stream and of all (`streamlens.bench.accuracy`)."""
     firsts = [s["ts"][0] for s in streams.values() if s["ts"]]
     if not firsts:
         return {"frames": 0, "kept": 0.0, "kept_min": 0.0, "latency_ms": _percentiles(np.empty(0)),
-                "keyframe_rate": None, "streams": {}}
+                "keyframe_rate": None, "streams": {},
+                "accuracy": None if reference is None else combine({}),
+                "detection_delay_ms": None}
     start = min(firsts) + warmup
     end = start + seconds
-    per_stream, latencies, received, spans, keys = {}, [], 0, 0, 0
+    per_stream, latencies, received, spans, keys, delays, methods = {}, [], 0, 0, 0, [], set()
     for name, s in streams.items():
         ts = np.asarray(s["ts"], dtype=np.float64)
         inside = (ts >= start) & (ts < end)
@@ -106,10 +126,32 @@ def measure(streams: dict, k: int, warmup: float, seconds: float) -> dict:
         received += n
         spans += span
         keys += per_stream[name]["keyframes"]
+        if "det" in s:
+            found, method = detection_delays(s["frame"], s["ts"], s["recv"], s["key"], s["det"], start, end)
+            delays += found
+            methods.add(method)
+            per_stream[name]["detection_delay_ms"] = {**spread(found), "n": len(found), "method": method}
+        if reference is not None and n:
+            picked = np.flatnonzero(inside)
+            per_stream[name]["accuracy"] = score_stream(frames.tolist(), [s["pts"][i] for i in picked],
+                                                        [s["boxes"][i] for i in picked], reference)
     kept = [per_stream.get(name, {"kept": 0.0})["kept"] for name in stream_names(k)] if k else [0.0]
-    return {"frames": received, "kept": round(received / spans, 4) if spans else 0.0,
-            "kept_min": min(kept), "latency_ms": _percentiles(np.concatenate(latencies)),
-            "keyframe_rate": round(keys / received, 4) if received else None, "streams": per_stream}
+    out = {"frames": received, "kept": round(received / spans, 4) if spans else 0.0,
+           "kept_min": min(kept), "latency_ms": _percentiles(np.concatenate(latencies)),
+           "keyframe_rate": round(keys / received, 4) if received else None, "streams": per_stream}
+    if reference is not None:
+        scored = {name: st["accuracy"] for name, st in per_stream.items() if "accuracy" in st}
+        out["accuracy"] = combine(scored)
+        if any(name not in scored for name in stream_names(k)):
+            out["accuracy"]["f1_min"] = 0.0  # a stream that delivered nothing in the window
+    out["detection_delay_ms"] = ({**spread(delays), "n": len(delays), "method": " + ".join(sorted(methods))}
+                                 if methods else None)
+    if methods == {"keyframes in time"}:
+        estimates = [_late_estimate(s.get("stats")) for s in streams.values()]
+        estimates = [e for e in estimates if e]
+        out["detection_delay_ms"]["late_keyframes_estimate"] = (
+            {q: max(e[q] for e in estimates) for q in ("p50", "p95")} if estimates else None)
+    return out
 
 
 class TrialFailed(Exception):
@@ -136,19 +178,18 @@ def _end(proc: subprocess.Popen, grace_s: float) -> None:
         proc.wait()
 
 
-def run_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds: float, budget_ms: float,
-              min_kept: float, sink_options: dict | None = None, debug: bool = False) -> dict:
-    """Run one trial with `k` streams; its figures as a dict (see `measure`), with `passed`.
-    Raises `TrialFailed` when the pipeline process fails; KeyboardInterrupt ends both children."""
+def _run_with_listener(k: int, command: list[str], what: str, deadline: float) -> tuple[dict, dict]:
+    """Start the listener for `k` streams, then `command` (its endpoint already in it, as the last
+    `{endpoint}` placeholder filled here), wait for both; (the producer's report, what was heard).
+    Raises `TrialFailed`."""
+    python = sys.executable
     port = free_port()
     endpoint = f"tcp://127.0.0.1:{port}"
-    overrides = trial_overrides(video, k, endpoint, sink_options)
-    python = sys.executable
+    command = [part.replace("{endpoint}", endpoint) for part in command]
     with tempfile.TemporaryDirectory(prefix="streamlens-bench-") as tmp:
         folder = Path(tmp)
         listen_out = folder / "listener.json"
         listen_err, run_err, run_out = (folder / name for name in ("listener.err", "runner.err", "runner.out"))
-        deadline = STARTUP_S + warmup + seconds + DRAIN_S
         children: list[subprocess.Popen] = []
         try:
             with open(listen_err, "w") as lerr:
@@ -156,23 +197,21 @@ def run_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds: floa
                     [python, "-m", "streamlens.bench.listener", endpoint, "--streams", *stream_names(k),
                      "--deadline-s", str(deadline), "--out", str(listen_out)],
                     stdout=subprocess.DEVNULL, stderr=lerr))
-            command = [python, "-m", "streamlens.bench.runner", str(pipeline), "--overrides", json.dumps(overrides),
-                       "--warmup", str(warmup), "--seconds", str(seconds), "--startup-s", str(STARTUP_S)]
             with open(run_out, "w") as rout, open(run_err, "w") as rerr:
-                children.append(subprocess.Popen(command + (["--debug"] if debug else []), stdout=rout, stderr=rerr))
+                children.append(subprocess.Popen(command, stdout=rout, stderr=rerr))
             runner, listener = children[1], children[0]
             try:
                 runner.wait(deadline)
             except subprocess.TimeoutExpired:
                 _end(runner, 10.0)
-                raise TrialFailed(f"{k} stream(s): the pipeline did not end within {deadline:.0f} s") from None
+                raise TrialFailed(f"{k} stream(s): the {what} did not end within {deadline:.0f} s") from None
             report = None
             for line in run_out.read_text(encoding="utf-8", errors="replace").splitlines():
                 if line.startswith(MARKER):
                     report = json.loads(line[len(MARKER):])
             if runner.returncode != 0 or report is None or report.get("status") == "failed":
                 why = (report or {}).get("error") or _last_line(run_err) or f"exit code {runner.returncode}"
-                raise TrialFailed(f"{k} stream(s): the pipeline failed: {why}")
+                raise TrialFailed(f"{k} stream(s): the {what} failed: {why}")
             try:  # every eos is out; the subscriber ends as soon as it has them all
                 listener.wait(10.0)
             except subprocess.TimeoutExpired:
@@ -184,10 +223,21 @@ def run_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds: floa
         finally:
             for child in reversed(children):
                 _end(child, 5.0)
+    return report, heard
+
+
+def passes(trial: dict, budget_ms: float, min_kept: float, min_f1: float) -> bool:
+    """The pass rule: frames came, p95 latency within the budget, every stream kept at least
+    `min_kept` of its frames and, when the trial was scored, every stream's F1 is at least `min_f1`."""
+    p95 = trial["latency_ms"]["p95"]
+    f1 = (trial.get("accuracy") or {}).get("f1_min", 1.0)
+    return bool(trial["frames"] > 0 and p95 is not None and p95 <= budget_ms and trial["kept_min"] >= min_kept
+                and (f1 is None or f1 >= min_f1))
+
+
+def _result(k: int, heard: dict, report: dict, warmup: float, seconds: float, reference) -> dict:
     result = {"k": k, "status": "ok", "error": None}
-    result.update(measure(heard["streams"], k, warmup, seconds))
-    result["passed"] = bool(result["frames"] > 0 and result["latency_ms"]["p95"] is not None
-                            and result["latency_ms"]["p95"] <= budget_ms and result["kept_min"] >= min_kept)
+    result.update(measure(heard["streams"], k, warmup, seconds, reference))
     result["lost_on_zmq"] = sum(s.get("lost", 0) for s in heard["streams"].values())
     result["subscriber"] = {"ended": heard.get("ended"), "timed_out": heard.get("timed_out"),
                             "skipped": heard.get("skipped")}
@@ -202,4 +252,34 @@ def run_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds: floa
     return result
 
 
-__all__ = ["run_trial", "measure", "trial_overrides", "free_port", "TrialFailed", "stream_names"]
+def run_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds: float, budget_ms: float,
+              min_kept: float, min_f1: float = 0.0, reference=None, sink_options: dict | None = None,
+              debug: bool = False) -> dict:
+    """Run one trial with `k` streams; its figures as a dict (see `measure`), with `passed`.
+    Raises `TrialFailed` when the pipeline process fails; KeyboardInterrupt ends both children."""
+    overrides = trial_overrides(video, k, "{endpoint}", sink_options)
+    command = [sys.executable, "-m", "streamlens.bench.runner", str(pipeline), "--overrides", json.dumps(overrides),
+               "--warmup", str(warmup), "--seconds", str(seconds), "--startup-s", str(STARTUP_S)]
+    report, heard = _run_with_listener(k, command + (["--debug"] if debug else []), "pipeline",
+                                       STARTUP_S + warmup + seconds + DRAIN_S)
+    result = _result(k, heard, report, warmup, seconds, reference)
+    result["passed"] = passes(result, budget_ms, min_kept, min_f1)
+    return result
+
+
+def run_hold_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds: float, budget_ms: float,
+                   min_kept: float, min_f1: float = 0.0, reference=None, debug: bool = False) -> dict:
+    """The plain baseline (`streamlens.bench.hold`) with `k` streams, measured and judged as a trial
+    is. Raises `TrialFailed` when it does not run."""
+    command = [sys.executable, "-m", "streamlens.bench.hold", str(pipeline), "--video", str(video),
+               "--streams", *stream_names(k), "--endpoint", "{endpoint}", "--warmup", str(warmup),
+               "--seconds", str(seconds), "--subscribers", str(len(TOPICS))]
+    report, heard = _run_with_listener(k, command + (["--debug"] if debug else []), "hold baseline",
+                                       STARTUP_S + warmup + seconds + DRAIN_S)
+    result = _result(k, heard, report, warmup, seconds, reference)
+    result["late_keyframes"] = None  # it has no keyframes to be late: every frame goes out at once
+    result["passed"] = passes(result, budget_ms, min_kept, min_f1)
+    return result
+
+
+__all__ = ["run_trial", "run_hold_trial", "passes", "measure", "trial_overrides", "free_port", "TrialFailed", "stream_names"]
