@@ -171,6 +171,9 @@ class FrameResult:
     seq: int
     keyframe: bool
     detections: sv.Detections
+    #: the `index` of the newest keyframe of this stream whose detections the tracker had applied
+    #: when these boxes were made (`frame.index` on a keyframe in time), None before the first
+    detected_frame: int | None = None
 
 
 @dataclass(slots=True, eq=False)

@@ -47,6 +47,7 @@ def frame_message(result: FrameResult) -> dict[str, Any]:
         "pts": None if frame.pts is None else round(frame.pts, 6),
         "ts": round(frame.ts, 6),
         "keyframe": result.keyframe,
+        "detected_frame": result.detected_frame,
         "width": frame.width,
         "height": frame.height,
         "objects": objects,

@@ -41,9 +41,10 @@ def sample_frames(n: int, live: bool):
         frames.append(frame)
         if len(frames) == n:
             break
-    now = time.time()
+    now, clock = time.time(), time.monotonic()
     for k, f in enumerate(frames):
         f.ts = now + k / 30 if live else now
+        f.clock = clock + k / 30 if live else clock
     return frames
 
 
@@ -79,6 +80,7 @@ def test_file_stream_waits_for_every_keyframe():
     assert [r.keyframe for r in results] == [k % 5 == 0 for k in range(40)]
     assert lane.deferred_keyframes == 0
     assert sum(detector.calls) == 8
+    assert [r.detected_frame for r in results] == [k - k % 5 for k in range(40)]
     assert all(r.frame.timings["detect"] > 0 for r in results if r.keyframe)
 
 
@@ -98,6 +100,13 @@ def test_live_stream_flows_on_while_the_detector_is_late_and_reanchors():
     # once the detector's speed is known, a keyframe it cannot finish in time does not wait at all
     keyframe_lateness = sorted(t - r.frame.ts for r, t in results[30:] if r.frame.keyframe)
     assert keyframe_lateness[len(keyframe_lateness) // 2] < 0.02, keyframe_lateness
+    # the boxes say which keyframe they rest on: never a later frame, never going back, and the
+    # late keyframes' detections count once they are applied
+    rests = [r.detected_frame for r, _ in results]
+    assert all(d is None or d <= r.frame.index for d, (r, _) in zip(rests, results))
+    assert [d for d in rests if d is not None] == sorted(d for d in rests if d is not None)
+    late_ones = {r.frame.index for r, _ in results if r.frame.keyframe and not r.keyframe}
+    assert late_ones & set(rests)
     # the late detections were not lost: tracks re-anchored on them carry objects later on
     assert sum(len(r.detections) for r, _ in results[45:]) > 0
     ids = {int(i) for r, _ in results for i in r.detections.tracker_id}

@@ -161,6 +161,8 @@ class Lane:
     seq: int = 0
     in_flight: int = 0  # keyframes with the detector now
     since_keyframe: int = 0
+    #: the index of the newest keyframe whose detections the tracker has applied (None: none yet)
+    detected_frame: int | None = None
     open: bool = True
 
 
@@ -246,7 +248,10 @@ class Engine:
         key = id(done.frame)
         if key in lane.late:  # the tracker rewinds to that frame, applies them; the motion since is replayed
             lane.late.discard(key)  # when the inbox is empty, or by the tracker before this stream's next frame
+            stale = getattr(lane.tracker, "stale_updates", 0)
             lane.tracker.update(done.frame, done.detections, catch_up=False)
+            if getattr(lane.tracker, "stale_updates", 0) == stale:  # applied, not too old for its history
+                lane.detected_frame = max(done.frame.index, lane.detected_frame or 0)
         elif lane.open:  # not published yet: its timings are still the engine's to fill in
             done.frame.timings["batch"], done.frame.timings["detect"] = done.batch_ms, done.detect_ms
             lane.ready[key] = done.detections
@@ -269,11 +274,12 @@ class Engine:
             started = time.perf_counter()
             if keyframe:
                 detections = lane.tracker.update(head, lane.ready.pop(id(head)))
+                lane.detected_frame = head.index
             else:
                 detections = lane.tracker.propagate(head)
             head.timings["track"] = (time.perf_counter() - started) * 1000
             head.timings.setdefault("detect", 0.0)
-            self.publish(FrameResult(head, lane.seq, keyframe, detections))
+            self.publish(FrameResult(head, lane.seq, keyframe, detections, lane.detected_frame))
             lane.seq += 1
 
     def _end(self, lane: Lane, end: EndOfStream) -> None:
