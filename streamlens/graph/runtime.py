@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import gc
 import logging
 import queue
 import sys
@@ -70,6 +71,33 @@ ABORT_SINK_GRACE_S = 0.5
 ENDED_STATES = ("ended", "truncated", "stopped", "error")
 #: the causes a stream's frames can be lost to, as counted in `StreamStats.lost` (see `_refresh_drops`)
 LOSS_CAUSES = ("corrupt", "decoder", "inbox", "stale", "shed")
+
+
+#: where PyAV's side data cycle could not be broken, a full garbage collection after this many
+#: published frames (see `_CycleCollector`)
+COLLECT_EVERY_FRAMES = 24
+
+
+class _CycleCollector:
+    """The fallback for a PyAV whose side data cycle `release_side_data` does not know how to break:
+    a decoded picture whose motion vectors were read is then freed only by a full collection,
+    which Python starts too rarely for pictures of megabytes. The engine then runs one after every
+    `every` published frames (each takes milliseconds: a cost paid only on such a PyAV)."""
+
+    def __init__(self, every: int = COLLECT_EVERY_FRAMES):
+        self.every = every
+        self._since = 0
+        self.collections = 0
+
+    def published(self) -> None:
+        mvs = sys.modules.get("streamlens.sources.motion_vectors")  # imported once a source reads vectors
+        if mvs is None or not mvs.SIDE_DATA_CYCLE:
+            return
+        self._since += 1
+        if self._since >= self.every:
+            self._since = 0
+            self.collections += 1
+            gc.collect()
 
 
 def file_credits(interval: int, max_batch: int) -> int:
@@ -287,6 +315,7 @@ class Pipeline:
         self._inbox = Channel(config.runtime.queue_size, "inbox")
         self._credits = Credits(file_credits(longest_gap(config.keyframes), config.detector.max_batch))
         self._credited = {s.name for s in config.sources if not s.live}
+        self._collector = _CycleCollector() if config.tracker.motion == "mv" else None
         self._opening: list[Sink] = []  # sinks whose open() may wait (for subscribers): stop() ends it
         self.http_port: int | None = None  # where /metrics and /healthz listen, once running
         self._engine: Engine | None = None
@@ -661,6 +690,8 @@ class Pipeline:
             st.count(item)
             if st.name in self._credited:
                 self._credits.release(st.name)
+            if self._collector is not None:
+                self._collector.published()
         else:
             self._refresh_drops()
             capped = any(s.max_fps for s in self.config.sources if s.name == st.name)

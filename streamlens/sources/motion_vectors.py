@@ -14,6 +14,8 @@ Example:
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 from numba import njit
 
@@ -29,11 +31,67 @@ MV_DTYPE = np.dtype({"names": ["source", "w", "h", "src_x", "src_y", "dst_x", "d
 def frame_motion_vectors(frame, distance: int = 1) -> np.ndarray | None:
     """A decoded `av.VideoFrame`'s `MOTION_VECTORS` side data in `Frame.motion_vectors`' layout, or
     None (an I-frame, or a decoder opened without `flags2=+export_mvs`). `distance`: see
-    `ReferenceDistance`."""
-    side_data = frame.side_data.get("MOTION_VECTORS")
-    if side_data is None:
-        return None
-    return vectors_from_side_data(side_data.to_ndarray(), distance)
+    `ReferenceDistance`. The frame's side data cannot be read again afterwards (see
+    `release_side_data`)."""
+    container = frame.side_data
+    side_data = container.get("MOTION_VECTORS")
+    vectors = None if side_data is None else vectors_from_side_data(side_data.to_ndarray(), distance)
+    del side_data
+    release_side_data(frame, container)
+    return vectors
+
+
+def release_side_data(frame, container) -> bool:
+    """Break the reference cycle PyAV makes when a frame's side data is read, so that the decoded
+    picture is freed as soon as the last reference to the frame goes; True if it was broken.
+
+    PyAV (up to 18.1 at least) caches the `SideDataContainer` on the frame, and the container, and
+    each side data in it, points back at the frame. Only Python's cycle collector frees such a
+    frame, and it runs rarely: it counts objects, not the megabytes a picture holds, so hundreds of
+    decoded pictures piled up (about 250 MB a pass of a 720p clip). Here the container's list and
+    dict of side data are emptied and its pointer to the frame is set to None. That pointer is a
+    C field the container does not expose: it is written only where the container's layout is the
+    one checked here (the frame at the first field, then a list and a dict); elsewhere nothing is
+    touched and False is returned, and the runtime then collects cycles itself (`SIDE_DATA_CYCLE`).
+    """
+    global SIDE_DATA_CYCLE
+    base = id(container)
+    if not _container_layout_known(type(container)):
+        SIDE_DATA_CYCLE = True
+        return False
+    fields = [ctypes.c_void_p.from_address(base + _OBJECT_HEAD + k * _POINTER).value for k in range(3)]
+    if fields[0] != id(frame):
+        SIDE_DATA_CYCLE = True
+        return False
+    by_index = ctypes.cast(fields[1], ctypes.py_object).value
+    by_type = ctypes.cast(fields[2], ctypes.py_object).value
+    if type(by_index) is not list or type(by_type) is not dict:
+        SIDE_DATA_CYCLE = True
+        return False
+    by_index.clear()  # the side data objects, each pointing at the frame, go
+    by_type.clear()
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(None))
+    ctypes.c_void_p.from_address(base + _OBJECT_HEAD).value = id(None)
+    ctypes.pythonapi.Py_DecRef(ctypes.py_object(frame))  # the reference the container held
+    return True
+
+
+#: True once a frame's side data could not be released (an unknown PyAV layout): the reference
+#: cycles stay, and a pipeline reading motion vectors collects them itself (graph/runtime.py)
+SIDE_DATA_CYCLE = False
+_POINTER = ctypes.sizeof(ctypes.c_void_p)
+_OBJECT_HEAD = 2 * _POINTER  # a PyObject's reference count and type
+_layouts: dict[type, bool] = {}
+
+
+def _container_layout_known(kind: type) -> bool:
+    """Whether PyAV's side data container class holds the frame, a list and a dict, in that
+    order, right after the object's head, and nothing more (its C base class's size)."""
+    known = _layouts.get(kind)
+    if known is None:
+        base = next((k for k in kind.__mro__ if k.__name__ == "_SideDataContainer"), None)
+        known = _layouts[kind] = base is not None and base.__basicsize__ == _OBJECT_HEAD + 3 * _POINTER
+    return known
 
 
 def vectors_from_side_data(raw: np.ndarray, distance: int = 1) -> np.ndarray:
