@@ -59,8 +59,9 @@ def summary(report: RunReport) -> str:
     """The table printed when a run ends. `late`: keyframes whose detections came after the frame
     had to go out (they were applied to the tracks afterwards); `dropped`: frames lost anywhere,
     of which `shed` by the budget controller; `p95 ms`: from a frame becoming available to its
-    publication, over the last frames; `state`: how the stream ended. Under the table, a line for
-    each stream that lost anything, by cause, and for each whose input was truncated."""
+    publication, over the last frames; `state`: how the stream ended (`truncated`: the command
+    then names the input in an error line). Under the table, a line for each stream that lost
+    anything, by cause, or whose detections came back too late to apply."""
     rows = [f"{'stream':<12} {'frames':>7} {'keyframes':>9} {'late':>5} {'objects':>8} {'dropped':>7} "
             f"{'shed':>6} {'p95 ms':>7} {'wall s':>7} {'fps':>7}  state"]
     for st in report.streams:
@@ -73,7 +74,6 @@ def summary(report: RunReport) -> str:
             rows.append(f"{st.name} lost: {causes}")
         if st.discarded_detections:
             rows.append(f"{st.name}: {st.discarded_detections} keyframes' detections came back too late to apply")
-    rows += [f"truncated: {line}" for line in report.incomplete]
     if report.control_actions:
         rows.append(f"budget controller: {report.control_steps} steps, ended on rung {report.control_level}"
                     f" (last: {report.control_actions[-1]})")
