@@ -82,10 +82,9 @@ def main() -> int:
                     f"{', '.join(format(r['peak_mb'], '.0f') for r in runs)} | "
                     f"{statistics.median(r['wall_s'] for r in runs):.1f} | {runs[0]['lines']} | "
                     f"{', '.join(str(r['exit']) for r in runs)} |")
-    baseline = f" against `--baseline {args.baseline}`" if args.baseline else ""
     text = (f"# Peak memory on a long file with a slow detector\n\n"
             f"Command: `python tools/bench_memory.py{' --baseline ' + str(args.baseline) if args.baseline else ''}"
-            f" --repeats {args.repeats}`{baseline}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+            f" --repeats {args.repeats}`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
             f"{platform.machine()} with {os.cpu_count()} CPUs, Python {platform.python_version()}.\n\n"
             f"Pipeline: {CLIP.name} (1920x1080, 897 frames), YOLOX-Nano (`resize: bucket`) on every frame, no "
             f"tracker, one JSONL sink; realtime mode and `--bulk`. Peak RSS of the `streamlens run` process "
