@@ -33,8 +33,7 @@ import time
 
 import zmq
 
-from ..errors import StreamlensError
-from .runner import MARGIN_S, MARKER
+from .runner import MARGIN_S, report
 
 
 def _objects(detections, names: dict) -> list[dict]:
@@ -157,18 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--subscribers", type=int, default=3, help="subscriptions to wait for (default 3)")
     p.add_argument("--debug", action="store_true", help="tracebacks")
     args = p.parse_args(argv)
-    try:
-        result = run(args.pipeline, args.video, args.streams, args.endpoint, args.warmup, args.seconds,
-                     args.subscribers)
-    except StreamlensError as e:
-        if args.debug:
-            raise
-        result = {"status": "failed", "error": str(e), "wall_s": 0.0, "streams": []}
-    print(MARKER + json.dumps(result), flush=True)
-    if result["status"] == "failed":
-        print(f"streamlens bench: hold baseline failed: {result['error']}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+    return report(lambda: run(args.pipeline, args.video, args.streams, args.endpoint, args.warmup, args.seconds,
+                              args.subscribers), "hold baseline", args.debug)
 
 
 if __name__ == "__main__":

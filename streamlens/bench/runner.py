@@ -103,15 +103,23 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    return report(lambda: run(args.pipeline, json.loads(args.overrides), args.warmup, args.seconds, args.startup_s),
+                  "pipeline", args.debug)
+
+
+def report(trial, what: str, debug: bool) -> int:
+    """Run a trial child's `trial()` and print its result after `MARKER` for the bench to read; a
+    `StreamlensError` (a ConfigError too: the bench validated the file first) is a failed result and
+    one line on stderr. The exit code: 0 done, 1 failed."""
     try:
-        result = run(args.pipeline, json.loads(args.overrides), args.warmup, args.seconds, args.startup_s)
-    except StreamlensError as e:  # ConfigError included: the bench validated the file first
-        if args.debug:
+        result = trial()
+    except StreamlensError as e:
+        if debug:
             raise
         result = {"status": "failed", "error": str(e), "wall_s": 0.0, "streams": []}
     print(MARKER + json.dumps(result), flush=True)
     if result["status"] == "failed":
-        print(f"streamlens bench: pipeline failed: {result['error']}", file=sys.stderr, flush=True)
+        print(f"streamlens bench: {what} failed: {result['error']}", file=sys.stderr, flush=True)
         return 1
     return 0
 
