@@ -69,8 +69,6 @@ ABORT_JOIN_S = 10.0
 ABORT_SINK_GRACE_S = 0.5
 #: the states of a stream that has ended: `StreamEnd.reason` ("end" shown as "ended")
 ENDED_STATES = ("ended", "truncated", "stopped", "error")
-#: the causes a stream's frames can be lost to, as counted in `StreamStats.lost` (see `_refresh_drops`)
-LOSS_CAUSES = ("corrupt", "decoder", "inbox", "stale", "shed")
 
 
 #: where PyAV's side data cycle could not be broken, a full garbage collection after this many
@@ -90,12 +88,12 @@ class _CycleCollector:
         self.collections = 0
 
     def published(self) -> None:
-        mvs = sys.modules.get("streamlens.sources.motion_vectors")  # imported once a source reads vectors
-        if mvs is None or not mvs.SIDE_DATA_CYCLE:
-            return
         self._since += 1
-        if self._since >= self.every:
-            self._since = 0
+        if self._since < self.every:
+            return
+        self._since = 0
+        mvs = sys.modules.get("streamlens.sources.motion_vectors")  # imported once a source reads vectors
+        if mvs is not None and mvs.SIDE_DATA_CYCLE:
             self.collections += 1
             gc.collect()
 
@@ -134,7 +132,7 @@ class StreamStats:
     deferred_keyframes: int = 0
     #: keyframes whose detections came back too late for the tracker to apply (older than its history)
     discarded_detections: int = 0
-    #: frames (and packets, `corrupt`) lost by cause: see `LOSS_CAUSES`
+    #: frames (and packets, `corrupt`) lost by cause: see `Pipeline._refresh_drops`
     lost: dict = field(default_factory=dict)
     #: how the stream ended (end, truncated, stopped, error) and what went wrong, once it has
     reason: str | None = None
