@@ -175,7 +175,7 @@ def pipeline_yaml(files: int, camera_urls: list[str], http_port: int, zmq_port: 
                     "keyframes: {interval: 5, adaptive: true, max_interval: 15}\ntracker: {motion: mv}\n")
     else:
         detector = "detector: {backend: motion}\nkeyframes: {interval: 5}\ntracker: {motion: mv}\n"
-    return (f"sources:\n" + "\n".join(sources) + "\n" + detector
+    return ("sources:\n" + "\n".join(sources) + "\n" + detector
             + f"runtime: {{http: {{port: {http_port}}}}}\n"
             + f'sinks:\n  - {{type: zmq, endpoint: "tcp://127.0.0.1:{zmq_port}"}}\n')
 
