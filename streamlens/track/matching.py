@@ -34,6 +34,28 @@ def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return overlap / np.maximum(union, 1e-9)
 
 
+def buffered_iou(a: np.ndarray, b: np.ndarray, grow: np.ndarray) -> np.ndarray:
+    """`box_iou` with both boxes of every pair grown on every side by `grow` of their own width and
+    height, one value per box of `a` `(N,)` (C-BIoU, Yang et al. 2023): boxes near each other overlap.
+
+    Example:
+        >>> a, b = np.array([[0, 0, 10, 10]]), np.array([[12, 0, 22, 10]])
+        >>> buffered_iou(a, b, np.array([0.0])).tolist(), buffered_iou(a, b, np.array([0.25])).round(3).tolist()
+        ([[0.0]], [[0.111]])
+    """
+    a = np.asarray(a, dtype=np.float64).reshape(-1, 4)
+    b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
+    grow = np.asarray(grow, dtype=np.float64).reshape(-1, 1, 1)
+    a_size, b_size = a[:, 2:] - a[:, :2], b[:, 2:] - b[:, :2]
+    a = np.concatenate([a[:, :2] - grow[:, 0] * a_size, a[:, 2:] + grow[:, 0] * a_size], axis=1)  # (N, 4)
+    b = np.concatenate([b[None, :, :2] - grow * b_size, b[None, :, 2:] + grow * b_size], axis=2)  # (N, M, 4)
+    width = np.minimum(a[:, None, 2], b[..., 2]) - np.maximum(a[:, None, 0], b[..., 0])
+    height = np.minimum(a[:, None, 3], b[..., 3]) - np.maximum(a[:, None, 1], b[..., 1])
+    overlap = np.maximum(width, 0) * np.maximum(height, 0)
+    union = ((a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1]))[:, None] + (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1]) - overlap
+    return overlap / np.maximum(union, 1e-9)
+
+
 def match_by_iou(similarity: np.ndarray, min_iou: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The assignment of rows (tracks) to columns (detections) with the largest total similarity,
     keeping only pairs with similarity >= `min_iou`.

@@ -48,9 +48,10 @@ out). `confidence` is the score of the last detection matched; ids start at 1 an
 within a stream.
 
 The thresholds default to ByteTrack's MOT17 settings, for detections reported down to a score of 0.1
-(MOTChallenge's public detections), but for the confident and new-track scores and the overlap a
-new track carried by prediction alone needs on its second keyframe (chosen by leave-one-out on
-MOTChallenge sequences, see the constants). In a pipeline, `build_tracker` sets the confident and new-track scores to the detector's
+(MOTChallenge's public detections), but for the confident and new-track scores, the overlap a new
+track carried by prediction alone needs on its second keyframe, the buffer such boxes are compared
+with, and how long a lost track waits (chosen by leave-one-out on MOTChallenge sequences, see the
+constants). In a pipeline, `build_tracker` sets the confident and new-track scores to the detector's
 own `conf` (every box the detector reports counts).
 
 Example:
@@ -79,7 +80,7 @@ from .base import MIN_BOX_PX, Tracker, clip_to_frame
 from .history import FrameHistory, FrameStep
 from .kalman import BoxKalmanFilter, xywh_to_xyxy, xyxy_to_xywh
 from .kernels import warm_up
-from .matching import box_iou, match_by_iou
+from .matching import box_iou, buffered_iou, match_by_iou
 from .motion import MotionModel, build_motion
 from .tracks import CONFIRMED, LOST, REMOVED, TENTATIVE, TrackTable
 
@@ -103,8 +104,17 @@ TENTATIVE_MATCH_IOU = 0.3
 #: keyframe asks only for some overlap (chosen by leave-one-out on MOTChallenge; 0.3 drops walking
 #: people at longer keyframe intervals). With flow or mv its box followed the object: 0.3 holds.
 BLIND_TENTATIVE_MATCH_IOU = 0.1
-#: how long a lost track waits to be found again (ByteTrack: 30 frames at 30 fps)
-LOST_S = 1.0
+#: with a motion model that sees no pixels, a track's box is compared with a detection only after
+#: both are grown on every side by this share of their size per second since the track was last
+#: matched (buffered IoU): a box carried by prediction alone is off by more the longer it was carried,
+#: so at longer keyframe intervals a track finds its own object's box, not a new track. Confirmed
+#: and tentative tracks; lost ones are not grown (they claimed other objects' boxes at interval 1).
+#: Chosen by leave-one-out on MOTChallenge (tools/results/track_mot.md).
+BLIND_BUFFER_PER_S = 0.25
+#: how long a lost track waits to be found again (ByteTrack: 30 frames at 30 fps; 2 s chosen by
+#: leave-one-out on MOTChallenge, tools/results/track_mot.md: people hidden behind others for longer
+#: than a second are found again)
+LOST_S = 2.0
 #: how long a track missed on a keyframe stays on screen, carried by motion (see the module's docs):
 #: about a dozen frames at 30 fps, enough to bridge a detector's blink on a keyframe at the usual
 #: intervals, short enough that a box carried by prediction alone (no pixels, a moving camera) has
@@ -369,14 +379,20 @@ class KeyframeTracker(Tracker):
         first_keyframe = self._last_corrected is None and len(tracks) == 0
         states = tracks.states
         was_confirmed = states == CONFIRMED
-        iou = box_iou(xywh_to_xyxy(tracks.means[:, :4]), found.boxes)
+        boxes = xywh_to_xyxy(tracks.means[:, :4])
+        iou = box_iou(boxes, found.boxes)
         weighted = iou * found.scores[None, :]  # a less sure detection needs more overlap
+        if self.motion.sees_pixels:
+            buffered = weighted
+        else:  # grown by how long prediction carried the box (see BLIND_BUFFER_PER_S)
+            grow = np.where(states == LOST, 0.0, BLIND_BUFFER_PER_S * (now - tracks.last_seen))
+            buffered = buffered_iou(boxes, found.boxes, grow) * found.scores[None, :]
         high = np.flatnonzero(found.scores >= self.high_score)
         low = np.flatnonzero((found.scores >= self.low_score) & (found.scores < self.high_score))
 
         # 1. confident detections against confirmed and lost tracks
         pool = np.flatnonzero(was_confirmed | (states == LOST))
-        pairs, pool_left, high_left = match_by_iou(weighted[np.ix_(pool, high)], self.match_iou)
+        pairs, pool_left, high_left = match_by_iou(buffered[np.ix_(pool, high)], self.match_iou)
         rows, cols = [pool[pairs[:, 0]]], [high[pairs[:, 1]]]
         # 2. weak detections keep the remaining confirmed tracks alive
         alive = pool[pool_left][was_confirmed[pool[pool_left]]]
@@ -386,7 +402,7 @@ class KeyframeTracker(Tracker):
         # 3. tentative tracks get a second chance against the confident detections left
         tentative = np.flatnonzero(states == TENTATIVE)
         high = high[high_left]
-        pairs, _, high_left = match_by_iou(weighted[np.ix_(tentative, high)], self.tentative_match_iou)
+        pairs, _, high_left = match_by_iou(buffered[np.ix_(tentative, high)], self.tentative_match_iou)
         rows.append(tentative[pairs[:, 0]])
         cols.append(high[pairs[:, 1]])
         high = high[high_left]
