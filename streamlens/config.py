@@ -134,6 +134,11 @@ class KeyframeConfig:
     interval: int = 1
     adaptive: bool = False
     max_interval: int = 15
+    #: live streams share one schedule by worth (keyframes.KeyframeChooser); False: each its own
+    shared: bool = True
+    #: shared: the fewest frames between two keyframes of a stream (1: the detector may take every
+    #: frame when it has the time)
+    min_interval: int = 1
 
 
 @dataclass(slots=True)
@@ -485,14 +490,19 @@ def _detector_input(node: Any, problems: _Problems) -> dict[str, Any] | None:
 
 
 def _keyframes(node: Any, problems: _Problems) -> KeyframeConfig:
-    sec = _Section(node, "keyframes", ("interval", "adaptive", "max_interval"), problems)
+    sec = _Section(node, "keyframes", ("interval", "adaptive", "max_interval", "shared", "min_interval"),
+                   problems)
     cfg = KeyframeConfig(
         interval=sec.get("interval", int, 1, minimum=1),
         adaptive=sec.get("adaptive", bool, False),
+        shared=sec.get("shared", bool, True),
     )
     cfg.max_interval = sec.get("max_interval", int, max(15, cfg.interval), minimum=1)
     if cfg.max_interval < cfg.interval:
         problems.add("keyframes.max_interval", f"must be >= keyframes.interval ({cfg.interval})")
+    cfg.min_interval = sec.get("min_interval", int, 1, minimum=1)
+    if cfg.min_interval > cfg.interval:
+        problems.add("keyframes.min_interval", f"must be <= keyframes.interval ({cfg.interval})")
     return cfg
 
 
@@ -603,7 +613,7 @@ def apply_bulk_mode(cfg: PipelineConfig, data: dict, problems: _Problems) -> Non
         if src.loop:
             problems.add(f"sources[{i}].loop", "runtime.mode bulk reads each file once; remove loop")
         src.live = False
-    cfg.keyframes.interval, cfg.keyframes.adaptive = 1, False
+    cfg.keyframes.interval, cfg.keyframes.adaptive, cfg.keyframes.min_interval = 1, False, 1
     detector = data.get("detector") if isinstance(data.get("detector"), dict) else {}
     if "max_batch" not in detector:
         cfg.detector.max_batch = BULK_MAX_BATCH

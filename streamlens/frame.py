@@ -52,7 +52,7 @@ class Frame:
     """
 
     __slots__ = ("stream", "index", "pts", "ts", "_image", "_decoded", "_size", "timings", "motion_vectors",
-                 "keyframe", "prepared", "observed", "submitted", "clock")
+                 "keyframe", "prepared", "observed", "submitted", "clock", "scene_cut")
 
     def __init__(self, stream: str, index: int, pts: float | None, ts: float, image: np.ndarray | None = None,
                  timings: dict[str, float] | None = None, motion_vectors: np.ndarray | None = None,
@@ -72,6 +72,8 @@ class Frame:
         self.motion_vectors = motion_vectors
         #: whether the detector is to run on this frame (set by the keyframe schedule)
         self.keyframe = keyframe
+        #: whether the source found this frame a scene cut (live streams of a shared schedule)
+        self.scene_cut = False
         #: the detector's input made ahead by `Detector.prepare` on the decode thread (else None); it
         #: lives and dies with the frame, so a frame dropped before detection holds nothing elsewhere
         self.prepared = prepared

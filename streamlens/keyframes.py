@@ -12,6 +12,11 @@ order (`build_scheduler` picks one from the `keyframes` section of a pipeline fi
 Both have a `stretch` factor (1.0) on their intervals: the budget controller widens the intervals of
 live streams with it when the machine falls behind (see `streamlens.graph.control`).
 
+Files use those per-stream schedules: their keyframes are the same on every run. Live streams
+(`keyframes.shared: true`, the default) share one `KeyframeChooser` instead, in the engine: the
+detector is the scarce resource, so whenever it is about to be free the stream whose next keyframe
+is worth most gets it, and no keyframe queues behind a busy detector.
+
 Example:
     >>> s = KeyframeScheduler(interval=3, offset=1)
     >>> [s.is_keyframe() for _ in range(8)]
@@ -21,6 +26,8 @@ Example:
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
@@ -34,6 +41,15 @@ MIN_CONFIDENCE = 0.5
 MAX_UNTRACKED_MOTION = 0.03
 #: adaptive: after a keyframe that found nothing new and lost nothing, the interval grows by this factor
 STRETCH = 1.5
+#: shared schedule: the tracker's signals raise a stream's worth at most this many times over
+MAX_URGENCY = 4.0
+#: shared schedule: a stream with no frame for this many of its frame periods (a camera that
+#: stalled) does not hold the detector back from the others
+STALL_PERIODS = 3.0
+#: shared schedule: another stream's frame expected up to this share of its frame period after the
+#: detector would start still counts against the frame in hand (frames of several cameras come in
+#: bursts a few milliseconds wide; waiting that long for a better one costs the detector little)
+ARRIVAL_SLACK = 0.25
 #: scene cuts: the mean absolute difference (0-255) of two consecutive thumbnails that counts as a cut
 CUT_DIFFERENCE = 30.0
 #: scene cuts: about how many pixels wide the thumbnail is
@@ -212,6 +228,183 @@ def _thumbnail(grey: np.ndarray) -> np.ndarray:
     width = min(THUMBNAIL_WIDTH, grey.shape[1])
     height = max(1, round(grey.shape[0] * width / grey.shape[1]))
     return cv2.resize(np.ascontiguousarray(grey), (width, height), interpolation=cv2.INTER_AREA).astype(np.float32)
+
+
+@dataclass(eq=False)
+class _Shared:
+    """One stream's state in a `KeyframeChooser`."""
+
+    period_s: float
+    current: float  # frames between keyframes while the scene stays as it is (adaptive: stretched)
+    since: int | None = None  # frames offered since its last keyframe (None: none yet)
+    in_flight: bool = False  # its last keyframe is with the detector
+    overdue: bool = False  # it is past its interval and has not been served yet
+    seen: float = -math.inf  # when its newest frame was offered
+    seen_keyframe: int | None = None
+    untracked_baseline: float = 0.0
+    urgency: float = 1.0  # from its tracking signals, 1 to MAX_URGENCY
+    deferred: int = 0  # times it went past its interval without a keyframe
+
+
+class KeyframeChooser:
+    """One keyframe schedule for the live streams of an engine: which stream's frame goes to the
+    detector next, by what each is worth.
+
+    The engine `offer`s each live frame as it arrives, with its stream's tracking signals (after
+    the stream's previous frame), whether the frame is a scene cut, and how soon the detector
+    could start on it (`start_in_s`: 0 when idle). The frame becomes a keyframe when
+    1. it is its stream's first, or a scene cut (then even if the detector is busy); or
+    2. the detector can start on it within one frame period of its stream, its stream has no
+       keyframe with the detector, at least `min_interval` frames have passed since its stream's
+       last keyframe, and no other stream whose next frame is expected by the time the detector
+       would start (its last frame's time plus its period, less `ARRIVAL_SLACK` of a period) is
+       worth more: a better frame that comes only later would leave the detector idle. A stream
+       that has sent no frame for `STALL_PERIODS` frame periods is not waited for.
+
+    Worth: frames since the stream's last keyframe over its `interval` (1.0: due as a fixed
+    schedule would have it), times an urgency from its tracking signals: confidence under 1
+    (motion no longer follows the tracks: +1 at `MIN_CONFIDENCE`) and untracked motion grown since
+    the last keyframe result (+1 at `MAX_UNTRACKED_MOTION`), at most `MAX_URGENCY` in all. With
+    `adaptive`, a stream whose keyframes find nothing new (no track started, none lost) sees its
+    interval stretched by `STRETCH` per such keyframe, up to `max_interval`, and reset by any other.
+    So the detector runs as often as it can, on the streams that need it first; a busy one never
+    has keyframes waiting in its queue (they would come back stale): a stream past its interval
+    waits for its turn (counted in `deferred`).
+
+    `stretch` (set by the budget controller when the machine falls behind) multiplies both bounds:
+    a stream is due after `interval x stretch` frames and gets no keyframe before
+    `min_interval x stretch` (at least 2 frames apart once stretched), so the detector's load falls
+    gently, and by as much as the controller asks.
+
+    Example:
+        >>> from types import SimpleNamespace as Signals
+        >>> calm = Signals(confidence=1.0, untracked_motion=0.0, births=1, losses=0, keyframe=None)
+        >>> chooser = KeyframeChooser(interval=4)
+        >>> for name in ("a", "b"): chooser.add(name, period_s=1 / 30)
+        >>> [chooser.offer(name, calm, now=0.0) for name in ("a", "b")]   # first frames
+        ['first', 'first']
+        >>> chooser.detected("a"); chooser.detected("b")
+        >>> weak = Signals(confidence=0.5, untracked_motion=0.0, births=1, losses=0, keyframe=None)
+        >>> [chooser.offer(name, signals, now=0.01, start_in_s=0.1)     # the detector is busy
+        ...  for name, signals in (("a", calm), ("b", weak))]
+        ['', '']
+        >>> chooser.worth("a", calm), chooser.worth("b", weak)           # b's tracks drift: b first
+        (0.5, 1.0)
+        >>> chooser.offer("a", calm, now=0.05, others={"b": weak})       # b's next frame is due now
+        ''
+        >>> chooser.offer("b", weak, now=0.05, others={"a": calm})       # before its 4th frame
+        'spare'
+    """
+
+    def __init__(self, interval: int = 1, *, adaptive: bool = False, max_interval: int | None = None,
+                 min_interval: int = 1, min_confidence: float = MIN_CONFIDENCE,
+                 max_untracked_motion: float = MAX_UNTRACKED_MOTION):
+        if interval < 1 or not 1 <= min_interval <= interval:
+            raise ValueError("need 1 <= min_interval <= interval")
+        self.interval, self.min_interval, self.adaptive = interval, min_interval, adaptive
+        self.max_interval = max(interval, max_interval or interval) if adaptive else interval
+        self.min_confidence, self.max_untracked_motion = min_confidence, max_untracked_motion
+        #: a factor on every stream's interval, set by the budget controller (see the class docs)
+        self.stretch = 1.0
+        self._streams: dict[str, _Shared] = {}
+
+    def add(self, name: str, period_s: float) -> None:
+        """A live stream, and the time between its frames (seconds)."""
+        self._streams[name] = _Shared(period_s=period_s, current=float(self.interval))
+
+    def remove(self, name: str) -> None:
+        self._streams.pop(name, None)
+
+    def detected(self, name: str) -> None:
+        """The detector is done with the stream's keyframe (its detections are back, or it failed)."""
+        if name in self._streams:
+            self._streams[name].in_flight = False
+
+    def deferred(self, name: str) -> int:
+        """How many times the stream went past its interval and waited for the detector."""
+        return self._streams[name].deferred if name in self._streams else 0
+
+    def worth(self, name: str, signals=None) -> float:
+        """What detecting the stream's next frame is worth (see the class docs); inf before its first."""
+        s = self._streams[name]
+        if s.since is None:
+            return math.inf
+        if signals is not None:
+            self._learn(s, signals)
+        return (s.since + 1) / s.current * s.urgency
+
+    def offer(self, name: str, signals=None, *, cut: bool = False, start_in_s: float = 0.0,
+              others: dict | None = None, now: float | None = None) -> str:
+        """Whether the stream's frame now arriving is a keyframe: why it is ("first", "scene_cut",
+        "interval" when due, "spare" before its time), or "" when it is not. `signals`: the stream's
+        tracking signals (None: no tracker); `others`: the other streams' signals by name (missing:
+        as learnt from their last offer); `start_in_s`: seconds until the detector could start on
+        a keyframe given now (`math.inf`: it cannot take one)."""
+        now = time.monotonic() if now is None else now
+        s = self._streams[name]
+        s.seen = now
+        worth = self.worth(name, signals)
+        reason = ""
+        if s.since is None:
+            reason = "first"
+        elif cut:
+            reason = "scene_cut"
+        elif not s.in_flight and s.since + 1 >= self._floor(s) and start_in_s <= s.period_s:
+            if worth >= self._best_other(name, others or {}, now, now + start_in_s):
+                reason = "interval" if s.since + 1 >= s.current * self.stretch else "spare"
+        if reason:
+            s.since, s.in_flight, s.overdue = 0, True, False
+            return reason
+        s.since += 1
+        if not s.overdue and s.since >= s.current * self.stretch:
+            s.overdue = True
+            s.deferred += 1
+        return ""
+
+    def _floor(self, s: _Shared) -> float:
+        """The fewest frames between two of a stream's keyframes (scene cuts aside)."""
+        if self.stretch <= 1.0:
+            return self.min_interval
+        return max(2, round(self.min_interval * self.stretch))
+
+    def _best_other(self, name: str, others: dict, now: float, start: float) -> float:
+        """The most any other stream's next frame is worth, of those expected by `start`."""
+        best = 0.0
+        for other, s in self._streams.items():
+            if other == name or s.in_flight or now - s.seen > STALL_PERIODS * s.period_s:
+                continue
+            if s.seen + s.period_s * (1 - ARRIVAL_SLACK) > start:  # it would come after the detector started
+                continue
+            if s.since is not None and s.since + 1 < self._floor(s):
+                continue
+            best = max(best, self.worth(other, others.get(other)))
+        return best
+
+    def _learn(self, s: _Shared, signals) -> None:
+        """The urgency of the stream's signals; once per keyframe result, the adaptive interval."""
+        if signals.keyframe is not None and signals.keyframe != s.seen_keyframe:
+            s.seen_keyframe = signals.keyframe
+            if signals.untracked_motion == signals.untracked_motion:  # not NaN
+                s.untracked_baseline = signals.untracked_motion
+            if self.adaptive and signals.births == 0 and signals.losses == 0:
+                s.current = min(float(self.max_interval), math.ceil(s.current * STRETCH))
+            else:
+                s.current = float(self.interval)
+        boost = 0.0
+        if signals.confidence < 1.0:
+            boost += (1.0 - signals.confidence) / max(1e-6, 1.0 - self.min_confidence)
+        grown = signals.untracked_motion - s.untracked_baseline
+        if grown > 0:  # False for NaN
+            boost += grown / self.max_untracked_motion
+        s.urgency = min(MAX_URGENCY, 1.0 + boost)
+
+
+def build_chooser(cfg: KeyframeConfig) -> KeyframeChooser | None:
+    """The shared schedule of a pipeline file's live streams (None: `keyframes.shared: false`)."""
+    if not cfg.shared:
+        return None
+    return KeyframeChooser(cfg.interval, adaptive=cfg.adaptive, max_interval=cfg.max_interval,
+                           min_interval=cfg.min_interval)
 
 
 def build_scheduler(cfg: KeyframeConfig, offset: int = 0) -> KeyframeScheduler | AdaptiveKeyframeScheduler:

@@ -125,13 +125,17 @@ class _Collector:
                                   labels=["stream", "reason"])
         shed = CounterMetricFamily("streamlens_shed_frames", "Frames the budget controller dropped", labels=label)
         deferred = CounterMetricFamily("streamlens_deferred_keyframes",
-                                       "Keyframes put off while the stream's last one was with the detector",
+                                       "Keyframes put off while the detector was busy (a live stream's last one "
+                                       "still with it, or its turn not yet come)",
                                        labels=label)
         discarded = CounterMetricFamily("streamlens_discarded_detections",
                                         "Keyframes whose detections came back too late for the tracker to apply",
                                         labels=label)
         stretch = GaugeMetricFamily("streamlens_keyframe_stretch",
                                     "Factor the budget controller puts on the keyframe intervals", labels=label)
+        waiting = GaugeMetricFamily("streamlens_keyframe_wait",
+                                    "1 while the stream's keyframes wait for their detections (0: published by "
+                                    "motion, corrected when they come)", labels=label)
         shed_share = GaugeMetricFamily("streamlens_shed_fraction",
                                        "Share of the stream's frames the budget controller drops now", labels=label)
         depth = GaugeMetricFamily("streamlens_queue_depth", "Frames waiting to be processed", labels=label)
@@ -153,6 +157,7 @@ class _Collector:
             discarded.add_metric(v, st.discarded_detections)
             if control is not None and st.name in control.shedders:
                 stretch.add_metric(v, control.stretch)
+                waiting.add_metric(v, 1.0 if control.wait else 0.0)
                 shed_share.add_metric(v, control.shedders[st.name].fraction)
             frames.add_metric(v, st.frames)
             keyframes.add_metric(v, st.keyframes)
@@ -173,7 +178,7 @@ class _Collector:
                 buckets.append(("+Inf", hist.count))
                 family.add_metric(labels, buckets, hist.sum_ms / 1000)
         yield from (frames, keyframes, late, objects, dropped, lost, shed, deferred, discarded, depth, fps, up, ended, stretch,
-                    shed_share, latency, stages, detect)
+                    waiting, shed_share, latency, stages, detect)
 
 
 class MetricsServer:

@@ -53,8 +53,19 @@ def test_ladder_widens_keyframes_then_batches_then_sheds_the_stream_furthest_beh
     # c is dropping; once it is back within budget the next worst, b, gives up frames too
     assert feed(c, clock, {"a": 20, "b": 45, "c": 30}) == ["b: dropping 1 in 8"]
     assert (c.shedders["a"].fraction, c.shedders["b"].fraction, c.shedders["c"].fraction) == (0.0, 0.125, 0.125)
-    assert c.level == 7 and c.state("b") == {"level": 7, "keyframe_stretch": 4.0, "batching": "throughput",
-                                             "shed_fraction": 0.125}
+    assert c.level == 7 and c.state("b") == {"level": 7, "keyframe_stretch": 4.0, "keyframe_wait": True,
+                                             "batching": "throughput", "shed_fraction": 0.125}
+
+
+def test_with_a_shared_schedule_keyframes_first_stop_waiting_and_wait_again_last():
+    """Live streams sharing the detector: the first rung publishes keyframes by motion instead of
+    waiting for their detections (the detector keeps its pace); it is the last given back."""
+    clock = Clock()
+    c = BudgetController(33, ["a"], max_stretch=1.5, settle_s=1, clock=clock, calm_s=3, keyframe_wait=True)
+    assert feed(c, clock, {"a": 50}, seconds=2) == ["keyframes no longer wait", "keyframe intervals x1.5"]
+    assert not c.wait and c.level == 2 and c.state("a")["keyframe_wait"] is False
+    actions = [a for a in feed(c, clock, {"a": 10}, seconds=8) if a]
+    assert actions == ["keyframe intervals x1", "keyframes wait again"] and c.wait and c.level == 0
 
 
 def test_each_step_up_is_given_time_to_work():
@@ -121,7 +132,8 @@ def test_an_impossible_budget_sheds_frames_and_every_one_is_counted(tmp_path):
         tmp_path,
         f"sources:\n{sources}detector: {{backend: motion}}\nkeyframes: {{interval: 2}}\ntracker: {{motion: kalman}}\n"
         "runtime: {budget_ms: 1, max_stretch: 2}\n", "")
-    assert report.control_actions[:3] == ["keyframe intervals x1.5", "keyframe intervals x2", "batching for throughput"]
+    assert report.control_actions[:4] == ["keyframes no longer wait", "keyframe intervals x1.5", "keyframe intervals x2",
+                                          "batching for throughput"]
     assert any("dropping" in a for a in report.control_actions)
     assert sum(st.shed for st in report.streams) > 0
     for st in report.streams:

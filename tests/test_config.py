@@ -405,3 +405,15 @@ def test_a_names_file_is_read_with_the_same_bounds(tmp_path):
     names.write_text(alias_bomb())
     with pytest.raises(DetectorError, match=r"detector\.names: .*names\.yaml: line \d+, column \d+: more than"):
         read_names_file(names)
+
+
+def test_the_shared_keyframe_schedule_is_the_default_and_min_interval_is_checked(tmp_path):
+    path = write(tmp_path, "sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\nkeyframes: {interval: 4}\n")
+    keys = load_pipeline(path).keyframes
+    assert (keys.shared, keys.min_interval) == (True, 1)
+    path = write(tmp_path, "sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\n"
+                           "keyframes: {interval: 4, min_interval: 5, shared: maybe}\n")
+    assert problems(path) == [
+        f"{path}: keyframes.shared: wrong type: expected true or false, got 'maybe'",
+        f"{path}: keyframes.min_interval: must be <= keyframes.interval (4)",
+    ]

@@ -47,14 +47,20 @@ def _or_dash(value) -> str:
     return "-" if value is None else str(value)
 
 
+def _percent(value) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
 def _table(trials: list[dict]) -> list[str]:
-    """One row per K: kept, latency, F1 (all streams, worst stream), detection delay, new-object wait."""
+    """One row per K: kept, latency, F1 (all streams, worst stream), detection delay, new-object wait,
+    the share of frames detected (in time or late)."""
     lines = ["| K streams | kept | worst stream kept | p50 ms | p95 ms | p99 ms | F1 | worst stream F1 | "
-             "delay p50/p95 ms | new object wait p50/p95 frames | late keyframes | dropped | passes |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "delay p50/p95 ms | new object wait p50/p95 frames | frames detected | late keyframes | dropped | "
+             "passes |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for t in sorted(trials, key=lambda t: t["k"]):
         if t.get("status") != "ok":
-            lines.append(f"| {t['k']} | error: {t.get('error')} |" + " |" * 11)
+            lines.append(f"| {t['k']} | error: {t.get('error')} |" + " |" * 12)
             continue
         lat, acc = t.get("latency_ms") or {}, t.get("accuracy") or {}
         delay, wait = t.get("detection_delay_ms") or {}, acc.get("new_object_wait_frames") or {}
@@ -62,7 +68,8 @@ def _table(trials: list[dict]) -> list[str]:
         lines.append(f"| {t['k']} | {100 * (t.get('kept') or 0):.1f}% | {100 * (t.get('kept_min') or 0):.1f}% | "
                      f"{lat.get('p50')} | {lat.get('p95')} | {lat.get('p99')} | {acc.get('f1')} | "
                      f"{acc.get('f1_min')} | {delay.get('p50')}/{delay.get('p95')}{method} | "
-                     f"{wait.get('p50')}/{wait.get('p95')} | {_or_dash(t.get('late_keyframes'))} | {t.get('dropped')} | "
+                     f"{wait.get('p50')}/{wait.get('p95')} | {_percent(t.get('detected_rate'))} | "
+                     f"{_or_dash(t.get('late_keyframes'))} | {t.get('dropped')} | "
                      f"{'yes' if t.get('passed') else 'no'} |")
     return lines
 

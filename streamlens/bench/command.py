@@ -174,11 +174,12 @@ def format_table(trials: list[dict]) -> str:
     """The trials as a fixed-width table, one row each, in the order they ran: kept frames (all
     streams, and the worst stream), latency percentiles, F1 against detecting every frame (all
     streams, and the worst), p95 detection delay, p95 frames a new object waits for its box, the
-    fraction of measured frames published with their detections (`keyframe: true`), and over the
-    whole run, keyframes published before their detections came (late) and frames dropped in the
+    fraction of measured frames published with their detections (`keyframe: true`), the fraction
+    whose detections reached the subscriber at all (in time or late: the detector's rate), and over
+    the whole run, keyframes published before their detections came (late) and frames dropped in the
     pipeline."""
     head = ("K", "kept", "kept min", "p50 ms", "p95 ms", "p99 ms", "F1", "F1 min", "delay p95", "new wait",
-            "keyframes", "late kf", "dropped", "result")
+            "keyframes", "detected", "late kf", "dropped", "result")
     rows = [head]
     for t in trials:
         lat = t.get("latency_ms") or {}
@@ -189,7 +190,7 @@ def format_table(trials: list[dict]) -> str:
         rows.append((str(t["k"]), _pct(t.get("kept")), _pct(t.get("kept_min")), _ms(lat.get("p50")),
                      _ms(lat.get("p95")), _ms(lat.get("p99")), _f1(acc.get("f1")), _f1(acc.get("f1_min")),
                      _ms(delay), "-" if wait is None else f"{wait:g}", _pct(t.get("keyframe_rate")),
-                     _count(t.get("late_keyframes")), _count(t.get("dropped")), result))
+                     _pct(t.get("detected_rate")), _count(t.get("late_keyframes")), _count(t.get("dropped")), result))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows)
 

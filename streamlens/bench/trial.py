@@ -112,6 +112,7 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
     start = min(firsts) + warmup
     end = start + seconds
     per_stream, latencies, received, spans, keys, delays, methods = {}, [], 0, 0, 0, [], set()
+    detected = 0
     for name, s in streams.items():
         ts = np.asarray(s["ts"], dtype=np.float64)
         inside = (ts >= start) & (ts < end)
@@ -127,6 +128,9 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
         spans += span
         keys += per_stream[name]["keyframes"]
         if "det" in s:
+            # frames whose detections reached the subscriber: keyframes in time and late alike
+            per_stream[name]["detected"] = len({d for d, i in zip(s["det"], inside) if i and d is not None})
+            detected += per_stream[name]["detected"]
             found, method = detection_delays(s["frame"], s["ts"], s["recv"], s["key"], s["det"], start, end)
             delays += found
             methods.add(method)
@@ -138,7 +142,8 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
     kept = [per_stream.get(name, {"kept": 0.0})["kept"] for name in stream_names(k)] if k else [0.0]
     out = {"frames": received, "kept": round(received / spans, 4) if spans else 0.0,
            "kept_min": min(kept), "latency_ms": _percentiles(np.concatenate(latencies)),
-           "keyframe_rate": round(keys / received, 4) if received else None, "streams": per_stream}
+           "keyframe_rate": round(keys / received, 4) if received else None,
+           "detected_rate": round(detected / received, 4) if received and methods else None, "streams": per_stream}
     if reference is not None:
         scored = {name: st["accuracy"] for name, st in per_stream.items() if "accuracy" in st}
         out["accuracy"] = combine(scored)

@@ -6,6 +6,10 @@ p95, and any frame dropped without its say (a full queue, a frame too stale, a d
 behind). When a stream is over budget or dropping, it climbs one rung of this ladder, then gives the
 step `settle_s` (2 s) to take effect (a full queue takes a moment to drain) before the next:
 
+0. (live streams sharing one keyframe schedule, `keyframe_wait`) keyframes no longer wait for their
+   detections: each goes out by motion at once and its detections are applied when they come (the
+   frames since are replayed), so latency falls back to that of the frames between keyframes while
+   the detector keeps its pace: the accuracy this gives up is a frame or two per keyframe;
 1. widen the keyframe intervals of every live stream (x1.5, x2, x3, x4 ... up to `max_stretch`):
    less detector work, the cheapest thing to give up, since the tracker carries objects between;
 2. batch for throughput: the detector fills its batches up to `max_batch` instead of cutting them
@@ -79,7 +83,7 @@ class BudgetController:
     `throughput` and `shedders[stream]` and applies them."""
 
     def __init__(self, budget_ms: float, streams: list[str], *, max_stretch: float = 4.0,
-                 window_s: float = 1.0, calm_s: float = 5.0, settle_s: float = 2.0,
+                 window_s: float = 1.0, calm_s: float = 5.0, settle_s: float = 2.0, keyframe_wait: bool = False,
                  clock: Callable[[], float] = time.monotonic):
         self.budget_ms = float(budget_ms)
         self.stretches = tuple(s for s in STRETCHES if s <= max(1.0, max_stretch))
@@ -89,6 +93,9 @@ class BudgetController:
         self.clock = clock
         self.shedders = {name: Shedder() for name in streams}
         self.throughput = False
+        #: whether live keyframes wait for their detections (rung 0; always True without `keyframe_wait`)
+        self.wait = True
+        self._wait_rung = keyframe_wait
         #: what the controller did, most recent last
         self.actions: deque[str] = deque(maxlen=64)
         #: every step taken, up or down (`actions` keeps the last 64 of them)
@@ -109,7 +116,7 @@ class BudgetController:
     @property
     def level(self) -> int:
         """Rungs climbed: 0 is the pipeline as configured."""
-        return (self._stretch_index + self.throughput
+        return (self._stretch_index + self.throughput + (not self.wait)
                 + sum(SHED_STEPS.index(s.fraction) for s in self.shedders.values()))
 
     def observe(self, stream: str, ms: float) -> None:
@@ -161,6 +168,9 @@ class BudgetController:
         return action
 
     def _step_up(self, p95: dict[str, float | None], over: set[str]) -> str | None:
+        if self._wait_rung and self.wait:
+            self.wait = False
+            return "keyframes no longer wait"
         if self._stretch_index + 1 < len(self.stretches):
             self._stretch_index += 1
             return f"keyframe intervals x{self.stretch:g}"
@@ -187,12 +197,15 @@ class BudgetController:
         if self.throughput:
             self.throughput = False
             return "batching for latency"
-        self._stretch_index -= 1
-        return f"keyframe intervals x{self.stretch:g}"
+        if self._stretch_index:
+            self._stretch_index -= 1
+            return f"keyframe intervals x{self.stretch:g}"
+        self.wait = True
+        return "keyframes wait again"
 
     def state(self, stream: str) -> dict:
         """What the controller does to `stream` now, for its stats."""
         shedder = self.shedders.get(stream)
-        return {"level": self.level, "keyframe_stretch": self.stretch,
+        return {"level": self.level, "keyframe_stretch": self.stretch, "keyframe_wait": self.wait,
                 "batching": "throughput" if self.throughput else "latency",
                 "shed_fraction": shedder.fraction if shedder else 0.0}

@@ -19,11 +19,16 @@ the detector's learnt speed says a live keyframe cannot be back by then, it does
 A live stream has at most one keyframe with the detector: a keyframe due while the last one is
 still there is deferred to the first frame after it comes back, so a detector slower than the
 keyframes asked of it falls behind by at most one frame per stream.
+With a `KeyframeChooser` (`keyframes.shared`, the default), the engine itself chooses the live
+keyframes as frames arrive: whenever the detector can start one within a frame period
+(`DetectWorker.start_in_s`: idle, or about to end the work it has), the stream whose next keyframe is worth most gets
+it, so the detector stays busy on the streams that need it, and keyframes never wait in its queue.
 Files wait for every keyframe: their results are exact and the same on every run.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -36,6 +41,7 @@ import supervision as sv
 
 from ..detect.batcher import Batcher
 from ..frame import EndOfStream, Frame, FrameResult, StreamEnd
+from ..keyframes import KeyframeChooser
 from ..track import Tracker
 from .channel import Channel, ChannelClosed
 
@@ -75,6 +81,7 @@ class DetectWorker:
         self.deliver = deliver
         self.batches = 0
         self._busy = 0  # keyframes in the batch being detected now
+        self._started = 0.0  # when that batch started (time.perf_counter())
         self._jobs = Channel(capacity=1 << 16, name="keyframes")
         self.batcher = Batcher(self._jobs, max_batch=max_batch, max_wait_ms=max_wait_ms, budget_ms=budget_ms)
         self._thread = threading.Thread(target=self._run, name="detector", daemon=True)
@@ -91,6 +98,21 @@ class DetectWorker:
         ahead of it and itself, at the detector's learnt speed (0.0 until it has timed a batch)."""
         cost = self.batcher.cost
         return cost.estimate(self._jobs.depth() + self._busy + 1) / 1000 if cost.known else 0.0
+
+    def start_in_s(self) -> float:
+        """Seconds until a keyframe submitted now would start: the rest of the batch in hand and
+        the keyframes waiting, at the detector's learnt speed (0.0 when idle). `math.inf` when
+        `max_batch` keyframes wait already, or while the first batch runs untimed."""
+        waiting, busy = self._jobs.depth(), self._busy
+        if waiting >= self.batcher.max_batch:
+            return math.inf
+        if not (waiting or busy):
+            return 0.0
+        cost = self.batcher.cost
+        if not cost.known:
+            return math.inf
+        left = self._started + cost.estimate(busy) / 1000 - time.perf_counter() if busy else 0.0
+        return max(0.0, left) + (cost.estimate(waiting) / 1000 if waiting else 0.0)
 
     def close(self, timeout: float | None = None) -> bool:
         """Finish the batch in hand, then stop; frames not started are dropped. Waits at most
@@ -120,7 +142,7 @@ class DetectWorker:
                 batch = self.batcher.next_batch().items
             except ChannelClosed:
                 return
-            started = time.perf_counter()
+            self._started = started = time.perf_counter()
             self._busy = len(batch)
             try:
                 found = self.detector.detect(batch)
@@ -154,9 +176,12 @@ class Lane:
     #: live keyframes with the detector: until when each may wait for its detections (time.monotonic())
     deadlines: dict = field(default_factory=dict)
     #: live keyframes put off because the stream's previous keyframe was still with the detector
+    #: (shared schedule: times the stream went past its interval and waited for the detector)
     deferred_keyframes: int = 0
     #: a live frame that waited longer than this for the engine is dropped (None: never)
     max_staleness_s: float | None = None
+    #: seconds between the stream's frames (the shared schedule waits this long for its next one)
+    period_s: float = 1 / 30
     stale_dropped: int = 0
     seq: int = 0
     in_flight: int = 0  # keyframes with the detector now
@@ -171,8 +196,14 @@ class Engine:
 
     def __init__(self, inbox: Channel, lanes: list[Lane], worker: DetectWorker,
                  publish: Callable[[FrameResult | StreamEnd], None], late_after_s: float,
-                 on_detected: Callable[[Detected], None] | None = None):
+                 on_detected: Callable[[Detected], None] | None = None, chooser: KeyframeChooser | None = None):
         self.on_detected = on_detected  # told of every keyframe back from the detector, late ones too
+        self.chooser = chooser  # the shared schedule of the live streams (None: each its own)
+        if chooser is not None:
+            for lane in lanes:
+                if lane.live:
+                    chooser.add(lane.name, lane.period_s)
+        self._signals = {lane.name: lane.tracker.signals for lane in lanes if lane.live}
         self.inbox = inbox
         self.lanes = {lane.name: lane for lane in lanes}
         self.worker = worker
@@ -220,14 +251,20 @@ class Engine:
                 lane.stale_dropped += 1  # too old to be worth anything live; the schedule catches up below
                 return
             item.timings["queue"] = (time.perf_counter() - item.timings.pop("_queued", time.perf_counter())) * 1000
-            scheduled = item.keyframe
-            # a live stream may have dropped the scheduled keyframe: detect on this one instead
-            if not scheduled and lane.since_keyframe >= lane.interval:
-                item.keyframe = True
-            if item.keyframe and lane.live and lane.in_flight:
-                item.keyframe = False  # the detector still has this stream's last keyframe
-                item.prepared = None  # an input made ahead for it is not needed
-                lane.deferred_keyframes += scheduled
+            if lane.live and self.chooser is not None:
+                item.keyframe = bool(self.chooser.offer(
+                    lane.name, lane.tracker.signals, cut=item.scene_cut, others=self._signals,
+                    start_in_s=self.worker.start_in_s()))
+                lane.deferred_keyframes = self.chooser.deferred(lane.name)
+            else:
+                scheduled = item.keyframe
+                # a live stream may have dropped the scheduled keyframe: detect on this one instead
+                if not scheduled and lane.since_keyframe >= lane.interval:
+                    item.keyframe = True
+                if item.keyframe and lane.live and lane.in_flight:
+                    item.keyframe = False  # the detector still has this stream's last keyframe
+                    item.prepared = None  # an input made ahead for it is not needed
+                    lane.deferred_keyframes += scheduled
             lane.since_keyframe = 0 if item.keyframe else lane.since_keyframe + 1
             if item.keyframe:
                 lane.in_flight += 1
@@ -243,6 +280,8 @@ class Engine:
             raise done.error
         lane = self.lanes[done.frame.stream]
         lane.in_flight -= 1
+        if self.chooser is not None:
+            self.chooser.detected(lane.name)
         if self.on_detected is not None:
             self.on_detected(done)
         key = id(done.frame)
@@ -284,6 +323,8 @@ class Engine:
 
     def _end(self, lane: Lane, end: EndOfStream) -> None:
         lane.open = False
+        if self.chooser is not None:
+            self.chooser.remove(lane.name)
         lane.ready.clear()
         lane.late.clear()
         lane.deadlines.clear()

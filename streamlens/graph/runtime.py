@@ -47,7 +47,8 @@ from ..config import PipelineConfig, SourceConfig, load_pipeline, preflight_prob
 from ..detect import build_detector
 from ..errors import ConfigError, StreamlensError
 from ..frame import EndOfStream, FrameResult, StatsReport, StreamEnd
-from ..keyframes import build_scheduler, longest_gap, stagger_offsets
+from ..keyframes import (SceneCutDetector, build_chooser, build_scheduler, longest_gap, stagger_offsets,
+                         thumbnail_step)
 from ..schema import dumps, message_for
 from ..sinks import Sink, build_sink
 from ..sources import Source, build_source
@@ -320,6 +321,8 @@ class Pipeline:
         self._sources: dict[str, Source] = {}
         self._lanes: dict[str, Lane] = {}
         self._schedules: dict[str, object] = {}
+        #: the live streams' shared keyframe schedule (None: none live, or `keyframes.shared: false`)
+        self._chooser = build_chooser(config.keyframes) if any(s.live for s in config.sources) else None
         self._sink_channels: list[Channel] = []
         self._threaded_sinks: list[Sink] = []  # each with a channel and a thread of its own
         self._inline: list[_InlineSink] = []  # written on the engine's thread (`Sink.inline`)
@@ -328,7 +331,8 @@ class Pipeline:
         self.stats = {s.name: StreamStats(s.name, s.display_uri) for s in config.sources}
         live = [s.name for s in config.sources if s.live]
         #: the budget controller, for the live streams (None: none live, or `runtime.control: false`)
-        self.controller = (BudgetController(config.runtime.budget_ms, live, max_stretch=config.runtime.max_stretch)
+        self.controller = (BudgetController(config.runtime.budget_ms, live, max_stretch=config.runtime.max_stretch,
+                                            keyframe_wait=self._chooser is not None)
                            if live and config.runtime.control else None)
 
     @classmethod
@@ -473,13 +477,17 @@ class Pipeline:
             return
         control.tick({st.name: st.dropped - st.shed for st in self.stats.values() if st.name in control.shedders})
         gap = longest_gap(self.config.keyframes)
+        if self._chooser is not None:
+            self._chooser.stretch = control.stretch
         for name in control.shedders:
-            if name in self._schedules:
+            if name in self._schedules and self._chooser is None:
                 self._schedules[name].stretch = control.stretch
             if name in self._lanes:
                 self._lanes[name].interval = max(1, round(gap * control.stretch))
         if self._engine is not None:
             self._engine.worker.batcher.budget_ms = None if control.throughput else self.config.detector.budget_ms
+            budget = self.config.detector.budget_ms
+            self._engine.late_after_s = (budget / 1000 if budget else float("inf")) if control.wait else 0.0
 
     def _publish_stats(self, streams: list[str] | None = None) -> None:
         """Hand each stream's `stats` (or those of `streams`) to the sinks that want it, never
@@ -597,14 +605,17 @@ class Pipeline:
         fps = {src.name: src.fps for src in sources}
         lanes = [Lane(s.name, build_tracker(cfg.tracker, fps.get(s.name), detector_conf=cfg.detector.conf,
                                             adaptive=cfg.keyframes.adaptive), s.live, longest_gap(cfg.keyframes),
-                      max_staleness_s=s.max_staleness_ms / 1000 if s.max_staleness_ms else None)
+                      max_staleness_s=s.max_staleness_ms / 1000 if s.max_staleness_ms else None,
+                      period_s=1 / (fps.get(s.name) or 30.0))
                  for s in cfg.sources]
         self._lanes = {lane.name: lane for lane in lanes}
         threads.append(threading.Thread(target=self._run_engine, args=(detector, lanes), name="engine",
                                         daemon=True))
         by_name = {c.name: c for c in cfg.sources}
         offsets = stagger_offsets(cfg.keyframes.interval, len(sources))
-        self._schedules = {src.name: build_scheduler(cfg.keyframes, off) for src, off in zip(sources, offsets)}
+        # a live stream of the shared schedule only tells scene cuts here: the engine chooses its keyframes
+        self._schedules = {src.name: SceneCutDetector() if self._chooser is not None and by_name[src.name].live
+                           else build_scheduler(cfg.keyframes, off) for src, off in zip(sources, offsets)}
         threads += [threading.Thread(target=self._run_source,
                                      args=(src, by_name[src.name], self._schedules[src.name], lane, detector),
                                      name=f"source-{src.name}", daemon=True)
@@ -615,22 +626,27 @@ class Pipeline:
 
     def _run_source(self, source: Source, cfg: SourceConfig, schedule, lane: Lane, detector) -> None:
         """Decode, mark keyframes (the schedule reads the stream's tracking signals as they were a
-        few frames ago), preprocess them here when that overlaps inference, and queue."""
+        few frames ago), preprocess them here when that overlaps inference, and queue. A live
+        stream of the shared schedule only marks scene cuts (`schedule` is a `SceneCutDetector`)."""
         produced, reason, error = 0, "end", None
         credited = source.name in self._credited
         prepare = detector.prepare if getattr(detector, "prepare_ahead", False) else None
         shedder = self.controller.shedders.get(source.name) if self.controller else None
         prepare_track = lane.tracker.prepare
+        cuts = isinstance(schedule, SceneCutDetector)
         try:
             for frame in source.frames(self._stop_sources):
                 if shedder is not None and shedder.drop():
                     continue  # the budget controller gives up this frame (counted as shed)
                 # while a keyframe is with the detector, its result is not in the signals yet:
                 # asking for another one early would only pile work onto a busy detector
-                signals = getattr(lane.tracker, "signals", None) if lane.in_flight == 0 else None
-                frame.keyframe = schedule.is_keyframe(frame, signals)
-                if frame.keyframe and prepare is not None:
-                    prepare(frame)
+                if cuts:
+                    frame.scene_cut = schedule.is_cut(frame.grey_sample(thumbnail_step(frame.width)))
+                else:
+                    signals = getattr(lane.tracker, "signals", None) if lane.in_flight == 0 else None
+                    frame.keyframe = schedule.is_keyframe(frame, signals)
+                    if frame.keyframe and prepare is not None:
+                        prepare(frame)
                 prepare_track(frame)  # per-frame tracking work, here rather than on the engine's thread
                 if credited and not self._credits.acquire(source.name):
                     break  # aborted: the engine gives back no more credits
@@ -663,7 +679,7 @@ class Pipeline:
         self._engine = engine = Engine(self._inbox, lanes, worker, self._publish,
                                        late_after_s=budget / 1000 if budget else float("inf"),
                                        on_detected=lambda done: self.stats[done.frame.stream].detected(
-                                           done.batch_ms, done.detect_ms))
+                                           done.batch_ms, done.detect_ms), chooser=self._chooser)
         try:
             engine.run()
         except BaseException as e:  # noqa: BLE001

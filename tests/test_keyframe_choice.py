@@ -1,0 +1,218 @@
+"""The shared keyframe schedule of live streams: which stream's frame the detector takes next."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from streamlens.config import TrackerConfig
+from streamlens.detect.batcher import DetectCost
+from streamlens.detect.motion import MotionDetector
+from streamlens.frame import Frame
+from streamlens.graph.channel import Channel
+from streamlens.graph.engine import DETECTED_KEY, Detected, DetectWorker, Engine, Lane
+from streamlens.keyframes import STALL_PERIODS, KeyframeChooser
+from streamlens.track import build_tracker
+
+PERIOD = 1 / 30
+
+
+def signals(confidence=1.0, untracked=0.0, births=1, losses=0, keyframe=None):
+    return SimpleNamespace(confidence=confidence, untracked_motion=untracked, births=births, losses=losses,
+                           keyframe=keyframe, tracks=1)
+
+
+def simulate(chooser: KeyframeChooser, streams: dict, frames: int, detect_frames: int = 1) -> dict:
+    """Every stream offers one frame per tick, in turn; a detector that takes one keyframe at a time
+    and needs `detect_frames` ticks for it. Returns each stream's keyframe ticks."""
+    for name in streams:
+        chooser.add(name, PERIOD)
+    keys = {name: [] for name in streams}
+    busy: list = []  # [stream, ticks left]
+    for tick in range(frames):
+        now = tick * PERIOD
+        if busy and busy[1] == 0:
+            chooser.detected(busy[0])
+            busy = []
+        for name, sig in streams.items():
+            sig = sig(tick) if callable(sig) else sig
+            others = {o: (s(tick) if callable(s) else s) for o, s in streams.items()}
+            reason = chooser.offer(name, sig, start_in_s=math.inf if busy else 0.0, others=others, now=now + 0.001)
+            if reason:
+                keys[name].append(tick)
+                if reason != "first":
+                    assert not busy, "a keyframe was given while the detector was busy"
+                    busy = [name, detect_frames]
+                else:
+                    chooser.detected(name)  # first frames: taken as they come
+        if busy:
+            busy[1] -= 1
+    return keys
+
+
+def test_streams_alike_take_turns_and_the_detector_never_idles():
+    keys = simulate(KeyframeChooser(interval=5), {n: signals() for n in "abc"}, frames=61)
+    counts = [len(k) for k in keys.values()]
+    assert max(counts) - min(counts) <= 1
+    # one keyframe per tick after the first frames: the detector always has work
+    assert sum(counts) - 3 == 60
+    for ticks in keys.values():
+        assert max(b - a for a, b in zip(ticks, ticks[1:])) <= 3  # round robin over 3 streams
+
+
+def test_a_stream_whose_tracks_drift_is_served_more_but_the_calm_one_is_not_starved():
+    keys = simulate(KeyframeChooser(interval=4), {"calm": signals(), "drift": signals(confidence=0.3)},
+                    frames=200, detect_frames=2)
+    assert len(keys["drift"]) >= 1.5 * len(keys["calm"])
+    gaps = [b - a for a, b in zip(keys["calm"], keys["calm"][1:])]
+    assert max(gaps) <= 12
+
+
+def test_motion_outside_the_tracks_raises_a_streams_turn():
+    keys = simulate(KeyframeChooser(interval=4), {"still": signals(untracked=0.0),
+                                                   "moving": signals(untracked=0.06)}, frames=200, detect_frames=2)
+    assert len(keys["moving"]) >= 1.5 * len(keys["still"])
+
+
+def test_a_scene_cut_is_a_keyframe_even_when_the_detector_is_busy():
+    chooser = KeyframeChooser(interval=10)
+    chooser.add("a", PERIOD)
+    assert chooser.offer("a", signals(), now=0.0) == "first"
+    assert chooser.offer("a", signals(), start_in_s=math.inf, now=0.03) == ""
+    assert chooser.offer("a", signals(), cut=True, start_in_s=math.inf, now=0.06) == "scene_cut"
+
+
+def test_a_stream_gets_no_second_keyframe_while_its_first_is_with_the_detector():
+    chooser = KeyframeChooser(interval=2)
+    chooser.add("a", PERIOD)
+    assert chooser.offer("a", now=0.0) == "first"
+    assert [chooser.offer("a", now=k * PERIOD) for k in range(1, 6)] == [""] * 5
+    assert chooser.deferred("a") == 1  # went past its interval once, and waited
+    chooser.detected("a")
+    assert chooser.offer("a", now=0.2) == "interval"
+
+
+def test_a_stalled_camera_does_not_hold_the_detector_back():
+    chooser = KeyframeChooser(interval=5)
+    for name in ("a", "b"):
+        chooser.add(name, PERIOD)
+        chooser.offer(name, now=0.0)
+        chooser.detected(name)
+    for k in range(1, 20):  # b is far more overdue than a: a waits for it
+        chooser.offer("b", signals(confidence=0.0), now=k * PERIOD, start_in_s=math.inf)
+    assert chooser.offer("a", now=20 * PERIOD) == ""
+    # b's camera stops sending; once it has been silent for STALL_PERIODS frame periods, a goes first
+    later = 20 * PERIOD + (STALL_PERIODS + 1) * PERIOD
+    assert chooser.offer("a", now=later) == "spare"  # before its interval: the detector would idle
+
+
+def test_min_interval_and_the_controllers_stretch_bound_how_often_a_stream_is_detected():
+    keys = simulate(KeyframeChooser(interval=6, min_interval=3), {"a": signals()}, frames=30)
+    assert all(b - a >= 3 for a, b in zip(keys["a"], keys["a"][1:]))
+    chooser = KeyframeChooser(interval=6, min_interval=2)
+    chooser.stretch = 2.0  # the budget controller: the machine is behind, keyframes half as often
+    keys = simulate(chooser, {"a": signals()}, frames=30)
+    assert all(b - a == 4 for a, b in zip(keys["a"], keys["a"][1:]))
+
+
+def test_adaptive_intervals_stretch_for_a_scene_where_keyframes_find_nothing_new():
+    def calm(tick):  # every keyframe result: nothing started, nothing lost
+        return signals(births=0, losses=0, keyframe=tick // 3)
+
+    def busy(tick):  # every keyframe result starts tracks
+        return signals(births=2, losses=1, keyframe=tick // 3)
+
+    keys = simulate(KeyframeChooser(interval=2, adaptive=True, max_interval=12), {"calm": calm, "busy": busy},
+                    frames=300, detect_frames=2)
+    assert len(keys["busy"]) >= 2 * len(keys["calm"]) and len(keys["calm"]) >= 300 / 24
+
+
+def test_bad_intervals_are_refused():
+    with pytest.raises(ValueError):
+        KeyframeChooser(interval=2, min_interval=3)
+
+
+class GatedDetector(MotionDetector):
+    """The motion detector, but each call waits for the test to open the gate."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = threading.Semaphore(0)
+        self.calls: list[list[str]] = []
+
+    def detect(self, frames):
+        self.calls.append([f.stream for f in frames])
+        assert self.gate.acquire(timeout=60), "the test never opened the gate"
+        return super().detect(frames)
+
+
+def frame(stream: str, index: int) -> Frame:
+    import numpy as np
+
+    return Frame(stream, index, index / 30, time.time(), np.zeros((48, 64, 3), np.uint8))
+
+
+def test_the_engine_keeps_no_keyframe_waiting_behind_a_busy_detector():
+    """Three live streams, a detector that takes one frame at a time, held inside its batch: only
+    the first frames go to it, none queue behind it; once it is free, the next frame offered is taken,
+    and while that one is held nothing else is."""
+    inbox = Channel(64)
+    inbox.set_capacity(DETECTED_KEY, 1 << 20)
+    detector = GatedDetector()
+    worker = DetectWorker(detector, lambda d: inbox.put(d, key=DETECTED_KEY), max_batch=1, max_wait_ms=0,
+                          budget_ms=33)
+    lanes = [Lane(n, build_tracker(TrackerConfig(motion="kalman"), 30.0), True, 5) for n in "abc"]
+    engine = Engine(inbox, lanes, worker, lambda item: None, late_after_s=0.0,
+                    chooser=KeyframeChooser(interval=5))
+    worker.start()
+
+    def back() -> Detected:
+        while True:
+            item = inbox.get(60)
+            assert item is not None, "the detector's results never came back"
+            if isinstance(item, Detected):
+                engine._on_detected(item)
+                return item
+
+    try:
+        for name in "abc":
+            engine._on_input(frame(name, 0))
+        # the first frames are in one batch, held by the gate; 20 more frames of each stream arrive
+        for index in range(1, 21):
+            for name in "bca":
+                engine._on_input(frame(name, index))
+        assert sum(lane.in_flight for lane in lanes) == 3  # the first frames only
+        for _ in range(3):
+            detector.gate.release()
+        for _ in range(3):
+            back()
+        assert sum(lane.in_flight for lane in lanes) == 0 and detector.calls == [["a"], ["b"], ["c"]]
+        worker.batcher.cost = DetectCost()
+        worker.batcher.observe(1, 10_000.0)  # from here it is known to take 10 s a frame
+        # free again: the next frame offered is taken; equal worth, so the first stream to offer one
+        engine._on_input(frame("b", 21))
+        assert engine.lanes["b"].in_flight == 1
+        engine._on_input(frame("a", 21))
+        engine._on_input(frame("c", 21))
+        assert engine.lanes["a"].in_flight == engine.lanes["c"].in_flight == 0
+        assert lanes[0].deferred_keyframes == 1  # a went past its interval (5) while the detector was held
+    finally:
+        detector.gate.release(8)
+        worker.close(10)
+
+
+def test_how_soon_the_detector_would_start_a_keyframe():
+    worker = DetectWorker(MotionDetector(), lambda d: True, max_batch=2, max_wait_ms=0, budget_ms=33)
+    assert worker.start_in_s() == 0.0  # idle
+    worker._started, worker._busy = time.perf_counter(), 1
+    assert worker.start_in_s() == math.inf  # busy, and its speed not known yet
+    worker.batcher.observe(1, 10_000.0)  # a detector that takes 10 s a frame
+    assert 9.0 < worker.start_in_s() <= 10.0  # the rest of the batch in hand
+    worker._jobs.put(frame("a", 0))
+    assert 19.0 < worker.start_in_s() <= 20.0  # and a keyframe waiting
+    worker._jobs.put(frame("b", 0))
+    assert worker.start_in_s() == math.inf  # max_batch keyframes wait already
