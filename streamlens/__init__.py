@@ -17,7 +17,7 @@ _EXPORTS = {
     "Frame": "frame", "FrameResult": "frame", "StreamEnd": "frame", "EndOfStream": "frame",
     "StreamlensError": "errors", "ConfigError": "errors", "SourceError": "errors",
     "SinkError": "errors", "DetectorError": "errors",
-    "Subscriber": "subscriber",
+    "Subscriber": "wire.subscriber",
 }
 
 __all__ = sorted(_EXPORTS)

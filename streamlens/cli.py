@@ -24,8 +24,9 @@ import sys
 import threading
 from importlib.metadata import PackageNotFoundError, version
 
-from . import keygen_command, subscribe_command
 from .bench import command as bench_command
+from .commands import keygen as keygen_command
+from .commands import subscribe as subscribe_command
 from .config import load_pipeline, preflight_problems
 from .eval import command as eval_command
 from .errors import ConfigError, StreamlensError

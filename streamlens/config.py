@@ -580,7 +580,7 @@ def _sinks(node: Any, base: Path, problems: _Problems) -> list[SinkConfig]:
                 secret, authorized = curve.get("server_secret", str, required=True), curve.get("authorized", str)
                 options["curve"] = {"server_secret": secret and _resolve(base, secret),
                                     "authorized": authorized and _resolve(base, authorized)}
-                from .keys import KeyFileError, curve_available, read_secret_key
+                from .wire.keys import KeyFileError, curve_available, read_secret_key
 
                 if not curve_available():
                     problems.add(sec.where("curve"), "this libzmq has no CurveZMQ support (built without libsodium)")

@@ -12,8 +12,8 @@ import supervision as sv
 import streamlens.graph.runtime as runtime
 from streamlens.config import parse_pipeline
 from streamlens.detect.base import Detector
-from streamlens.detect.batcher import Batcher, DetectCost
 from streamlens.frame import Frame, empty_detections
+from streamlens.graph.batcher import Batcher, DetectCost
 from streamlens.graph.channel import Channel
 
 from .conftest import REPO

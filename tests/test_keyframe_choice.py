@@ -10,12 +10,12 @@ from types import SimpleNamespace
 import pytest
 
 from streamlens.config import TrackerConfig
-from streamlens.detect.batcher import DetectCost
 from streamlens.detect.motion import MotionDetector
 from streamlens.frame import Frame
+from streamlens.graph.batcher import DetectCost
 from streamlens.graph.channel import Channel
 from streamlens.graph.engine import DETECTED_KEY, Detected, DetectWorker, Engine, Lane
-from streamlens.keyframes import STALL_PERIODS, KeyframeChooser
+from streamlens.graph.keyframes import STALL_PERIODS, KeyframeChooser
 from streamlens.track import build_tracker
 
 PERIOD = 1 / 30

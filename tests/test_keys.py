@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from streamlens.keys import KeyFileError, curve_available, make_keys, read_secret_key
+from streamlens.wire.keys import KeyFileError, curve_available, make_keys, read_secret_key
 
 pytestmark = pytest.mark.skipif(not curve_available(), reason="this libzmq has no CurveZMQ support")
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not curve_available(), reason="this libzmq has n
 WATCH = """
 import os, sys
 from pathlib import Path
-from streamlens.keys import make_keys
+from streamlens.wire.keys import make_keys
 
 folder = Path(sys.argv[1])
 secret = folder / "server.key_secret"

@@ -199,7 +199,7 @@ def test_metric_values_stream_up_losses_and_ends(tmp_path):
     detections and how a stream ended are exported as counted."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from streamlens.metrics import _Collector
+    from streamlens.http.server import _Collector
 
     path = write_pipeline(tmp_path, f"""
 sources: [{{name: cam1, uri: {SAMPLE}}}, {{name: cam2, uri: {SAMPLE}}}, {{name: cam3, uri: {SAMPLE}}}]

@@ -18,10 +18,10 @@ import supervision as sv
 from streamlens.config import SinkConfig
 from streamlens.errors import SinkError
 from streamlens.frame import Frame, FrameResult, StatsReport, StreamEnd, empty_detections
-from streamlens.schema import dumps, message_for
 from streamlens.sinks import build_sink
 from streamlens.sinks.jsonl import FLUSH_INTERVAL_S, JsonlSink
 from streamlens.sinks.video import VideoSink
+from streamlens.wire.schema import dumps, message_for
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 HIGHWAY_720P = DATA / "video" / "highway_720p30.mp4"
@@ -349,8 +349,8 @@ FILE_LIMIT_WRITER = """
 import resource, signal, sys
 from streamlens.errors import SinkError
 from streamlens.frame import StreamEnd
-from streamlens.schema import dumps, message_for
 from streamlens.sinks.jsonl import JsonlSink
+from streamlens.wire.schema import dumps, message_for
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead
 resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, 10_000))
 sink = JsonlSink(sys.argv[1])

@@ -13,8 +13,8 @@ import numpy as np
 import zmq
 
 from streamlens.frame import Frame, FrameResult, StatsReport, StreamEnd, empty_detections
-from streamlens.schema import dumps, message_for
 from streamlens.sinks.zmq import ZmqSink
+from streamlens.wire.schema import dumps, message_for
 
 from .conftest import REPO, streamlens
 

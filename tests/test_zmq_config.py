@@ -9,9 +9,9 @@ import zmq
 
 from streamlens.config import load_pipeline
 from streamlens.errors import ConfigError, SinkError
-from streamlens.keys import make_keys
 from streamlens.sinks import build_sink
 from streamlens.sinks.zmq import DEFAULT_LINGER_MS, DEFAULT_SEND_TIMEOUT_S
+from streamlens.wire.keys import make_keys
 
 HEAD = "sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\n"
 

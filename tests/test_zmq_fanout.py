@@ -46,7 +46,7 @@ def _subscriber_main(role: str, endpoint: str, out: str) -> int:
     import zmq
 
     from streamlens import Subscriber
-    from streamlens.subscriber import SeqTracker
+    from streamlens.wire.subscriber import SeqTracker
 
     seqs: list[int] = []
     if role == "leaver":

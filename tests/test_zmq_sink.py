@@ -16,9 +16,9 @@ import zmq
 from streamlens import Subscriber
 from streamlens.errors import SinkError
 from streamlens.frame import Frame, FrameResult, StatsReport, StreamEnd, empty_detections
-from streamlens.schema import dumps, message_for
 from streamlens.sinks.zmq import DEFAULT_SEND_TIMEOUT_S, ZmqSink
-from streamlens.wire import decode
+from streamlens.wire.codec import decode
+from streamlens.wire.schema import dumps, message_for
 
 ENDPOINT = "tcp://127.0.0.1:*"  # any free port; the sink's `endpoint` then says which
 

@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 from streamlens.eval.metrics import combine, read_mot_file, score_sequence  # noqa: E402
 from streamlens.eval.mot import load_sequence, replay, write_results  # noqa: E402
 from streamlens.frame import Frame  # noqa: E402
-from streamlens.keyframes import KeyframeScheduler  # noqa: E402
+from streamlens.graph.keyframes import KeyframeScheduler  # noqa: E402
 from streamlens.sources.file import FileSource  # noqa: E402
 from streamlens.track.matching import box_iou, match_by_iou  # noqa: E402
 from streamlens.track.motion import MotionVectors, SparseFlow  # noqa: E402

@@ -179,7 +179,7 @@ def payloads(count: int) -> list[tuple[object, dict, bytes]]:
     import supervision as sv
 
     from streamlens.frame import Frame, FrameResult
-    from streamlens.schema import dumps, frame_message
+    from streamlens.wire.schema import dumps, frame_message
 
     rng = np.random.default_rng(0)
     xy = rng.uniform(0, 1000, (OBJECTS, 2)).astype(np.float32)
@@ -217,7 +217,7 @@ def run_phase(subscribers: int, items: list, *, rate: float | None, hwm: int, pe
     """Publish `items` to `subscribers` (paced at `rate` a second, or as fast as possible), and
     with `slow` to one slow subscriber more (its figures are left out)."""
     from streamlens.frame import StreamEnd
-    from streamlens.schema import dumps, eos_message
+    from streamlens.wire.schema import dumps, eos_message
     from streamlens.sinks.zmq import ZmqSink
 
     sink = ZmqSink("tcp://127.0.0.1:*", hwm=hwm, linger_ms=5000)

@@ -27,7 +27,7 @@ import time
 
 import zmq
 
-from ..wire import PayloadError, decode
+from ..wire.codec import PayloadError, decode
 
 #: the topic prefixes the listener subscribes to (the zmq sink counts each as one subscription)
 TOPICS = (b"frame.", b"eos.", b"stats.")

@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 
 import supervision as sv
 
-from ..detect.batcher import Batcher
 from ..frame import EndOfStream, Frame, FrameResult, StreamEnd
-from ..keyframes import KeyframeChooser
 from ..track import Tracker
+from .batcher import Batcher
 from .channel import Channel, ChannelClosed
+from .keyframes import KeyframeChooser
 
 DETECTED_KEY = "\x00detected"  # the inbox key under which detections come back
 #: tracker steps of a late keyframe's replay done at a time while the inbox is empty

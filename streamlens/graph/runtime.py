@@ -47,16 +47,17 @@ from ..config import PipelineConfig, SourceConfig, load_pipeline, preflight_prob
 from ..detect import build_detector
 from ..errors import ConfigError, StreamlensError
 from ..frame import EndOfStream, FrameResult, StatsReport, StreamEnd
-from ..keyframes import (SceneCutDetector, build_chooser, build_scheduler, longest_gap, stagger_offsets,
-                         thumbnail_step)
-from ..schema import dumps, message_for
+from ..http.server import MetricsServer
+from ..metrics import LatencyHistogram, percentiles
 from ..sinks import Sink, build_sink
 from ..sources import Source, build_source
 from ..track import build_tracker
-from ..metrics import LatencyHistogram, MetricsServer, percentiles
+from ..wire.schema import dumps, message_for
 from .channel import Channel, ChannelClosed, Credits
 from .control import BudgetController
 from .engine import DETECTED_KEY, DetectWorker, Engine, Lane
+from .keyframes import (SceneCutDetector, build_chooser, build_scheduler, longest_gap, stagger_offsets,
+                        thumbnail_step)
 
 log = logging.getLogger("streamlens")
 

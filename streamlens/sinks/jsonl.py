@@ -15,7 +15,7 @@ Example:
     >>> import json, tempfile
     >>> from pathlib import Path
     >>> from streamlens.frame import StreamEnd
-    >>> from streamlens.schema import dumps, eos_message
+    >>> from streamlens.wire.schema import dumps, eos_message
     >>> path = Path(tempfile.mkdtemp()) / "out" / "results.jsonl"
     >>> sink = JsonlSink(path)
     >>> sink.open()

@@ -8,7 +8,7 @@ frame rate (`stream_fps[stream]`, else 30). File names:
   `<stem>-<stream><suffix>` beside it (`out/annotated.mp4`, then `out/annotated-cam2.mp4`).
 Characters of a stream name other than letters, digits, `.`, `_` and `-` become `_` in file names.
 
-Drawing: `streamlens.draw.FrameAnnotator` (shared with the JPEG frames of the zmq sink): labels
+Drawing: `streamlens.sinks.draw.FrameAnnotator` (shared with the JPEG frames of the zmq sink): labels
 like `#7 car 0.83` (`#id` only for a tracked object, `tracker_id >= 0`), coloured by track id when
 tracked, else by class, so a tracked object keeps its colour. Line width and text size follow the
 frame size.
@@ -63,9 +63,9 @@ import av
 import cv2
 import numpy as np
 
-from .. import draw
 from ..errors import SinkError
 from ..frame import FrameResult, StreamEnd
+from . import draw
 from .base import Sink, os_reason
 
 DEFAULT_FPS = 30.0

@@ -1,6 +1,6 @@
 """The ZeroMQ sink: results fanned out to any number of subscribers, or handed reliably to one consumer.
 
-Every message is multipart `[topic, payload]` (see `streamlens.wire`): topic `<type>.<stream>.`
+Every message is multipart `[topic, payload]` (see `streamlens.wire.codec`): topic `<type>.<stream>.`
 (ending in a dot, so `frame.cam1.` is exactly cam1's frames and `frame.` every stream's),
 payload one schema-v1 message in JSON (default) or MessagePack (`format: msgpack`). With
 `frames: jpeg`, frame messages carry the (annotated) frame as a JPEG third part.
@@ -48,13 +48,13 @@ Closing: `close()` lets ZeroMQ deliver what is still queued for at most `linger_
 linger at all, and a send that waits gives up within one poll step (the message dropped, counted).
 
 CurveZMQ: `curve: {server_secret: FILE, authorized: DIR}` encrypts the traffic with the keys in
-`FILE` (see `streamlens.keys`, `streamlens keygen`) and, with `authorized`, lets in only the
+`FILE` (see `streamlens.wire.keys`, `streamlens keygen`) and, with `authorized`, lets in only the
 subscribers whose public keys are in `DIR`.
 
 Example:
     >>> import zmq
     >>> from streamlens.frame import StreamEnd
-    >>> from streamlens.schema import dumps, eos_message
+    >>> from streamlens.wire.schema import dumps, eos_message
     >>> sink = ZmqSink("tcp://127.0.0.1:*")
     >>> sink.open()
     >>> sub = zmq.Context.instance().socket(zmq.SUB)
@@ -80,12 +80,12 @@ from typing import Any
 import cv2
 import zmq
 
-from .. import keys, wire
-from ..draw import FrameAnnotator
 from ..errors import SinkError, StreamlensError
 from ..frame import FrameResult, StatsReport, StreamEnd
-from ..schema import topic
+from ..wire import codec, keys
+from ..wire.schema import topic
 from .base import Sink
+from .draw import FrameAnnotator
 
 log = logging.getLogger("streamlens.sinks.zmq")
 
@@ -124,8 +124,8 @@ class ZmqSink(Sink):
     ):
         if mode not in MODES:
             raise ValueError(f"zmq sink: unknown mode {mode!r} ({', '.join(MODES)})")
-        if format not in wire.FORMATS:
-            raise ValueError(f"zmq sink: unknown format {format!r} ({', '.join(wire.FORMATS)})")
+        if format not in codec.FORMATS:
+            raise ValueError(f"zmq sink: unknown format {format!r} ({', '.join(codec.FORMATS)})")
         if frames not in FRAME_PAYLOADS:
             raise ValueError(f"zmq sink: unknown frames {frames!r} ({', '.join(FRAME_PAYLOADS)})")
         self.endpoint = endpoint
@@ -231,9 +231,9 @@ class ZmqSink(Sink):
         if isinstance(item, StatsReport):
             self._count_peers()
             message = {**message, "publisher": self._publisher_stats(stream)}
-            payload = wire.encode(message, self.format)
+            payload = codec.encode(message, self.format)
         elif self.format != "json":
-            payload = wire.encode(message, self.format)
+            payload = codec.encode(message, self.format)
         parts = [topic(message), payload]
         if self.frames == "jpeg" and isinstance(item, FrameResult):
             parts.append(self._jpeg(item))

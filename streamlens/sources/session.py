@@ -128,7 +128,7 @@ def run_session(spec: SessionSpec, out: SessionOutput, should_stop: Callable[[],
 
 def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tuple[str, str]:
     from ..frame import to_bgr
-    from .file import _FrameRateCap, _PresentationTimes  # the file source's own rules, shared
+    from .decode import FrameRateCap, PresentationTimes  # the file source's rules too
     from .motion_vectors import ReferenceDistance, frame_motion_vectors
 
     stream = container.streams.video[0]
@@ -139,8 +139,8 @@ def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tu
     fps = float(rate) if rate else None
     ctx = stream.codec_context
     out.opened(StreamInfo(ctx.width, ctx.height, fps, ctx.name))
-    times = _PresentationTimes(stream.time_base or Fraction(1, 90000), 1.0 / (fps or 30.0))
-    cap = _FrameRateCap(spec.max_fps) if spec.max_fps else None
+    times = PresentationTimes(stream.time_base or Fraction(1, 90000), 1.0 / (fps or 30.0))
+    cap = FrameRateCap(spec.max_fps) if spec.max_fps else None
     anchors = ReferenceDistance()
     decoded = 0
     packets = container.demux(stream)

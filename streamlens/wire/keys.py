@@ -34,7 +34,7 @@ from pathlib import Path
 import zmq
 import zmq.auth
 
-from .errors import StreamlensError
+from ..errors import StreamlensError
 
 #: the folder, beside the keys that `make_keys` writes, of client public keys a publisher accepts
 AUTHORIZED_DIR = "authorized"

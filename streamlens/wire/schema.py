@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from .frame import FrameResult, StatsReport, StreamEnd
-from .wire import json_bytes
+from ..frame import FrameResult, StatsReport, StreamEnd
+from .codec import json_bytes
 
 SCHEMA_VERSION = 1
 
@@ -96,7 +96,7 @@ def dumps(message: dict[str, Any]) -> bytes:
 
 def topic(message: dict[str, Any]) -> bytes:
     """The ZeroMQ topic of a message: `<type>.<stream>.`, ending in a dot so that a prefix filter
-    is exact (`frame.cam1.` never matches `frame.cam10.`; see `streamlens.wire`).
+    is exact (`frame.cam1.` never matches `frame.cam10.`; see `streamlens.wire.codec`).
 
     Example:
         >>> topic({"type": "frame", "stream": "cam1"})

@@ -29,7 +29,7 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     """Make the keys; a name already used raises `KeyFileError`, printed as one line."""
-    from .keys import AUTHORIZED_DIR, make_keys
+    from ..wire.keys import AUTHORIZED_DIR, make_keys
 
     clients = tuple(n for n in args.names if n != SERVER)
     for path in make_keys(args.dir, list(dict.fromkeys(args.names)), authorize=clients):

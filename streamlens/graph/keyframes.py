@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from .config import KeyframeConfig
-from .frame import Frame
+from ..config import KeyframeConfig
+from ..frame import Frame
 
 #: adaptive: detect at once when the tracks' mean motion confidence falls below this (0 to 1)
 MIN_CONFIDENCE = 0.5

@@ -11,7 +11,7 @@ sets where counting starts (a subscriber that joins late is not missing anything
 Subscribe to a stream's `frame` topic to see its gaps: messages filtered out by topic are not
 counted as lost.
 
-Topics are `<type>.<stream>.` (see `streamlens.wire`); a filter that names a type and a stream is
+Topics are `<type>.<stream>.` (see `streamlens.wire.codec`); a filter that names a type and a stream is
 exact, `frame.cam1` receives cam1's frames and never cam10's. `streams=["cam1"]` receives
 everything of cam1 (its frame, eos, stats and event topics) and nothing else.
 
@@ -34,8 +34,8 @@ from typing import Any
 
 import zmq
 
-from . import keys, wire
-from .errors import StreamlensError
+from ..errors import StreamlensError
+from . import codec, keys
 
 
 class SubscriberError(StreamlensError):
@@ -115,7 +115,7 @@ class Subscriber:
     """Connects to a zmq sink and receives its messages; `close()` it, or use it in `with`.
 
     - `topics`: topic prefixes to receive (`frame.`, `eos.`, `frame.cam1`: exact, see
-      `wire.exact_filter`); `streams`: stream names whose every message to receive. Neither given:
+      `codec.exact_filter`); `streams`: stream names whose every message to receive. Neither given:
       everything.
     - `pull`: connect a PULL socket, for a sink in `mode: push` (topics are then filtered here).
     - `hwm`: how many messages this side queues before ZeroMQ drops (pub) or the sender waits.
@@ -129,11 +129,11 @@ class Subscriber:
         self.endpoint = endpoint
         streams = list(streams)
         for name in streams:
-            if not name or wire.TOPIC_END in name:
+            if not name or codec.TOPIC_END in name:
                 raise SubscriberError(f"stream {name!r}: a stream name is not empty and holds no '.' "
                                       "(the dot ends a topic)")
-        self.topics = ([wire.exact_filter(t) for t in topics]
-                       + [t for name in streams for t in wire.stream_topics(name)]) or [""]
+        self.topics = ([codec.exact_filter(t) for t in topics]
+                       + [t for name in streams for t in codec.stream_topics(name)]) or [""]
         self.pull = pull
         self.gaps: list[Gap] = []
         self.received = 0
@@ -167,7 +167,7 @@ class Subscriber:
     def recv(self, timeout: float | None = None) -> Message | None:
         """The next message; None if none comes within `timeout` seconds (None: wait forever).
 
-        A payload that is neither JSON nor MessagePack raises `wire.PayloadError`."""
+        A payload that is neither JSON nor MessagePack raises `codec.PayloadError`."""
         wait_ms = None if timeout is None else max(0, int(timeout * 1000))
         while True:
             if wait_ms is not None and not self._sock.poll(wait_ms, zmq.POLLIN):
@@ -176,7 +176,7 @@ class Subscriber:
             topic = parts[0].decode("utf-8", "replace")
             if self.pull and not any(topic.startswith(t) for t in self.topics):
                 continue
-            message = Message(topic, wire.decode(parts[1]) if len(parts) > 1 else {},
+            message = Message(topic, codec.decode(parts[1]) if len(parts) > 1 else {},
                               parts[2] if len(parts) > 2 else None)
             self.received += 1
             seq = message.seq

@@ -7,7 +7,7 @@ sends, as `DIR/<stream>-<frame>.jpg`.
 
 `--stream NAME` receives everything of one stream (frames, eos, stats, events) and nothing of any
 other; `--topic` takes topic prefixes, and one that names a type and a stream is exact
-(`frame.cam1` never receives cam10): topics are `<type>.<stream>.` (see `streamlens.wire`).
+(`frame.cam1` never receives cam10): topics are `<type>.<stream>.` (see `streamlens.wire.codec`).
 
 Example:
     $ streamlens subscribe tcp://127.0.0.1:5555 --stream cam1 | jq -c '[.type, .seq]'
@@ -48,8 +48,8 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     """Run the command; the exit code is 0 (130 on Ctrl-C). Connection errors raise
     `SubscriberError`, which the CLI prints as one line."""
-    from .subscriber import Subscriber
-    from .wire import PayloadError, json_bytes
+    from ..wire.codec import PayloadError, json_bytes
+    from ..wire.subscriber import Subscriber
 
     frames_dir = Path(args.frames) if args.frames else None
     if frames_dir is not None:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..graph.channel import Channel, ChannelClosed
+from .channel import Channel, ChannelClosed
 
 
 

@@ -1,0 +1,1 @@
+"""The `streamlens` subcommands that live outside the engine: `subscribe` and `keygen`."""
