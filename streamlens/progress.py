@@ -10,7 +10,8 @@ import sys
 import time
 from typing import TextIO
 
-from .graph.runtime import Pipeline, RunReport, StreamStats
+from .graph.runtime import Pipeline
+from .graph.stats import RunReport, StreamStats
 
 
 def stream_line(st: StreamStats) -> str:

@@ -250,7 +250,7 @@ def test_stats_can_be_read_while_the_engine_publishes():
     """The progress display and /metrics read a stream's stats on their own threads while the engine
     records frames; a read must never fail ("deque mutated during iteration" once ended a run)."""
     from streamlens.frame import Frame, FrameResult
-    from streamlens.graph.runtime import StreamStats
+    from streamlens.graph.stats import StreamStats
 
     stats, stop, errors = StreamStats("cam1", "cam1.mp4"), threading.Event(), []
     result = FrameResult(Frame("cam1", 0, 0.0, 0.0, None), 0, False, None)
@@ -288,7 +288,7 @@ def test_every_controller_step_is_shown_and_counted_past_the_last_64_kept():
     import io
     import types
 
-    from streamlens.graph.runtime import RunReport
+    from streamlens.graph.stats import RunReport
     from streamlens.progress import ProgressDisplay
 
     clock = Clock()

@@ -12,7 +12,7 @@ from streamlens.config import TrackerConfig
 from streamlens.detect.motion import MotionDetector
 from streamlens.frame import EndOfStream, FrameResult, StreamEnd
 from streamlens.graph.channel import Channel
-from streamlens.graph.engine import DETECTED_KEY, Detected, DetectWorker, Engine, Lane
+from streamlens.graph.engine import Detected, DetectWorker, Engine, Lane
 from streamlens.sources.file import FileSource
 from streamlens.track import build_tracker
 
@@ -52,13 +52,13 @@ def run_engine(frames, *, live: bool, interval: int, delay_s: float, late_after_
                lane_interval: int | None = None):
     """Feed frames (paced at 30 fps when live) through an engine; return (result, publish time) pairs."""
     inbox = Channel(64)
-    inbox.set_capacity(DETECTED_KEY, 1 << 20)
+    detections = Channel(1 << 20, "detections", share=inbox)
     detector = SlowMotionDetector(delay_s)
-    worker = DetectWorker(detector, lambda d: inbox.put(d, key=DETECTED_KEY), max_batch=4, max_wait_ms=5,
+    worker = DetectWorker(detector, detections.put, max_batch=4, max_wait_ms=5,
                           budget_ms=None)
     published = []
     lane = Lane("cam1", build_tracker(TrackerConfig(motion="kalman"), 30.0), live, lane_interval or interval)
-    engine = Engine(inbox, [lane], worker, lambda item: published.append((item, time.time())), late_after_s)
+    engine = Engine(inbox, detections, [lane], worker, lambda item: published.append((item, time.time())), late_after_s)
     runner = threading.Thread(target=engine.run)
     runner.start()
     for k, f in enumerate(frames):
@@ -115,16 +115,16 @@ def test_live_stream_flows_on_while_the_detector_is_late_and_reanchors():
 
 def test_detector_batches_keyframes_of_several_streams():
     inbox = Channel(64)
-    inbox.set_capacity(DETECTED_KEY, 1 << 20)
+    detections = Channel(1 << 20, "detections", share=inbox)
     detector = SlowMotionDetector(0.02)
-    worker = DetectWorker(detector, lambda d: inbox.put(d, key=DETECTED_KEY), max_batch=4, max_wait_ms=50,
+    worker = DetectWorker(detector, detections.put, max_batch=4, max_wait_ms=50,
                           budget_ms=None)
     worker.start()
     frames = sample_frames(8, live=False)
     for k, f in enumerate(frames):
         f.stream = f"cam{k % 4}"
         worker.submit(f)
-    back = [inbox.get(5) for _ in range(8)]
+    back = [detections.get(5) for _ in range(8)]
     worker.close()
     assert sorted(id(d.frame) for d in back) == sorted(id(f) for f in frames)
     assert sum(detector.calls) == 8 and max(detector.calls) == 4
@@ -159,11 +159,12 @@ def test_a_late_keyframe_replay_holds_up_only_its_own_stream():
     for f in others:
         f.stream = "cam2"
     inbox = Channel(64)
-    worker = DetectWorker(MotionDetector(), lambda d: inbox.put(d, key=DETECTED_KEY), max_batch=1,
+    detections = Channel(1 << 20, "detections", share=inbox)
+    worker = DetectWorker(MotionDetector(), detections.put, max_batch=1,
                           max_wait_ms=0, budget_ms=None)
     published = []
     lanes = [Lane(name, build_tracker(TrackerConfig(motion="kalman"), 30.0), True, 1000) for name in ("cam1", "cam2")]
-    engine = Engine(inbox, lanes, worker, published.append, late_after_s=0.0)
+    engine = Engine(inbox, detections, lanes, worker, published.append, late_after_s=0.0)
     twin = build_tracker(TrackerConfig(motion="kalman"), 30.0)
     found = a_car()
     for f in frames[:31]:  # cam1 carried 31 frames by motion; frame 0 was a keyframe gone out late
@@ -192,18 +193,18 @@ def test_a_late_keyframe_replay_holds_up_only_its_own_stream():
 def test_the_engine_replays_a_late_keyframe_while_idle():
     frames = sample_frames(20, live=True)
     inbox = Channel(64)
-    inbox.set_capacity(DETECTED_KEY, 1 << 20)
-    worker = DetectWorker(MotionDetector(), lambda d: inbox.put(d, key=DETECTED_KEY), max_batch=1,
+    detections = Channel(1 << 20, "detections", share=inbox)
+    worker = DetectWorker(MotionDetector(), detections.put, max_batch=1,
                           max_wait_ms=0, budget_ms=None)
     lane = Lane("cam1", build_tracker(TrackerConfig(motion="kalman"), 30.0), True, 1000)
-    engine = Engine(inbox, [lane], worker, lambda item: None, late_after_s=0.0)
+    engine = Engine(inbox, detections, [lane], worker, lambda item: None, late_after_s=0.0)
     for f in frames:
         lane.tracker.propagate(f)
     lane.late.add(id(frames[0]))
     lane.in_flight = 1
     runner = threading.Thread(target=engine.run)
     runner.start()
-    inbox.put(Detected(frames[0], a_car()), key=DETECTED_KEY)
+    detections.put(Detected(frames[0], a_car()))
     deadline = time.monotonic() + 10
     while lane.tracker.catching_up and time.monotonic() < deadline:
         time.sleep(0.01)

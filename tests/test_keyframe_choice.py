@@ -14,7 +14,7 @@ from streamlens.detect.motion import MotionDetector
 from streamlens.frame import Frame
 from streamlens.graph.batcher import DetectCost
 from streamlens.graph.channel import Channel
-from streamlens.graph.engine import DETECTED_KEY, Detected, DetectWorker, Engine, Lane
+from streamlens.graph.engine import Detected, DetectWorker, Engine, Lane
 from streamlens.graph.keyframes import STALL_PERIODS, KeyframeChooser
 from streamlens.track import build_tracker
 
@@ -161,18 +161,18 @@ def test_the_engine_keeps_no_keyframe_waiting_behind_a_busy_detector():
     the first frames go to it, none queue behind it; once it is free, the next frame offered is taken,
     and while that one is held nothing else is."""
     inbox = Channel(64)
-    inbox.set_capacity(DETECTED_KEY, 1 << 20)
+    detections = Channel(1 << 20, "detections", share=inbox)
     detector = GatedDetector()
-    worker = DetectWorker(detector, lambda d: inbox.put(d, key=DETECTED_KEY), max_batch=1, max_wait_ms=0,
+    worker = DetectWorker(detector, detections.put, max_batch=1, max_wait_ms=0,
                           budget_ms=33)
     lanes = [Lane(n, build_tracker(TrackerConfig(motion="kalman"), 30.0), True, 5) for n in "abc"]
-    engine = Engine(inbox, lanes, worker, lambda item: None, late_after_s=0.0,
+    engine = Engine(inbox, detections, lanes, worker, lambda item: None, late_after_s=0.0,
                     chooser=KeyframeChooser(interval=5))
     worker.start()
 
     def back() -> Detected:
         while True:
-            item = inbox.get(60)
+            item = detections.get(60)
             assert item is not None, "the detector's results never came back"
             if isinstance(item, Detected):
                 engine._on_detected(item)

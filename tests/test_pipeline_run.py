@@ -262,3 +262,41 @@ sinks: [{{type: jsonl, path: {out}}}]
     frames = [m for m in lines if m["type"] == "frame"]
     assert frames and [m["seq"] for m in frames] == list(range(len(frames)))
     assert lines[-1]["type"] == "eos"
+
+
+def test_leaving_a_with_block_ends_a_run_going_on_another_thread_and_keeps_what_was_written(tmp_path):
+    """`with Pipeline(...) as p`: leaving the block closes the pipeline. A run still going (here a
+    looping camera-like file that never ends, run on a thread of the caller's) is aborted and waited
+    for: every thread ends, the sink has flushed whole lines and each stream its `eos`."""
+    clip = need_video("highway_320x240.avi")
+    out = tmp_path / "out.jsonl"
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {clip}, live: true, loop: true}}]
+detector: {{backend: motion}}
+sinks: [{{type: jsonl, path: {out}}}]
+""")
+    before = set(threading.enumerate())
+    reports = []
+    with streamlens.Pipeline.from_yaml(path) as pipeline:
+        runner = threading.Thread(target=lambda: reports.append(pipeline.run()))
+        runner.start()
+        deadline = time.monotonic() + 60
+        while pipeline.stats["cam1"].frames < 10 and time.monotonic() < deadline and runner.is_alive():
+            time.sleep(0.05)
+        assert pipeline.stats["cam1"].frames >= 10
+    assert not runner.is_alive() and reports[0].status == "interrupted"
+    runner.join()
+    assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []
+    lines = read_jsonl(out)
+    frames = [m for m in lines if m["type"] == "frame"]
+    assert len(frames) >= 10 and [m["seq"] for m in frames] == list(range(len(frames)))
+    assert lines[-1]["type"] == "eos"
+    pipeline.close()  # again, after the run: nothing to do
+
+
+def test_closing_a_pipeline_that_never_ran_does_nothing(tmp_path):
+    path = write_pipeline(tmp_path, f"sources: [{{uri: {REPO / 'samples' / 'traffic.mp4'}}}]\n"
+                                    "detector: {backend: motion}\n")
+    with streamlens.Pipeline.from_yaml(path) as pipeline:
+        pass
+    assert pipeline.run().status == "done"  # it may still run, once

@@ -5,6 +5,10 @@ capacity, so one busy stream never takes another's room. When a key's share is f
 blocks (files: nothing may be lost) or drops that key's oldest item (live streams: fresh beats
 complete); every drop is counted per key. The consumer takes items in arrival order.
 
+Channels made with `share=` another one wait on the same condition, so one consumer can wait on
+several at once: `get_any(channels)` takes from the first that has an item (the engine takes the
+detector's results before new frames this way).
+
 Example:
     >>> ch = Channel(capacity=2)
     >>> ch.put("a", key="cam1", drop_oldest=True); ch.put("b", key="cam1", drop_oldest=True)
@@ -29,14 +33,15 @@ class ChannelClosed(Exception):
 
 
 class Channel:
-    def __init__(self, capacity: int, name: str = "channel"):
+    def __init__(self, capacity: int, name: str = "channel", *, share: Channel | None = None):
         if capacity < 1:
             raise ValueError("capacity must be >= 1")
         self.capacity = capacity
         self.name = name
         self._items: deque[tuple[str, Any]] = deque()
         self._count: Counter[str] = Counter()
-        self._cond = threading.Condition()
+        #: shared with `share`: a waiter on either wakes for both (see `get_any`)
+        self._cond = share._cond if share is not None else threading.Condition()
         self._closed = False
         self._capacity_of: dict[str, int] = {}
         self.dropped: Counter[str] = Counter()
@@ -84,10 +89,13 @@ class Channel:
                 if remaining is not None and remaining <= 0:
                     return None
                 self._cond.wait(remaining)
-            key, item = self._items.popleft()
-            self._count[key] -= 1
-            self._cond.notify_all()
-            return item
+            return self._pop()
+
+    def _pop(self) -> Any:
+        key, item = self._items.popleft()
+        self._count[key] -= 1
+        self._cond.notify_all()
+        return item
 
     def close(self, *, discard: bool = False) -> None:
         """No more puts; `get` drains what is left (or nothing, with `discard`), then raises."""
@@ -106,6 +114,36 @@ class Channel:
         """Items waiting, for one key or in all."""
         with self._cond:
             return len(self._items) if key is None else self._count[key]
+
+
+def get_any(channels: list[Channel], timeout: float | None = None) -> Any:
+    """The oldest item of the first of `channels` that has one (they share one condition: made
+    with `share=` the first); waits up to `timeout` seconds (None: forever, 0: not at all). Returns
+    None on timeout; raises `ChannelClosed` when none has an item and any of them is closed.
+
+    Example:
+        >>> frames = Channel(8, "frames")
+        >>> results = Channel(8, "results", share=frames)
+        >>> _ = frames.put("frame 1"); _ = results.put("result 0")
+        >>> get_any([results, frames]), get_any([results, frames]), get_any([results, frames], timeout=0)
+        ('result 0', 'frame 1', None)
+    """
+    first = channels[0]
+    if any(ch._cond is not first._cond for ch in channels):
+        raise ValueError("get_any needs channels that share one condition (Channel(share=...))")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with first._cond:
+        while True:
+            for ch in channels:
+                if ch._items:
+                    return ch._pop()
+            closed = next((ch for ch in channels if ch._closed), None)
+            if closed is not None:
+                raise ChannelClosed(closed.name)
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return None
+            first._cond.wait(remaining)
 
 
 class Credits:

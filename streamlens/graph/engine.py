@@ -1,8 +1,8 @@
 """The engine: keyframes to the detector, every frame through its stream's tracker, in order.
 
-    inbox (frames of every stream, and detections coming back)
+    inbox (frames of every stream)
       -> one lane per stream: frames wait here in order
-           keyframe    -> DetectWorker (its own thread: batches across streams) -> back to the inbox
+           keyframe    -> DetectWorker (its own thread: batches across streams) -> detections channel
            other frame -> tracker.propagate(frame) -> published at once
       -> a keyframe is published when its detections are back: tracker.update(frame, detections)
 
@@ -42,10 +42,9 @@ import supervision as sv
 from ..frame import EndOfStream, Frame, FrameResult, StreamEnd
 from ..track import Tracker
 from .batcher import Batcher
-from .channel import Channel, ChannelClosed
+from .channel import Channel, ChannelClosed, get_any
 from .keyframes import KeyframeChooser
 
-DETECTED_KEY = "\x00detected"  # the inbox key under which detections come back
 #: tracker steps of a late keyframe's replay done at a time while the inbox is empty
 REPLAY_CHUNK = 4
 #: the nice value of the detector's thread when it runs on the CPU beside live streams
@@ -194,7 +193,7 @@ class Lane:
 class Engine:
     """Runs the lanes of every stream on one thread (see the module's docstring)."""
 
-    def __init__(self, inbox: Channel, lanes: list[Lane], worker: DetectWorker,
+    def __init__(self, inbox: Channel, detections: Channel, lanes: list[Lane], worker: DetectWorker,
                  publish: Callable[[FrameResult | StreamEnd], None], late_after_s: float,
                  on_detected: Callable[[Detected], None] | None = None, chooser: KeyframeChooser | None = None):
         self.on_detected = on_detected  # told of every keyframe back from the detector, late ones too
@@ -205,6 +204,8 @@ class Engine:
                     chooser.add(lane.name, lane.period_s)
         self._signals = {lane.name: lane.tracker.signals for lane in lanes if lane.live}
         self.inbox = inbox
+        #: where `worker` delivers: made with `Channel(share=inbox)`, so the engine waits on both at once
+        self.detections = detections
         self.lanes = {lane.name: lane for lane in lanes}
         self.worker = worker
         self.publish = publish
@@ -218,7 +219,7 @@ class Engine:
                 replaying = next((lane for lane in self.lanes.values() if lane.open and lane.tracker.catching_up),
                                  None)
                 try:
-                    item = self.inbox.get(0.0 if replaying else self._wait())
+                    item = get_any([self.detections, self.inbox], 0.0 if replaying else self._wait())
                 except ChannelClosed:
                     return
                 if isinstance(item, Detected):

@@ -1,23 +1,26 @@
 """The runtime: it builds the nodes of a pipeline, owns their threads and queues, and ends them.
 
-    source threads (one per stream) --inbox--> engine thread --> one channel and thread per sink
-                                               (keyframe? -> batch -> detect -> track)
+    source threads (one per stream) --inbox--> engine thread --> fan-out: the sinks
+                                                 |      ^
+                                        keyframes v      | detections (a channel of their own)
+                                               detector thread (batches across streams)
+
+Each node does one job, in its own module: the engine (graph/engine.py: lanes, keyframe choice,
+tracking, order), the detector's batching (graph/batcher.py), the fan-out to the sinks
+(graph/fanout.py: each result serialised once; a frame's latency ends when the last sink has
+published it), the budget controller (graph/control.py) and the run's figures (graph/stats.py).
+This module wires them and owns their lifecycle:
 
 - The inbox gives each stream its own share; a file source blocks when its share is full (nothing
   is lost), a live source drops its oldest frame (every drop counted).
-- The engine gathers frames into batches: up to `max_batch` keyframes, waiting at most
-  `max_wait_ms` once a keyframe is in hand, and never waiting when it has none.
-- A sink whose writes never wait (`Sink.inline`: a ZeroMQ publisher) is written on the engine's
-  thread instead: one thread hop less per frame.
-- Each result is serialised once (schema v1) and handed to every sink. Its latency ends when the
-  last sink has published it; the budget controller (graph/control.py) holds the live streams'
-  p95 of that within `runtime.budget_ms`.
 - A file source holds a credit for every frame between its decoding and its publication
   (`file_credits`): however slow the detector, a file waits instead of filling the memory.
 - `stop()` (Ctrl-C) ends the sources; what they already produced is processed and written, each
   stream gets its `eos`, and the sinks close. `abort()` (a second Ctrl-C) discards frames not yet
   processed, does not wait for a detector batch in hand, and still writes and closes what the
   sinks hold. An error in any node stops the rest the same way, and `run()` reports it.
+  `close()` (and leaving a `with Pipeline(...)` block) aborts a run still going on another thread
+  and waits for it to end.
 - Every stream's end says how it ended and what it lost (`StreamStats.lost`, the `eos` message,
   the summary, `/metrics`): a file that ended before its declared length ends `truncated`, and
   the run then exits non-zero with one line naming it, whatever the other streams did.
@@ -25,7 +28,8 @@
 
 Example:
     >>> from streamlens import Pipeline                    # doctest: +SKIP
-    >>> report = Pipeline.from_yaml("pipelines/quickstart.yaml").run()   # doctest: +SKIP
+    >>> with Pipeline.from_yaml("pipelines/quickstart.yaml") as pipeline:   # doctest: +SKIP
+    ...     report = pipeline.run()
     >>> report.exit_code                                   # doctest: +SKIP
     0
 """
@@ -38,9 +42,7 @@ import queue
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import PipelineConfig, SourceConfig, load_pipeline, preflight_problems
@@ -48,20 +50,19 @@ from ..detect import build_detector
 from ..errors import ConfigError, StreamlensError
 from ..frame import EndOfStream, FrameResult, StatsReport, StreamEnd
 from ..http.server import MetricsServer
-from ..metrics import LatencyHistogram, percentiles
 from ..sinks import Sink, build_sink
 from ..sources import Source, build_source
 from ..track import build_tracker
-from ..wire.schema import dumps, message_for
-from .channel import Channel, ChannelClosed, Credits
+from .channel import Channel, Credits
 from .control import BudgetController
-from .engine import DETECTED_KEY, DetectWorker, Engine, Lane
+from .engine import DetectWorker, Engine, Lane
+from .fanout import FanOut
+from .stats import ENDED_STATES, RunReport, StreamStats
 from .keyframes import (SceneCutDetector, build_chooser, build_scheduler, longest_gap, stagger_offsets,
                         thumbnail_step)
 
 log = logging.getLogger("streamlens")
 
-EXIT_DONE, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 #: Python's thread switch interval while a pipeline with live streams runs (seconds)
 LIVE_SWITCH_S = 0.001
 #: how long `run()` waits for its threads when it ends by an exception
@@ -69,8 +70,6 @@ ABORT_JOIN_S = 10.0
 #: after `abort()`, how long the engine may wait for room in a stuck sink's queue before that queue
 #: is closed (the sink then writes what it holds and closes; the engine ends)
 ABORT_SINK_GRACE_S = 0.5
-#: the states of a stream that has ended: `StreamEnd.reason` ("end" shown as "ended")
-ENDED_STATES = ("ended", "truncated", "stopped", "error")
 
 
 #: where PyAV's side data cycle could not be broken, a full garbage collection after this many
@@ -111,146 +110,6 @@ def file_credits(interval: int, max_batch: int) -> int:
     return (interval + 1) * max_batch
 
 
-#: the stages of a frame's latency, in order. `latency_ms` of a result has all but `publish` (which
-#: ends after the message has gone), and `total`: from the frame becoming available to the hand-off
-STAGES = ("decode", "queue", "batch", "detect", "track", "publish")
-
-
-@dataclass
-class StreamStats:
-    """What one stream has done so far; read by the progress display, the summary and /metrics."""
-
-    name: str
-    uri: str
-    total: int | None = None
-    frames: int = 0
-    keyframes: int = 0
-    objects: int = 0
-    #: frames dropped anywhere before publication, `shed` included
-    dropped: int = 0
-    #: frames the budget controller dropped
-    shed: int = 0
-    late_keyframes: int = 0
-    deferred_keyframes: int = 0
-    #: keyframes whose detections came back too late for the tracker to apply (older than its history)
-    discarded_detections: int = 0
-    #: frames (and packets, `corrupt`) lost by cause: see `Pipeline._refresh_drops`
-    lost: dict = field(default_factory=dict)
-    #: how the stream ended (end, truncated, stopped, error) and what went wrong, once it has
-    reason: str | None = None
-    detail: str | None = None
-    state: str = "starting"
-    started: float | None = None
-    ended: float | None = None
-    _recent: deque = field(default_factory=lambda: deque(maxlen=64), repr=False)
-    #: (keyframe, stage timings, publish ms, end-to-end ms) of the most recent published frames
-    _window: deque = field(default_factory=lambda: deque(maxlen=256), repr=False)
-    #: (batch ms, detect ms) of the most recent keyframes back from the detector
-    _detected: deque = field(default_factory=lambda: deque(maxlen=64), repr=False)
-    #: end to end: from the frame becoming available to every sink having published it
-    latency: LatencyHistogram = field(default_factory=LatencyHistogram, repr=False)
-    stages: dict = field(default_factory=lambda: {stage: LatencyHistogram() for stage in STAGES}, repr=False)
-
-    def count(self, result: FrameResult) -> None:
-        """A result handed to the sinks."""
-        now = time.monotonic()
-        if self.started is None:
-            self.started = now
-            if self.state == "starting":  # a live source reports its own states (streaming, ...)
-                self.state = "running"
-        self.frames += 1
-        self.keyframes += result.keyframe
-        self.late_keyframes += result.frame.keyframe and not result.keyframe
-        self.objects += len(result.detections)
-        self._recent.append(now)
-
-    def published(self, result: FrameResult, publish_ms: float, total_ms: float) -> None:
-        """Every sink has published `result`, `publish_ms` after it was handed to them."""
-        timings = result.frame.timings
-        self._window.append((result.keyframe, timings, publish_ms, total_ms))
-        self.latency.observe(total_ms)
-        for stage in ("decode", "queue", "track"):
-            if stage in timings:
-                self.stages[stage].observe(timings[stage])
-        self.stages["publish"].observe(publish_ms)
-
-    def detected(self, batch: float, detect: float) -> None:
-        """A keyframe is back from the detector (in time or late): ms waited for its batch, and the
-        batch's detector call."""
-        self._detected.append((batch, detect))
-        self.stages["batch"].observe(batch)
-        self.stages["detect"].observe(detect)
-
-    def latency_percentiles(self) -> dict[str, float]:
-        """p50, p95 and p99 end to end over the last 256 published frames."""
-        # list() copies the deque in one step; iterating it directly races the engine's appends
-        return percentiles([total for *_, total in list(self._window)])
-
-    def report(self, queue_depth: int) -> dict:
-        """The values of a `stats` message: counters, current rates, latency percentiles over the
-        last 256 published frames (`batch` and `detect`: the last 64 keyframes back from the detector,
-        late ones included)."""
-        window, detected = list(self._window), list(self._detected)
-        stages = {stage: percentiles([t[stage] for _, t, _, _ in window if stage in t])
-                  for stage in ("decode", "queue")}
-        stages["batch"] = percentiles([b for b, _ in detected])
-        stages["detect"] = percentiles([d for _, d in detected])
-        stages["track"] = percentiles([t["track"] for _, t, _, _ in window if "track" in t])
-        stages["publish"] = percentiles([p for _, _, p, _ in window])
-        return {"ts": round(time.time(), 6), "state": self.state, "frames": self.frames,
-                "keyframes": self.keyframes, "fps": round(self.fps, 2),
-                "keyframe_rate": round(sum(k for k, *_ in window) / len(window), 4) if window else 0.0,
-                "latency_ms": self.latency_percentiles(), "stages_ms": stages,
-                "queue_depth": queue_depth, "dropped": self.dropped, "shed": self.shed, "lost": dict(self.lost),
-                "late_keyframes": self.late_keyframes, "deferred_keyframes": self.deferred_keyframes,
-                "discarded_detections": self.discarded_detections}
-
-    @property
-    def fps(self) -> float:
-        """Frames per second over the last 64 frames (the current rate)."""
-        recent = list(self._recent)  # one consistent copy: the engine appends as this runs
-        if len(recent) < 2 or recent[-1] == recent[0]:
-            return 0.0
-        return (len(recent) - 1) / (recent[-1] - recent[0])
-
-    @property
-    def wall_s(self) -> float:
-        if self.started is None:
-            return 0.0
-        return (self.ended or time.monotonic()) - self.started
-
-    @property
-    def mean_fps(self) -> float:
-        return self.frames / self.wall_s if self.wall_s > 0 else 0.0
-
-
-@dataclass
-class RunReport:
-    """How a run ended: `status` is done, interrupted or failed; `error` the first error's line."""
-
-    status: str
-    error: str | None
-    wall_s: float
-    streams: list[StreamStats]
-    #: what the budget controller did, in order (its last 64 steps), how many steps it took, and the
-    #: rung it ended on (see graph/control.py)
-    control_actions: list[str] = field(default_factory=list)
-    control_level: int = 0
-    control_steps: int = 0
-
-    @property
-    def incomplete(self) -> list[str]:
-        """One line for each stream whose input ended before its end (a truncated file)."""
-        return [f"{st.name}: {st.uri}: {st.detail}" for st in self.streams if st.reason == "truncated"]
-
-    @property
-    def exit_code(self) -> int:
-        """0 done, 130 interrupted, 1 failed or done with a stream's input truncated."""
-        if self.status == "done" and self.incomplete:
-            return EXIT_FAILED
-        return {"done": EXIT_DONE, "interrupted": EXIT_INTERRUPTED}.get(self.status, EXIT_FAILED)
-
-
 class _QueueSink(Sink):
     """Hands results to `Pipeline.results()`, in-process."""
 
@@ -289,17 +148,6 @@ def _live_switch_interval(hold: bool) -> None:
                 sys.setswitchinterval(_switch_found)
 
 
-class _InlineSink:
-    """A sink written on the engine's thread, and its lock (stats reports come from the main thread)."""
-
-    __slots__ = ("sink", "lock", "open")
-
-    def __init__(self, sink: Sink):
-        self.sink = sink
-        self.lock = threading.Lock()
-        self.open = True
-
-
 class Pipeline:
     """A pipeline built from a `PipelineConfig`; `run()` it once."""
 
@@ -324,11 +172,8 @@ class Pipeline:
         self._schedules: dict[str, object] = {}
         #: the live streams' shared keyframe schedule (None: none live, or `keyframes.shared: false`)
         self._chooser = build_chooser(config.keyframes) if any(s.live for s in config.sources) else None
-        self._sink_channels: list[Channel] = []
-        self._threaded_sinks: list[Sink] = []  # each with a channel and a thread of its own
-        self._inline: list[_InlineSink] = []  # written on the engine's thread (`Sink.inline`)
-        self._unpublished: dict[int, list] = {}  # id(result) -> [sinks still to write it, handed at]
-        self._published_lock = threading.Lock()
+        self._out: FanOut | None = None  # every sink, once running
+        self._finished = threading.Event()  # set when run() has returned
         self.stats = {s.name: StreamStats(s.name, s.display_uri) for s in config.sources}
         live = [s.name for s in config.sources if s.live]
         #: the budget controller, for the live streams (None: none live, or `runtime.control: false`)
@@ -340,6 +185,21 @@ class Pipeline:
     def from_yaml(cls, path: str | Path, **kwargs) -> Pipeline:
         """Load and validate a pipeline file (raises `ConfigError`), then build the pipeline."""
         return cls(load_pipeline(path), **kwargs)
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self, timeout: float | None = None) -> None:
+        """End a run still going on another thread (as `abort()` does: sinks flush and close) and
+        wait for it to return, at most `timeout` seconds (None: `ABORT_JOIN_S` and the sinks' grace).
+        Nothing to do before `run()` or after it has returned; safe to call more than once."""
+        if not self._ran or self._finished.is_set():
+            return
+        self.abort()
+        self._finished.wait(ABORT_JOIN_S + ABORT_SINK_GRACE_S if timeout is None else timeout)
 
     # -- control ------------------------------------------------------------------------------
 
@@ -366,8 +226,8 @@ class Pipeline:
         self.stop()
         self._credits.close()
         self._inbox.close(discard=True)
-        for sink in self._threaded_sinks + [entry.sink for entry in self._inline]:
-            sink.interrupt()
+        if self._out is not None:
+            self._out.interrupt()
 
     def _fail(self, error: BaseException) -> None:
         line = str(error) if isinstance(error, StreamlensError) else f"{type(error).__name__}: {error}"
@@ -387,6 +247,12 @@ class Pipeline:
         if self._ran:
             raise StreamlensError("a Pipeline runs once; build a new one")
         self._ran = True
+        try:
+            return self._run(on_tick, tick_s, stats_every_s)
+        finally:
+            self._finished.set()
+
+    def _run(self, on_tick, tick_s: float, stats_every_s: float) -> RunReport:
         started = time.monotonic()
         sources, detector, sinks, http = self._build()
         live = any(s.live for s in self.config.sources)
@@ -402,8 +268,7 @@ class Pipeline:
                     t.join(tick_s / len(threads))
                 self._refresh_drops()
                 if self._aborted_at is not None and time.monotonic() - self._aborted_at > ABORT_SINK_GRACE_S:
-                    for ch in self._sink_channels:  # the engine may be stuck putting into one
-                        ch.close()
+                    self._out.close_queues()  # the engine may be stuck putting into one
                 if time.monotonic() >= next_stats:
                     next_stats += stats_every_s
                     self._control()
@@ -419,8 +284,8 @@ class Pipeline:
                 engine = next((t for t in threads if t.name == "engine"), None)
                 if engine is not None:
                     engine.join(ABORT_SINK_GRACE_S)
-                for ch in self._sink_channels:
-                    ch.close()
+                if self._out is not None:
+                    self._out.close_queues()
                 deadline = time.monotonic() + ABORT_JOIN_S
                 for t in threads:
                     t.join(max(0.0, deadline - time.monotonic()))
@@ -493,10 +358,9 @@ class Pipeline:
     def _publish_stats(self, streams: list[str] | None = None) -> None:
         """Hand each stream's `stats` (or those of `streams`) to the sinks that want it, never
         waiting on a busy one. Called about once a second, and for each stream just before its `eos`."""
-        wanted = [ch for sink, ch in zip(self._threaded_sinks, self._sink_channels) if sink.wants_stats]
-        inline = [entry for entry in self._inline if entry.sink.wants_stats]
-        if not (wanted or inline):
+        if self._out is None or not self._out.wants_stats:
             return
+        reports = []
         for name in (self.stats if streams is None else streams):
             st = self.stats[name]
             values = st.report(self._inbox.depth(st.name))
@@ -505,13 +369,8 @@ class Pipeline:
             source_stats = getattr(self._sources.get(st.name), "stats", None)
             if callable(source_stats):  # a live source: reconnects, last error (URL masked)
                 values.update({k: v for k, v in source_stats().items() if k not in ("state", "dropped")})
-            report = StatsReport(st.name, values)
-            message = message_for(report)
-            payload = dumps(message)
-            for ch in wanted:
-                ch.put((report, message, payload), key="stats", drop_oldest=True)
-            for entry in inline:
-                self._write_inline(entry, report, message, payload)
+            reports.append(StatsReport(st.name, values))
+        self._out.publish_stats(reports)
 
     def results(self) -> Iterator[FrameResult | StreamEnd]:
         """Run in the background and yield every `FrameResult` and `StreamEnd` as it is made.
@@ -598,11 +457,9 @@ class Pipeline:
 
     def _start(self, sources, detector, sinks) -> list[threading.Thread]:
         cfg = self.config
-        self._inline = [_InlineSink(s) for s in sinks if s.inline]
-        self._threaded_sinks = [s for s in sinks if not s.inline]
-        self._sink_channels = [Channel(cfg.runtime.queue_size, f"sink:{s.name}") for s in self._threaded_sinks]
-        threads = [threading.Thread(target=self._run_sink, args=(s, ch), name=f"sink-{s.name}", daemon=True)
-                   for s, ch in zip(self._threaded_sinks, self._sink_channels)]
+        self._out = FanOut(sinks, cfg.runtime.queue_size, on_published=self._on_published,
+                           on_error=self._sink_failed, on_close_error=self._fail)
+        threads = self._out.threads()
         fps = {src.name: src.fps for src in sources}
         lanes = [Lane(s.name, build_tracker(cfg.tracker, fps.get(s.name), detector_conf=cfg.detector.conf,
                                             adaptive=cfg.keyframes.adaptive), s.live, longest_gap(cfg.keyframes),
@@ -669,15 +526,16 @@ class Pipeline:
 
     def _run_engine(self, detector, lanes: list[Lane]) -> None:
         cfg = self.config
-        # detections coming back never wait for room: their number is bounded by keyframes in flight
-        self._inbox.set_capacity(DETECTED_KEY, 1 << 20)
+        # detections come back on a channel of their own, which the engine waits on with the inbox;
+        # they never wait for room: their number is bounded by the keyframes in flight
+        detections = Channel(1 << 20, "detections", share=self._inbox)
         live = any(s.live for s in cfg.sources)
-        worker = DetectWorker(detector, lambda done: self._inbox.put(done, key=DETECTED_KEY),
+        worker = DetectWorker(detector, detections.put,
                               max_batch=cfg.detector.max_batch, max_wait_ms=cfg.detector.max_wait_ms,
                               budget_ms=cfg.detector.budget_ms if live else None,
                               low_priority=live and not getattr(detector, "prepare_ahead", False))
         budget = cfg.detector.budget_ms
-        self._engine = engine = Engine(self._inbox, lanes, worker, self._publish,
+        self._engine = engine = Engine(self._inbox, detections, lanes, worker, self._publish,
                                        late_after_s=budget / 1000 if budget else float("inf"),
                                        on_detected=lambda done: self.stats[done.frame.stream].detected(
                                            done.batch_ms, done.detect_ms), chooser=self._chooser)
@@ -690,13 +548,7 @@ class Pipeline:
             reason = "error" if self._error else "stopped"
             for lane in engine.open_streams():
                 self._publish(StreamEnd(lane.name, lane.seq, lane.seq, reason))
-            for ch in self._sink_channels:
-                ch.close()
-            for entry in self._inline:
-                with entry.lock:
-                    if entry.open:
-                        entry.open = False
-                        self._close_sink(entry.sink)
+            self._out.close()
 
     def _publish(self, item: FrameResult | StreamEnd) -> None:
         st = self.stats[item.stream if isinstance(item, StreamEnd) else item.frame.stream]
@@ -715,81 +567,16 @@ class Pipeline:
             st.state = {"end": "ended"}.get(item.reason, item.reason)
             st.ended = time.monotonic()
             self._publish_stats([st.name])  # the stream's last figures, before its eos
-        message = message_for(item)
-        payload = dumps(message)
-        result = isinstance(item, FrameResult)
-        handed = time.perf_counter()
-        if result and self._sink_channels:  # the last sink thread to publish it ends its latency
-            with self._published_lock:
-                self._unpublished[id(item)] = [len(self._sink_channels) + len(self._inline), handed]
-        written = 0
-        for entry in self._inline:
-            written += self._write_inline(entry, item, message, payload)
-        if result and self._sink_channels:
-            for _ in range(written):
-                self._written(item)
-        elif result and written == len(self._inline):  # every sink is inline (or there is none): done now
-            self._on_published(item, handed)
-        for ch in self._sink_channels:
-            ch.put((item, message, payload))
-
-    def _write_inline(self, entry: _InlineSink, item, message: dict, payload: bytes) -> bool:
-        """Write to an inline sink now, on this thread; a failure ends the run as a sink thread's does."""
-        with entry.lock:
-            if not entry.open:
-                return False
-            try:
-                entry.sink.write(item, message, payload)
-                return True
-            except BaseException as e:  # noqa: BLE001
-                entry.open = False
-                self._sink_failed(e)
-                self._close_sink(entry.sink)
-                return False
+        self._out.publish(item)
 
     def _sink_failed(self, error: BaseException) -> None:
         """A sink could not write: the run ends with its error, and frames not yet processed are dropped."""
         self._fail(error)
         self._inbox.close(discard=True)
 
-    def _close_sink(self, sink: Sink) -> None:
-        """Close a sink (it flushes what it holds); a failure to close ends the run as a write failure does."""
-        try:
-            sink.close()
-        except BaseException as e:  # noqa: BLE001
-            self._fail(e)
-
-    def _written(self, item: FrameResult) -> None:
-        """A sink has published `item`; the last one to do so ends its latency."""
-        with self._published_lock:
-            entry = self._unpublished.get(id(item))
-            if entry is None:
-                return
-            entry[0] -= 1
-            if entry[0] > 0:
-                return
-            del self._unpublished[id(item)]
-            self._on_published(item, entry[1])
-
-    def _on_published(self, item: FrameResult, handed: float) -> None:
-        publish_ms = (time.perf_counter() - handed) * 1000
+    def _on_published(self, item: FrameResult, publish_ms: float) -> None:
+        """Every sink has published `item`, `publish_ms` after it was handed to them."""
         total_ms = (time.monotonic() - item.frame.clock) * 1000
         self.stats[item.frame.stream].published(item, publish_ms, total_ms)
         if self.controller is not None:
             self.controller.observe(item.frame.stream, total_ms)
-
-    def _run_sink(self, sink: Sink, channel: Channel) -> None:
-        try:
-            while True:
-                try:
-                    item, message, payload = channel.get()
-                except ChannelClosed:
-                    break
-                sink.write(item, message, payload)
-                if isinstance(item, FrameResult):
-                    self._written(item)
-        except BaseException as e:  # noqa: BLE001
-            self._sink_failed(e)  # the error first: the engine then finds this channel closed
-            channel.close(discard=True)
-        finally:
-            self._close_sink(sink)
