@@ -227,3 +227,17 @@ def test_the_detector_never_writes_into_a_frame_already_published():
         assert not [k for k in r.frame.timings if k.startswith("_")]
     for r in late:
         assert "batch" not in r.frame.timings and r.frame.timings["detect"] == 0.0
+
+
+def test_the_controllers_rung_is_applied_by_the_engine_to_live_lanes_only_and_undone():
+    inbox = Channel(8)
+    detections = Channel(1 << 20, "detections", share=inbox)
+    worker = DetectWorker(MotionDetector(), detections.put, max_batch=4, max_wait_ms=5, budget_ms=33)
+    lanes = [Lane("cam", build_tracker(TrackerConfig(motion="kalman"), 30.0), True, 5),
+             Lane("file", build_tracker(TrackerConfig(motion="kalman"), 30.0), False, 5)]
+    engine = Engine(inbox, detections, lanes, worker, lambda item: None, late_after_s=0.033)
+    engine.apply_control(stretch=3.0, wait=False, throughput=True)
+    assert (engine.lanes["cam"].interval, engine.lanes["file"].interval) == (15, 5)
+    assert engine.late_after_s == 0.0 and worker.batcher.budget_ms is None
+    engine.apply_control(stretch=1.0, wait=True, throughput=False)
+    assert engine.lanes["cam"].interval == 5 and engine.late_after_s == 0.033 and worker.batcher.budget_ms == 33

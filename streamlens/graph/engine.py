@@ -83,6 +83,7 @@ class DetectWorker:
         self._started = 0.0  # when that batch started (time.perf_counter())
         self._jobs = Channel(capacity=1 << 16, name="keyframes")
         self.batcher = Batcher(self._jobs, max_batch=max_batch, max_wait_ms=max_wait_ms, budget_ms=budget_ms)
+        self.budget_ms = budget_ms  # as configured (the budget controller may lift it: `Engine.apply_control`)
         self._thread = threading.Thread(target=self._run, name="detector", daemon=True)
 
     def start(self) -> None:
@@ -210,6 +211,20 @@ class Engine:
         self.worker = worker
         self.publish = publish
         self.late_after_s = late_after_s
+        self._wait_s = late_after_s  # as configured
+        self._gaps = {lane.name: lane.interval for lane in lanes}  # as configured
+
+    def apply_control(self, stretch: float, wait: bool, throughput: bool) -> None:
+        """The budget controller's rung (graph/control.py), applied to what the engine owns: its
+        live lanes' longest gap and the shared schedule (x `stretch`), whether live keyframes wait
+        for their detections, and whether the detector batches for throughput (budget lifted)."""
+        if self.chooser is not None:
+            self.chooser.stretch = stretch
+        for lane in self.lanes.values():
+            if lane.live:
+                lane.interval = max(1, round(self._gaps[lane.name] * stretch))
+        self.late_after_s = self._wait_s if wait else 0.0
+        self.worker.batcher.budget_ms = None if throughput else self.worker.budget_ms
 
     def run(self) -> None:
         """Until every stream has ended (or the inbox is closed). Raises what the detector raised."""

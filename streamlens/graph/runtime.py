@@ -336,24 +336,18 @@ class Pipeline:
             st.discarded_detections = getattr(lane.tracker, "stale_updates", 0) if lane else 0
 
     def _control(self) -> None:
-        """One step of the budget controller, applied to the live streams' schedules and lanes and
-        to the detector's batching."""
+        """One step of the budget controller, applied by the engine (lanes, shared schedule, keyframe
+        wait, batching) and, for live streams with schedules of their own, to those schedules."""
         control = self.controller
         if control is None:
             return
         control.tick({st.name: st.dropped - st.shed for st in self.stats.values() if st.name in control.shedders})
-        gap = longest_gap(self.config.keyframes)
-        if self._chooser is not None:
-            self._chooser.stretch = control.stretch
-        for name in control.shedders:
-            if name in self._schedules and self._chooser is None:
-                self._schedules[name].stretch = control.stretch
-            if name in self._lanes:
-                self._lanes[name].interval = max(1, round(gap * control.stretch))
+        if self._chooser is None:
+            for name in control.shedders:
+                if name in self._schedules:
+                    self._schedules[name].stretch = control.stretch
         if self._engine is not None:
-            self._engine.worker.batcher.budget_ms = None if control.throughput else self.config.detector.budget_ms
-            budget = self.config.detector.budget_ms
-            self._engine.late_after_s = (budget / 1000 if budget else float("inf")) if control.wait else 0.0
+            self._engine.apply_control(control.stretch, control.wait, control.throughput)
 
     def _publish_stats(self, streams: list[str] | None = None) -> None:
         """Hand each stream's `stats` (or those of `streams`) to the sinks that want it, never
