@@ -21,8 +21,9 @@ still there is deferred to the first frame after it comes back, so a detector sl
 keyframes asked of it falls behind by at most one frame per stream.
 With a `KeyframeChooser` (`keyframes.shared`, the default), the engine itself chooses the live
 keyframes as frames arrive: whenever the detector can start one within a frame period
-(`DetectWorker.start_in_s`: idle, or about to end the work it has), the stream whose next keyframe is worth most gets
-it, so the detector stays busy on the streams that need it, and keyframes never wait in its queue.
+(`DetectWorker.start_in_s`: idle, or about to end the work it has), the stream whose next
+keyframe is worth most gets it, so the detector stays busy on the streams that need it, and
+keyframes never wait in its queue.
 Files wait for every keyframe: their results are exact and the same on every run.
 """
 
