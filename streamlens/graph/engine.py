@@ -184,6 +184,8 @@ class Lane:
     #: seconds between the stream's frames (the shared schedule waits this long for its next one)
     period_s: float = 1 / 30
     stale_dropped: int = 0
+    #: late keyframes whose detections came back older than the tracker's history (not applied)
+    discarded_detections: int = 0
     seq: int = 0
     in_flight: int = 0  # keyframes with the detector now
     since_keyframe: int = 0
@@ -308,6 +310,8 @@ class Engine:
             lane.tracker.update(done.frame, done.detections, catch_up=False)
             if getattr(lane.tracker, "stale_updates", 0) == stale:  # applied, not too old for its history
                 lane.detected_frame = max(done.frame.index, lane.detected_frame or 0)
+            else:
+                lane.discarded_detections += 1
         elif lane.open:  # not published yet: its timings are still the engine's to fill in
             done.frame.timings["batch"], done.frame.timings["detect"] = done.batch_ms, done.detect_ms
             lane.ready[key] = done.detections

@@ -333,7 +333,7 @@ class Pipeline:
             st.shed = lost["shed"]
             st.dropped = sum(n for cause, n in lost.items() if cause != "corrupt")
             st.deferred_keyframes = lane.deferred_keyframes if lane else 0
-            st.discarded_detections = getattr(lane.tracker, "stale_updates", 0) if lane else 0
+            st.discarded_detections = lane.discarded_detections if lane else 0
 
     def _control(self) -> None:
         """One step of the budget controller, applied by the engine (lanes, shared schedule, keyframe
