@@ -174,6 +174,7 @@ class Pipeline:
         self._chooser = build_chooser(config.keyframes) if any(s.live for s in config.sources) else None
         self._out: FanOut | None = None  # every sink, once running
         self._finished = threading.Event()  # set when run() has returned
+        self._ends_lock = threading.Lock()  # a stream's last stats and its eos, against the periodic stats
         self.stats = {s.name: StreamStats(s.name, s.display_uri) for s in config.sources}
         live = [s.name for s in config.sources if s.live]
         #: the budget controller, for the live streams (None: none live, or `runtime.control: false`)
@@ -351,11 +352,22 @@ class Pipeline:
 
     def _publish_stats(self, streams: list[str] | None = None) -> None:
         """Hand each stream's `stats` (or those of `streams`) to the sinks that want it, never
-        waiting on a busy one. Called about once a second, and for each stream just before its `eos`."""
+        waiting on a busy one. Called about once a second for the streams still going, and for each
+        stream just before its `eos` (under `_ends_lock`, so no stats message follows an `eos`)."""
         if self._out is None or not self._out.wants_stats:
             return
+        if streams is None:
+            # never waits: a stream's eos may be stuck in a full sink queue, which this thread must
+            # stay free to close on an abort; these figures come again in a second
+            if not self._ends_lock.acquire(blocking=False):
+                return
+            try:
+                self._publish_stats([name for name, st in self.stats.items() if st.reason is None])
+            finally:
+                self._ends_lock.release()
+            return
         reports = []
-        for name in (self.stats if streams is None else streams):
+        for name in streams:
             st = self.stats[name]
             values = st.report(self._inbox.depth(st.name))
             if self.controller is not None and st.name in self.controller.shedders:
@@ -553,7 +565,9 @@ class Pipeline:
                 self._credits.release(st.name)
             if self._collector is not None:
                 self._collector.published()
-        else:
+            self._out.publish(item)
+            return
+        with self._ends_lock:
             self._refresh_drops()
             capped = any(s.max_fps for s in self.config.sources if s.name == st.name)
             item.lost, item.expected = dict(st.lost), None if capped else st.total  # a cap delivers fewer
@@ -561,7 +575,7 @@ class Pipeline:
             st.state = {"end": "ended"}.get(item.reason, item.reason)
             st.ended = time.monotonic()
             self._publish_stats([st.name])  # the stream's last figures, before its eos
-        self._out.publish(item)
+            self._out.publish(item)
 
     def _sink_failed(self, error: BaseException) -> None:
         """A sink could not write: the run ends with its error, and frames not yet processed are dropped."""
