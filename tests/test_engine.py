@@ -97,9 +97,9 @@ def test_live_stream_flows_on_while_the_detector_is_late_and_reanchors():
     # one keyframe per stream with the detector at a time: those due meanwhile were put off
     assert lane.deferred_keyframes >= 3
     assert late + sum(r.keyframe for r, _ in results) + lane.deferred_keyframes >= 90 // 5
-    # once the detector's speed is known, a keyframe it cannot finish in time does not wait at all
-    keyframe_lateness = sorted(t - r.frame.ts for r, t in results[30:] if r.frame.keyframe)
-    assert keyframe_lateness[len(keyframe_lateness) // 2] < 0.02, keyframe_lateness
+    # once the detector's speed is known (its first batch ends a quarter of a second in), a keyframe
+    # it cannot finish in time does not wait at all
+    assert lane.unwaited >= sum(1 for r, _ in results[30:] if r.frame.keyframe) > 0
     # the boxes say which keyframe they rest on: never a later frame, never going back, and the
     # late keyframes' detections count once they are applied
     rests = [r.detected_frame for r, _ in results]

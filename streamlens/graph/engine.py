@@ -186,6 +186,8 @@ class Lane:
     stale_dropped: int = 0
     #: late keyframes whose detections came back older than the tracker's history (not applied)
     discarded_detections: int = 0
+    #: live keyframes not waited for at all: the detector's learnt speed said they could not be back in time
+    unwaited: int = 0
     seq: int = 0
     in_flight: int = 0  # keyframes with the detector now
     since_keyframe: int = 0
@@ -291,6 +293,7 @@ class Engine:
                     deadline = item.clock + self.late_after_s
                     in_time = time.monotonic() + self.worker.expected_s() <= deadline
                     lane.deadlines[id(item)] = deadline if in_time else 0.0
+                    lane.unwaited += not in_time
                 self.worker.submit(item)
         lane.waiting.append(item)
 
