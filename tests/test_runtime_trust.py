@@ -222,3 +222,54 @@ detector: {{backend: motion}}
     assert 'streamlens_discarded_detections_total{stream="cam2"} 3.0' in text
     assert 'streamlens_stream_ended{reason="truncated",stream="cam3"} 1.0' in text
     assert text.count("streamlens_stream_ended{") == 1  # the others have not ended
+
+
+def test_a_failing_sink_ends_the_run_while_a_file_waits_for_a_credit(tmp_path, monkeypatch):
+    """A file source holding every credit it may when the sink fails: the frames discarded give no
+    credit back (and a keyframe still with the detector never comes back), yet the source ends, and
+    with it the run."""
+    import threading
+
+    from streamlens.detect.motion import MotionDetector
+
+    release = threading.Event()
+
+    class FirstOnly(MotionDetector):  # the first keyframe's detections come back; later ones hang
+        calls = 0
+
+        def detect(self, frames):
+            FirstOnly.calls += 1
+            if FirstOnly.calls > 1:
+                release.wait(60)
+            return super().detect(frames)
+
+    monkeypatch.setattr(runtime, "build_detector", lambda cfg: FirstOnly())
+    monkeypatch.setattr(runtime, "ABORT_JOIN_S", 1.0)  # the hung detector is not waited for long
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {SAMPLE}}}]
+detector: {{backend: motion, max_batch: 1}}
+keyframes: {{interval: 2}}
+tracker: none
+""")
+
+    class Failing(Sink):
+        name, inline = "failing", True  # written on the engine's thread: the engine waits in it
+
+        def write(self, item, message, payload):
+            if message["type"] != "frame" or message["frame"] < 1:
+                return
+            deadline = time.monotonic() + 30  # until the source waits for a credit
+            while pipeline._credits.held("cam1") < pipeline._credits.limit and time.monotonic() < deadline:
+                time.sleep(0.01)
+            raise streamlens.SinkError("failing: the disk is gone")
+
+    pipeline = streamlens.Pipeline.from_yaml(path, sinks=[Failing()])
+    reports = []
+    runner = threading.Thread(target=lambda: reports.append(pipeline.run()), daemon=True)
+    runner.start()
+    try:
+        runner.join(60)
+        assert not runner.is_alive(), "the run hung with its file source waiting for a credit"
+    finally:
+        release.set()
+    assert reports[0].status == "failed" and reports[0].error == "failing: the disk is gone"

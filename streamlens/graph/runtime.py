@@ -550,7 +550,8 @@ class Pipeline:
         except BaseException as e:  # noqa: BLE001
             self._fail(e)
         finally:
-            self._inbox.close(discard=True)  # sources blocked on a full inbox wake up and end
+            self._inbox.close(discard=True)  # sources blocked on a full inbox wake up and end,
+            self._credits.close()  # and those waiting for a credit: frames discarded give none back
             reason = "error" if self._error else "stopped"
             for lane in engine.open_streams():
                 self._publish(StreamEnd(lane.name, lane.seq, lane.seq, reason))
