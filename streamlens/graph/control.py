@@ -9,7 +9,8 @@ step `settle_s` (2 s) to take effect (a full queue takes a moment to drain) befo
 0. (live streams sharing one keyframe schedule, `keyframe_wait`) keyframes no longer wait for their
    detections: each goes out by motion at once and its detections are applied when they come (the
    frames since are replayed), so latency falls back to that of the frames between keyframes while
-   the detector keeps its pace: the accuracy this gives up is a frame or two per keyframe;
+   the detector keeps its pace: what is given up is the keyframe's own boxes and those of the
+   frames until its detections are back;
 1. widen the keyframe intervals of every live stream (x1.5, x2, x3, x4 ... up to `max_stretch`):
    less detector work, the cheapest thing to give up, since the tracker carries objects between;
 2. batch for throughput: the detector fills its batches up to `max_batch` instead of cutting them

@@ -23,7 +23,7 @@ With a `KeyframeChooser` (`keyframes.shared`, the default), the engine itself ch
 keyframes as frames arrive: whenever the detector can start one within a frame period
 (`DetectWorker.start_in_s`: idle, or about to end the work it has), the stream whose next
 keyframe is worth most gets it, so the detector stays busy on the streams that need it, and
-keyframes never wait in its queue.
+no keyframe waits in its queue longer than a frame period.
 Files wait for every keyframe: their results are exact and the same on every run.
 """
 
@@ -208,7 +208,6 @@ class Engine:
             for lane in lanes:
                 if lane.live:
                     chooser.add(lane.name, lane.period_s)
-        self._signals = {lane.name: lane.tracker.signals for lane in lanes if lane.live}
         self.inbox = inbox
         #: where `worker` delivers: made with `Channel(share=inbox)`, so the engine waits on both at once
         self.detections = detections
@@ -274,8 +273,7 @@ class Engine:
             item.timings["queue"] = (time.perf_counter() - item.timings.pop("_queued", time.perf_counter())) * 1000
             if lane.live and self.chooser is not None:
                 item.keyframe = bool(self.chooser.offer(
-                    lane.name, lane.tracker.signals, cut=item.scene_cut, others=self._signals,
-                    start_in_s=self.worker.start_in_s()))
+                    lane.name, lane.tracker.signals, cut=item.scene_cut, start_in_s=self.worker.start_in_s()))
                 lane.deferred_keyframes = self.chooser.deferred(lane.name)
             else:
                 scheduled = item.keyframe

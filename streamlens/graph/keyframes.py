@@ -15,7 +15,7 @@ live streams with it when the machine falls behind (see `streamlens.graph.contro
 Files use those per-stream schedules: their keyframes are the same on every run. Live streams
 (`keyframes.shared: true`, the default) share one `KeyframeChooser` instead, in the engine: the
 detector is the scarce resource, so whenever it is about to be free the stream whose next keyframe
-is worth most gets it, and no keyframe queues behind a busy detector.
+is worth most gets it, and no keyframe waits behind a busy detector longer than a frame period.
 
 Example:
     >>> s = KeyframeScheduler(interval=3, offset=1)
@@ -128,23 +128,25 @@ class AdaptiveKeyframeScheduler:
         self.interval, self.max_interval = interval, max_interval
         self.min_gap = max(1, interval // 2)
         self.min_confidence, self.max_untracked_motion = min_confidence, max_untracked_motion
-        #: frames between keyframes while the scene stays as it is
-        self.current = interval
+        self._results = KeyframeResults(interval, max_interval)
         #: why the last keyframe was chosen: first, scene_cut, confidence, untracked_motion, interval
         self.reason = ""
         self._cuts = SceneCutDetector(cut_difference)
         self._since: int | None = None  # frames since the last keyframe
         self._offset = offset % interval
-        self._seen_keyframe: int | None = None
-        self._untracked_baseline = 0.0  # untracked motion right after the last keyframe result
         #: a factor on `current`, set by the budget controller; while above 1, nothing comes early before
         #: half the stretched interval
         self.stretch = 1.0
 
+    @property
+    def current(self) -> int:
+        """Frames between keyframes while the scene stays as it is."""
+        return self._results.current
+
     def is_keyframe(self, frame: Frame | None = None, signals=None) -> bool:
         """Call once per frame, in order, before the frame is tracked."""
         cut = frame is not None and self._cuts.is_cut(frame.grey_sample(thumbnail_step(frame.width)))
-        self._learn(signals)
+        self._results.learn(signals)
         reason = self._reason(cut, signals)
         if reason:
             self.reason, self._since = reason, 0
@@ -167,17 +169,39 @@ class AdaptiveKeyframeScheduler:
             return ""
         if signals.confidence < self.min_confidence:
             return "confidence"
-        if signals.untracked_motion - self._untracked_baseline > self.max_untracked_motion:  # False for NaN
+        if signals.untracked_motion - self._results.untracked_baseline > self.max_untracked_motion:  # not NaN
             return "untracked_motion"
         return ""
 
-    def _learn(self, signals) -> None:
-        """Stretch or reset the interval once per keyframe result the tracker applied."""
-        if signals is None or signals.keyframe is None or signals.keyframe == self._seen_keyframe:
+
+class KeyframeResults:
+    """What a schedule learns from each keyframe result the tracker applied (`signals.keyframe`
+    moved on): the untracked motion just after it, from which new motion is measured, and the
+    interval: `current` grows by `STRETCH` per result that started no track and lost none (a stable
+    scene), up to `max_interval`, and any other result sends it back to `interval`.
+
+    Example:
+        >>> from types import SimpleNamespace as Signals
+        >>> results = KeyframeResults(interval=4, max_interval=10)
+        >>> for k in range(4): results.learn(Signals(keyframe=k, births=0, losses=0, untracked_motion=0.01))
+        >>> results.current, results.untracked_baseline
+        (10, 0.01)
+    """
+
+    def __init__(self, interval: int, max_interval: int):
+        self.interval, self.max_interval = interval, max_interval
+        self.current = interval
+        self.untracked_baseline = 0.0
+        self._seen: int | None = None
+
+    def learn(self, signals) -> None:
+        """Call with the tracker's signals (None: no tracker) as often as wanted: each keyframe
+        result counts once."""
+        if signals is None or signals.keyframe is None or signals.keyframe == self._seen:
             return
-        self._seen_keyframe = signals.keyframe
+        self._seen = signals.keyframe
         if signals.untracked_motion == signals.untracked_motion:  # not NaN
-            self._untracked_baseline = signals.untracked_motion
+            self.untracked_baseline = signals.untracked_motion
         if signals.births == 0 and signals.losses == 0:
             self.current = min(self.max_interval, math.ceil(self.current * STRETCH))
         else:
@@ -235,13 +259,11 @@ class _Shared:
     """One stream's state in a `KeyframeChooser`."""
 
     period_s: float
-    current: float  # frames between keyframes while the scene stays as it is (adaptive: stretched)
+    results: KeyframeResults  # its interval while the scene stays as it is, and its untracked motion
     since: int | None = None  # frames offered since its last keyframe (None: none yet)
     in_flight: bool = False  # its last keyframe is with the detector
     overdue: bool = False  # it is past its interval and has not been served yet
     seen: float = -math.inf  # when its newest frame was offered
-    seen_keyframe: int | None = None
-    untracked_baseline: float = 0.0
     urgency: float = 1.0  # from its tracking signals, 1 to MAX_URGENCY
     deferred: int = 0  # times it went past its interval without a keyframe
 
@@ -267,9 +289,9 @@ class KeyframeChooser:
     the last keyframe result (+1 at `MAX_UNTRACKED_MOTION`), at most `MAX_URGENCY` in all. With
     `adaptive`, a stream whose keyframes find nothing new (no track started, none lost) sees its
     interval stretched by `STRETCH` per such keyframe, up to `max_interval`, and reset by any other.
-    So the detector runs as often as it can, on the streams that need it first; a busy one never
-    has keyframes waiting in its queue (they would come back stale): a stream past its interval
-    waits for its turn (counted in `deferred`).
+    So the detector runs as often as it can, on the streams that need it first; no keyframe waits
+    in a busy one's queue longer than a frame period (it would come back stale): a stream past its
+    interval waits for its turn (counted in `deferred`).
 
     `stretch` (set by the budget controller when the machine falls behind) multiplies both bounds:
     a stream is due after `interval x stretch` frames and gets no keyframe before
@@ -288,11 +310,11 @@ class KeyframeChooser:
         >>> [chooser.offer(name, signals, now=0.01, start_in_s=0.1)     # the detector is busy
         ...  for name, signals in (("a", calm), ("b", weak))]
         ['', '']
-        >>> chooser.worth("a", calm), chooser.worth("b", weak)           # b's tracks drift: b first
+        >>> chooser.worth("a"), chooser.worth("b")                       # b's tracks drift: b first
         (0.5, 1.0)
-        >>> chooser.offer("a", calm, now=0.05, others={"b": weak})       # b's next frame is due now
+        >>> chooser.offer("a", calm, now=0.05)                           # b's next frame is due now
         ''
-        >>> chooser.offer("b", weak, now=0.05, others={"a": calm})       # before its 4th frame
+        >>> chooser.offer("b", weak, now=0.05)                           # before its 4th frame
         'spare'
     """
 
@@ -301,7 +323,8 @@ class KeyframeChooser:
                  max_untracked_motion: float = MAX_UNTRACKED_MOTION):
         if interval < 1 or not 1 <= min_interval <= interval:
             raise ValueError("need 1 <= min_interval <= interval")
-        self.interval, self.min_interval, self.adaptive = interval, min_interval, adaptive
+        self.interval, self.min_interval = interval, min_interval
+        #: without `adaptive` the interval never stretches: its longest is itself
         self.max_interval = max(interval, max_interval or interval) if adaptive else interval
         self.min_confidence, self.max_untracked_motion = min_confidence, max_untracked_motion
         #: a factor on every stream's interval, set by the budget controller (see the class docs)
@@ -310,7 +333,7 @@ class KeyframeChooser:
 
     def add(self, name: str, period_s: float) -> None:
         """A live stream, and the time between its frames (seconds)."""
-        self._streams[name] = _Shared(period_s=period_s, current=float(self.interval))
+        self._streams[name] = _Shared(period_s, KeyframeResults(self.interval, self.max_interval))
 
     def remove(self, name: str) -> None:
         self._streams.pop(name, None)
@@ -324,39 +347,40 @@ class KeyframeChooser:
         """How many times the stream went past its interval and waited for the detector."""
         return self._streams[name].deferred if name in self._streams else 0
 
-    def worth(self, name: str, signals=None) -> float:
-        """What detecting the stream's next frame is worth (see the class docs); inf before its first."""
+    def worth(self, name: str) -> float:
+        """What detecting the stream's next frame is worth (see the class docs), by its signals at
+        its last offer; inf before its first."""
         s = self._streams[name]
         if s.since is None:
             return math.inf
-        if signals is not None:
-            self._learn(s, signals)
-        return (s.since + 1) / s.current * s.urgency
+        return (s.since + 1) / s.results.current * s.urgency
 
     def offer(self, name: str, signals=None, *, cut: bool = False, start_in_s: float = 0.0,
-              others: dict | None = None, now: float | None = None) -> str:
+              now: float | None = None) -> str:
         """Whether the stream's frame now arriving is a keyframe: why it is ("first", "scene_cut",
         "interval" when due, "spare" before its time), or "" when it is not. `signals`: the stream's
-        tracking signals (None: no tracker); `others`: the other streams' signals by name (missing:
-        as learnt from their last offer); `start_in_s`: seconds until the detector could start on
-        a keyframe given now (`math.inf`: it cannot take one)."""
+        tracking signals (None: no tracker); `start_in_s`: seconds until the detector could start
+        on a keyframe given now (`math.inf`: it cannot take one). The other streams are judged by
+        their signals at their own last offer."""
         now = time.monotonic() if now is None else now
         s = self._streams[name]
         s.seen = now
-        worth = self.worth(name, signals)
+        if signals is not None:
+            self._learn(s, signals)
+        worth = self.worth(name)
         reason = ""
         if s.since is None:
             reason = "first"
         elif cut:
             reason = "scene_cut"
         elif not s.in_flight and s.since + 1 >= self._floor(s) and start_in_s <= s.period_s:
-            if worth >= self._best_other(name, others or {}, now, now + start_in_s):
-                reason = "interval" if s.since + 1 >= s.current * self.stretch else "spare"
+            if worth >= self._best_other(name, now, now + start_in_s):
+                reason = "interval" if s.since + 1 >= s.results.current * self.stretch else "spare"
         if reason:
             s.since, s.in_flight, s.overdue = 0, True, False
             return reason
         s.since += 1
-        if not s.overdue and s.since >= s.current * self.stretch:
+        if not s.overdue and s.since >= s.results.current * self.stretch:
             s.overdue = True
             s.deferred += 1
         return ""
@@ -367,7 +391,7 @@ class KeyframeChooser:
             return self.min_interval
         return max(2, round(self.min_interval * self.stretch))
 
-    def _best_other(self, name: str, others: dict, now: float, start: float) -> float:
+    def _best_other(self, name: str, now: float, start: float) -> float:
         """The most any other stream's next frame is worth, of those expected by `start`."""
         best = 0.0
         for other, s in self._streams.items():
@@ -377,23 +401,16 @@ class KeyframeChooser:
                 continue
             if s.since is not None and s.since + 1 < self._floor(s):
                 continue
-            best = max(best, self.worth(other, others.get(other)))
+            best = max(best, self.worth(other))
         return best
 
     def _learn(self, s: _Shared, signals) -> None:
-        """The urgency of the stream's signals; once per keyframe result, the adaptive interval."""
-        if signals.keyframe is not None and signals.keyframe != s.seen_keyframe:
-            s.seen_keyframe = signals.keyframe
-            if signals.untracked_motion == signals.untracked_motion:  # not NaN
-                s.untracked_baseline = signals.untracked_motion
-            if self.adaptive and signals.births == 0 and signals.losses == 0:
-                s.current = min(float(self.max_interval), math.ceil(s.current * STRETCH))
-            else:
-                s.current = float(self.interval)
+        """The stream's keyframe results (its interval, when adaptive) and the urgency of its signals."""
+        s.results.learn(signals)
         boost = 0.0
         if signals.confidence < 1.0:
             boost += (1.0 - signals.confidence) / max(1e-6, 1.0 - self.min_confidence)
-        grown = signals.untracked_motion - s.untracked_baseline
+        grown = signals.untracked_motion - s.results.untracked_baseline
         if grown > 0:  # False for NaN
             boost += grown / self.max_untracked_motion
         s.urgency = min(MAX_URGENCY, 1.0 + boost)
