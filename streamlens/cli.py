@@ -2,6 +2,7 @@
 
     streamlens run PIPELINE.yaml       run a pipeline; Ctrl-C stops it cleanly (twice: at once)
     streamlens validate PIPELINE.yaml  check a pipeline file and say what is wrong
+    streamlens schema                  print the pipeline file's JSON Schema (for editors)
     streamlens subscribe ENDPOINT      print a zmq sink's messages as JSON lines, report lost ones
     streamlens keygen DIR              make CurveZMQ keys for the zmq sink and its subscribers
     streamlens eval mot SEQ_DIR... --interval N --out DIR
@@ -56,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="archives as fast as possible: every frame detected, big batches (runtime.mode: bulk)")
     val = sub.add_parser("validate", parents=[common], help="check a pipeline file")
     val.add_argument("pipeline", help="pipeline YAML file")
+    sub.add_parser("schema", parents=[common], help="print the pipeline file's JSON Schema (for editors)")
     subscribe_command.add_parser(sub, common)
     keygen_command.add_parser(sub, common)
     eval_command.add_parser(sub, common)
@@ -80,6 +82,13 @@ def _cmd_validate(args) -> int:
         return EXIT_USAGE
     print(f"{args.pipeline}: ok: {len(cfg.sources)} source(s), detector {cfg.detector.backend}, "
           f"{len(cfg.sinks)} sink(s)")
+    return 0
+
+
+def _cmd_schema(args) -> int:
+    from .config import json_schema
+
+    print(json_schema())
     return 0
 
 
@@ -140,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        return {"run": _cmd_run, "validate": _cmd_validate, "subscribe": subscribe_command.run,
+        return {"run": _cmd_run, "validate": _cmd_validate, "schema": _cmd_schema, "subscribe": subscribe_command.run,
                 "keygen": keygen_command.run, "eval": eval_command.run,
                 "bench": bench_command.run}[args.command](args)
     except ConfigError as e:

@@ -175,7 +175,7 @@ def test_the_reference_is_made_once_then_read_from_the_cache(tmp_path):
     assert not again.computed and again.path == first.path and again.path.stat().st_mtime_ns == made
     assert np.array_equal(again.xyxy, first.xyxy) and np.array_equal(again.pts, first.pts)
     assert len(first.xyxy) > 0 and set(first.cls.tolist()) == {0}
-    other = reference_for(DetectorConfig(backend="motion", conf=0.9), SAMPLE, tmp_path)  # another setting
+    other = reference_for(DetectorConfig(backend="motion", min_area=0.01), SAMPLE, tmp_path)  # another setting
     assert other.computed and other.path != first.path
 
 

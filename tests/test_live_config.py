@@ -54,7 +54,7 @@ def test_live_key_mistakes_are_one_line_each_and_never_show_a_password():
         "p.yaml: sources[1].transport: only for rtsp:// and rtsps:// sources",
         "p.yaml: sources[2].uri: unsupported URL scheme 'foo' in foo://***@cam/1 (one of: rtsp, rtsps, http, "
         "https, rtmp, rtmps, rtmpt, rtmpts, udp, tcp, srt, rtp)",
-        "p.yaml: sources[3].timeout_s: must be >= 0.1, got 0.0",
+        "p.yaml: sources[3].timeout_s: must be >= 0.1, got 0",
         "p.yaml: sources[3].backoff_max_s: must be >= backoff_initial_s (2)",
         "p.yaml: sources[3].decode: unknown 'gpu' (process, thread)",
         "p.yaml: sources[4].max_staleness_ms: only for live sources (cameras, or files with live: true)",

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import supervision as sv
 
-from streamlens.config import SinkConfig
+from streamlens.config import VideoSinkConfig
 from streamlens.errors import SinkError
 from streamlens.frame import Frame, FrameResult, StatsReport, StreamEnd, empty_detections
 from streamlens.sinks import build_sink
@@ -280,7 +280,7 @@ def test_video_sink_unwritable_path_fails_at_open_naming_the_path_and_key(tmp_pa
         sink.open()  # at the start, not at the first frame
     assert str(error.value) == f"video sink: cannot write {path}: a file is in the way of a folder"
     sink.close()
-    cfg = SinkConfig("video", {"path": tmp_path / "out" / "{stream}" / "annotated.mp4"})
+    cfg = VideoSinkConfig(type="video", path=tmp_path / "out" / "{stream}" / "annotated.mp4")
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "cam2").write_text("x")  # cam2's folder cannot be made
     sink = build_sink(cfg, {"cam1": 25.0, "cam2": 25.0}, where="sinks[1]")

@@ -31,7 +31,8 @@ def build_detector(cfg: DetectorConfig) -> Detector:
     if cfg.backend == "onnx":
         from .onnx import OnnxDetector
 
-        return OnnxDetector(cfg.model, input=cfg.input, threads=cfg.threads, **common)
+        spec = cfg.input.model_dump(exclude_none=True) if cfg.input is not None else None
+        return OnnxDetector(cfg.model, input=spec, threads=cfg.threads, **common)
     if cfg.backend == "ultralytics":
         try:
             from .ultralytics_backend import UltralyticsDetector

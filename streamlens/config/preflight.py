@@ -1,0 +1,155 @@
+"""What a run needs from this machine, checked before it starts: files to read, folders to
+write, ports to listen on (`preflight_problems`)."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import socket
+from pathlib import Path
+
+from .model import PipelineConfig, SinkConfig, SourceConfig
+from .problems import Problems
+
+
+def preflight_problems(cfg: PipelineConfig) -> list[str]:
+    """What a run of `cfg` needs from this machine, checked now without starting anything: one line
+    `FILE: key.path: what is wrong` per problem, [] when nothing is.
+
+    - every file source is a readable file, the detector's model (a file or an export's folder)
+      and names file exist, and a zmq sink's CurveZMQ secret key and `authorized` folder are there;
+    - every output file (jsonl and video sinks; a video path's `{stream}` taken for each source)
+      can be written: it is not a folder, its folder exists or can be made and is writable, it is
+      not a source's file, and no other sink writes it;
+    - the metrics HTTP port and the tcp port of every zmq sink bound on `*` or a numeric address
+      are free now, and no two of them are the same. Each is tried as ZeroMQ and http.server
+      listen (bind with SO_REUSEADDR, then close), so a port that a finished run's connections
+      hold in TIME_WAIT counts as free, as it is to them; ephemeral ports (0, `*`) are not tried.
+
+    `streamlens validate` prints these lines, and a run checks them before any sink opens (a sink
+    truncates its file on open). A port or a folder may still change between the check and the run.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from streamlens.config import load_pipeline
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "p.yaml").write_text("sources: [{uri: rtsp://cam/1}]\\ndetector: {backend: motion}\\n"
+        ...                               "sinks: [{type: jsonl, path: p.yaml/out.jsonl}]\\n")
+        >>> [line.split(": ")[1:3] for line in preflight_problems(load_pipeline(d / "p.yaml"))]  # doctest: +ELLIPSIS
+        [['sinks[0].path', 'cannot make folder .../p.yaml']]
+    """
+    problems = Problems(cfg.display or str(cfg.path))
+    inputs: dict[str, str] = {}
+    for i, src in enumerate(cfg.sources):
+        if src.is_file:
+            _check_readable(Path(src.uri), f"sources[{i}].uri", problems)
+            inputs.setdefault(os.path.realpath(src.uri), f"sources[{i}]")
+    if cfg.detector.model is not None:
+        _check_readable(cfg.detector.model, "detector.model", problems, folder_ok=True)
+    if cfg.detector.names is not None:
+        _check_readable(cfg.detector.names, "detector.names", problems)
+    listeners: list[tuple[socket.AddressFamily, str, int, str]] = []
+    http_host = {"": "0.0.0.0", "localhost": "127.0.0.1"}.get(cfg.runtime.http_host, cfg.runtime.http_host)
+    if cfg.runtime.http_port and _is_ipv4(http_host):  # other host names are not looked up
+        _check_port((socket.AF_INET, http_host, cfg.runtime.http_port), "runtime.http.port", listeners, problems)
+    outputs: dict[str, str] = {}
+    for i, sink in enumerate(cfg.sinks):
+        where = f"sinks[{i}]"
+        if "path" in sink.options:
+            for target in _output_files(sink, cfg.sources):
+                why = _unwritable(target)
+                real = os.path.realpath(target)
+                if why is None and real in inputs:
+                    why = f"{target} is the input of {inputs[real]}: the sink would overwrite it"
+                elif why is None and real in outputs and outputs[real] != where:
+                    why = f"{target} is also written by {outputs[real]}"
+                if why is not None:
+                    problems.add(f"{where}.path", why)
+                outputs.setdefault(real, where)
+        address = _tcp_listen_address(sink.options.get("endpoint") or "")
+        if address is not None:
+            _check_port(address, f"{where}.endpoint", listeners, problems)
+        curve = sink.options.get("curve") or {}
+        if curve.get("server_secret") is not None:
+            _check_readable(curve["server_secret"], f"{where}.curve.server_secret", problems)
+        if curve.get("authorized") is not None and not curve["authorized"].is_dir():
+            problems.add(f"{where}.curve.authorized", f"folder not found: {curve['authorized']}")
+    return problems.lines
+
+
+def _check_readable(path: Path, where: str, problems: Problems, *, folder_ok: bool = False) -> None:
+    """Report `path` unless it is a readable file (or, with `folder_ok`, a folder)."""
+    if not path.exists():
+        problems.add(where, f"file not found: {path}")
+    elif not (path.is_file() or folder_ok and path.is_dir()):
+        problems.add(where, f"not a file: {path}")
+    elif not os.access(path, os.R_OK):
+        problems.add(where, f"cannot read {path}: permission denied")
+
+
+def _output_files(sink: SinkConfig, sources: list[SourceConfig]) -> list[Path]:
+    """The files a jsonl or video sink writes: a video path's `{stream}` becomes each source's
+    name (other streams of a path without it go beside it, in the same folder)."""
+    path: Path = sink.options["path"]
+    if sink.type == "video" and "{stream}" in str(path):
+        return list(dict.fromkeys(Path(str(path).replace("{stream}", s.name)) for s in sources))
+    return [path]
+
+
+def _unwritable(target: Path) -> str | None:
+    """Why a sink could not write `target`, making its folder first as sinks do; None if it can."""
+    if target.is_dir():
+        return f"is a folder: {target}"
+    if target.exists():
+        return None if os.access(target, os.W_OK) else f"cannot write {target}: permission denied"
+    folder = target.parent
+    while not folder.exists():  # "/" exists: this ends
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"cannot make folder {target.parent}: {folder} is a file"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"cannot write in folder {folder}: permission denied"
+    return None
+
+
+def _is_ipv4(host: str) -> bool:
+    """Whether `host` is a numeric IPv4 address."""
+    try:
+        return ipaddress.ip_address(host).version == 4
+    except ValueError:
+        return False
+
+
+def _tcp_listen_address(endpoint: str) -> tuple[socket.AddressFamily, str, int] | None:
+    """(family, address, port) that binding `tcp://HOST:PORT` listens on, for HOST `*` or a numeric
+    address (`[...]` for IPv6); None for any other endpoint (ipc, an interface name, port `*`)."""
+    m = re.fullmatch(r"tcp://(\*|\[[0-9A-Fa-f:.]+\]|[0-9.]+):([0-9]+)", endpoint)
+    if m is None:
+        return None
+    if m.group(1) == "*":
+        return socket.AF_INET, "0.0.0.0", int(m.group(2))
+    try:
+        address = ipaddress.ip_address(m.group(1).strip("[]"))
+    except ValueError:
+        return None
+    return (socket.AF_INET6 if address.version == 6 else socket.AF_INET), str(address), int(m.group(2))
+
+
+def _check_port(address: tuple[socket.AddressFamily, str, int], where: str,
+                listeners: list[tuple[socket.AddressFamily, str, int, str]], problems: Problems) -> None:
+    """Report `address` if another listener of this pipeline has its port, or nothing can listen on it now."""
+    family, host, port = address
+    shown = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+    for other_family, other_host, other_port, other in listeners:
+        wildcard = ipaddress.ip_address(host).is_unspecified or ipaddress.ip_address(other_host).is_unspecified
+        if (other_family, other_port) == (family, port) and (wildcard or other_host == host):
+            problems.add(where, f"port {port} is also listened on by {other}")
+            return
+    listeners.append((family, host, port, where))
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ZeroMQ and http.server bind
+        try:
+            probe.bind((host, port))
+        except (OSError, OverflowError) as e:  # OverflowError: a port past 65535
+            problems.add(where, f"cannot listen on {shown}: {getattr(e, 'strerror', None) or e}")
