@@ -53,13 +53,13 @@ from ..http.server import MetricsServer
 from ..sinks import Sink, build_sink
 from ..sources import Source, build_source
 from ..track import build_tracker
+from .admit import Admission
 from .channel import Channel, Credits
 from .control import BudgetController
 from .engine import DetectWorker, Engine, Lane
 from .fanout import FanOut
 from .stats import ENDED_STATES, RunReport, StreamStats
-from .keyframes import (SceneCutDetector, build_chooser, build_scheduler, longest_gap, stagger_offsets,
-                        thumbnail_step)
+from .keyframes import SceneCutDetector, build_chooser, build_scheduler, longest_gap, stagger_offsets
 
 log = logging.getLogger("streamlens")
 
@@ -480,38 +480,24 @@ class Pipeline:
         # a live stream of the shared schedule only tells scene cuts here: the engine chooses its keyframes
         self._schedules = {src.name: SceneCutDetector() if self._chooser is not None and by_name[src.name].live
                            else build_scheduler(cfg.keyframes, off) for src, off in zip(sources, offsets)}
-        threads += [threading.Thread(target=self._run_source,
-                                     args=(src, by_name[src.name], self._schedules[src.name], lane, detector),
-                                     name=f"source-{src.name}", daemon=True)
+        prepare = detector.prepare if getattr(detector, "prepare_ahead", False) else None
+        shedders = self.controller.shedders if self.controller else {}
+        threads += [threading.Thread(target=self._run_source, name=f"source-{src.name}", daemon=True, args=(
+                        src, by_name[src.name], Admission(lane, self._schedules[src.name], prepare,
+                                                          getattr(shedders.get(src.name), "drop", None))))
                     for src, lane in zip(sources, lanes)]
         for t in threads:
             t.start()
         return threads
 
-    def _run_source(self, source: Source, cfg: SourceConfig, schedule, lane: Lane, detector) -> None:
-        """Decode, mark keyframes (the schedule reads the stream's tracking signals as they were a
-        few frames ago), preprocess them here when that overlaps inference, and queue. A live
-        stream of the shared schedule only marks scene cuts (`schedule` is a `SceneCutDetector`)."""
+    def _run_source(self, source: Source, cfg: SourceConfig, admit: Admission) -> None:
+        """Decode, admit (graph/admit.py: shedding, the keyframe decision, work made ahead) and queue."""
         produced, reason, error = 0, "end", None
         credited = source.name in self._credited
-        prepare = detector.prepare if getattr(detector, "prepare_ahead", False) else None
-        shedder = self.controller.shedders.get(source.name) if self.controller else None
-        prepare_track = lane.tracker.prepare
-        cuts = isinstance(schedule, SceneCutDetector)
         try:
             for frame in source.frames(self._stop_sources):
-                if shedder is not None and shedder.drop():
-                    continue  # the budget controller gives up this frame (counted as shed)
-                # while a keyframe is with the detector, its result is not in the signals yet:
-                # asking for another one early would only pile work onto a busy detector
-                if cuts:
-                    frame.scene_cut = schedule.is_cut(frame.grey_sample(thumbnail_step(frame.width)))
-                else:
-                    signals = getattr(lane.tracker, "signals", None) if lane.in_flight == 0 else None
-                    frame.keyframe = schedule.is_keyframe(frame, signals)
-                    if frame.keyframe and prepare is not None:
-                        prepare(frame)
-                prepare_track(frame)  # per-frame tracking work, here rather than on the engine's thread
+                if not admit(frame):
+                    continue
                 if credited and not self._credits.acquire(source.name):
                     break  # aborted: the engine gives back no more credits
                 frame.timings["_queued"] = time.perf_counter()

@@ -1,0 +1,66 @@
+"""Admission: what happens to a decoded frame before it joins the engine's inbox.
+
+A source only decodes. Between it and the engine, each stream's frames pass one `Admission`, run
+on that stream's own thread so that its work overlaps the engine's and the other streams':
+
+1. the budget controller may shed the frame (counted as `shed`);
+2. the keyframe decision. A file (and a live stream with its own schedule) asks its scheduler,
+   which reads the stream's tracking signals as they were when the lane last had no keyframe with
+   the detector: while one is there, its result is not in the signals yet, and asking for another
+   early would only pile work onto a busy detector. A live stream of the shared schedule only marks
+   scene cuts here; the engine chooses its keyframes (graph/keyframes.py `KeyframeChooser`);
+3. a keyframe's detector input made ahead, when the detector runs on an accelerator
+   (`Detector.prepare_ahead`);
+4. the tracker's per-frame work made ahead (`Tracker.prepare`: the motion model's observation).
+
+The lane owns the stream's state; admission only reads it (`in_flight`, the tracker's signals).
+
+Example:
+    >>> import numpy as np
+    >>> from streamlens.config import TrackerConfig
+    >>> from streamlens.track import build_tracker
+    >>> from streamlens.graph.keyframes import KeyframeScheduler
+    >>> lane = Lane("cam1", build_tracker(TrackerConfig(motion=None), 30), False, 3)
+    >>> admit = Admission(lane, KeyframeScheduler(3))
+    >>> frames = [Frame("cam1", i, i / 30, 0.0, np.zeros((8, 8, 3), np.uint8)) for i in range(7)]
+    >>> [f.index for f in frames if admit(f) and f.keyframe]
+    [0, 3, 6]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..frame import Frame
+from .engine import Lane
+from .keyframes import SceneCutDetector, thumbnail_step
+
+
+class Admission:
+    """One stream's admission (see the module's docstring). `schedule` is the stream's keyframe
+    scheduler, or a `SceneCutDetector` for a live stream of the shared schedule; `prepare` makes a
+    keyframe's detector input ahead (None: the engine's thread makes it); `shed` says whether the
+    budget controller gives up the next frame (None: it never does)."""
+
+    def __init__(self, lane: Lane, schedule, prepare: Callable[[Frame], None] | None = None,
+                 shed: Callable[[], bool] | None = None):
+        self.lane = lane
+        self.schedule = schedule
+        self.prepare = prepare
+        self.shed = shed
+        self._cuts_only = isinstance(schedule, SceneCutDetector)
+
+    def __call__(self, frame: Frame) -> bool:
+        """Make `frame` ready for the engine; False when it is shed and goes no further."""
+        if self.shed is not None and self.shed():
+            return False
+        if self._cuts_only:
+            frame.scene_cut = self.schedule.is_cut(frame.grey_sample(thumbnail_step(frame.width)))
+        else:
+            lane = self.lane
+            signals = getattr(lane.tracker, "signals", None) if lane.in_flight == 0 else None
+            frame.keyframe = self.schedule.is_keyframe(frame, signals)
+            if frame.keyframe and self.prepare is not None:
+                self.prepare(frame)
+        self.lane.tracker.prepare(frame)
+        return True
