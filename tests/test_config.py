@@ -448,3 +448,12 @@ def test_the_published_schema_checks_pipeline_files_as_an_editor_would():
              "sinks": [{"type": "zmq", "endpoint": "tcp://127.0.0.1:5555", "hwm": 0}]}
     assert sorted(".".join(map(str, e.absolute_path)) for e in check.iter_errors(wrong)) == [
         "detector.imgsz", "sinks.0"]
+
+
+def test_bulk_mode_batches_big_unless_the_file_says(tmp_path):
+    path = write(tmp_path, HEAD + "runtime: {mode: bulk}\nkeyframes: {interval: 5}\n")
+    cfg = load_pipeline(path)
+    assert (cfg.detector.max_batch, cfg.detector.budget_ms, cfg.keyframes.interval, cfg.runtime.control) == (
+        32, None, 1, False)
+    path = write(tmp_path, "sources: [{uri: clip.mp4}]\ndetector: {backend: motion, max_batch: 4}\n")
+    assert load_pipeline(path, overrides={"runtime": {"mode": "bulk"}}).detector.max_batch == 4
