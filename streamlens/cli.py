@@ -28,7 +28,7 @@ from importlib.metadata import PackageNotFoundError, version
 from .bench import command as bench_command
 from .commands import keygen as keygen_command
 from .commands import subscribe as subscribe_command
-from .config import load_pipeline, preflight_problems
+from .config import load_pipeline, preflight_problems, read_pipeline_tree
 from .eval import command as eval_command
 from .errors import ConfigError, StreamlensError
 
@@ -128,9 +128,16 @@ def _cmd_run(args) -> int:
         from .graph.runtime import Pipeline
         from .progress import ProgressDisplay, summary
 
-        config = load_pipeline(args.pipeline, overrides={"runtime": {"mode": "bulk"}} if args.bulk else None)
+        from .scale.supervisor import Supervisor, worker_count
+
+        overrides = {"runtime": {"mode": "bulk"}} if args.bulk else None
+        config = load_pipeline(args.pipeline, overrides=overrides)
         display = None if args.quiet else ProgressDisplay()
-        pipeline = Pipeline(config)
+        if worker_count(config) > 1:  # runtime.workers: the streams over several engine processes
+            pipeline = Supervisor(config, read_pipeline_tree(args.pipeline, overrides),
+                                  log_level=logging.getLogger().level)
+        else:
+            pipeline = Pipeline(config)
         report = pipeline.run(on_tick=display)
     finally:
         for s, handler in old.items():

@@ -94,9 +94,12 @@ def load_pipeline(path: str | Path, env: dict[str, str] | None = None,
 
     `overrides` replaces keys of top-level sections, as command-line flags do (`--bulk`:
     `{"runtime": {"mode": "bulk"}}`); a list replaces a whole section (`{"sinks": [...]}`)."""
-    display = str(path)
-    path = Path(path)
-    data = read_yaml(path, display)
+    return parse_pipeline(read_pipeline_tree(path, overrides), Path(path), str(path), env)
+
+
+def read_pipeline_tree(path: str | Path, overrides: dict[str, dict | list] | None = None) -> Any:
+    """A pipeline file's YAML tree with `overrides` applied (see `load_pipeline`), not yet validated."""
+    data = read_yaml(Path(path), str(path))
     if overrides and isinstance(data, dict):
         for section, values in overrides.items():
             current = data.get(section)
@@ -104,7 +107,7 @@ def load_pipeline(path: str | Path, env: dict[str, str] | None = None,
                 data[section] = values
             else:
                 data[section] = {**(current if isinstance(current, dict) else {}), **values}
-    return parse_pipeline(data, path, display, env)
+    return data
 
 
 def json_schema() -> str:
@@ -115,7 +118,7 @@ def json_schema() -> str:
 
 __all__ = ["PipelineConfig", "PipelineFile", "SourceConfig", "DetectorConfig", "InputConfig", "KeyframeConfig",
            "TrackerConfig", "SinkConfig", "JsonlSinkConfig", "VideoSinkConfig", "ZmqSinkConfig", "CurveConfig",
-           "RuntimeConfig", "HttpConfig", "load_pipeline", "parse_pipeline", "preflight_problems", "interpolate",
+           "RuntimeConfig", "HttpConfig", "load_pipeline", "read_pipeline_tree", "parse_pipeline", "preflight_problems", "interpolate",
            "read_yaml", "json_schema", "mask_url", "INT_MAX", "LIVE_SCHEMES", "MAX_BATCH", "MAX_HWM", "MAX_IMGSZ",
            "MAX_MS", "MAX_QUEUE_SIZE", "MAX_SECONDS", "MAX_THREADS", "MAX_DEPTH", "MAX_FILE_BYTES", "MAX_VALUES",
            "TRACKER_MOTIONS", "BULK_MAX_BATCH"]

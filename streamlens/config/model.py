@@ -47,6 +47,7 @@ MAX_BATCH = 256
 MAX_IMGSZ = 8192
 MAX_HWM = 100_000
 MAX_THREADS = 1024
+MAX_WORKERS = 256
 #: the URL schemes a live source accepts
 LIVE_SCHEMES = ("rtsp", "rtsps", "http", "https", "rtmp", "rtmps", "rtmpt", "rtmpts", "udp", "tcp", "srt",
                 "rtp")
@@ -572,6 +573,12 @@ class HttpConfig(_Keys):
     port: int | None = Field(None, ge=0, le=65535, description="the port (0: any free one; default: no HTTP server)")
 
 
+def _workers(value: Any) -> Any:
+    if value == "auto" or isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_WORKERS:
+        return value
+    raise invalid(f"expected an integer from 1 to {MAX_WORKERS} or auto, got {show(value)}")
+
+
 class RuntimeConfig(_Keys):
     """The `runtime` section."""
 
@@ -582,6 +589,10 @@ class RuntimeConfig(_Keys):
                                                                 "streams: frame available to result published")
     control: bool = Field(True, description="the budget controller on live streams")
     max_stretch: float = Field(4.0, ge=1, le=16, description="how far the controller may widen keyframe intervals")
+    workers: Annotated[int | Literal["auto"], BeforeValidator(_workers), WithJsonSchema(
+        {"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_WORKERS}, {"const": "auto"}]})] = Field(
+        1, description="engine processes the streams are split over, each with its own detector (auto: one per "
+                       "two CPU cores, at most one per stream); see streamlens/scale")
 
     @property
     def http_host(self) -> str:

@@ -151,9 +151,14 @@ def _live_switch_interval(hold: bool) -> None:
 class Pipeline:
     """A pipeline built from a `PipelineConfig`; `run()` it once."""
 
-    def __init__(self, config: PipelineConfig, *, sinks: list[Sink] | None = None):
+    def __init__(self, config: PipelineConfig, *, sinks: list[Sink] | None = None,
+                 first_seq: dict[str, int] | None = None):
+        """`sinks`: more sinks beside the file's (an embedding program's own); `first_seq`: the `seq`
+        each stream's results start from (default 0): an engine restarted by its supervisor goes on
+        past what its streams had already published (streamlens/scale)."""
         self.config = config
         self._extra_sinks = list(sinks or [])
+        self._first_seq = dict(first_seq or {})
         self._stop_sources = threading.Event()
         self._lock = threading.Lock()
         self._error: str | None = None
@@ -218,6 +223,14 @@ class Pipeline:
     def queue_depth(self, stream: str) -> int:
         """Frames of `stream` waiting for the engine."""
         return self._inbox.depth(stream)
+
+    def control_of(self, stream: str) -> tuple[float, bool, float] | None:
+        """The budget controller's hold on `stream`: (interval stretch, whether keyframes wait for
+        their detections, share of frames shed); None where no controller watches it."""
+        control = self.controller
+        if control is None or stream not in control.shedders:
+            return None
+        return control.stretch, control.wait, control.shedders[stream].fraction
 
     def abort(self) -> None:
         """Immediate stop: frames not yet processed are dropped, a detector batch in hand is not
@@ -472,6 +485,8 @@ class Pipeline:
                       max_staleness_s=s.max_staleness_ms / 1000 if s.max_staleness_ms else None,
                       period_s=1 / (fps.get(s.name) or 30.0))
                  for s in cfg.sources]
+        for lane in lanes:
+            lane.seq = self._first_seq.get(lane.name, 0)
         self._lanes = {lane.name: lane for lane in lanes}
         threads.append(threading.Thread(target=self._run_engine, args=(detector, lanes), name="engine",
                                         daemon=True))

@@ -93,16 +93,16 @@ class _Collector:
                                        labels=["stream", "stage"])
         detect = HistogramMetricFamily("streamlens_detect_seconds", "Detector time per keyframe batch",
                                        labels=label)
-        control = self.pipeline.controller
         for st in list(self.pipeline.stats.values()):
             v = [st.name]
             shed.add_metric(v, st.shed)
             deferred.add_metric(v, st.deferred_keyframes)
             discarded.add_metric(v, st.discarded_detections)
-            if control is not None and st.name in control.shedders:
-                stretch.add_metric(v, control.stretch)
-                waiting.add_metric(v, 1.0 if control.wait else 0.0)
-                shed_share.add_metric(v, control.shedders[st.name].fraction)
+            held = self.pipeline.control_of(st.name)
+            if held is not None:
+                stretch.add_metric(v, held[0])
+                waiting.add_metric(v, 1.0 if held[1] else 0.0)
+                shed_share.add_metric(v, held[2])
             frames.add_metric(v, st.frames)
             keyframes.add_metric(v, st.keyframes)
             late.add_metric(v, st.late_keyframes)

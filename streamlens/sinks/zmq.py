@@ -100,6 +100,24 @@ DEFAULT_SEND_TIMEOUT_S = 10.0
 _POLL_MS = 50
 
 
+def secure(ctx: zmq.Context, sock: zmq.Socket, curve: dict[str, Any]):
+    """Make `sock` a CurveZMQ server with the keys of `curve` (`server_secret`, `authorized`), before
+    it binds; returns the started authenticator when only known clients may connect (stop it after
+    closing the socket), else None."""
+    keys.make_server(sock, curve["server_secret"])
+    authorized = curve.get("authorized")
+    if authorized is None:
+        return None
+    from zmq.auth.thread import ThreadAuthenticator
+
+    if not Path(authorized).is_dir():
+        raise keys.KeyFileError(f"{authorized}: no such folder of authorized public keys")
+    auth = ThreadAuthenticator(ctx, log=log.getChild("auth"))
+    auth.start()
+    auth.configure_curve(domain="*", location=str(authorized))
+    return auth
+
+
 class ZmqSink(Sink):
     """Publishes each result, stream end and stats report (see the module docs for the keys)."""
 
@@ -288,17 +306,7 @@ class ZmqSink(Sink):
                 return
 
     def _secure(self) -> None:
-        """CurveZMQ server keys, and an authenticator when only known subscribers may connect."""
-        keys.make_server(self._sock, self.curve["server_secret"])
-        authorized = self.curve.get("authorized")
-        if authorized is not None:
-            from zmq.auth.thread import ThreadAuthenticator
-
-            if not Path(authorized).is_dir():
-                raise keys.KeyFileError(f"{authorized}: no such folder of authorized public keys")
-            self._auth = ThreadAuthenticator(self._ctx, log=log.getChild("auth"))
-            self._auth.start()
-            self._auth.configure_curve(domain="*", location=str(authorized))
+        self._auth = secure(self._ctx, self._sock, self.curve)
 
     def _send_now(self, parts: list[bytes]) -> None:
         """Send a multipart message or raise `zmq.Again` (then nothing is sent). Part by part:

@@ -1,0 +1,433 @@
+"""`runtime.workers: N`: the streams of one pipeline file over N engine processes, supervised.
+
+The `streamlens run` process becomes the supervisor. It splits the sources over N engines in the
+file's order, round robin (a stream stays in one engine, so its `seq` stays gapless), and starts
+each engine (engine.py) as a process of its own, with its own detector. Subscribers and the rest
+of the world see one pipeline:
+
+- each zmq sink's endpoint is bound once, here: every engine publishes its share on an `ipc://`
+  socket of its own, and a forwarder thread here joins them (pub: XSUB to XPUB, subscriptions
+  passed upstream, a slow subscriber dropped for alone as before; push: PULL to PUSH, each message
+  waiting for a consumer at most the sink's `send_timeout_s`). CurveZMQ applies on the endpoint
+  bound here;
+- each jsonl file is written here, from what the engines push to it (nothing dropped);
+- video sinks stay in the engines (they need the pixels): one file per stream as before; a path
+  without `{stream}` gives the first source's stream `path` itself and the others
+  `<stem>-<stream><suffix>`;
+- `/metrics` and `/healthz` are served here, for every stream; the progress display and the
+  summary show every stream; the budget controller's actions are listed per engine.
+
+An engine that dies (killed, crashed) is restarted within about a second with its live streams,
+whose `seq` goes on past the last one published (a subscriber sees a gap, never a repeat). A file
+it was reading ends with reason `error`: started again it would repeat its output. Each restart
+is logged once and counted (`Supervisor.restarts`). Ctrl-C ends every engine in order (the
+supervisor tells them; they ignore the terminal's signal). Figures (/metrics counters too) of a
+restarted engine's streams start again from zero, as a Prometheus counter reset.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import zmq
+
+from ..config import PipelineConfig, preflight_problems
+from ..errors import ConfigError
+from ..graph.stats import RunReport, StreamStats
+from .engine import EngineSpec, Snapshot, engine_main
+
+log = logging.getLogger("streamlens.scale")
+
+#: how long after a death an engine is started again
+RESTART_DELAY_S = 1.0
+#: once every engine has ended, how long a forwarder goes on until nothing more comes
+DRAIN_IDLE_S = 0.3
+#: how long the supervisor waits for an engine to end after telling it to
+END_WAIT_S = 15.0
+_POLL_MS = 100
+
+
+def worker_count(config: PipelineConfig) -> int:
+    """How many engines `runtime.workers` asks for, at most one per source (`auto`: one per two cores)."""
+    wanted = config.runtime.workers
+    if wanted == "auto":
+        wanted = max(1, (os.cpu_count() or 2) // 2)
+    return max(1, min(int(wanted), len(config.sources)))
+
+
+@dataclass
+class _Engine:
+    """One engine process and what the supervisor knows of it."""
+
+    index: int
+    streams: list[str]  # names, in the order of `marks`
+    sources: list[int]  # their places in the pipeline file
+    process: Any = None
+    orders: Any = None
+    up: Any = None
+    marks: Any = None
+    snapshot: Snapshot | None = None
+    report: RunReport | None = None
+    failed: str | None = None
+    restart_at: float | None = None
+    first_seq: dict[str, int] = field(default_factory=dict)
+
+
+class Supervisor:
+    """Runs `config` (from the tree `data`, as read from the file) over `worker_count` engines;
+    `run()` it once, `stop()` and `abort()` as a `Pipeline`. It offers what the progress display
+    and `/metrics` read of a pipeline: `stats`, `stopping`, `controller`, `queue_depth`, `control_of`."""
+
+    def __init__(self, config: PipelineConfig, data: dict, *, log_level: int = logging.WARNING):
+        self.config = config
+        self.controller = None  # each engine has its own: see control_of() and the report
+        self.restarts = 0
+        self.http_port: int | None = None
+        self._data = data
+        self._log_level = log_level
+        self._stopping = False
+        self._aborted = False
+        self._ctx = multiprocessing.get_context("spawn")
+        self._dir = tempfile.mkdtemp(prefix="streamlens-")
+        n = worker_count(config)
+        self._engines = [_Engine(i, [s.name for s in config.sources[i::n]], list(range(i, len(config.sources), n)))
+                         for i in range(n)]
+        self._engine_of = {name: e for e in self._engines for name in e.streams}
+        self._placeholders = {s.name: StreamStats(s.name, s.display_uri) for s in config.sources}
+        self._ended_stats: dict[str, StreamStats] = {}
+        self._forwarders: list[_Forwarder] = []
+        self._error: str | None = None
+
+    # -- what the display and /metrics read --------------------------------------------------
+
+    @property
+    def stats(self) -> dict[str, StreamStats]:
+        merged = {}
+        for s in self.config.sources:
+            engine = self._engine_of[s.name]
+            known = engine.report or engine.snapshot
+            figures = {st.name: st for st in known.streams} if isinstance(known, RunReport) else \
+                known.stats if known is not None else {}
+            merged[s.name] = self._ended_stats.get(s.name) or figures.get(s.name) or self._placeholders[s.name]
+        return merged
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def queue_depth(self, stream: str) -> int:
+        snapshot = self._engine_of[stream].snapshot
+        return snapshot.depth.get(stream, 0) if snapshot is not None else 0
+
+    def control_of(self, stream: str):
+        snapshot = self._engine_of[stream].snapshot
+        return snapshot.control.get(stream) if snapshot is not None else None
+
+    # -- control ------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._tell("stop")
+
+    def abort(self) -> None:
+        self._stopping = self._aborted = True
+        self._tell("abort")
+
+    def _tell(self, order: str) -> None:
+        for engine in self._engines:
+            if engine.orders is not None:
+                try:
+                    engine.orders.send(order)
+                except (OSError, ValueError):  # it has ended
+                    pass
+
+    # -- running ------------------------------------------------------------------------------
+
+    def run(self, on_tick: Callable[[Supervisor], None] | None = None, tick_s: float = 0.25) -> RunReport:
+        started = time.monotonic()
+        problems = preflight_problems(self.config)
+        if problems:
+            raise ConfigError(problems)
+        http = None
+        try:
+            self._forwarders = self._start_forwarders()
+            if self.config.runtime.http_port is not None:
+                from ..http.server import MetricsServer
+
+                http = MetricsServer(self, self.config.runtime.http_host, self.config.runtime.http_port)
+                http.start()
+                self.http_port = http.port
+            for engine in self._engines:
+                self._start(engine)
+            while any(self._running(e) for e in self._engines):
+                self._watch(tick_s)
+                if on_tick is not None:
+                    on_tick(self)
+        finally:
+            if any(self._running(e) for e in self._engines):  # ended by an exception: end the engines
+                self.abort()
+            self._end_engines()
+            for forwarder in self._forwarders:
+                forwarder.finish()
+            if http is not None:
+                http.close()
+            shutil.rmtree(self._dir, ignore_errors=True)
+        return self._report(time.monotonic() - started)
+
+    def _running(self, engine: _Engine) -> bool:
+        """Until its pipe has said all (its end of file), or while it waits to be restarted."""
+        return engine.restart_at is not None or engine.process is not None
+
+    def _start(self, engine: _Engine) -> None:
+        spec = EngineSpec(engine.index, str(self.config.path), self.config.display or str(self.config.path),
+                          self._engine_tree(engine), list(engine.streams), dict(engine.first_seq), self._log_level)
+        orders_read, orders_write = self._ctx.Pipe(duplex=False)
+        up_read, up_write = self._ctx.Pipe(duplex=False)
+        marks = self._ctx.Array("q", [engine.first_seq.get(n, 0) - 1 for n in engine.streams], lock=False)
+        process = self._ctx.Process(target=engine_main, args=(spec, orders_read, up_write, marks),
+                                    name=f"streamlens-engine-{engine.index}", daemon=True)
+        process.start()
+        orders_read.close()
+        up_write.close()
+        engine.process, engine.orders, engine.up, engine.marks = process, orders_write, up_read, marks
+        engine.snapshot = engine.report = None
+        engine.restart_at = None
+
+    def _watch(self, tick_s: float) -> None:
+        """Read what the engines say for about `tick_s`; restart those that died."""
+        conns = [e.up for e in self._engines if e.process is not None]
+        if conns:
+            ready = multiprocessing.connection.wait(conns, timeout=tick_s)
+        else:  # every engine waits for its restart
+            time.sleep(tick_s)
+            ready = []
+        for engine in self._engines:
+            if engine.process is not None and engine.up in ready:
+                self._read(engine)
+            if engine.restart_at is not None and time.monotonic() >= engine.restart_at and not self._stopping:
+                self._start(engine)
+            elif engine.restart_at is not None and self._stopping:
+                engine.restart_at = None
+
+    def _read(self, engine: _Engine) -> None:
+        try:
+            kind, value = engine.up.recv()
+        except (EOFError, OSError):  # the process has ended (or is ending): nothing more will come
+            engine.process.join(END_WAIT_S)
+            self._ended(engine)
+            return
+        if kind == "snapshot":
+            engine.snapshot = value
+        elif kind == "report":
+            engine.report = value
+        elif kind == "failed":
+            engine.failed = value
+            if self._error is None:
+                self._error = value
+            self.stop()  # an engine that cannot start ends the run, as one process would
+
+    def _ended(self, engine: _Engine) -> None:
+        """`engine`'s process has ended: with its report, or died."""
+        process = engine.process
+        engine.process = None
+        engine.orders.close()
+        engine.up.close()
+        if engine.report is not None or engine.failed is not None:
+            return
+        how = (f"killed by signal {-process.exitcode}" if process.exitcode and process.exitcode < 0
+               else f"exit code {process.exitcode}")
+        live = [n for n, i in zip(engine.streams, engine.sources) if self.config.sources[i].live]
+        for name, i in zip(engine.streams, engine.sources):
+            if name not in live:  # a file: started again it would repeat its output
+                st = (engine.snapshot.stats.get(name) if engine.snapshot else None) or self._placeholders[name]
+                st.reason, st.state, st.detail = "error", "error", f"its engine died ({how})"
+                self._ended_stats[name] = st
+                if self._error is None:
+                    self._error = f"{name}: engine {engine.index} died ({how}) while reading {st.uri}"
+        if self._stopping or not live:
+            return
+        # marks hold the last seq published (first_seq - 1 until one is)
+        engine.first_seq = {name: engine.marks[j] + 1 for j, name in enumerate(engine.streams) if name in live}
+        engine.sources = [i for n, i in zip(engine.streams, engine.sources) if n in live]
+        engine.streams = live
+        engine.restart_at = time.monotonic() + RESTART_DELAY_S
+        self.restarts += 1
+        log.warning("engine %d (%s) died (%s); restarting it (restart %d)", engine.index, ", ".join(live), how,
+                    self.restarts)
+
+    def _end_engines(self) -> None:
+        deadline = time.monotonic() + END_WAIT_S
+        for engine in self._engines:
+            if engine.process is None:
+                continue
+            while engine.process is not None and time.monotonic() < deadline:
+                if engine.up.poll(0.1):
+                    self._read(engine)
+            if engine.process is not None:
+                log.warning("engine %d did not end in %g s; killed", engine.index, END_WAIT_S)
+                engine.process.kill()
+                engine.process.join()
+                self._ended(engine)
+
+    def _report(self, wall_s: float) -> RunReport:
+        reports = [e.report for e in self._engines if e.report is not None]
+        failed = [r.error for r in reports if r.status == "failed" and r.error]
+        error = self._error or (failed[0] if failed else None)
+        status = ("failed" if error else "interrupted" if self._stopping and not self._natural_end() else "done")
+        actions = [f"engine {e.index}: {a}" for e in self._engines if e.report for a in e.report.control_actions]
+        return RunReport(status, error, wall_s, list(self.stats.values()), actions,
+                         max((r.control_level for r in reports), default=0), sum(r.control_steps for r in reports))
+
+    def _natural_end(self) -> bool:
+        """Whether every engine ended by itself (its inputs ended) rather than by a stop."""
+        return all(e.report is not None and e.report.status == "done" for e in self._engines)
+
+    # -- the engines' pipeline files and the sinks' forwarders --------------------------------
+
+    def _endpoint(self, engine: int, sink: int) -> str:
+        return f"ipc://{self._dir}/{engine}-{sink}"
+
+    def _engine_tree(self, engine: _Engine) -> dict:
+        """The pipeline file's tree as `engine` runs it: its sources (named, as their names came
+        from their places in the whole file), its sinks pointed at the supervisor, one worker."""
+        data = dict(self._data)
+        data["sources"] = [{**self._data["sources"][i], "name": self.config.sources[i].name} for i in engine.sources]
+        runtime = dict(self._data.get("runtime") or {})
+        runtime.pop("http", None)
+        data["runtime"] = {**runtime, "workers": 1}
+        sinks = []
+        for j, (raw, sink) in enumerate(zip(self._data.get("sinks") or [], self.config.sinks)):
+            if sink.type == "zmq":
+                raw = {k: v for k, v in raw.items() if k != "curve"}
+                sinks.append({**raw, "endpoint": self._endpoint(engine.index, j)})
+            elif sink.type == "jsonl":
+                sinks.append({"type": "zmq", "mode": "push", "endpoint": self._endpoint(engine.index, j)})
+            else:
+                path = sink.path
+                if "{stream}" not in str(path) and self.config.sources[0].name not in engine.streams:
+                    path = path.with_name(f"{path.stem}-{{stream}}{path.suffix}")
+                sinks.append({**raw, "path": str(path)})
+        data["sinks"] = sinks
+        return data
+
+    def _start_forwarders(self) -> list[_Forwarder]:
+        forwarders = []
+        try:
+            for j, sink in enumerate(self.config.sinks):
+                if sink.type == "video":
+                    continue
+                inputs = [self._endpoint(e.index, j) for e in self._engines]
+                forwarder = _Forwarder(sink, f"sinks[{j}]", inputs)
+                forwarder.start()
+                forwarders.append(forwarder)
+        except BaseException:
+            for forwarder in forwarders:
+                forwarder.finish()
+            raise
+        return forwarders
+
+
+class _Forwarder:
+    """One sink of the file, fed by every engine: a zmq endpoint bound here, or a jsonl file."""
+
+    def __init__(self, sink, where: str, inputs: list[str]):
+        self.sink, self.where, self.inputs = sink, where, inputs
+        self.ctx = zmq.Context()
+        self.dropped = 0
+        self._auth = None
+        self._jsonl = None
+        self._finishing = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"forward-{where}", daemon=True)
+        pub = sink.type == "zmq" and sink.mode == "pub"
+        self.front = self.ctx.socket(zmq.XSUB if pub else zmq.PULL)
+        self.back = None
+        for endpoint in inputs:
+            self.front.connect(endpoint)
+
+    def start(self) -> None:
+        from ..errors import SinkError, StreamlensError
+
+        sink = self.sink
+        if sink.type == "jsonl":
+            from ..sinks.jsonl import JsonlSink
+
+            self._jsonl = JsonlSink(sink.path)
+            self._jsonl.where = self.where
+            self._jsonl.open()
+        else:
+            from ..sinks.zmq import DEFAULT_LINGER_MS, DEFAULT_SEND_TIMEOUT_S, secure
+
+            self.back = self.ctx.socket(zmq.XPUB if sink.mode == "pub" else zmq.PUSH)
+            self.back.sndhwm = sink.hwm
+            self.back.linger = sink.linger_ms if sink.linger_ms is not None else DEFAULT_LINGER_MS[sink.mode]
+            if sink.mode == "pub":
+                self.back.setsockopt(zmq.XPUB_VERBOSER, 1)  # every subscription reaches the engines
+            else:
+                self.back.sndtimeo = int(1000 * (sink.send_timeout_s or DEFAULT_SEND_TIMEOUT_S))
+            try:
+                if sink.curve is not None:
+                    self._auth = secure(self.ctx, self.back, sink.curve.model_dump())
+                self.back.bind(sink.endpoint)
+            except zmq.ZMQError as e:
+                self.finish()
+                raise SinkError(f"{self.where}.endpoint: cannot bind {sink.endpoint}: {zmq.strerror(e.errno)}") from None
+            except StreamlensError as e:
+                self.finish()
+                raise SinkError(f"{self.where}.curve: {e}") from None
+        self._thread.start()
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.front, zmq.POLLIN)
+        if self.back is not None and self.sink.mode == "pub":
+            poller.register(self.back, zmq.POLLIN)  # subscriptions, passed upstream
+        idle_since = None
+        while True:
+            events = dict(poller.poll(_POLL_MS))
+            if self.back is not None and self.back in events:
+                self.front.send_multipart(self.back.recv_multipart())
+            if self.front in events:
+                idle_since = None
+                self._forward(self.front.recv_multipart())
+            elif self._finishing.is_set():
+                idle_since = idle_since or time.monotonic()
+                if time.monotonic() - idle_since >= DRAIN_IDLE_S:
+                    return
+
+    def _forward(self, parts: list[bytes]) -> None:
+        if self._jsonl is not None:
+            if not parts[0].startswith(b"stats."):  # the file holds results and stream ends
+                self._jsonl.write(None, None, parts[1])
+            return
+        try:
+            self.back.send_multipart(parts, flags=zmq.NOBLOCK if self.sink.mode == "pub" else 0)
+        except zmq.Again:  # pub: no subscriber's queue has room; push: no consumer took it in time
+            self.dropped += 1
+
+    def finish(self) -> None:
+        """Forward what is still coming, then close (once every engine has ended)."""
+        self._finishing.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        try:
+            if self._jsonl is not None:
+                self._jsonl.close()
+        finally:
+            self.front.close(linger=0)
+            if self.back is not None:
+                self.back.close()
+            if self._auth is not None:
+                self._auth.stop()
+            self.ctx.term()
+
+
+__all__ = ["Supervisor", "worker_count"]

@@ -1,0 +1,184 @@
+"""`runtime.workers: N`: the streams of one pipeline over N engine processes look like one pipeline
+to its users (the same results, one ZeroMQ endpoint, one /metrics), and an engine that dies is
+restarted with its cameras, whose `seq` goes on past what was published."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import zmq
+
+from .conftest import REPO
+from .test_pipeline_run import read_jsonl, write_pipeline
+
+SAMPLE = REPO / "samples" / "traffic.mp4"  # 300 frames, 640x360
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "streamlens", "run", "-q", *args, str(path)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def files_pipeline(tmp_path, workers: int, sinks: str) -> Path:
+    path = tmp_path / f"w{workers}.yaml"
+    path.write_text(f"""
+sources:
+  - {{uri: {SAMPLE}}}
+  - {{uri: {SAMPLE}, max_fps: 10}}
+  - {{uri: {SAMPLE}, name: third}}
+detector: {{backend: motion}}
+runtime: {{workers: {workers}}}
+sinks: {sinks}
+""")
+    return path
+
+
+def by_stream(lines: list[dict]) -> dict[str, list[tuple]]:
+    out: dict[str, list[tuple]] = {}
+    for m in lines:
+        if m["type"] == "frame":
+            out.setdefault(m["stream"], []).append(
+                (m["seq"], m["frame"], m["keyframe"], [(o["label"], o["box"]) for o in m["objects"]]))
+    return out
+
+
+def test_two_engines_write_what_one_does(tmp_path):
+    """Files over two engines: the jsonl file (written once, by the supervisor) holds the same results
+    per stream as with one engine; every stream ends with its eos; video files per stream. (Every
+    frame a keyframe: each engine staggers its own streams' keyframes, so with an interval their
+    phases, and the boxes between keyframes, would differ.)"""
+    found = {}
+    for workers in (1, 2):
+        out = tmp_path / f"out{workers}"
+        path = files_pipeline(tmp_path, workers, f"[{{type: jsonl, path: {out}/r.jsonl}}, "
+                                                 f"{{type: video, path: '{out}/{{stream}}.mp4'}}]")
+        proc = run(path)
+        assert proc.returncode == 0, proc.stderr
+        lines = read_jsonl(out / "r.jsonl")
+        assert sorted(m["stream"] for m in lines if m["type"] == "eos") == ["cam1", "cam2", "third"]
+        assert sorted(p.name for p in out.glob("*.mp4")) == ["cam1.mp4", "cam2.mp4", "third.mp4"]
+        found[workers] = by_stream(lines)
+    assert {k: len(v) for k, v in found[2].items()} == {"cam1": 300, "cam2": 100, "third": 300}
+    assert found[2] == found[1]
+
+
+def test_subscribers_see_every_engine_on_one_endpoint(tmp_path):
+    """One zmq endpoint for all engines: a subscriber that was there first gets every frame of every
+    stream, gapless, and each stream's eos."""
+    port = free_port()
+    path = files_pipeline(tmp_path, 2, f"[{{type: zmq, endpoint: 'tcp://127.0.0.1:{port}', hwm: 100000, "
+                                       f"wait_subscribers: 1, wait_timeout_s: 60}}]")
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.rcvhwm = 0
+    sub.connect(f"tcp://127.0.0.1:{port}")
+    for t in (b"frame.", b"eos."):
+        sub.subscribe(t)
+    proc = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seqs: dict[str, list[int]] = {}
+    ended: set[str] = set()
+    try:
+        deadline = time.monotonic() + 240
+        while len(ended) < 3 and time.monotonic() < deadline:
+            if sub.poll(1000):
+                topic, body = sub.recv_multipart()[:2]
+                m = json.loads(body)
+                if m["type"] == "eos":
+                    ended.add(m["stream"])
+                else:
+                    seqs.setdefault(m["stream"], []).append(m["seq"])
+        assert proc.wait(120) == 0, proc.stderr.read()
+    finally:
+        proc.kill()
+        sub.close(0)
+        ctx.term()
+    assert ended == {"cam1", "cam2", "third"}
+    assert {k: v for k, v in seqs.items()} == {"cam1": list(range(300)), "cam2": list(range(100)),
+                                                "third": list(range(300))}
+
+
+def engines(pid: int) -> list[psutil.Process]:
+    """The engine processes of the run `pid`, oldest first (engine 0 first)."""
+    found = [p for p in psutil.Process(pid).children()
+             if "spawn_main" in " ".join(p.cmdline()) and "resource_tracker" not in " ".join(p.cmdline())]
+    return sorted(found, key=lambda p: p.create_time())
+
+
+def test_a_killed_engine_comes_back_with_its_cameras_and_the_others_never_pause(tmp_path):
+    """Three live streams over two engines, /metrics for all. SIGKILL the engine of cam2: cam2
+    delivers again, its seq going on past what was published (never a repeat); cam1 and third (the
+    other engine: 0) lose nothing. Ctrl-C then ends every process."""
+    port, http = free_port(), free_port()
+    path = write_pipeline(tmp_path, f"""
+sources:
+  - {{uri: {SAMPLE}, live: true, loop: true}}
+  - {{uri: {SAMPLE}, live: true, loop: true}}
+  - {{uri: {SAMPLE}, live: true, loop: true, name: third}}
+detector: {{backend: motion}}
+keyframes: {{interval: 3}}
+runtime: {{workers: 2, http: {{port: {http}}}}}
+sinks: [{{type: zmq, endpoint: 'tcp://127.0.0.1:{port}', hwm: 100000}}]
+""")
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.rcvhwm = 0
+    sub.connect(f"tcp://127.0.0.1:{port}")
+    sub.subscribe(b"frame.")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seqs: dict[str, list[int]] = {"cam1": [], "cam2": [], "third": []}
+
+    def receive_until(condition, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not condition() and time.monotonic() < deadline:
+            if sub.poll(500):
+                m = json.loads(sub.recv_multipart()[1])
+                seqs[m["stream"]].append(m["seq"])
+        assert condition(), {k: len(v) for k, v in seqs.items()}
+
+    try:
+        receive_until(lambda: all(len(v) >= 30 for v in seqs.values()), 120)
+        with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        for name in seqs:
+            assert f'streamlens_frames_total{{stream="{name}"}}' in metrics
+        with urllib.request.urlopen(f"http://127.0.0.1:{http}/healthz", timeout=10) as r:
+            assert r.status == 200
+        first, second = engines(proc.pid)
+        second.kill()  # engine 1: cam2
+        killed_at = len(seqs["cam2"])
+        receive_until(lambda: len(seqs["cam2"]) > killed_at and seqs["cam2"][-1] > seqs["cam2"][killed_at - 1] + 30
+                      and len(seqs["cam1"]) > killed_at + 60, 120)
+        after = engines(proc.pid)
+        assert len(after) == 2 and after[0].pid == first.pid and after[1].pid != second.pid
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 130
+        stderr = proc.stderr.read()
+        assert "engine 1 (cam2) died (killed by signal 9); restarting it (restart 1)" in stderr, stderr
+        assert not [p for p in (first, *after) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        proc.kill()
+        sub.close(0)
+        ctx.term()
+    cam2 = seqs["cam2"]
+    # never a repeat, never back: the new engine goes on from the last seq the old one published
+    # (a message published but not yet sent when the engine died would show as a gap)
+    assert all(b > a for a, b in zip(cam2, cam2[1:]))
+    for name in ("cam1", "third"):
+        s = seqs[name]
+        assert s == list(range(s[0], s[0] + len(s))), name  # the other engine never paused or lost
