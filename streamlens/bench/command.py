@@ -18,6 +18,7 @@ same video, and prints a table; everything measured goes to `--out` as JSON.
   source); its sinks by one zmq sink on a free local port (keeping the file's zmq `format`, `hwm`
   and `frames` settings). Its detector, keyframes, tracker and runtime settings are used as they
   are, except that `runtime.mode` is always realtime and the `/metrics` server is off.
+- `--workers N` runs the pipeline over N engine processes (`runtime.workers`, streamlens/scale).
 - The budget (`--budget-ms`) defaults to the pipeline's `runtime.budget_ms` (33 ms unless set).
 - Accuracy (`streamlens.bench.accuracy`): the reference is the pipeline's own detector (same model,
   resize mode, conf, classes) on every frame of one pass of the video, made once per video and
@@ -96,6 +97,8 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
                    help="F1 against detecting every frame that every stream must reach to pass (default 0.85)")
     p.add_argument("--reference-cache", metavar="DIR",
                    help="where detect-every-frame references are cached (default ~/.cache/streamlens/bench)")
+    p.add_argument("--workers", type=_positive(int), metavar="N",
+                   help="engine processes the streams are split over (runtime.workers; default: the file's)")
     p.add_argument("--no-hold", action="store_true", help="skip the plain detect-newest-and-hold baseline")
     p.add_argument("--out", default="bench.json", metavar="FILE", help="where to write the JSON results (default bench.json)")
     p.add_argument("--baseline-model", metavar="PATH",
@@ -323,7 +326,7 @@ def _run(args) -> int:
         try:
             trial = run_trial(args.pipeline, video, k, warmup=args.warmup, seconds=args.seconds, budget_ms=budget,
                               min_kept=args.min_kept, min_f1=args.min_f1, reference=reference,
-                              sink_options=sink_options, debug=args.debug)
+                              sink_options=sink_options, workers=args.workers, debug=args.debug)
         except TrialFailed as e:
             print(f"streamlens bench: error: {e}", file=sys.stderr, flush=True)
             trial = {"k": k, "status": "error", "error": str(e), "passed": False}

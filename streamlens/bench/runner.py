@@ -25,7 +25,7 @@ import signal
 import sys
 import time
 
-from ..config import load_pipeline
+from ..config import load_pipeline, read_pipeline_tree
 from ..errors import StreamlensError
 
 MARKER = "BENCH-REPORT "
@@ -50,9 +50,13 @@ def stream_counters(stats) -> dict:
 def run(path: str, overrides: dict, warmup: float, seconds: float, startup_s: float) -> dict:
     """Run the pipeline; the report as a dict (status done/interrupted/failed, error, streams)."""
     from ..graph.runtime import Pipeline
+    from ..scale.supervisor import Supervisor, worker_count
 
     config = load_pipeline(path, overrides=overrides)
-    pipeline = Pipeline(config)
+    if worker_count(config) > 1:
+        pipeline = Supervisor(config, read_pipeline_tree(path, overrides))
+    else:
+        pipeline = Pipeline(config)
     signals = 0
 
     def on_signal(signum, _frame) -> None:

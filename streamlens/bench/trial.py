@@ -69,13 +69,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def trial_overrides(video: str, k: int, endpoint: str, sink_options: dict | None = None) -> dict:
+def trial_overrides(video: str, k: int, endpoint: str, sink_options: dict | None = None,
+                    workers: int | None = None) -> dict:
     """The `load_pipeline` overrides of a trial: K looping live copies of `video`, one zmq sink that
-    waits for the listener's subscriptions, real-time mode and no `/metrics` server."""
+    waits for the listener's subscriptions, real-time mode and no `/metrics` server; `workers`:
+    `runtime.workers` (None: the file's)."""
     sources = [{"name": name, "uri": video, "live": True, "loop": True} for name in stream_names(k)]
     sink = {**(sink_options or {}), "type": "zmq", "endpoint": endpoint, "mode": "pub",
             "wait_subscribers": len(TOPICS), "wait_timeout_s": 60}
-    return {"sources": sources, "sinks": [sink], "runtime": {"mode": "realtime", "http": None}}
+    runtime = {"mode": "realtime", "http": None} | ({"workers": workers} if workers is not None else {})
+    return {"sources": sources, "sinks": [sink], "runtime": runtime}
 
 
 def _percentiles(values: np.ndarray) -> dict:
@@ -259,10 +262,10 @@ def _result(k: int, heard: dict, report: dict, warmup: float, seconds: float, re
 
 def run_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds: float, budget_ms: float,
               min_kept: float, min_f1: float = 0.0, reference=None, sink_options: dict | None = None,
-              debug: bool = False) -> dict:
+              workers: int | None = None, debug: bool = False) -> dict:
     """Run one trial with `k` streams; its figures as a dict (see `measure`), with `passed`.
     Raises `TrialFailed` when the pipeline process fails; KeyboardInterrupt ends both children."""
-    overrides = trial_overrides(video, k, "{endpoint}", sink_options)
+    overrides = trial_overrides(video, k, "{endpoint}", sink_options, workers)
     command = [sys.executable, "-m", "streamlens.bench.runner", str(pipeline), "--overrides", json.dumps(overrides),
                "--warmup", str(warmup), "--seconds", str(seconds), "--startup-s", str(STARTUP_S)]
     report, heard = _run_with_listener(k, command + (["--debug"] if debug else []), "pipeline",
