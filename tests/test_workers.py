@@ -182,3 +182,35 @@ sinks: [{{type: zmq, endpoint: 'tcp://127.0.0.1:{port}', hwm: 100000}}]
     for name in ("cam1", "third"):
         s = seqs[name]
         assert s == list(range(s[0], s[0] + len(s))), name  # the other engine never paused or lost
+
+
+def test_a_file_whose_engine_dies_ends_with_an_error_not_a_repeat(tmp_path):
+    """A file is not read again by a restarted engine (its output would repeat): its stream ends with
+    an error naming it, the other engine's stream goes on, and the run's exit code says it failed."""
+    path = write_pipeline(tmp_path, f"""
+sources:
+  - {{uri: {SAMPLE}, loop: true}}
+  - {{uri: {SAMPLE}, loop: true}}
+detector: {{backend: motion}}
+runtime: {{workers: 2}}
+sinks: [{{type: jsonl, path: {tmp_path}/out.jsonl}}]
+""")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(engines(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        engines(proc.pid)[1].kill()  # engine 1: cam2
+        while len(engines(proc.pid)) > 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.5)  # past the restart delay: nothing is started again
+        assert len(engines(proc.pid)) == 1
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 1
+        stderr = proc.stderr.read()
+    finally:
+        proc.kill()
+    assert f"streamlens: error: cam2: engine 1 died (killed by signal 9) while reading {SAMPLE}" in stderr, stderr
+    ends = {m["stream"]: m for m in read_jsonl(tmp_path / "out.jsonl") if m["type"] == "eos"}
+    assert list(ends) == ["cam1"] and ends["cam1"]["reason"] == "stopped"
