@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from streamlens.errors import SourceError
+from streamlens.frame import YuvPicture, thumbnail_step, to_bgr
 from streamlens.sources.backoff import FAST_FOR_S, FAST_S, Backoff, retry_delay
 from streamlens.sources.file import FileSource
 from streamlens.sources.live import LiveSource
@@ -79,14 +80,16 @@ class _Recorder:
         return None
 
 
-def _decode_in_process(path: Path) -> dict[float, tuple[np.ndarray, np.ndarray | None]]:
-    """pts -> (image, motion vectors) as the file source gives them, decoded here."""
+def _decode_in_process(path: Path) -> dict[float, tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    """pts -> (luma plane, BGR image, motion vectors) as the file source gives them, decoded here."""
     with FileSource("clip", path, export_mvs=True) as source:
-        return {round(f.pts, 4): (f.image, f.motion_vectors) for f in source.frames(threading.Event())}
+        return {round(f.pts, 4): (f.grey_sample(1).copy(), f.image, f.motion_vectors)
+                for f in source.frames(threading.Event())}
 
 
 @pytest.mark.parametrize("worker_type", [ProcessWorker, ThreadWorker])
-def test_worker_hands_over_pixels_and_motion_vectors_unchanged(worker_type):
+def test_worker_hands_over_the_decoders_planes_and_motion_vectors_unchanged(worker_type):
+    """The picture crosses as I420: its planes are the decoder's, and its BGR is PyAV's, byte for byte."""
     expected = _decode_in_process(SAMPLE)
     worker = worker_type("clip")
     worker.start()
@@ -98,8 +101,8 @@ def test_worker_hands_over_pixels_and_motion_vectors_unchanged(worker_type):
         while ended is None and time.monotonic() < deadline:
             event = worker.poll(0.5)
             if isinstance(event, FrameReady):
-                image, mvs = event.take(host)
-                received.append((event.pts, image, mvs))
+                picture, mvs = event.take(host)
+                received.append((event.pts, picture, mvs))
             elif isinstance(event, Ended):
                 ended = event
             elif event is not None:
@@ -110,9 +113,12 @@ def test_worker_hands_over_pixels_and_motion_vectors_unchanged(worker_type):
     # A worker drops frames only when its owner is behind; here the owner keeps up with most.
     assert len(received) >= 100
     with_mvs = 0
-    for pts, image, mvs in received:
-        want_image, want_mvs = expected[round(pts, 4)]
-        assert np.array_equal(image, want_image)
+    for pts, picture, mvs in received:
+        want_luma, want_image, want_mvs = expected[round(pts, 4)]
+        assert isinstance(picture, YuvPicture) and (picture.width, picture.height) == (640, 360)
+        assert np.array_equal(picture.y, want_luma)
+        assert np.array_equal(picture.grey_sample(thumbnail_step(640)), want_luma[::5, ::5])  # made in the worker
+        assert np.array_equal(to_bgr(picture), want_image)
         if want_mvs is None:
             assert mvs is None
         else:
@@ -292,9 +298,11 @@ def test_frames_land_in_pinned_memory_when_a_cuda_torch_is_loaded(monkeypatch):
     try:
         worker.open(1, SessionSpec(str(SAMPLE)))
         event = _first_frame(worker)
-        image, _ = event.take(HostMemory("auto"))
+        picture, _ = event.take(HostMemory("auto"))
     finally:
         worker.close()
+    assert _FakeTorch.calls == []  # the planes cross in plain memory: only the BGR image goes to a GPU
+    image = to_bgr(picture)
     assert _FakeTorch.calls == [((360, 640, 3), "uint8", True)] and image.any()
     monkeypatch.delitem(sys.modules, "torch")
     assert not HostMemory("auto").pinned  # torch not loaded: never imported just to find out
@@ -308,10 +316,10 @@ def test_frames_are_pinned_on_a_real_gpu():
     worker.start()
     try:
         worker.open(1, SessionSpec(str(SAMPLE)))
-        image, _ = _first_frame(worker).take(HostMemory(True))
+        picture, _ = _first_frame(worker).take(HostMemory(True))
     finally:
         worker.close()
-    tensor = torch.from_numpy(image)
+    tensor = torch.from_numpy(to_bgr(picture))
     assert tensor.is_pinned()
     assert torch.equal(tensor.cuda(non_blocking=True).cpu(), tensor)
 
@@ -576,7 +584,8 @@ except SourceError as error:
 
 
 def test_a_camera_whose_ring_does_not_fit_in_dev_shm_fails_with_one_line_instead_of_sigbus(tmp_path):
-    """/dev/shm shrunk to 1 MiB in a mount namespace of its own; a 640x360 ring needs 2.6 MiB."""
+    """/dev/shm shrunk to 1 MiB in a mount namespace of its own; a 640x360 ring needs 1.4 MiB (4 slots
+    of I420 and its scene-cut sample)."""
     if shutil.which("unshare") is None:
         pytest.skip("unshare (util-linux) is not installed")
     probe = subprocess.run(["unshare", "--mount", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
@@ -589,4 +598,4 @@ def test_a_camera_whose_ring_does_not_fit_in_dev_shm_fails_with_one_line_instead
     assert done.returncode == 0, done.stderr[-2000:]
     line = done.stdout.strip()
     assert line.startswith("ERROR cam1: not enough shared memory"), line
-    assert "needs 2764864 bytes, /dev/shm has" in line and "--shm-size=" in line
+    assert "needs 1419328 bytes, /dev/shm has" in line and "--shm-size=" in line

@@ -33,7 +33,7 @@ import cv2
 import numpy as np
 
 from ..config import KeyframeConfig
-from ..frame import Frame
+from ..frame import THUMBNAIL_WIDTH, Frame, thumbnail_step
 
 #: adaptive: detect at once when the tracks' mean motion confidence falls below this (0 to 1)
 MIN_CONFIDENCE = 0.5
@@ -52,8 +52,6 @@ STALL_PERIODS = 3.0
 ARRIVAL_SLACK = 0.25
 #: scene cuts: the mean absolute difference (0-255) of two consecutive thumbnails that counts as a cut
 CUT_DIFFERENCE = 30.0
-#: scene cuts: about how many pixels wide the thumbnail is
-THUMBNAIL_WIDTH = 64
 
 
 class KeyframeScheduler:
@@ -214,7 +212,8 @@ class SceneCutDetector:
     A cut changes nearly every thumbnail pixel; motion, even a pan over the same scene, changes few
     of them, and little. `is_cut` takes a grey image (a sample of every few pixels is plenty: the
     runtime passes `Frame.grey_sample(thumbnail_step(width))`, about twice the thumbnail's width, which
-    it then halves by area averaging: about 0.05 ms on a 720p frame) or a BGR one.
+    it then halves by area averaging: about 0.05 ms on a 720p frame; a frame from a decode worker
+    brings that sample made already, see `YuvPicture`) or a BGR one.
 
     Example:
         >>> cuts = SceneCutDetector()
@@ -235,16 +234,6 @@ class SceneCutDetector:
         if previous is None or previous.shape != thumbnail.shape:
             return False
         return float(np.abs(thumbnail - previous).mean()) > self.difference
-
-
-def thumbnail_step(width: int) -> int:
-    """The pixel step that samples a frame `width` wide down to about twice `THUMBNAIL_WIDTH`.
-
-    Example:
-        >>> [thumbnail_step(w) for w in (1280, 1920, 640, 100)]
-        [10, 15, 5, 1]
-    """
-    return max(1, width // (2 * THUMBNAIL_WIDTH))
 
 
 def _thumbnail(grey: np.ndarray) -> np.ndarray:

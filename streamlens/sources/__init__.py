@@ -14,7 +14,7 @@ def build_source(cfg: SourceConfig, export_mvs: bool = False) -> Source:
     from .file import FileSource
 
     return FileSource(cfg.name, cfg.uri, live=cfg.live, loop=cfg.loop, max_fps=cfg.max_fps,
-                      options=cfg.options, export_mvs=export_mvs)
+                      options=cfg.options, export_mvs=export_mvs, decode=cfg.decode or "thread")
 
 
 def _live_source(cfg: SourceConfig, export_mvs: bool) -> Source:

@@ -2,7 +2,8 @@
 that keeps running through drops, stalls and outages.
 
 Each source is a small state machine, driven from the runtime's source thread, with its connections
-decoded on a worker (a CPU process by default; see worker.py):
+decoded on a worker (a CPU process by default; see worker.py). A frame arrives as the decoder's
+planes (`Frame(decoded=YuvPicture)`), converted to BGR when something first reads `Frame.image`:
 
     connecting --frame--> streaming --lost/ended--> reconnecting --frame--> streaming
         |                    |  \\--no frame for stall_s--> stalled --> reconnecting
@@ -55,6 +56,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..frame import Frame
 from ..urls import mask_url
@@ -318,9 +321,11 @@ class LiveSource(Source):
             ready.discard()
             self.dropped_stale += 1
             return None
-        image, mvs = ready.take(host)
+        picture, mvs = ready.take(host)
+        image, decoded = (picture, None) if isinstance(picture, np.ndarray) else (None, picture)
         return Frame(stream=self.name, index=index, pts=clock.pts(ready.session, ready.pts), ts=ready.ts,
-                     image=image, timings={"decode": ready.decode_ms}, motion_vectors=mvs, clock=ready.clock)
+                     image=image, decoded=decoded, timings={"decode": ready.decode_ms}, motion_vectors=mvs,
+                     clock=ready.clock)
 
     def _on_streaming(self, streamed_before: bool, lost_at: float | None) -> None:
         self._set_state("streaming")

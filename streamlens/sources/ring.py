@@ -6,11 +6,16 @@ what; the parent copies the pixels out (one memcpy) and frees the slot at once. 
 pickled.
 
 Layout: one flag byte per slot (0 free, 1 full), padded to 64 bytes, then the slots. A slot holds
-the image (HxWx3 uint8) and, after it, the frame's motion vectors when they fit. Each flag has one
-writer per transition: the worker sets it to 1 after it filled the slot, the parent sets it to 0
-after it copied the slot out, so no lock is needed. The parent frees a slot as soon as it has
-copied it, so a worker rarely finds the ring full; when it does, it drops the frame it holds
-(a live stream keeps the freshest frames) and counts it.
+the picture (I420 planes and a grey sample, or BGR for other pixel formats: see worker.py) and,
+after it, the frame's motion vectors when they fit. Each flag has one writer per transition: the
+worker sets it to 1 after it filled the slot, the parent sets it to 0 after it copied the slot out,
+so no lock is needed. The parent frees a slot as soon as it has copied it, so a worker rarely finds
+the ring full; when it does, a camera's worker drops the frame it holds (a live stream keeps the
+freshest frames) and counts it, and a file's waits until the parent says a slot is free.
+
+A segment is named `streamlens-<owner's pid>-<random>`, so one left in /dev/shm says whose it was
+(multiprocessing's resource tracker removes those of an owner killed with SIGKILL, unless it was
+killed too).
 
 The segment's memory is reserved when it is made (`posix_fallocate` on its file in /dev/shm): a
 tmpfs that is full, as Docker's 64 MB /dev/shm soon is, would otherwise hand out the segment and
@@ -25,20 +30,21 @@ costs about a millisecond.
 Example:
     >>> import numpy as np
     >>> ring = FrameRing.create(slots=2, slot_bytes=2 * 4 * 3)
-    >>> view = FrameRing.attach(ring.name, 2, 2 * 4 * 3)           # in the worker
-    >>> slot = view.claim()
-    >>> view.write_image(slot, np.full((2, 4, 3), 7, np.uint8)); view.publish(slot)
+    >>> worker = FrameRing.attach(ring.name, 2, 2 * 4 * 3)         # in the worker
+    >>> slot = worker.claim()
+    >>> worker.view(slot, 24)[:] = 7; worker.publish(slot)
     >>> out = np.empty((2, 4, 3), np.uint8)
     >>> ring.read_image(slot, out); ring.release(slot)
-    >>> int(out.sum()), view.claim() is not None
+    >>> int(out.sum()), worker.claim() is not None
     (168, True)
-    >>> view.close(); ring.close()
+    >>> worker.close(); ring.close()
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import secrets
 from multiprocessing import shared_memory
 
 import numpy as np
@@ -47,6 +53,8 @@ import numpy as np
 HEADER_ALIGN = 64
 #: where POSIX shared memory lives on Linux
 SHM_DIR = "/dev/shm"
+#: how a ring's segment is named: this, the owner's pid, a dash, 8 random hex digits
+NAME_PREFIX = "streamlens-"
 
 
 def _header_bytes(slots: int) -> int:
@@ -93,7 +101,8 @@ class FrameRing:
         if slots < 1 or slot_bytes < 1:
             raise ValueError(f"a ring needs at least one slot of at least one byte, got {slots} x {slot_bytes}")
         size = ring_bytes(slots, slot_bytes)
-        shm = shared_memory.SharedMemory(create=True, size=size)
+        shm = shared_memory.SharedMemory(name=f"{NAME_PREFIX}{os.getpid()}-{secrets.token_hex(4)}", create=True,
+                                         size=size)
         try:
             _reserve(shm, size)
         except BaseException:
@@ -125,11 +134,13 @@ class FrameRing:
                 return slot
         return None
 
-    def write_image(self, slot: int, image: np.ndarray) -> None:
-        np.copyto(np.ndarray(image.shape, np.uint8, self._slot(slot, 0, image.nbytes)), image)
+    def view(self, slot: int, nbytes: int) -> np.ndarray:
+        """The slot's first `nbytes` bytes as a writable 1-D uint8 array, to write the picture into.
+        Drop it before `close()` (a view keeps the segment mapped)."""
+        return np.ndarray((nbytes,), np.uint8, self._slot(slot, 0, nbytes))
 
     def write_extra(self, slot: int, offset: int, data: np.ndarray) -> bool:
-        """Copy `data`'s bytes into the slot at `offset` (after the image); False if they don't fit."""
+        """Copy `data`'s bytes into the slot at `offset` (after the picture); False if they don't fit."""
         if offset + data.nbytes > self.slot_bytes:
             return False
         self._slot(slot, offset, data.nbytes)[:] = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
@@ -142,7 +153,7 @@ class FrameRing:
     # -- the parent's side ---------------------------------------------------------------------
 
     def read_image(self, slot: int, out: np.ndarray) -> None:
-        """Copy the slot's image into `out` (its shape says how many bytes)."""
+        """Copy the slot's picture into `out` (its size says how many bytes)."""
         np.copyto(out, np.ndarray(out.shape, np.uint8, self._slot(slot, 0, out.nbytes)))
 
     def read_extra(self, slot: int, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:

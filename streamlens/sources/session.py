@@ -1,5 +1,7 @@
-"""One connection to a live input: open it with FFmpeg's own timeouts, then demux, decode and convert
-until it ends, fails or is told to stop. This is what a decode worker runs, once per (re)connect.
+"""One connection to a live input: open it with FFmpeg's own timeouts, then demux and decode until it
+ends, fails or is told to stop. This is what a decode worker runs for a camera, once per (re)connect
+(a `SessionSpec`; a file's worker runs a `FileSpec` instead, see file.py). The decoded pictures go to
+the worker's transport as they are: it packs them for the owner (see worker.py).
 
 FFmpeg, not Python, bounds every network wait: `input_options()` sets the option the input's
 protocol honours, in microseconds (checked against the FFmpeg that PyAV 18 bundles):
@@ -56,7 +58,11 @@ def input_options(uri: str, *, transport: str, timeout_s: float, user: dict[str,
 
 @dataclass(frozen=True)
 class SessionSpec:
-    """What a worker needs to open and decode one live input. Picklable (it crosses to the worker)."""
+    """What a worker needs to open and decode one live input. Picklable (it crosses to the worker).
+
+    A session kind: `lossless` says whether its frames wait for a free slot (a file's do) or are
+    dropped when every slot is full (a camera's: it never waits); `run()` is what the worker runs.
+    """
 
     uri: str
     options: dict[str, str] = field(default_factory=dict)
@@ -65,9 +71,16 @@ class SessionSpec:
     max_fps: float | None = None
     export_mvs: bool = False
 
+    #: a camera never waits for its owner: a frame with no free slot is dropped
+    lossless = False
+
     @property
     def display_uri(self) -> str:
         return mask_url(self.uri)
+
+    def run(self, out: SessionOutput, should_stop: Callable[[], bool]) -> tuple[str, str, dict]:
+        """`run_session`, with nothing more to say of its end (a file's session says more)."""
+        return (*run_session(self, out, should_stop), {})
 
 
 @dataclass(frozen=True)
@@ -91,9 +104,11 @@ class SessionOutput:
     def opened(self, info: StreamInfo) -> None:
         raise NotImplementedError
 
-    def frame(self, image: np.ndarray, pts: float, ts: float, clock: float, decode_ms: float,
-              motion_vectors: np.ndarray | None) -> None:
-        """A decoded frame; `ts` and `clock` are `time.time()` and `time.monotonic()` when it was."""
+    def frame(self, picture: av.VideoFrame, pts: float, ts: float, clock: float, decode_ms: float,
+              motion_vectors: np.ndarray | None, position: tuple[int, float] | None = None) -> None:
+        """A decoded picture, as the decoder gave it; `ts` and `clock` are `time.time()` and
+        `time.monotonic()` when it was decoded; `decode_ms` what decoding it cost so far (the transport
+        adds what packing it costs). `position`: a file's `(index, media seconds since the run began)`."""
         raise NotImplementedError
 
     def rejected(self) -> None:
@@ -127,7 +142,6 @@ def run_session(spec: SessionSpec, out: SessionOutput, should_stop: Callable[[],
 
 
 def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tuple[str, str]:
-    from ..frame import to_bgr
     from .decode import FrameRateCap, PresentationTimes  # the file source's rules too
     from .motion_vectors import ReferenceDistance, frame_motion_vectors
 
@@ -167,7 +181,6 @@ def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tu
             if cap is not None and not cap.keep(pts):
                 continue
             started = time.perf_counter()
-            image = to_bgr(frame, threads=1)  # one thread: cameras decode in processes of their own
             mvs = frame_motion_vectors(frame, distance) if spec.export_mvs else None
-            out.frame(image, pts, time.time(), time.monotonic(), share_ms + (time.perf_counter() - started) * 1000.0,
+            out.frame(frame, pts, time.time(), time.monotonic(), share_ms + (time.perf_counter() - started) * 1000.0,
                       mvs)

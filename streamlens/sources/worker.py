@@ -1,33 +1,49 @@
-"""Decode workers: where a live source's connections are opened, read and decoded, away from the graph.
+"""Decode workers: where a source's input is opened, read and decoded, away from the graph.
 
-A `ProcessWorker` is a CPU worker process (the default): decoding and colour conversion run outside
-the graph's GIL, frames come back through a shared-memory `FrameRing` (pixels are never pickled),
-and a worker stuck inside FFmpeg can always be killed, so a stop or a reconnect never waits on the
-network. A `ThreadWorker` runs the same loop on a thread of the graph's process (`decode: thread`):
-no process to start, but the decode holds the GIL and a thread stuck in FFmpeg can only be left to
-end on its own (FFmpeg's timeout bounds it).
+A `ProcessWorker` is a CPU worker process: decoding runs outside the graph's GIL, frames come back
+through a shared-memory `FrameRing` (pixels are never pickled), and a worker stuck inside FFmpeg can
+always be killed, so a stop or a reconnect never waits on the network. It serves a live source (the
+default there) and a file (`FileSource(decode="process")`). A `ThreadWorker` runs a camera's loop on
+a thread of the graph's process (`decode: thread`): no process to start, but the decode holds the
+GIL and a thread stuck in FFmpeg can only be left to end on its own (FFmpeg's timeout bounds it).
 
-Both speak the same small protocol with their owner (a `LiveSource`), one connection at a time:
+Both speak the same small protocol with their owner, one session at a time. A session is what a
+spec says: a `SessionSpec` (session.py) is one connection to a camera, a `FileSpec` (file.py) one run
+over a file, its loops included; `spec.run()` is the loop, `spec.lossless` how full slots are met.
 
-    owner -> worker:  ("open", session, SessionSpec)   ("abort", session)   ("quit",)
+    owner -> worker:  ("open", session, spec)   ("abort", session)   ("quit",)
                       ("ring", ring_id, name, slots, slot_bytes)      (process only: a new ring)
+                      ("credit",)                                     (process only: the answer to waiting)
     worker -> owner:  ("opened", session, StreamInfo)   ("frame", session, ...)
-                      ("ended", session, reason, message, drops, corrupt)   ("need_ring", slot_bytes)
-                      ("crashed", message)
+                      ("ended", session, reason, message, drops, corrupt, detail)   ("need_ring", slot_bytes)
+                      ("waiting",)   ("crashed", message)
 
 `poll()` turns what arrives into `Opened`, `FrameReady`, `Ended` or `Died`. A `FrameReady` must be
-`take()`n or `discard()`ed before the next `poll()`: that frees its slot. The worker never blocks on
-the owner: when every slot is full it drops the frame it holds (counted in `FrameReady.worker_drops`;
-packets its decoder rejected in `FrameReady.corrupt`; both counters also come with `Ended`, and
-restart with each worker). The decoder's motion vectors travel in the same slot, after the image (or
-in the message when they do not fit).
+`take()`n or `discard()`ed before the next `poll()`: that frees its slot. The free slots are the
+worker's credits (`RING_SLOTS` of them): a frame spends one, and the owner gives it back when it has
+copied the frame out.
+- A camera's worker never waits for the owner: when every slot is full it drops the frame it holds
+  (counted in `FrameReady.worker_drops`; packets its decoder rejected in `FrameReady.corrupt`; both
+  counters also come with `Ended`, and restart with each worker).
+- A file's worker (a lossless session) waits instead: out of credits, it says `("waiting",)` and
+  blocks on its pipe. The owner answers `("credit",)` as soon as it reads that: it has freed every
+  frame sent before by then, since it frees each one before it reads the next message. So a file
+  loses no frame to a slow consumer, the slots bound what is decoded ahead of it, and while the
+  owner keeps up no message is spent on credits. An abort or quit ends the wait too.
+
+A picture crosses as the decoder made it: yuv420p and yuvj420p as I420 planes (Y, then U, then V,
+tightly packed: half the bytes of BGR), followed by the scene-cut grey sample (`thumbnail_step`),
+made here so the graph need not; the owner gets a `YuvPicture` (frame.py), converted to BGR only
+when something reads `Frame.image`. Other pixel formats are converted to BGR here and cross as
+such. The decoder's motion vectors travel in the same slot, after the picture (or in the message
+when they do not fit).
 
 A worker process is ended by its owner only: it ignores SIGINT and SIGTERM, which a terminal's
 Ctrl-C, `docker stop` or systemd send to the whole process group, so that the owner can end its
-connections in order. It exits by itself when the owner's process is gone (its lifeline pipe
-closes), even while blocked inside FFmpeg. The owner checks, before it makes a ring, that shared
-memory has room for it, and reserves the ring's memory at once: a full /dev/shm is one clear
-`SourceError`, never a worker killed by SIGBUS when it writes a frame.
+sessions in order. It exits by itself when the owner's process is gone (its lifeline pipe closes),
+even while blocked inside FFmpeg or waiting for a credit. The owner checks, before it makes a ring,
+that shared memory has room for it, and reserves the ring's memory at once: a full /dev/shm is one
+clear `SourceError`, never a worker killed by SIGBUS when it writes a frame.
 
 Example:
     >>> from streamlens.sources.session import SessionSpec       # doctest: +SKIP
@@ -47,17 +63,20 @@ import multiprocessing
 import os
 import queue
 import signal
+import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..errors import SourceError
+from ..frame import I420_FORMATS, YuvPicture, i420_bytes, thumbnail_step, to_bgr
 from ..urls import mask_url
 from .host_memory import HostMemory
 from .ring import SHM_DIR, FrameRing, NoRoom, free_bytes, ring_bytes
-from .session import SessionOutput, SessionSpec, StreamInfo, run_session
+from .session import SessionOutput, StreamInfo
 
 #: slots in a process worker's ring (and frames in flight from a thread worker)
 RING_SLOTS = 4
@@ -83,6 +102,8 @@ class Ended:
     #: the worker's counters when the session ended (as in `FrameReady`)
     worker_drops: int = 0
     corrupt: int = 0
+    #: what the session says of its end beyond that (a file's: `incomplete`, `read_error`)
+    detail: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -102,16 +123,20 @@ class FrameReady:
     ts: float
     clock: float
     decode_ms: float
-    shape: tuple[int, ...]
+    #: the picture's width and height
+    size: tuple[int, int]
     #: frames the worker dropped so far because every slot was full
     worker_drops: int
     #: packets the worker's decoder rejected so far
     corrupt: int
+    #: a file's `(index, media seconds since the run began)`, else None
+    position: tuple[int, float] | None = None
     _take: Any = field(repr=False, default=None)
     _release: Any = field(repr=False, default=None)
 
-    def take(self, host: HostMemory) -> tuple[np.ndarray, np.ndarray | None]:
-        """The image (in `host` memory) and the motion vectors; frees the slot."""
+    def take(self, host: HostMemory) -> tuple[YuvPicture | np.ndarray, np.ndarray | None]:
+        """The picture and the motion vectors; frees the slot. The picture is a `YuvPicture` (its BGR
+        image made in `host` memory when read) or, for other pixel formats, BGR already in `host`."""
         try:
             return self._take(host)
         finally:
@@ -121,6 +146,86 @@ class FrameReady:
         if self._release is not None:
             release, self._release = self._release, None
             release()
+
+
+# -- how a picture crosses ------------------------------------------------------------------------
+
+def picture_layout(picture) -> tuple:
+    """What crosses for a decoded PyAV `VideoFrame`: `("i420", width, height, format, colorspace,
+    color_range, sample_step)` for the formats that cross as planes, else `("bgr", width, height)`."""
+    width, height = picture.width, picture.height
+    name = picture.format.name
+    if name in I420_FORMATS:
+        return "i420", width, height, name, int(picture.colorspace), int(picture.color_range), thumbnail_step(width)
+    return "bgr", width, height
+
+
+def layout_bytes(layout: tuple) -> int:
+    """Bytes a picture of `layout` takes in a slot: I420 and its grey sample, or BGR."""
+    if layout[0] == "bgr":
+        return layout[1] * layout[2] * 3
+    rows, columns = _sample_shape(layout)
+    return i420_bytes(layout[1], layout[2]) + rows * columns
+
+
+def _sample_shape(layout: tuple) -> tuple[int, int]:
+    width, height, step = layout[1], layout[2], layout[6]
+    return -(-height // step), -(-width // step)
+
+
+def _pack(picture, layout: tuple, out: np.ndarray) -> None:
+    """Write `picture` into `out` (1-D uint8, `layout_bytes(layout)` long) as `layout` says."""
+    if layout[0] == "bgr":
+        # one swscale thread: decode workers run side by side, one process per camera or file
+        np.copyto(out.reshape(layout[2], layout[1], 3), to_bgr(picture, threads=1))
+        return
+    planes = i420_bytes(layout[1], layout[2])
+    YuvPicture.pack(picture, out[:planes])
+    step = layout[6]
+    luma = out[:layout[1] * layout[2]].reshape(layout[2], layout[1])
+    np.copyto(out[planes:].reshape(_sample_shape(layout)), luma[::step, ::step])
+
+
+def _unpack(layout: tuple, data: np.ndarray, host: HostMemory) -> YuvPicture | np.ndarray:
+    """The picture `_pack` wrote into `data`, which it keeps (no copy): a `YuvPicture` whose planes
+    and sample are views of `data`, or the BGR image."""
+    if layout[0] == "bgr":
+        return data.reshape(layout[2], layout[1], 3)
+    _, width, height, name, colorspace, color_range, step = layout
+    planes = i420_bytes(width, height)
+    return YuvPicture(data[:planes], width, height, name, colorspace, color_range,
+                      sample=(step, data[planes:].reshape(_sample_shape(layout))),
+                      allocate=host.empty if host.pinned else None)
+
+
+class _Buffers:
+    """Buffers that pictures are copied out of a ring into, each used again once it is free: when
+    nothing but this list holds it (a `YuvPicture`, its planes and every view of them are views of
+    its buffer, and hold it). A fresh buffer per frame would be new memory whose pages fault when
+    first written: measured up to 1000 faults, 2.5 ms of CPU, per 1080p frame, as the allocator's
+    history had it. At most `keep` free buffers stay; one of another size is let go when free."""
+
+    def __init__(self, keep: int):
+        self.keep = keep
+        self._buffers: list[np.ndarray] = []
+
+    def get(self, size: int) -> np.ndarray:
+        chosen, spare, kept = None, 0, []
+        for buffer in self._buffers:
+            # references while free: the list, `buffer` here and getrefcount's own argument
+            if sys.getrefcount(buffer) > 3:
+                kept.append(buffer)
+            elif buffer.size == size and (chosen is None or spare < self.keep):
+                if chosen is None:
+                    chosen = buffer
+                else:
+                    spare += 1
+                kept.append(buffer)
+        if chosen is None:
+            chosen = np.empty(size, np.uint8)
+            kept.append(chosen)
+        self._buffers = kept
+        return chosen
 
 
 # -- the loop a worker runs (in its process or thread) --------------------------------------------
@@ -155,6 +260,18 @@ class _Control:
             self.handle(self.conn.recv())
         return self.aborted or self.quit
 
+    def wait_for_credit(self) -> bool:
+        """Say that every slot is full and block until the owner answers with a credit (its slots are
+        free then); False if the session is to end instead. No timer: an abort or quit is a message
+        too, and an owner that is gone closes the pipe (and the lifeline ends the process)."""
+        self.conn.send(("waiting",))
+        while not (self.aborted or self.quit):
+            message = self.conn.recv()
+            if message[0] == "credit":
+                return True
+            self.handle(message)
+        return False
+
 
 def serve(conn, make_output) -> None:
     """Run sessions as the owner asks, until it says quit or goes away (`conn` closes)."""
@@ -167,8 +284,8 @@ def serve(conn, make_output) -> None:
                 continue
             _, control.session, spec = message
             control.aborted = False
-            reason, text = run_session(spec, make_output(conn, control, spec), control.should_stop)
-            conn.send(("ended", control.session, reason, text, control.drops, control.corrupt))
+            reason, text, detail = spec.run(make_output(conn, control, spec), control.should_stop)
+            conn.send(("ended", control.session, reason, text, control.drops, control.corrupt, detail))
     finally:
         if control.ring is not None:
             control.ring.close()
@@ -177,7 +294,7 @@ def serve(conn, make_output) -> None:
 class _RingOutput(SessionOutput):
     """A process worker's output: pixels into the shared ring, a small message on the pipe."""
 
-    def __init__(self, conn, control: _Control, spec: SessionSpec):
+    def __init__(self, conn, control: _Control, spec):
         self.conn, self.control, self.spec = conn, control, spec
 
     def opened(self, info: StreamInfo) -> None:
@@ -186,27 +303,36 @@ class _RingOutput(SessionOutput):
     def rejected(self) -> None:
         self.control.corrupt += 1
 
-    def frame(self, image, pts, ts, clock, decode_ms, motion_vectors) -> None:
+    def frame(self, picture, pts, ts, clock, decode_ms, motion_vectors, position=None) -> None:
         control = self.control
-        height, width = image.shape[:2]
-        need = image.nbytes + (_mv_budget(width, height) if self.spec.export_mvs else 0)
+        started = time.perf_counter()
+        layout = picture_layout(picture)
+        size = layout_bytes(layout)
+        need = size + (_mv_budget(layout[1], layout[2]) if self.spec.export_mvs else 0)
         if control.ring is None or control.ring.slot_bytes < need:
             if not self._wait_for_ring(need):
                 return
         slot = control.ring.claim()
+        while slot is None and self.spec.lossless:
+            waited = time.perf_counter()
+            if not control.wait_for_credit():
+                return
+            started += time.perf_counter() - waited  # waiting for the owner is not decoding
+            slot = control.ring.claim()
         if slot is None:
             control.drops += 1
             return
-        control.ring.write_image(slot, image)
+        _pack(picture, layout, control.ring.view(slot, size))
         mvs = None
         if motion_vectors is not None:
-            if control.ring.write_extra(slot, image.nbytes, motion_vectors):
+            if control.ring.write_extra(slot, size, motion_vectors):
                 mvs = ("slot", motion_vectors.dtype, motion_vectors.shape)
             else:
                 mvs = ("inline", motion_vectors)
         control.ring.publish(slot)
-        self.conn.send(("frame", control.session, control.ring_id, slot, image.shape, pts, ts, clock, decode_ms,
-                        mvs, control.drops, control.corrupt))
+        decode_ms += (time.perf_counter() - started) * 1000.0
+        self.conn.send(("frame", control.session, control.ring_id, slot, layout, pts, ts, clock, decode_ms,
+                        mvs, control.drops, control.corrupt, position))
 
     def _wait_for_ring(self, slot_bytes: int) -> bool:
         """Ask the owner for a ring whose slots hold `slot_bytes`; False if the session ends first."""
@@ -277,10 +403,10 @@ def _no_room(stream: str, needed: int, free: int, path: str) -> str:
     """The line that says so, with a shared memory size to give a container: room for 16 such rings."""
     mib = 1 << 20
     suggest = -(-16 * needed // (256 * mib)) * 256
-    return (f"{stream}: not enough shared memory for the camera's frame ring ({RING_SLOTS} frames): it needs "
+    return (f"{stream}: not enough shared memory for the stream's frame ring ({RING_SLOTS} frames): it needs "
             f"{needed} bytes, {path} has {free} free; give the container more (docker run --shm-size={suggest}m, "
-            f"or shm_size in compose; each camera like this one takes {needed / mib:.1f} MiB) or run fewer or "
-            f"smaller cameras")
+            f"or shm_size in compose; each stream like this one takes {needed / mib:.1f} MiB) or run fewer or "
+            f"smaller cameras or files")
 
 
 # -- the owner's side -----------------------------------------------------------------------------
@@ -290,35 +416,39 @@ _context_lock = threading.Lock()
 
 def _process_context():
     """forkserver where there is one: a fork of a small, single-threaded server that has this module
-    loaded already (fast, memory shared, and safe in a process full of threads); else spawn."""
+    and the file session's loaded already (fast, memory shared, and safe in a process full of
+    threads; a file's worker, or a camera's with motion vectors, then starts without importing
+    numba on its own); else spawn."""
     with _context_lock:
         if "forkserver" in multiprocessing.get_all_start_methods():
             ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload([__name__])
+            ctx.set_forkserver_preload([__name__, "streamlens.sources.file"])
             return ctx
         return multiprocessing.get_context("spawn")
 
 
 class ProcessWorker:
-    """A decode worker process and its frame ring; owned by one live source."""
+    """A decode worker process and its frame ring; owned by one source (a camera's `LiveSource`, or
+    a `FileSource` that decodes in a process). `name`: the stream's, for its process and errors."""
 
-    def __init__(self, name: str, host: HostMemory | None = None):
+    def __init__(self, name: str):
         self.name = name
-        self.host = host
         self._process = None
         self._conn = None
         self._lifeline = None
         self._rings: dict[int, FrameRing] = {}
         self._ring_ids = itertools.count(1)
+        self._buffers = _Buffers(keep=RING_SLOTS)
         self._dead = False
 
     def start(self) -> None:
         ctx = _process_context()
         self._conn, child = ctx.Pipe(duplex=True)
         lifeline, self._lifeline = ctx.Pipe(duplex=False)
-        self._process = ctx.Process(target=worker_process_main, args=(child, lifeline), daemon=True,
-                                    name=f"streamlens-decode-{self.name}")
-        self._process.start()
+        process = ctx.Process(target=worker_process_main, args=(child, lifeline), daemon=True,
+                              name=f"streamlens-decode-{self.name}")
+        process.start()
+        self._process = process  # only once started: close() joins it
         child.close()
         lifeline.close()
 
@@ -330,7 +460,8 @@ class ProcessWorker:
     def alive(self) -> bool:
         return not self._dead and self._process is not None and self._process.is_alive()
 
-    def open(self, session: int, spec: SessionSpec) -> None:
+    def open(self, session: int, spec) -> None:
+        """Start a session of `spec` (a `SessionSpec` or a `FileSpec`)."""
         self._send(("open", session, spec))
 
     def abort(self, session: int) -> None:
@@ -364,6 +495,9 @@ class ProcessWorker:
         if kind == "need_ring":
             self._new_ring(message[1])
             return None
+        if kind == "waiting":  # every frame it sent before was freed before this was read
+            self._send(("credit",))
+            return None
         if kind == "crashed":
             self._dead = True
             return Died(f"decode worker failed: {message[1]}")
@@ -385,20 +519,23 @@ class ProcessWorker:
         self._send(("ring", ring_id, ring.name, ring.slots, ring.slot_bytes))
 
     def _frame_ready(self, message: tuple) -> FrameReady:
-        _, session, ring_id, slot, shape, pts, ts, clock, decode_ms, mvs, drops, corrupt = message
+        _, session, ring_id, slot, layout, pts, ts, clock, decode_ms, mvs, drops, corrupt, position = message
         ring = self._rings[ring_id]
+        size = layout_bytes(layout)
 
         def take(host: HostMemory):
-            image = host.empty(shape)
-            ring.read_image(slot, image)
+            # one copy out of the slot: BGR straight into `host` memory, planes into a buffer used again
+            data = host.empty((size,)) if layout[0] == "bgr" else self._buffers.get(size)
+            ring.read_image(slot, data)
+            picture = _unpack(layout, data, host)
             if mvs is None:
-                return image, None
+                return picture, None
             if mvs[0] == "slot":
-                return image, ring.read_extra(slot, image.nbytes, mvs[1], mvs[2])
-            return image, mvs[1]
+                return picture, ring.read_extra(slot, size, mvs[1], mvs[2])
+            return picture, mvs[1]
 
-        return FrameReady(session, pts, ts, clock, decode_ms, tuple(shape), drops, corrupt, take,
-                          lambda: ring.release(slot))
+        return FrameReady(session, pts, ts, clock, decode_ms, (layout[1], layout[2]), drops, corrupt, position,
+                          take, lambda: ring.release(slot))
 
     def _death_note(self) -> str:
         """`decode worker ended`, and how: its pipe closed as it died, so it is reaped within moments."""
@@ -461,9 +598,9 @@ class _QueueEnd:
 
 
 class _DirectOutput(SessionOutput):
-    """A thread worker's output: the decoded array itself, at most `RING_SLOTS` frames in flight."""
+    """A thread worker's output: the packed picture itself, at most `RING_SLOTS` frames in flight."""
 
-    def __init__(self, conn, control: _Control, spec: SessionSpec):
+    def __init__(self, conn, control: _Control, spec):
         self.conn, self.control = conn, control
 
     def opened(self, info: StreamInfo) -> None:
@@ -472,19 +609,25 @@ class _DirectOutput(SessionOutput):
     def rejected(self) -> None:
         self.control.corrupt += 1
 
-    def frame(self, image, pts, ts, clock, decode_ms, motion_vectors) -> None:
+    def frame(self, picture, pts, ts, clock, decode_ms, motion_vectors, position=None) -> None:
         control = self.control
         if not control.slots.acquire(blocking=False):
             control.drops += 1
             return
-        self.conn.send(("frame", control.session, image, pts, ts, clock, decode_ms, motion_vectors,
+        started = time.perf_counter()
+        layout = picture_layout(picture)
+        data = control.buffers.get(layout_bytes(layout))
+        _pack(picture, layout, data)
+        decode_ms += (time.perf_counter() - started) * 1000.0
+        self.conn.send(("frame", control.session, layout, data, pts, ts, clock, decode_ms, motion_vectors,
                         control.drops, control.corrupt))
 
 
 class ThreadWorker:
-    """The same decode loop on a daemon thread of this process (`decode: thread`)."""
+    """A camera's decode loop on a daemon thread of this process (`decode: thread`). Camera
+    sessions only: a file decoded in this process needs no worker (`FileSource(decode="thread")`)."""
 
-    def __init__(self, name: str, host: HostMemory | None = None):
+    def __init__(self, name: str):
         self.name = name
         self._thread: threading.Thread | None = None
         self._conn: _QueueEnd | None = None
@@ -495,10 +638,10 @@ class ThreadWorker:
         to_worker, to_owner = queue.SimpleQueue(), queue.SimpleQueue()
         self._conn = _QueueEnd(to_owner, to_worker)
         worker_end = _QueueEnd(to_worker, to_owner)
-        slots = self._slots
+        slots, buffers = self._slots, _Buffers(keep=RING_SLOTS)
 
         def output(conn, control, spec):
-            control.slots = slots
+            control.slots, control.buffers = slots, buffers
             return _DirectOutput(conn, control, spec)
 
         def main() -> None:
@@ -514,7 +657,10 @@ class ThreadWorker:
     def alive(self) -> bool:
         return not self._dead and self._thread is not None and self._thread.is_alive()
 
-    def open(self, session: int, spec: SessionSpec) -> None:
+    def open(self, session: int, spec) -> None:
+        if spec.lossless:
+            raise ValueError(f"{self.name}: a thread worker drops frames when its slots are full; "
+                             f"a lossless session needs a ProcessWorker")
         self._conn.send(("open", session, spec))
 
     def abort(self, session: int) -> None:
@@ -528,17 +674,17 @@ class ThreadWorker:
         message = self._conn.recv()
         kind = message[0]
         if kind == "frame":
-            _, session, image, pts, ts, clock, decode_ms, mvs, drops, corrupt = message
-            slots = self._slots
+            _, session, layout, data, pts, ts, clock, decode_ms, mvs, drops, corrupt = message
 
             def take(host: HostMemory):
-                if not host.pinned:
-                    return image, mvs
-                pinned = host.empty(image.shape)
-                np.copyto(pinned, image)
-                return pinned, mvs
+                if layout[0] == "bgr" and host.pinned:
+                    pinned = host.empty(data.shape)
+                    np.copyto(pinned, data)
+                    return _unpack(layout, pinned, host), mvs
+                return _unpack(layout, data, host), mvs
 
-            return FrameReady(session, pts, ts, clock, decode_ms, image.shape, drops, corrupt, take, slots.release)
+            return FrameReady(session, pts, ts, clock, decode_ms, (layout[1], layout[2]), drops, corrupt, None,
+                              take, self._slots.release)
         if kind == "opened":
             return Opened(message[1], message[2])
         if kind == "ended":
