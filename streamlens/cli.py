@@ -53,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", parents=[common], help="run a pipeline file")
     run.add_argument("pipeline", help="pipeline YAML file")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress display and no summary")
+    run.add_argument("--cluster", metavar="ADDRESS",
+                     help="run the engines as Ray actors on this cluster (runtime.cluster.address)")
     run.add_argument("--bulk", action="store_true",
                      help="archives as fast as possible: every frame detected, big batches (runtime.mode: bulk)")
     val = sub.add_parser("validate", parents=[common], help="check a pipeline file")
@@ -128,12 +130,17 @@ def _cmd_run(args) -> int:
         from .graph.runtime import Pipeline
         from .progress import ProgressDisplay, summary
 
-        from .scale.supervisor import Supervisor, worker_count
+        from .config import ClusterConfig
+        from .scale.supervisor import Supervisor, supervised
 
         overrides = {"runtime": {"mode": "bulk"}} if args.bulk else None
         config = load_pipeline(args.pipeline, overrides=overrides)
+        if args.cluster:
+            given = config.runtime.cluster
+            config.runtime.cluster = ClusterConfig(address=args.cluster, **(
+                {"cpus": given.cpus, "gpus": given.gpus} if given else {}))
         display = None if args.quiet else ProgressDisplay()
-        if worker_count(config) > 1:  # runtime.workers: the streams over several engine processes
+        if supervised(config):  # runtime.workers, runtime.cluster: the streams over several engines
             pipeline = Supervisor(config, read_pipeline_tree(args.pipeline, overrides),
                                   log_level=logging.getLogger().level)
         else:

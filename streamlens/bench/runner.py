@@ -50,10 +50,10 @@ def stream_counters(stats) -> dict:
 def run(path: str, overrides: dict, warmup: float, seconds: float, startup_s: float) -> dict:
     """Run the pipeline; the report as a dict (status done/interrupted/failed, error, streams)."""
     from ..graph.runtime import Pipeline
-    from ..scale.supervisor import Supervisor, worker_count
+    from ..scale.supervisor import Supervisor, supervised
 
     config = load_pipeline(path, overrides=overrides)
-    if worker_count(config) > 1:
+    if supervised(config):
         pipeline = Supervisor(config, read_pipeline_tree(path, overrides))
     else:
         pipeline = Pipeline(config)

@@ -579,6 +579,16 @@ def _workers(value: Any) -> Any:
     raise invalid(f"expected an integer from 1 to {MAX_WORKERS} or auto, got {show(value)}")
 
 
+class ClusterConfig(_Keys):
+    """`runtime.cluster`: the engines as Ray actors (see streamlens/scale/ray.py)."""
+
+    address: str | None = Field(None, description="the Ray cluster's address: HOST:PORT of its head, or auto (the "
+                                                  "cluster this machine is part of); default: --cluster, else a "
+                                                  "cluster of this machine alone, which Ray starts")
+    cpus: float = Field(1.0, gt=0, le=MAX_THREADS, description="CPUs each engine asks for")
+    gpus: float = Field(0.0, ge=0, le=MAX_THREADS, description="GPUs each engine asks for (a fraction shares one)")
+
+
 class RuntimeConfig(_Keys):
     """The `runtime` section."""
 
@@ -593,6 +603,7 @@ class RuntimeConfig(_Keys):
         {"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_WORKERS}, {"const": "auto"}]})] = Field(
         1, description="engine processes the streams are split over, each with its own detector (auto: one per "
                        "two CPU cores, at most one per stream); see streamlens/scale")
+    cluster: ClusterConfig | None = Field(None, description="run the engines as Ray actors on this cluster")
 
     @property
     def http_host(self) -> str:

@@ -224,6 +224,12 @@ class Pipeline:
         """Frames of `stream` waiting for the engine."""
         return self._inbox.depth(stream)
 
+    def endpoints(self) -> dict[str, str]:
+        """Where the running pipeline's zmq sinks listen, by their key path (`{"sinks[1]": "tcp://0.0.0.0:40213"}`);
+        empty until they are open."""
+        sinks = self._out.sinks if self._out is not None else []
+        return {s.where: s.endpoint for s in sinks if s.where and isinstance(getattr(s, "endpoint", None), str)}
+
     def control_of(self, stream: str) -> tuple[float, bool, float] | None:
         """The budget controller's hold on `stream`: (interval stretch, whether keyframes wait for
         their detections, share of frames shed); None where no controller watches it."""

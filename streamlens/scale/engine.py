@@ -1,27 +1,31 @@
-"""One engine process of `runtime.workers: N`: a whole pipeline over its share of the streams.
+"""One engine of `runtime.workers: N`: a whole pipeline over its share of the streams.
 
-The supervisor (supervisor.py) starts it with `multiprocessing`'s spawn and an `EngineSpec`: the
-pipeline file's tree with only this engine's sources and its sinks pointed at the supervisor
-(see `Supervisor`), the `seq` each stream starts from, and a shared array where the engine marks
-the last `seq` it published per stream (so that a restarted engine goes on past it: subscribers
-see a gap, never a repeat).
+The supervisor (supervisor.py) hands each engine an `EngineSpec`: the pipeline file's tree with
+only this engine's sources and its sinks pointed at the supervisor, and the `seq` each stream
+starts from (a restarted engine goes on past what its streams had published: subscribers see a
+gap, never a repeat). `EngineRun` runs it and tells, in a `Snapshot`, how it goes: every stream's
+figures, the last `seq` published per stream, and where its zmq sinks listen.
 
-It speaks over two one-way pipes:
+An engine is a process of this machine (`engine_main`, started with `multiprocessing`'s spawn)
+or a Ray actor (ray.py). A process speaks over two one-way pipes:
 
     supervisor -> engine:  "stop" (finish what was decoded)   "abort" (at once)
     engine -> supervisor:  ("snapshot", Snapshot) about twice a second
                            ("report", RunReport) when the run has ended
                            ("failed", line)       when it could not start
 
-It ignores SIGINT and SIGTERM, which a terminal's Ctrl-C or `docker stop` send to the whole process
-group: the supervisor ends its engines in order. It stops when the supervisor's pipe closes (the
-supervisor is gone).
+and marks each stream's last published `seq` in an array it shares with the supervisor, so that a
+restart knows it exactly. It ignores SIGINT and SIGTERM, which a terminal's Ctrl-C or `docker stop`
+send to the whole process group: the supervisor ends its engines in order. It stops when the
+supervisor's pipe closes (the supervisor is gone).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,13 +35,13 @@ from ..errors import StreamlensError
 from ..frame import FrameResult
 from ..sinks.base import Sink
 
-#: how often an engine sends its figures to the supervisor
+#: how often an engine process sends its figures to the supervisor
 SNAPSHOT_EVERY_S = 0.5
 
 
 @dataclass
 class EngineSpec:
-    """What an engine process runs (picklable)."""
+    """What an engine runs (picklable)."""
 
     index: int
     #: the pipeline file's path (relative paths resolve against its folder) and its name in messages
@@ -45,7 +49,7 @@ class EngineSpec:
     display: str
     #: the pipeline file's tree, with this engine's sources and sinks
     data: dict
-    #: the stream names, in the order of `marks`
+    #: the stream names, in the order of the marks
     streams: list[str]
     first_seq: dict[str, int] = field(default_factory=dict)
     log_level: int = logging.WARNING
@@ -54,84 +58,128 @@ class EngineSpec:
 @dataclass
 class Snapshot:
     """An engine's figures as the supervisor shows them: per stream its `StreamStats`, the budget
-    controller's hold (`Pipeline.control_of`), its queue depth, and the controller's actions."""
+    controller's hold (`Pipeline.control_of`), its queue depth and the last `seq` published; the
+    controller's actions; where its zmq sinks listen (`Pipeline.endpoints`) and on which host."""
 
     stats: dict
     control: dict
     depth: dict
+    seqs: dict
     stopping: bool
     actions: list[str]
+    endpoints: dict
+    host: str
+    pid: int
 
 
 class _SeqMark(Sink):
-    """Marks each stream's last published `seq` in the shared array. Inline: written as results
-    are published, before any queued sink has them."""
+    """Keeps each stream's last published `seq` (in `marks`, a shared array, when given). Inline:
+    written as results are published, before any queued sink has them."""
 
     name = "seq-mark"
     inline = True
 
-    def __init__(self, marks, streams: list[str]):
-        self.marks = marks
+    def __init__(self, streams: list[str], marks=None):
         self.slot = {name: i for i, name in enumerate(streams)}
+        self.marks = marks
+        self.last: dict[str, int] = {}
 
     def write(self, item, message, payload) -> None:
         if isinstance(item, FrameResult):
-            self.marks[self.slot[item.frame.stream]] = item.seq
+            self.last[item.frame.stream] = item.seq
+            if self.marks is not None:
+                self.marks[self.slot[item.frame.stream]] = item.seq
+
+
+class EngineRun:
+    """Runs the pipeline of `spec` once: `run()` on one thread, `snapshot()`, `stop()` and
+    `abort()` from others."""
+
+    def __init__(self, spec: EngineSpec, marks=None, host: str | None = None):
+        self.spec = spec
+        self.host = host or socket.gethostname()
+        self._marks = _SeqMark(spec.streams, marks)
+        self._pipeline = None
+        self._stopped = threading.Event()  # stop() before the pipeline was built
+
+    def run(self, on_tick=None) -> tuple[str, object]:
+        """("report", RunReport) once the run has ended, or ("failed", line) if it could not start."""
+        from ..config import parse_pipeline
+        from ..graph.runtime import Pipeline
+
+        spec = self.spec
+        try:
+            config = parse_pipeline(spec.data, Path(spec.path), spec.display)
+            self._pipeline = Pipeline(config, sinks=[self._marks], first_seq=spec.first_seq)
+            if self._stopped.is_set():
+                self._pipeline.stop()
+            return "report", self._pipeline.run(on_tick=on_tick)
+        except StreamlensError as e:
+            return "failed", str(e)
+
+    def snapshot(self) -> Snapshot | None:
+        """The figures now (None before the pipeline is built, or when a figure changed while read)."""
+        p = self._pipeline
+        if p is None:
+            return None
+        try:
+            names = list(p.stats)
+            control = p.controller
+            return Snapshot({n: _copy(p.stats[n]) for n in names}, {n: p.control_of(n) for n in names},
+                            {n: p.queue_depth(n) for n in names}, dict(self._marks.last), p.stopping,
+                            list(control.actions) if control is not None else [], p.endpoints(), self.host,
+                            os.getpid())
+        except RuntimeError:  # a deque changed size while copied: the next snapshot will do
+            return None
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._pipeline is not None:
+            self._pipeline.stop()
+
+    def abort(self) -> None:
+        self._stopped.set()
+        if self._pipeline is not None:
+            self._pipeline.abort()
+
+
+def _copy(stats):
+    """A copy of a `StreamStats` that stays as it is while the engine goes on."""
+    import copy
+
+    return copy.deepcopy(stats)
 
 
 def engine_main(spec: EngineSpec, orders, up, marks) -> None:
-    """The engine process: run the pipeline of `spec`, obeying `orders`, telling `up`."""
+    """An engine process: run `spec`, obeying `orders`, telling `up`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=spec.log_level, format=f"%(levelname)s %(name)s [engine {spec.index}]: %(message)s")
-    from ..config import parse_pipeline
-    from ..graph.runtime import Pipeline
-
-    try:
-        config = parse_pipeline(spec.data, Path(spec.path), spec.display)
-        pipeline = Pipeline(config, sinks=[_SeqMark(marks, spec.streams)], first_seq=spec.first_seq)
-    except StreamlensError as e:
-        up.send(("failed", str(e)))
-        return
-    threading.Thread(target=_obey, args=(orders, pipeline), name="orders", daemon=True).start()
+    engine = EngineRun(spec, marks)
+    threading.Thread(target=_obey, args=(orders, engine), name="orders", daemon=True).start()
     last = [0.0]
 
-    def tick(p: Pipeline) -> None:
+    def tick(_pipeline) -> None:
         if time.monotonic() - last[0] >= SNAPSHOT_EVERY_S:
             last[0] = time.monotonic()
-            _send_snapshot(up, p)
+            snapshot = engine.snapshot()
+            if snapshot is not None:
+                up.send(("snapshot", snapshot))
 
-    try:
-        report = pipeline.run(on_tick=tick)
-    except StreamlensError as e:
-        up.send(("failed", str(e)))
-        return
-    up.send(("report", report))
+    up.send(engine.run(on_tick=tick))
 
 
-def _obey(orders, pipeline) -> None:
+def _obey(orders, engine: EngineRun) -> None:
     while True:
         try:
             order = orders.recv()
         except (EOFError, OSError):  # the supervisor is gone: end as a Ctrl-C would
-            pipeline.stop()
+            engine.stop()
             return
         if order == "stop":
-            pipeline.stop()
+            engine.stop()
         elif order == "abort":
-            pipeline.abort()
+            engine.abort()
 
 
-def _send_snapshot(up, pipeline) -> None:
-    names = list(pipeline.stats)
-    control = pipeline.controller
-    snapshot = Snapshot(dict(pipeline.stats), {n: pipeline.control_of(n) for n in names},
-                        {n: pipeline.queue_depth(n) for n in names}, pipeline.stopping,
-                        list(control.actions) if control is not None else [])
-    try:
-        up.send(("snapshot", snapshot))
-    except RuntimeError:  # a figure changed while it was pickled: the next snapshot will do
-        pass
-
-
-__all__ = ["EngineSpec", "Snapshot", "engine_main", "SNAPSHOT_EVERY_S"]
+__all__ = ["EngineSpec", "EngineRun", "Snapshot", "engine_main", "SNAPSHOT_EVERY_S"]

@@ -1,15 +1,17 @@
-"""`runtime.workers: N`: the streams of one pipeline file over N engine processes, supervised.
+"""`runtime.workers: N`: the streams of one pipeline file over N engines, supervised.
 
 The `streamlens run` process becomes the supervisor. It splits the sources over N engines in the
 file's order, round robin (a stream stays in one engine, so its `seq` stays gapless), and starts
-each engine (engine.py) as a process of its own, with its own detector. Subscribers and the rest
-of the world see one pipeline:
+each engine (engine.py), each with its own detector: a process of this machine, or with
+`runtime.cluster` (`--cluster ADDRESS`) a Ray actor placed by the cluster (ray.py). Subscribers and
+the rest of the world see one pipeline:
 
-- each zmq sink's endpoint is bound once, here: every engine publishes its share on an `ipc://`
-  socket of its own, and a forwarder thread here joins them (pub: XSUB to XPUB, subscriptions
-  passed upstream, a slow subscriber dropped for alone as before; push: PULL to PUSH, each message
-  waiting for a consumer at most the sink's `send_timeout_s`). CurveZMQ applies on the endpoint
-  bound here;
+- each zmq sink's endpoint is bound once, here: every engine publishes its share on a socket of
+  its own (`ipc://` here, `tcp://` on its node in a cluster), and a forwarder thread here joins
+  them (pub: XSUB to XPUB, subscriptions passed upstream, a slow subscriber dropped for alone as
+  before; push: PULL to PUSH, each message waiting for a consumer at most the sink's
+  `send_timeout_s`). CurveZMQ applies on the endpoint bound here. Frames never cross Ray's
+  object store: only results (and the sinks' JPEG frames) travel, over ZeroMQ;
 - each jsonl file is written here, from what the engines push to it (nothing dropped);
 - video sinks stay in the engines (they need the pixels): one file per stream as before; a path
   without `{stream}` gives the first source's stream `path` itself and the others
@@ -17,12 +19,14 @@ of the world see one pipeline:
 - `/metrics` and `/healthz` are served here, for every stream; the progress display and the
   summary show every stream; the budget controller's actions are listed per engine.
 
-An engine that dies (killed, crashed) is restarted within about a second with its live streams,
-whose `seq` goes on past the last one published (a subscriber sees a gap, never a repeat). A file
-it was reading ends with reason `error`: started again it would repeat its output. Each restart
-is logged once and counted (`Supervisor.restarts`). Ctrl-C ends every engine in order (the
-supervisor tells them; they ignore the terminal's signal). Figures (/metrics counters too) of a
-restarted engine's streams start again from zero, as a Prometheus counter reset.
+An engine that dies (killed, crashed, its node lost) is started again about a second later with
+its live streams, whose `seq` goes on past the last one published (a subscriber sees a gap, never
+a repeat): exactly for a process, which marks it in shared memory; for an actor, past the last
+figure it reported plus what the stream could have published since. A file it was reading ends
+with reason `error`: started again it would repeat its output. Each restart is logged once and
+counted (`Supervisor.restarts`). Ctrl-C ends every engine in order (the supervisor tells them;
+they ignore the terminal's signal). Figures (/metrics counters too) of a restarted engine's
+streams start again from zero, as a Prometheus counter reset.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import os
+import queue
 import shutil
 import tempfile
 import threading
@@ -53,33 +58,109 @@ RESTART_DELAY_S = 1.0
 DRAIN_IDLE_S = 0.3
 #: how long the supervisor waits for an engine to end after telling it to
 END_WAIT_S = 15.0
+#: an actor's restart: how much longer than the time since its last figures a stream may have
+#: published for (what a snapshot on its way and the death's detection may hide)
+SEQ_MARGIN_S = 1.0
 _POLL_MS = 100
 
 
 def worker_count(config: PipelineConfig) -> int:
-    """How many engines `runtime.workers` asks for, at most one per source (`auto`: one per two cores)."""
+    """How many engines `runtime.workers` asks for, at most one per source (`auto`: one per two
+    cores here; in a cluster, one per source)."""
     wanted = config.runtime.workers
     if wanted == "auto":
-        wanted = max(1, (os.cpu_count() or 2) // 2)
+        wanted = len(config.sources) if config.runtime.cluster else max(1, (os.cpu_count() or 2) // 2)
     return max(1, min(int(wanted), len(config.sources)))
+
+
+def supervised(config: PipelineConfig) -> bool:
+    """Whether `config` runs under a `Supervisor` (several engines, or a cluster) rather than one `Pipeline`."""
+    return worker_count(config) > 1 or config.runtime.cluster is not None
 
 
 @dataclass
 class _Engine:
-    """One engine process and what the supervisor knows of it."""
+    """One engine and what the supervisor knows of it."""
 
     index: int
-    streams: list[str]  # names, in the order of `marks`
+    streams: list[str]  # names
     sources: list[int]  # their places in the pipeline file
-    process: Any = None
-    orders: Any = None
-    up: Any = None
-    marks: Any = None
+    handle: Any = None  # the launcher's: a process and its pipes, or a Ray actor and its calls
+    running: bool = False  # started and not yet gone
     snapshot: Snapshot | None = None
+    snapshot_at: float = 0.0  # time.monotonic() when it came
     report: RunReport | None = None
     failed: str | None = None
     restart_at: float | None = None
     first_seq: dict[str, int] = field(default_factory=dict)
+
+
+class _Processes:
+    """Engines as processes of this machine, spoken to over pipes (see engine.py)."""
+
+    remote = False
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self.ctx = multiprocessing.get_context("spawn")
+
+    def sink_endpoint(self, engine: int, sink: int) -> str:
+        return f"ipc://{self.folder}/{engine}-{sink}"
+
+    def start(self, engine: _Engine, spec: EngineSpec) -> None:
+        orders_read, orders_write = self.ctx.Pipe(duplex=False)
+        up_read, up_write = self.ctx.Pipe(duplex=False)
+        marks = self.ctx.Array("q", [spec.first_seq.get(n, 0) - 1 for n in spec.streams], lock=False)
+        process = self.ctx.Process(target=engine_main, args=(spec, orders_read, up_write, marks),
+                                   name=f"streamlens-engine-{engine.index}", daemon=True)
+        process.start()
+        orders_read.close()
+        up_write.close()
+        engine.handle = (process, orders_write, up_read, marks)
+
+    def tell(self, engine: _Engine, order: str) -> None:
+        try:
+            engine.handle[1].send(order)
+        except (OSError, ValueError):  # it has ended
+            pass
+
+    def poll(self, engines: list[_Engine], timeout: float) -> list[tuple[_Engine, str, Any]]:
+        """What the engines said within `timeout`: (engine, "snapshot" | "report" | "failed", value),
+        and (engine, "gone", how) once one has ended (how: None after its report, else its death)."""
+        by_pipe = {e.handle[2]: e for e in engines}
+        events = []
+        for pipe in multiprocessing.connection.wait(list(by_pipe), timeout=timeout) if by_pipe else []:
+            engine = by_pipe[pipe]
+            try:
+                events.append((engine, *pipe.recv()))
+            except (EOFError, OSError):  # the process has ended (or is ending): nothing more will come
+                process = engine.handle[0]
+                process.join(END_WAIT_S)
+                how = (f"killed by signal {-process.exitcode}" if process.exitcode and process.exitcode < 0
+                       else f"exit code {process.exitcode}")
+                self._close(engine)
+                events.append((engine, "gone", how))
+        if not by_pipe:
+            time.sleep(timeout)
+        return events
+
+    def next_seq(self, engine: _Engine) -> dict[str, int]:
+        marks = engine.handle[3] if engine.handle else None
+        if marks is None:
+            return dict(engine.first_seq)
+        return {name: marks[j] + 1 for j, name in enumerate(engine.streams)}
+
+    def kill(self, engine: _Engine) -> None:
+        engine.handle[0].kill()
+
+    def _close(self, engine: _Engine) -> None:
+        process, orders, up, marks = engine.handle
+        orders.close()
+        up.close()
+        engine.handle = (None, orders, up, marks)
+
+    def close(self) -> None:
+        pass
 
 
 class Supervisor:
@@ -95,16 +176,20 @@ class Supervisor:
         self._data = data
         self._log_level = log_level
         self._stopping = False
-        self._aborted = False
-        self._ctx = multiprocessing.get_context("spawn")
         self._dir = tempfile.mkdtemp(prefix="streamlens-")
+        if config.runtime.cluster is not None:
+            from .ray import RayActors
+
+            self._launcher = RayActors(config.runtime.cluster)
+        else:
+            self._launcher = _Processes(self._dir)
         n = worker_count(config)
         self._engines = [_Engine(i, [s.name for s in config.sources[i::n]], list(range(i, len(config.sources), n)))
                          for i in range(n)]
         self._engine_of = {name: e for e in self._engines for name in e.streams}
         self._placeholders = {s.name: StreamStats(s.name, s.display_uri) for s in config.sources}
         self._ended_stats: dict[str, StreamStats] = {}
-        self._forwarders: list[_Forwarder] = []
+        self._forwarders: dict[str, _Forwarder] = {}  # by the sink's key path
         self._error: str | None = None
 
     # -- what the display and /metrics read --------------------------------------------------
@@ -114,9 +199,8 @@ class Supervisor:
         merged = {}
         for s in self.config.sources:
             engine = self._engine_of[s.name]
-            known = engine.report or engine.snapshot
-            figures = {st.name: st for st in known.streams} if isinstance(known, RunReport) else \
-                known.stats if known is not None else {}
+            figures = ({st.name: st for st in engine.report.streams} if engine.report is not None else
+                       engine.snapshot.stats if engine.snapshot is not None else {})
             merged[s.name] = self._ended_stats.get(s.name) or figures.get(s.name) or self._placeholders[s.name]
         return merged
 
@@ -139,16 +223,13 @@ class Supervisor:
         self._tell("stop")
 
     def abort(self) -> None:
-        self._stopping = self._aborted = True
+        self._stopping = True
         self._tell("abort")
 
     def _tell(self, order: str) -> None:
         for engine in self._engines:
-            if engine.orders is not None:
-                try:
-                    engine.orders.send(order)
-                except (OSError, ValueError):  # it has ended
-                    pass
+            if engine.running:
+                self._launcher.tell(engine, order)
 
     # -- running ------------------------------------------------------------------------------
 
@@ -159,7 +240,7 @@ class Supervisor:
             raise ConfigError(problems)
         http = None
         try:
-            self._forwarders = self._start_forwarders()
+            self._start_forwarders()
             if self.config.runtime.http_port is not None:
                 from ..http.server import MetricsServer
 
@@ -168,85 +249,67 @@ class Supervisor:
                 self.http_port = http.port
             for engine in self._engines:
                 self._start(engine)
-            while any(self._running(e) for e in self._engines):
+            while any(e.running or e.restart_at is not None for e in self._engines):
                 self._watch(tick_s)
                 if on_tick is not None:
                     on_tick(self)
         finally:
-            if any(self._running(e) for e in self._engines):  # ended by an exception: end the engines
+            if any(e.running for e in self._engines):  # ended by an exception: end the engines
                 self.abort()
             self._end_engines()
-            for forwarder in self._forwarders:
+            for forwarder in self._forwarders.values():
                 forwarder.finish()
             if http is not None:
                 http.close()
+            self._launcher.close()
             shutil.rmtree(self._dir, ignore_errors=True)
         return self._report(time.monotonic() - started)
-
-    def _running(self, engine: _Engine) -> bool:
-        """Until its pipe has said all (its end of file), or while it waits to be restarted."""
-        return engine.restart_at is not None or engine.process is not None
 
     def _start(self, engine: _Engine) -> None:
         spec = EngineSpec(engine.index, str(self.config.path), self.config.display or str(self.config.path),
                           self._engine_tree(engine), list(engine.streams), dict(engine.first_seq), self._log_level)
-        orders_read, orders_write = self._ctx.Pipe(duplex=False)
-        up_read, up_write = self._ctx.Pipe(duplex=False)
-        marks = self._ctx.Array("q", [engine.first_seq.get(n, 0) - 1 for n in engine.streams], lock=False)
-        process = self._ctx.Process(target=engine_main, args=(spec, orders_read, up_write, marks),
-                                    name=f"streamlens-engine-{engine.index}", daemon=True)
-        process.start()
-        orders_read.close()
-        up_write.close()
-        engine.process, engine.orders, engine.up, engine.marks = process, orders_write, up_read, marks
+        self._launcher.start(engine, spec)
+        engine.running = True
         engine.snapshot = engine.report = None
         engine.restart_at = None
 
     def _watch(self, tick_s: float) -> None:
-        """Read what the engines say for about `tick_s`; restart those that died."""
-        conns = [e.up for e in self._engines if e.process is not None]
-        if conns:
-            ready = multiprocessing.connection.wait(conns, timeout=tick_s)
-        else:  # every engine waits for its restart
-            time.sleep(tick_s)
-            ready = []
+        """Take in what the engines say for about `tick_s`; start again those that died."""
+        for engine, kind, value in self._launcher.poll([e for e in self._engines if e.running], tick_s):
+            if kind == "snapshot":
+                engine.snapshot, engine.snapshot_at = value, time.monotonic()
+                if self._launcher.remote:
+                    self._connect(engine)
+            elif kind == "report":
+                engine.report = value
+            elif kind == "failed":
+                engine.failed = value
+                if self._error is None:
+                    self._error = value
+                self.stop()  # an engine that cannot start ends the run, as one process would
+            elif kind == "gone":
+                self._gone(engine, value)
         for engine in self._engines:
-            if engine.process is not None and engine.up in ready:
-                self._read(engine)
-            if engine.restart_at is not None and time.monotonic() >= engine.restart_at and not self._stopping:
-                self._start(engine)
-            elif engine.restart_at is not None and self._stopping:
+            if engine.restart_at is not None and self._stopping:
                 engine.restart_at = None
+            elif engine.restart_at is not None and time.monotonic() >= engine.restart_at:
+                self._start(engine)
 
-    def _read(self, engine: _Engine) -> None:
-        try:
-            kind, value = engine.up.recv()
-        except (EOFError, OSError):  # the process has ended (or is ending): nothing more will come
-            engine.process.join(END_WAIT_S)
-            self._ended(engine)
-            return
-        if kind == "snapshot":
-            engine.snapshot = value
-        elif kind == "report":
-            engine.report = value
-        elif kind == "failed":
-            engine.failed = value
-            if self._error is None:
-                self._error = value
-            self.stop()  # an engine that cannot start ends the run, as one process would
+    def _connect(self, engine: _Engine) -> None:
+        """An actor's sinks listen where its snapshot says: the forwarders join them there."""
+        for where, endpoint in engine.snapshot.endpoints.items():
+            forwarder = self._forwarders.get(where)
+            if forwarder is not None:
+                forwarder.join(engine.index, endpoint.replace("0.0.0.0", engine.snapshot.host))
 
-    def _ended(self, engine: _Engine) -> None:
-        """`engine`'s process has ended: with its report, or died."""
-        process = engine.process
-        engine.process = None
-        engine.orders.close()
-        engine.up.close()
-        if engine.report is not None or engine.failed is not None:
+    def _gone(self, engine: _Engine, how: str | None) -> None:
+        """`engine` has ended: after its report (`how` None), or died."""
+        engine.running = False
+        if how is None or engine.report is not None or engine.failed is not None:
             return
-        how = (f"killed by signal {-process.exitcode}" if process.exitcode and process.exitcode < 0
-               else f"exit code {process.exitcode}")
+        next_seq = self._launcher.next_seq(engine)
         live = [n for n, i in zip(engine.streams, engine.sources) if self.config.sources[i].live]
-        for name, i in zip(engine.streams, engine.sources):
+        for name in engine.streams:
             if name not in live:  # a file: started again it would repeat its output
                 st = (engine.snapshot.stats.get(name) if engine.snapshot else None) or self._placeholders[name]
                 st.reason, st.state, st.detail = "error", "error", f"its engine died ({how})"
@@ -255,8 +318,7 @@ class Supervisor:
                     self._error = f"{name}: engine {engine.index} died ({how}) while reading {st.uri}"
         if self._stopping or not live:
             return
-        # marks hold the last seq published (first_seq - 1 until one is)
-        engine.first_seq = {name: engine.marks[j] + 1 for j, name in enumerate(engine.streams) if name in live}
+        engine.first_seq = {name: next_seq.get(name, 0) for name in live}
         engine.sources = [i for n, i in zip(engine.streams, engine.sources) if n in live]
         engine.streams = live
         engine.restart_at = time.monotonic() + RESTART_DELAY_S
@@ -266,51 +328,40 @@ class Supervisor:
 
     def _end_engines(self) -> None:
         deadline = time.monotonic() + END_WAIT_S
+        while any(e.running for e in self._engines) and time.monotonic() < deadline:
+            self._watch(0.1)
         for engine in self._engines:
-            if engine.process is None:
-                continue
-            while engine.process is not None and time.monotonic() < deadline:
-                if engine.up.poll(0.1):
-                    self._read(engine)
-            if engine.process is not None:
+            if engine.running:
                 log.warning("engine %d did not end in %g s; killed", engine.index, END_WAIT_S)
-                engine.process.kill()
-                engine.process.join()
-                self._ended(engine)
+                self._launcher.kill(engine)
+                engine.running = False
 
     def _report(self, wall_s: float) -> RunReport:
         reports = [e.report for e in self._engines if e.report is not None]
         failed = [r.error for r in reports if r.status == "failed" and r.error]
         error = self._error or (failed[0] if failed else None)
-        status = ("failed" if error else "interrupted" if self._stopping and not self._natural_end() else "done")
+        natural = all(e.report is not None and e.report.status == "done" for e in self._engines)
+        status = "failed" if error else "interrupted" if self._stopping and not natural else "done"
         actions = [f"engine {e.index}: {a}" for e in self._engines if e.report for a in e.report.control_actions]
         return RunReport(status, error, wall_s, list(self.stats.values()), actions,
                          max((r.control_level for r in reports), default=0), sum(r.control_steps for r in reports))
 
-    def _natural_end(self) -> bool:
-        """Whether every engine ended by itself (its inputs ended) rather than by a stop."""
-        return all(e.report is not None and e.report.status == "done" for e in self._engines)
-
     # -- the engines' pipeline files and the sinks' forwarders --------------------------------
-
-    def _endpoint(self, engine: int, sink: int) -> str:
-        return f"ipc://{self._dir}/{engine}-{sink}"
 
     def _engine_tree(self, engine: _Engine) -> dict:
         """The pipeline file's tree as `engine` runs it: its sources (named, as their names came
         from their places in the whole file), its sinks pointed at the supervisor, one worker."""
         data = dict(self._data)
         data["sources"] = [{**self._data["sources"][i], "name": self.config.sources[i].name} for i in engine.sources]
-        runtime = dict(self._data.get("runtime") or {})
-        runtime.pop("http", None)
+        runtime = {k: v for k, v in (self._data.get("runtime") or {}).items() if k not in ("http", "cluster")}
         data["runtime"] = {**runtime, "workers": 1}
         sinks = []
         for j, (raw, sink) in enumerate(zip(self._data.get("sinks") or [], self.config.sinks)):
             if sink.type == "zmq":
                 raw = {k: v for k, v in raw.items() if k != "curve"}
-                sinks.append({**raw, "endpoint": self._endpoint(engine.index, j)})
+                sinks.append({**raw, "endpoint": self._launcher.sink_endpoint(engine.index, j)})
             elif sink.type == "jsonl":
-                sinks.append({"type": "zmq", "mode": "push", "endpoint": self._endpoint(engine.index, j)})
+                sinks.append({"type": "zmq", "mode": "push", "endpoint": self._launcher.sink_endpoint(engine.index, j)})
             else:
                 path = sink.path
                 if "{stream}" not in str(path) and self.config.sources[0].name not in engine.streams:
@@ -319,39 +370,38 @@ class Supervisor:
         data["sinks"] = sinks
         return data
 
-    def _start_forwarders(self) -> list[_Forwarder]:
-        forwarders = []
-        try:
-            for j, sink in enumerate(self.config.sinks):
-                if sink.type == "video":
-                    continue
-                inputs = [self._endpoint(e.index, j) for e in self._engines]
-                forwarder = _Forwarder(sink, f"sinks[{j}]", inputs)
-                forwarder.start()
-                forwarders.append(forwarder)
-        except BaseException:
-            for forwarder in forwarders:
-                forwarder.finish()
-            raise
-        return forwarders
+    def _start_forwarders(self) -> None:
+        for j, sink in enumerate(self.config.sinks):
+            if sink.type == "video":
+                continue
+            forwarder = _Forwarder(sink, f"sinks[{j}]")
+            self._forwarders[forwarder.where] = forwarder  # finished by run() whatever happens next
+            if not self._launcher.remote:  # processes: their endpoints are known before they start
+                for engine in self._engines:
+                    forwarder.join(engine.index, self._launcher.sink_endpoint(engine.index, j))
+            forwarder.start()
 
 
 class _Forwarder:
     """One sink of the file, fed by every engine: a zmq endpoint bound here, or a jsonl file."""
 
-    def __init__(self, sink, where: str, inputs: list[str]):
-        self.sink, self.where, self.inputs = sink, where, inputs
+    def __init__(self, sink, where: str):
+        self.sink, self.where = sink, where
         self.ctx = zmq.Context()
         self.dropped = 0
         self._auth = None
         self._jsonl = None
+        self._joined: dict[int, str] = {}  # engine -> the endpoint its share comes from
+        self._joins: queue.SimpleQueue = queue.SimpleQueue()
         self._finishing = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"forward-{where}", daemon=True)
         pub = sink.type == "zmq" and sink.mode == "pub"
         self.front = self.ctx.socket(zmq.XSUB if pub else zmq.PULL)
         self.back = None
-        for endpoint in inputs:
-            self.front.connect(endpoint)
+
+    def join(self, engine: int, endpoint: str) -> None:
+        """Take `engine`'s share from `endpoint` from now on (any thread; a new endpoint replaces its old one)."""
+        self._joins.put((engine, endpoint))
 
     def start(self) -> None:
         from ..errors import SinkError, StreamlensError
@@ -378,10 +428,8 @@ class _Forwarder:
                     self._auth = secure(self.ctx, self.back, sink.curve.model_dump())
                 self.back.bind(sink.endpoint)
             except zmq.ZMQError as e:
-                self.finish()
                 raise SinkError(f"{self.where}.endpoint: cannot bind {sink.endpoint}: {zmq.strerror(e.errno)}") from None
             except StreamlensError as e:
-                self.finish()
                 raise SinkError(f"{self.where}.curve: {e}") from None
         self._thread.start()
 
@@ -392,6 +440,7 @@ class _Forwarder:
             poller.register(self.back, zmq.POLLIN)  # subscriptions, passed upstream
         idle_since = None
         while True:
+            self._take_joins()
             events = dict(poller.poll(_POLL_MS))
             if self.back is not None and self.back in events:
                 self.front.send_multipart(self.back.recv_multipart())
@@ -402,6 +451,17 @@ class _Forwarder:
                 idle_since = idle_since or time.monotonic()
                 if time.monotonic() - idle_since >= DRAIN_IDLE_S:
                     return
+
+    def _take_joins(self) -> None:
+        while not self._joins.empty():
+            engine, endpoint = self._joins.get()
+            old = self._joined.get(engine)
+            if old == endpoint:
+                continue
+            if old is not None:
+                self.front.disconnect(old)
+            self.front.connect(endpoint)
+            self._joined[engine] = endpoint
 
     def _forward(self, parts: list[bytes]) -> None:
         if self._jsonl is not None:
@@ -430,4 +490,4 @@ class _Forwarder:
             self.ctx.term()
 
 
-__all__ = ["Supervisor", "worker_count"]
+__all__ = ["Supervisor", "worker_count", "supervised"]
