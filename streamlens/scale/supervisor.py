@@ -355,6 +355,12 @@ class Supervisor:
         data["sources"] = [{**self._data["sources"][i], "name": self.config.sources[i].name} for i in engine.sources]
         runtime = {k: v for k, v in (self._data.get("runtime") or {}).items() if k not in ("http", "cluster")}
         data["runtime"] = {**runtime, "workers": 1}
+        detector = dict(self._data.get("detector") or {})
+        if not self._launcher.remote and detector.get("backend") == "onnx" and detector.get("threads") is None:
+            # engines of one machine share its cores: onnxruntime's default (a thread per core) in each
+            # would put every engine's detector on every core at once
+            detector["threads"] = max(1, (os.cpu_count() or 1) // len(self._engines))
+            data["detector"] = detector
         sinks = []
         for j, (raw, sink) in enumerate(zip(self._data.get("sinks") or [], self.config.sinks)):
             if sink.type == "zmq":

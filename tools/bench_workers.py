@@ -1,0 +1,85 @@
+"""One engine against N engine processes (`runtime.workers`), side by side in one run.
+
+Runs `streamlens bench PIPELINE --streams K --workers W` for each W in `--workers`, alternating,
+`--repeats` times, and writes a table of the medians (kept frames, p95 latency, F1 against detecting
+every frame, frames detected) to `--out` (markdown) with the command, the machine and the date.
+
+    python tools/bench_workers.py pipelines/highway_yolox.yaml --streams 4,6 --workers 1,2 --repeats 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+
+def trial(pipeline: str, k: int, workers: int, seconds: float, out: Path) -> dict:
+    command = [sys.executable, "-m", "streamlens", "bench", pipeline, "--streams", str(k), "--workers", str(workers),
+               "--seconds", str(seconds), "--no-baseline", "--no-hold", "--decode-seconds", "0", "--out", str(out)]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    t = json.loads(out.read_text())["trials"][0]
+    accuracy = t.get("accuracy") or {}
+    return {"kept_min": t.get("kept_min"), "p95_ms": (t.get("latency_ms") or {}).get("p95"),
+            "f1": accuracy.get("f1"), "f1_min": accuracy.get("f1_min"), "detected_rate": t.get("detected_rate"),
+            "passed": t.get("passed")}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("pipeline")
+    p.add_argument("--streams", default="4,6")
+    p.add_argument("--workers", default="1,2")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--out", default="tools/results/workers.md")
+    args = p.parse_args()
+    streams = [int(k) for k in args.streams.split(",")]
+    workers = [int(w) for w in args.workers.split(",")]
+    runs: dict[tuple[int, int], list[dict]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(args.repeats):
+            for k in streams:
+                for w in workers:  # alternating: the machine's drift falls on every setting alike
+                    t = trial(args.pipeline, k, w, args.seconds, Path(tmp) / "b.json")
+                    runs.setdefault((k, w), []).append(t)
+                    print(f"K={k} workers={w}: kept {t.get('kept_min')} p95 {t.get('p95_ms')} F1 {t.get('f1')}",
+                          file=sys.stderr, flush=True)
+
+    def med(values):
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
+    def cell(value, fmt):
+        return "-" if value is None else fmt.format(value)
+
+    rows = ["| K | workers | kept (min stream) | p95 ms | F1 (worst stream) | frames detected | passes |",
+            "|---|---|---|---|---|---|---|"]
+    for k in streams:
+        for w in workers:
+            ts = runs[(k, w)]
+            rows.append(f"| {k} | {w} | {cell(med([t.get('kept_min') for t in ts]), '{:.1%}')} | "
+                        f"{cell(med([t.get('p95_ms') for t in ts]), '{:.1f}')} | "
+                        f"{cell(med([t.get('f1') for t in ts]), '{:.3f}')} "
+                        f"({cell(med([t.get('f1_min') for t in ts]), '{:.3f}')}) | "
+                        f"{cell(med([t.get('detected_rate') for t in ts]), '{:.1%}')} | "
+                        f"{sum(bool(t.get('passed')) for t in ts)}/{len(ts)} |")
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    text = (f"# One engine against several (`runtime.workers`)\n\n"
+            f"Command: `python {' '.join(sys.argv)}`, {when}, {platform.machine()} with {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}; `streamlens bench` trials of {args.seconds:g} s, "
+            f"{args.repeats} alternating repeats, medians.\n\n" + "\n".join(rows) + "\n")
+    Path(args.out).write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
