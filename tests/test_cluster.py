@@ -16,7 +16,7 @@ import zmq
 
 from .conftest import REPO
 from .test_pipeline_run import write_pipeline
-from .test_workers import free_port
+from .test_workers import frame_subscriber, free_port
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'streamlens[cluster]')")
 
@@ -53,10 +53,7 @@ runtime: {{workers: 3, cluster: {{cpus: 1}}}}
 sinks: [{{type: zmq, endpoint: 'tcp://127.0.0.1:{port}', hwm: 100000}}]
 """)
     ctx = zmq.Context()
-    sub = ctx.socket(zmq.SUB)
-    sub.rcvhwm = 0
-    sub.connect(f"tcp://127.0.0.1:{port}")
-    sub.subscribe(b"frame.")
+    sub = frame_subscriber(ctx, port)
     proc = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", "--cluster", cluster.address, str(path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seqs: dict[str, list[tuple[float, int]]] = {name: [] for name in STREAMS}

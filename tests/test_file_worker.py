@@ -27,6 +27,7 @@ from streamlens.sources.ring import NAME_PREFIX, SHM_DIR, ring_bytes
 from streamlens.sources.worker import RING_SLOTS, Died, Ended, FrameReady, ProcessWorker
 
 from .test_file_source import VIDEO, clip, damaged_copy, encoded_clip
+from .test_live_source import _running
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "traffic.mp4"
 #: swscale's own odd-size conversion of the same planes in another buffer, mean |difference| (see below)
@@ -48,15 +49,6 @@ def _frames(source: FileSource, limit: int | None = None) -> list:
 
 def _workers(name: str) -> list[multiprocessing.Process]:
     return [p for p in multiprocessing.active_children() if p.name == f"streamlens-decode-{name}"]
-
-
-def _running(pid: int) -> bool:
-    """Whether process `pid` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _shm() -> set[str]:

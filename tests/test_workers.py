@@ -28,6 +28,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def frame_subscriber(ctx: zmq.Context, port: int, *topics: bytes) -> zmq.Socket:
+    """A SUB socket on 127.0.0.1:`port` that never drops (no receive limit), subscribed to `topics`."""
+    sub = ctx.socket(zmq.SUB)
+    sub.rcvhwm = 0
+    sub.connect(f"tcp://127.0.0.1:{port}")
+    for topic in topics or (b"frame.",):
+        sub.subscribe(topic)
+    return sub
+
+
 def run(path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "streamlens", "run", "-q", *args, str(path)],
                           capture_output=True, text=True, timeout=timeout)
@@ -83,11 +93,7 @@ def test_subscribers_see_every_engine_on_one_endpoint(tmp_path):
     path = files_pipeline(tmp_path, 2, f"[{{type: zmq, endpoint: 'tcp://127.0.0.1:{port}', hwm: 100000, "
                                        f"wait_subscribers: 1, wait_timeout_s: 60}}]")
     ctx = zmq.Context()
-    sub = ctx.socket(zmq.SUB)
-    sub.rcvhwm = 0
-    sub.connect(f"tcp://127.0.0.1:{port}")
-    for t in (b"frame.", b"eos."):
-        sub.subscribe(t)
+    sub = frame_subscriber(ctx, port, b"frame.", b"eos.")
     proc = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seqs: dict[str, list[int]] = {}
@@ -135,10 +141,7 @@ runtime: {{workers: 2, http: {{port: {http}}}}}
 sinks: [{{type: zmq, endpoint: 'tcp://127.0.0.1:{port}', hwm: 100000}}]
 """)
     ctx = zmq.Context()
-    sub = ctx.socket(zmq.SUB)
-    sub.rcvhwm = 0
-    sub.connect(f"tcp://127.0.0.1:{port}")
-    sub.subscribe(b"frame.")
+    sub = frame_subscriber(ctx, port)
     proc = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seqs: dict[str, list[int]] = {"cam1": [], "cam2": [], "third": []}
