@@ -176,11 +176,15 @@ class Supervisor:
         self._data = data
         self._log_level = log_level
         self._stopping = False
-        self._dir = tempfile.mkdtemp(prefix="streamlens-")
+        self._dir = tempfile.mkdtemp(prefix="streamlens-")  # the engines' ipc sockets
         if config.runtime.cluster is not None:
             from .ray import RayActors
 
-            self._launcher = RayActors(config.runtime.cluster)
+            try:
+                self._launcher = RayActors(config.runtime.cluster)
+            except BaseException:
+                shutil.rmtree(self._dir, ignore_errors=True)
+                raise
         else:
             self._launcher = _Processes(self._dir)
         n = worker_count(config)
