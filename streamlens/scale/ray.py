@@ -85,7 +85,13 @@ class RayActors:
         self.ray = ray
         if not ray.is_initialized():
             handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-            ray.init(address=cluster.address, logging_level="WARNING")
+            try:
+                ray.init(address=cluster.address, logging_level="WARNING")
+            except (ConnectionError, RuntimeError, ValueError) as e:
+                from ..errors import StreamlensError
+
+                raise StreamlensError(f"runtime.cluster.address: cannot join the Ray cluster at "
+                                      f"{cluster.address or 'this machine'}: {e}") from None
             for s, handler in handlers.items():  # Ray's own would end the driver at the first Ctrl-C
                 signal.signal(s, handler)
         self.actor_class = ray.remote(EngineActor).options(
