@@ -1,0 +1,164 @@
+"""One stream's analytics: its rules run on every frame's tracked objects, and the events they make.
+
+`StreamAnalytics.update(t, xyxy, ids, labels, scores)` takes one frame's objects (untracked ones,
+id -1, are left out: a rule needs to know an object from one frame to the next) and returns a
+`FrameAnalytics`: per object the zones it is in, the running counts of every line (`in`, `out`, per
+class too) and zone (objects in it now), and the events of this frame, in order:
+
+- `object_start` the first frame a track is seen; `object_update` when its label or its zones
+  change; `object_end` once it has not been seen for `end_after_s` (with `first_ts`, `last_ts`,
+  `best_score` and every zone it entered): the life of a tracked object as Frigate users know it;
+- `line_cross` (`line`, `direction`), `zone_enter`, `zone_exit` (`dwell_s`), `loiter` (`dwell_s`).
+
+A rule with `classes` watches only objects of those labels. Each event is made once: the analytics
+run once per published frame, so a late keyframe's correction changes later frames, never an
+event already made.
+
+Example:
+    >>> from streamlens.analytics.rules import LineRule
+    >>> a = StreamAnalytics(lines=[(LineRule("gate", ((0, 50), (100, 50))), None)])
+    >>> out = a.update(0.0, np.array([[40, 20, 60, 40.]]), np.array([7]), ["car"], np.array([0.9]))
+    >>> [e["event"] for e in out.events]
+    ['object_start']
+    >>> out = a.update(0.1, np.array([[40, 40, 60, 60.]]), np.array([7]), ["car"], np.array([0.9]))
+    >>> [(e["event"], e.get("direction")) for e in out.events], out.counts["gate"]["in"]
+    ([('line_cross', 'in')], 1)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .rules import LineRule, ZoneRule, anchor_points
+
+#: a track not seen for this long has ended (`object_end`): the tracker's default `lost_s`
+END_AFTER_S = 2.0
+
+
+@dataclass
+class FrameAnalytics:
+    """What one frame's analytics found: `zones[i]` the zones object i is in (None for an
+    untracked object), `speeds[i]` its speed in km/h when known, `counts` the running counts, and
+    `events` (dicts with `event`, `object` and the event's own keys)."""
+
+    zones: list
+    counts: dict
+    events: list
+    speeds: list = field(default_factory=list)
+
+
+@dataclass
+class _Track:
+    first_ts: float
+    last_ts: float
+    label: str
+    best_score: float
+    box: list
+    score: float = 0.0  # on its newest frame
+    zones: tuple = ()
+    entered: list = field(default_factory=list)  # every zone entered, in order
+    history: list = field(default_factory=list)  # (t, anchor) of the last half second, for speed
+
+
+class StreamAnalytics:
+    """The rules of one stream. `lines` and `zones` are (rule, classes) pairs (classes: a set of
+    labels, or None for all); `anchor` is the box point the rules watch; `pixels_per_metre` turns
+    anchor motion into km/h (None: no speed)."""
+
+    def __init__(self, lines: list[tuple[LineRule, set | None]] = (), zones: list[tuple[ZoneRule, set | None]] = (),
+                 anchor: str = "bottom_center", pixels_per_metre: float | None = None,
+                 end_after_s: float = END_AFTER_S):
+        self.lines = list(lines)
+        self.zones = list(zones)
+        self.anchor = anchor
+        self.pixels_per_metre = pixels_per_metre
+        self.end_after_s = end_after_s
+        self._tracks: dict[int, _Track] = {}
+        self._line_classes = {rule.name: {} for rule, _ in self.lines}  # line -> label -> {"in", "out"}
+
+    def update(self, t: float, xyxy: np.ndarray, ids: np.ndarray, labels, scores: np.ndarray) -> FrameAnalytics:
+        points = anchor_points(xyxy, self.anchor)
+        events: list[dict] = []
+        zones_of: list = []
+        speeds: list = []
+        seen = set()
+        for i, track_id in enumerate(np.asarray(ids).tolist()):
+            if track_id < 0:
+                zones_of.append(None)
+                speeds.append(None)
+                continue
+            seen.add(track_id)
+            label, score, box = str(labels[i]), float(scores[i]), [round(float(v), 2) for v in xyxy[i]]
+            point = points[i]
+            track = self._tracks.get(track_id)
+            if track is None:
+                track = self._tracks[track_id] = _Track(t, t, label, score, box, score=score)
+                events.append(self._event("object_start", track_id, track))
+            changed = track.label != label
+            track.last_ts, track.label, track.box, track.score = t, label, box, score
+            track.best_score = max(track.best_score, score)
+            for rule, classes in self.lines:
+                if classes is None or label in classes:
+                    direction = rule.update(track_id, point)
+                    if direction is not None:
+                        per_class = self._line_classes[rule.name].setdefault(label, {"in": 0, "out": 0})
+                        per_class[direction] += 1
+                        events.append(self._event("line_cross", track_id, track, line=rule.name, direction=direction))
+            for rule, classes in self.zones:
+                if classes is None or label in classes:
+                    for kind, extra in rule.update(track_id, point, t):
+                        if kind == "zone_enter":
+                            track.entered.append(rule.name)
+                        events.append(self._event(kind, track_id, track, zone=rule.name, **extra))
+            inside = tuple(rule.name for rule, _ in self.zones if rule.is_in(track_id))
+            if inside != track.zones:
+                changed = True
+                track.zones = inside
+            if changed:
+                events.append(self._event("object_update", track_id, track))
+            zones_of.append(list(inside))
+            speeds.append(self._speed(track, t, point))
+        events += self._ended(t, seen)
+        return FrameAnalytics(zones_of, self.counts(), events, speeds)
+
+    def counts(self) -> dict:
+        """Every line's `in` and `out` (and per class, `classes`), every zone's objects now."""
+        out: dict = {rule.name: {**rule.counts, "classes": {k: dict(v) for k, v in self._line_classes[rule.name].items()}}
+                     for rule, _ in self.lines}
+        out.update({rule.name: rule.occupancy() for rule, _ in self.zones})
+        return out
+
+    def _speed(self, track: _Track, t: float, point) -> float | None:
+        if self.pixels_per_metre is None:
+            return None
+        track.history.append((t, (float(point[0]), float(point[1]))))
+        while len(track.history) > 2 and t - track.history[0][0] > 0.5:
+            track.history.pop(0)
+        (t0, p0), (t1, p1) = track.history[0], track.history[-1]
+        if t1 - t0 <= 0:
+            return None
+        metres = float(np.hypot(p1[0] - p0[0], p1[1] - p0[1])) / self.pixels_per_metre
+        return round(metres / (t1 - t0) * 3.6, 1)
+
+    def _ended(self, t: float, seen: set) -> list[dict]:
+        events = []
+        for track_id in [k for k, tr in self._tracks.items() if k not in seen and t - tr.last_ts >= self.end_after_s]:
+            track = self._tracks.pop(track_id)
+            for rule, _ in self.lines:
+                rule.forget(track_id)
+            for rule, _ in self.zones:
+                for kind, extra in rule.forget(track_id, track.last_ts):
+                    events.append(self._event(kind, track_id, track, zone=rule.name, **extra))
+            events.append(self._event("object_end", track_id, track, first_ts=track.first_ts, last_ts=track.last_ts,
+                                      best_score=round(track.best_score, 4), zones=list(dict.fromkeys(track.entered))))
+        return events
+
+    @staticmethod
+    def _event(kind: str, track_id: int, track: _Track, **extra) -> dict:
+        return {"event": kind, **extra, "object": {"id": track_id, "label": track.label,
+                                                   "score": round(track.score, 4), "box": track.box}}
+
+
+__all__ = ["StreamAnalytics", "FrameAnalytics", "END_AFTER_S"]

@@ -1,0 +1,114 @@
+"""Analytics rules on crafted tracks: a line counts a crossing once however the box jitters on it, a
+U-turn, a track lost and found across the line; zones with inertia, dwell and loitering on a clock
+of our own; objects that stand still fire nothing more; the life of an object as events."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streamlens.analytics import LineRule, StreamAnalytics, ZoneRule
+
+GATE = ((0.0, 100.0), (200.0, 100.0))  # a horizontal line, y = 100, from x 0 to 200
+
+
+def box_at(x: float, y: float, w: float = 20, h: float = 20) -> list[float]:
+    """A box whose bottom centre (the anchor) is at x, y."""
+    return [x - w / 2, y - h, x + w / 2, y]
+
+
+def run(analytics: StreamAnalytics, frames: list[list[tuple[int, float, float]]], label="car", dt=0.1,
+        t0: float = 0.0) -> list[list[dict]]:
+    """Feed frames of (track id, anchor x, anchor y); the events of each frame."""
+    out = []
+    for i, objects in enumerate(frames):
+        xyxy = np.array([box_at(x, y) for _, x, y in objects], np.float64).reshape(-1, 4)
+        ids = np.array([k for k, _, _ in objects], np.int64)
+        result = analytics.update(t0 + i * dt, xyxy, ids, [label] * len(objects), np.full(len(objects), 0.8))
+        out.append(result.events)
+    return out
+
+
+def crossings(events: list[list[dict]]) -> list[tuple[int, str]]:
+    return [(e["object"]["id"], e["direction"]) for frame in events for e in frame if e["event"] == "line_cross"]
+
+
+def test_a_box_jittering_on_the_line_crosses_once():
+    line = LineRule("gate", GATE, margin_px=4)
+    a = StreamAnalytics(lines=[(line, None)])
+    ys = [80, 90, 97, 103, 98, 102, 99, 101, 97, 103, 99, 110, 104, 96, 105, 120]  # wobbles inside the band
+    events = run(a, [[(1, 100, y)] for y in ys])
+    assert crossings(events) == [(1, "in")]
+    assert a.counts()["gate"]["in"] == 1 and a.counts()["gate"]["out"] == 0
+    assert a.counts()["gate"]["classes"] == {"car": {"in": 1, "out": 0}}
+
+
+def test_a_u_turn_before_the_line_counts_nothing_and_one_past_it_counts_both_ways():
+    before = StreamAnalytics(lines=[(LineRule("gate", GATE), None)])
+    assert crossings(run(before, [[(1, 50, y)] for y in (60, 80, 95, 80, 60)])) == []
+    past = StreamAnalytics(lines=[(LineRule("gate", GATE), None)])
+    assert crossings(run(past, [[(1, 50, y)] for y in (60, 90, 110, 130, 110, 90, 60)])) == [(1, "in"), (1, "out")]
+
+
+def test_a_track_lost_and_found_across_the_line_crosses_once():
+    a = StreamAnalytics(lines=[(LineRule("gate", GATE), None)], end_after_s=2.0)
+    frames = [[(5, 100, 70)], [(5, 100, 80)], [], [], [], [(5, 100, 130)], [(5, 100, 140)]]  # 0.3 s unseen
+    assert crossings(run(a, frames)) == [(5, "in")]
+
+
+def test_a_path_beyond_the_ends_of_the_line_crosses_nothing():
+    a = StreamAnalytics(lines=[(LineRule("gate", GATE), None)])
+    assert crossings(run(a, [[(1, 300, y)] for y in (60, 90, 110, 140)])) == []
+
+
+def test_rules_watch_only_their_classes():
+    a = StreamAnalytics(lines=[(LineRule("gate", GATE), {"truck"})])
+    assert crossings(run(a, [[(1, 50, y)] for y in (60, 140)], label="car")) == []
+    assert crossings(run(a, [[(2, 60, y)] for y in (60, 140)], label="truck")) == [(2, "in")]
+
+
+BAY = [(0, 0), (100, 0), (100, 100), (0, 100)]
+
+
+def zone_events(events: list[list[dict]]) -> list[tuple[int, str, object]]:
+    return [(i, e["event"], e.get("dwell_s")) for i, frame in enumerate(events) for e in frame
+            if e["event"] in ("zone_enter", "zone_exit", "loiter")]
+
+
+def test_a_zone_is_entered_and_left_after_inertia_frames_and_says_the_dwell():
+    a = StreamAnalytics(zones=[(ZoneRule("bay", BAY, inertia=3), None)])
+    xs = [150, 90, 80, 70, 110, 60, 50, 130, 140, 150]  # in from frame 1; one frame out (110): no exit
+    events = run(a, [[(1, x, 50)] for x in xs], dt=1.0)
+    assert zone_events(events) == [(3, "zone_enter", None), (9, "zone_exit", 6.0)]
+    again = StreamAnalytics(zones=[(ZoneRule("bay", BAY, inertia=3), None)])
+    flicker = [150, 90, 80, 110, 70, 60, 50]  # out again before the third frame in: the count starts over
+    assert zone_events(run(again, [[(1, x, 50)] for x in flicker], dt=1.0)) == [(6, "zone_enter", None)]
+
+
+def test_loitering_fires_once_and_a_standing_object_fires_nothing_more():
+    a = StreamAnalytics(zones=[(ZoneRule("bay", BAY, inertia=2, loiter_s=30.0), None)])
+    events = run(a, [[(3, 50, 50)]] * 200, dt=1.0)  # a parked car, 200 s
+    assert zone_events(events) == [(1, "zone_enter", None), (31, "loiter", 30.0)]
+    assert sum(len(frame) for frame in events[32:]) == 0
+    assert a.counts()["bay"] == 1
+
+
+def test_the_life_of_an_object_start_update_end():
+    a = StreamAnalytics(zones=[(ZoneRule("bay", BAY, inertia=1), None)], end_after_s=1.0)
+    frames = [[(9, 150, 50)], [(9, 50, 50)], [(9, 40, 50)], [], [], [], []]
+    events = run(a, frames, dt=0.5)
+    kinds = [(i, e["event"]) for i, frame in enumerate(events) for e in frame]
+    assert kinds == [(0, "object_start"), (1, "zone_enter"), (1, "object_update"), (4, "zone_exit"), (4, "object_end")]
+    end = events[4][-1]
+    assert (end["first_ts"], end["last_ts"], end["zones"], end["best_score"]) == (0.0, 1.0, ["bay"], 0.8)
+    assert end["object"]["id"] == 9 and end["object"]["label"] == "car" and len(end["object"]["box"]) == 4
+    assert events[4][0]["dwell_s"] == 0.5  # entered at 0.5 s, last seen at 1.0 s
+
+
+def test_untracked_objects_are_left_out_and_frames_carry_zones_and_speed():
+    a = StreamAnalytics(zones=[(ZoneRule("bay", BAY, inertia=1), None)], pixels_per_metre=10.0)
+    xyxy = np.array([box_at(50, 50), box_at(300, 50)], np.float64)
+    first = a.update(0.0, xyxy, np.array([1, -1]), ["car", "car"], np.array([0.9, 0.9]))
+    moved = np.array([box_at(60, 50), box_at(300, 50)], np.float64)
+    second = a.update(0.5, moved, np.array([1, -1]), ["car", "car"], np.array([0.9, 0.9]))
+    assert first.zones == [["bay"], None] and second.zones == [["bay"], None]
+    assert second.speeds == [7.2, None]  # 10 px = 1 m in 0.5 s: 2 m/s
