@@ -112,3 +112,15 @@ def test_untracked_objects_are_left_out_and_frames_carry_zones_and_speed():
     second = a.update(0.5, moved, np.array([1, -1]), ["car", "car"], np.array([0.9, 0.9]))
     assert first.zones == [["bay"], None] and second.zones == [["bay"], None]
     assert second.speeds == [7.2, None]  # 10 px = 1 m in 0.5 s: 2 m/s
+
+
+def test_zone_containment_agrees_with_opencv_on_a_concave_polygon():
+    import cv2
+
+    shape = [(0, 0), (100, 0), (100, 40), (40, 40), (40, 100), (0, 100)]  # an L
+    zone = ZoneRule("l", shape)
+    points = np.random.default_rng(1).uniform(-10, 110, (2000, 2))
+    ours = zone.contains(points)
+    theirs = np.array([cv2.pointPolygonTest(np.float32(shape), (float(x), float(y)), True) for x, y in points])
+    away = np.abs(theirs) > 1e-6  # points on an edge may go either way
+    assert np.array_equal(ours[away], theirs[away] > 0) and ours.sum() > 100

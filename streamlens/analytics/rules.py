@@ -72,10 +72,17 @@ class LineRule:
         (ax, ay), (bx, by) = self.points
         self._length = max(1e-9, float(np.hypot(bx - ax, by - ay)))
 
-    def update(self, track: int, point) -> str | None:
-        """Where track `track`'s anchor is now; the direction if that crossed the line, else None."""
+    def distances(self, points: np.ndarray) -> np.ndarray:
+        """Signed distances (pixels) of (N, 2) points from the line: > 0 on its right."""
+        (ax, ay), (bx, by) = self.points
+        return ((bx - ax) * (points[:, 1] - ay) - (by - ay) * (points[:, 0] - ax)) / self._length
+
+    def update(self, track: int, point, distance: float | None = None) -> str | None:
+        """Where track `track`'s anchor is now (`distance`: its `distances` value, when known); the
+        direction if that crossed the line, else None."""
         a, b = self.points
-        distance = _cross(a, b, point) / self._length  # signed, in pixels
+        if distance is None:
+            distance = _cross(a, b, point) / self._length  # signed, in pixels
         if abs(distance) <= self.margin_px:
             return None  # on the line: no side decided
         side = 1 if distance > 0 else -1
@@ -120,18 +127,25 @@ class ZoneRule:
     _presence: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
-        self.polygon = np.asarray(self.polygon, np.float32).reshape(-1, 2)
+        self.polygon = np.asarray(self.polygon, np.float64).reshape(-1, 2)
+        xi, yi = self.polygon[:, 0], self.polygon[:, 1]
+        self._edges = (xi, yi, np.roll(xi, 1), np.roll(yi, 1))  # each edge's two ends
 
-    def contains(self, point) -> bool:
-        import cv2
+    def contains(self, points: np.ndarray) -> np.ndarray:
+        """Which of (N, 2) points are inside the polygon (even-odd rule, all at once)."""
+        x, y = points[:, :1], points[:, 1:2]
+        xi, yi, xj, yj = self._edges
+        with np.errstate(divide="ignore", invalid="ignore"):
+            crosses = ((yi > y) != (yj > y)) & (x < (xj - xi) * (y - yi) / (yj - yi) + xi)
+        return crosses.sum(axis=1) % 2 == 1
 
-        return cv2.pointPolygonTest(self.polygon, (float(point[0]), float(point[1])), False) >= 0
-
-    def update(self, track: int, point, t: float) -> list[tuple[str, dict]]:
-        """Where track `track`'s anchor is at time `t` (seconds); the events that makes:
-        ("zone_enter", {}), ("zone_exit", {"dwell_s": ...}), ("loiter", {"dwell_s": ...})."""
-        state = self._presence.setdefault(track, _Presence())
-        inside = self.contains(point)
+    def update(self, track: int, inside: bool, t: float) -> tuple[bool, list[tuple[str, dict]]]:
+        """Whether track `track`'s anchor is inside (`contains`) at time `t` (seconds); whether the
+        object is in the zone now, and the events that makes: ("zone_enter", {}), ("zone_exit",
+        {"dwell_s": ...}), ("loiter", {"dwell_s": ...})."""
+        state = self._presence.get(track)
+        if state is None:
+            state = self._presence[track] = _Presence()
         events: list[tuple[str, dict]] = []
         state.streak = state.streak + 1 if inside != state.inside else 0
         if state.streak >= self.inertia:
@@ -145,11 +159,7 @@ class ZoneRule:
         if state.inside and self.loiter_s is not None and not state.loitered and t - state.entered >= self.loiter_s:
             state.loitered = True
             events.append(("loiter", {"dwell_s": round(t - state.entered, 3)}))
-        return events
-
-    def is_in(self, track: int) -> bool:
-        state = self._presence.get(track)
-        return state is not None and state.inside
+        return state.inside, events
 
     def occupancy(self) -> int:
         return sum(1 for state in self._presence.values() if state.inside)

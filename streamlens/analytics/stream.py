@@ -80,6 +80,8 @@ class StreamAnalytics:
 
     def update(self, t: float, xyxy: np.ndarray, ids: np.ndarray, labels, scores: np.ndarray) -> FrameAnalytics:
         points = anchor_points(xyxy, self.anchor)
+        distances = [rule.distances(points).tolist() for rule, _ in self.lines]  # every object at once
+        insides = [rule.contains(points).tolist() for rule, _ in self.zones]
         events: list[dict] = []
         zones_of: list = []
         speeds: list = []
@@ -90,7 +92,7 @@ class StreamAnalytics:
                 speeds.append(None)
                 continue
             seen.add(track_id)
-            label, score, box = str(labels[i]), float(scores[i]), [round(float(v), 2) for v in xyxy[i]]
+            label, score, box = str(labels[i]), float(scores[i]), xyxy[i].tolist()
             point = points[i]
             track = self._tracks.get(track_id)
             if track is None:
@@ -99,20 +101,24 @@ class StreamAnalytics:
             changed = track.label != label
             track.last_ts, track.label, track.box, track.score = t, label, box, score
             track.best_score = max(track.best_score, score)
-            for rule, classes in self.lines:
+            for j, (rule, classes) in enumerate(self.lines):
                 if classes is None or label in classes:
-                    direction = rule.update(track_id, point)
+                    direction = rule.update(track_id, point, distances[j][i])
                     if direction is not None:
                         per_class = self._line_classes[rule.name].setdefault(label, {"in": 0, "out": 0})
                         per_class[direction] += 1
                         events.append(self._event("line_cross", track_id, track, line=rule.name, direction=direction))
-            for rule, classes in self.zones:
+            inside = []
+            for j, (rule, classes) in enumerate(self.zones):
                 if classes is None or label in classes:
-                    for kind, extra in rule.update(track_id, point, t):
+                    now_in, found = rule.update(track_id, insides[j][i], t)
+                    for kind, extra in found:
                         if kind == "zone_enter":
                             track.entered.append(rule.name)
                         events.append(self._event(kind, track_id, track, zone=rule.name, **extra))
-            inside = tuple(rule.name for rule, _ in self.zones if rule.is_in(track_id))
+                    if now_in:
+                        inside.append(rule.name)
+            inside = tuple(inside)
             if inside != track.zones:
                 changed = True
                 track.zones = inside
@@ -157,8 +163,8 @@ class StreamAnalytics:
 
     @staticmethod
     def _event(kind: str, track_id: int, track: _Track, **extra) -> dict:
-        return {"event": kind, **extra, "object": {"id": track_id, "label": track.label,
-                                                   "score": round(track.score, 4), "box": track.box}}
+        return {"event": kind, **extra, "object": {"id": track_id, "label": track.label, "score": round(track.score, 4),
+                                                   "box": [round(v, 2) for v in track.box]}}
 
 
 __all__ = ["StreamAnalytics", "FrameAnalytics", "END_AFTER_S"]
