@@ -283,6 +283,20 @@ class FrameResult:
     #: the `index` of the newest keyframe of this stream whose detections the tracker had applied
     #: when these boxes were made (`frame.index` on a keyframe in time), None before the first
     detected_frame: int | None = None
+    #: what `analytics:` found on this frame (`streamlens.analytics.FrameAnalytics`), None without rules
+    analytics: object = None
+
+
+@dataclass(slots=True, eq=False)
+class Event:
+    """Something the analytics saw happen on a stream (`streamlens.analytics`): `seq` counts a
+    stream's events from 0 with no gaps (apart from its results' `seq`); `body` holds `event`,
+    `object` and the event's own keys; `result` is the frame it happened on."""
+
+    stream: str
+    seq: int
+    body: dict
+    result: FrameResult
 
 
 @dataclass(slots=True, eq=False)

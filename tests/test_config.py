@@ -457,3 +457,15 @@ def test_bulk_mode_batches_big_unless_the_file_says(tmp_path):
         32, None, 1, False)
     path = write(tmp_path, "sources: [{uri: clip.mp4}]\ndetector: {backend: motion, max_batch: 4}\n")
     assert load_pipeline(path, overrides={"runtime": {"mode": "bulk"}}).detector.max_batch == 4
+
+
+def test_analytics_rules_are_checked_key_by_key(tmp_path):
+    path = write(tmp_path, HEAD + "analytics:\n  lines: [{name: a, points: [[0, 0]]}, {name: b, points: [[0, 0], [1, 1]], "
+                                  "margin: 3}]\n  zones: [{name: c, polygon: [[0, 0], [1, 0], [1, 1]], loiter_s: -1}]\n")
+    assert problems(path) == [
+        f"{path}: analytics.lines[0].points: expected two points [[x, y], [x, y]], got [[0, 0]]",
+        f"{path}: analytics.lines[1].margin: unknown key (expected one of: name, classes, streams, points, margin_px)",
+        f"{path}: analytics.zones[0].loiter_s: must be > 0, got -1"]
+    path = write(tmp_path, HEAD + "analytics:\n  lines: [{name: a, points: [[0, 0], [1, 1]]}]\n"
+                                  "  zones: [{name: a, polygon: [[0, 0], [1, 0], [1, 1]]}]\n")
+    assert problems(path) == [f"{path}: analytics: rule names must differ: a used twice"]

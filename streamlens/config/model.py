@@ -564,6 +564,73 @@ class ZmqSinkConfig(_Sink):
 SinkConfig = Annotated[Union[JsonlSinkConfig, VideoSinkConfig, ZmqSinkConfig], Field(discriminator="type")]
 
 
+# -- analytics -----------------------------------------------------------------------------------
+
+def _points(count: int | None):
+    """Points of a line (`count` 2) or a zone (at least 3): [[x, y], ...], numbers; in source pixels,
+    or every one in 0..1 (fractions of the frame)."""
+    def check(value: Any) -> Any:
+        ok = isinstance(value, list) and all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                        and abs(v) < 1e9 for v in p) for p in value)
+        ok = ok and (len(value) == count if count else len(value) >= 3)
+        if not ok:
+            want = "two points [[x, y], [x, y]]" if count else "at least three points [[x, y], ...]"
+            raise invalid(f"expected {want}, got {show(value)}")
+        return [(float(x), float(y)) for x, y in value]
+    return check
+
+
+_POINTS = {"type": "array", "items": {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}}
+
+
+class _Rule(_Keys):
+    name: str = Field(description="the rule's name in counts, zones and events")
+    classes: list[str] | None = Field(None, description="the labels it watches (default: all)")
+    streams: list[str] | None = Field(None, description="the streams it applies to (default: all)")
+
+
+class LineConfig(_Rule):
+    """A line that counts the tracks crossing it, by direction (in: from its left to its right,
+    seen from its first point towards its second)."""
+
+    points: Annotated[list[tuple[float, float]], BeforeValidator(_points(2)), WithJsonSchema(_POINTS)] = Field(
+        description="two points, source pixels or fractions of the frame")
+    margin_px: float = Field(4.0, ge=0, le=10_000, description="a box within this many pixels of the line has "
+                                                              "not crossed it yet (jitter on the line counts once)")
+
+
+class ZoneConfig(_Rule):
+    """A polygon that says who is in it, for how long, and who loiters."""
+
+    polygon: Annotated[list[tuple[float, float]], BeforeValidator(_points(None)), WithJsonSchema(_POINTS)] = Field(
+        description="at least three points, source pixels or fractions of the frame")
+    inertia: int = Field(3, ge=1, le=10_000, description="frames in a row inside (outside) before an object "
+                                                        "enters (leaves)")
+    loiter_s: float | None = Field(None, gt=0, le=MAX_SECONDS, description="a `loiter` event once an object "
+                                                                            "has stayed this long")
+
+
+class AnalyticsConfig(_Keys):
+    """The `analytics` section: rules run on every frame's tracked objects (streamlens/analytics)."""
+
+    anchor: Literal["bottom_center", "center", "top_center", "bottom_left", "bottom_right"] = Field(
+        "bottom_center", description="the point of a box the rules watch")
+    pixels_per_metre: float | None = Field(None, gt=0, le=1e6, description="speed in km/h from anchor motion")
+    end_after_s: float = Field(2.0, gt=0, le=MAX_SECONDS, description="a track not seen this long has ended "
+                                                                      "(object_end)")
+    lines: list[LineConfig] = Field(default_factory=list)
+    zones: list[ZoneConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> AnalyticsConfig:
+        names = [r.name for r in [*self.lines, *self.zones]]
+        again = sorted({n for n in names if names.count(n) > 1})
+        if again:
+            raise invalid(f"rule names must differ: {', '.join(again)} used twice")
+        return self
+
+
 # -- runtime -------------------------------------------------------------------------------------
 
 class HttpConfig(_Keys):
@@ -630,6 +697,7 @@ class PipelineFile(_Keys):
                                                  TrackerConfig.model_json_schema()]})] = Field(
         default_factory=TrackerConfig)
     sinks: list[SinkConfig] = Field(default_factory=list, description="where results go")
+    analytics: AnalyticsConfig | None = Field(None, description="lines, zones and speed on tracked objects")
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
 
     @field_validator("sources")

@@ -44,11 +44,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+import numpy as np
 
 from ..config import PipelineConfig, SourceConfig, load_pipeline, preflight_problems
 from ..detect import build_detector
 from ..errors import ConfigError, StreamlensError
-from ..frame import EndOfStream, FrameResult, StatsReport, StreamEnd
+from ..frame import EndOfStream, Event, FrameResult, StatsReport, StreamEnd
 from ..http.server import MetricsServer
 from ..sinks import Sink, build_sink
 from ..sources import Source, build_source
@@ -159,6 +160,9 @@ class Pipeline:
         self.config = config
         self._extra_sinks = list(sinks or [])
         self._first_seq = dict(first_seq or {})
+        #: per stream: its analytics and their clock (made on its first frame), the next event's seq
+        self._analytics: dict[str, tuple] = {}
+        self._event_seq: dict[str, int] = {}
         self._stop_sources = threading.Event()
         self._lock = threading.Lock()
         self._error: str | None = None
@@ -573,7 +577,10 @@ class Pipeline:
                 self._credits.release(st.name)
             if self._collector is not None:
                 self._collector.published()
+            events = self._analyse(item) if self.config.analytics is not None else ()
             self._out.publish(item)
+            for event in events:
+                self._out.publish(event)
             return
         with self._ends_lock:
             self._refresh_drops()
@@ -584,6 +591,31 @@ class Pipeline:
             st.ended = time.monotonic()
             self._publish_stats([st.name])  # the stream's last figures, before its eos
             self._out.publish(item)
+
+    def _analyse(self, item: FrameResult) -> list[Event]:
+        """Run the stream's analytics on `item` (its zones, speeds and counts go into its message);
+        the events it made, numbered by the stream's own event `seq`."""
+        from ..analytics.build import MediaClock, build_stream_analytics
+
+        frame = item.frame
+        if frame.stream not in self._analytics:
+            self._analytics[frame.stream] = (build_stream_analytics(self.config.analytics, frame.stream, frame.width,
+                                                                    frame.height), MediaClock())
+        analytics, clock = self._analytics[frame.stream]
+        if analytics is None:
+            return []
+        det = item.detections
+        ids = det.tracker_id if det.tracker_id is not None else np.full(len(det), -1)
+        labels = det.data.get("class_name")
+        labels = labels if labels is not None else [str(c) for c in det.class_id]
+        scores = det.confidence if det.confidence is not None else np.ones(len(det))
+        item.analytics = found = analytics.update(clock(frame), det.xyxy, ids, labels, scores)
+        events = []
+        for body in found.events:
+            seq = self._event_seq.get(frame.stream, 0)
+            self._event_seq[frame.stream] = seq + 1
+            events.append(Event(frame.stream, seq, body, item))
+        return events
 
     def _sink_failed(self, error: BaseException) -> None:
         """A sink could not write: the run ends with its error, and frames not yet processed are dropped."""

@@ -185,6 +185,8 @@ class VideoSink(Sink):
         if self._closed:
             raise SinkError(f"video sink: {self.path} is closed")
         self._raise_error()
+        if not isinstance(item, (FrameResult, StreamEnd)):
+            return  # events: nothing to draw of their own
         stream = item.stream if isinstance(item, StreamEnd) else item.frame.stream
         if stream in self._finished:
             if isinstance(item, StreamEnd):

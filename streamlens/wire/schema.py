@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..frame import FrameResult, StatsReport, StreamEnd
+from ..frame import Event, FrameResult, StatsReport, StreamEnd
 from .codec import json_bytes
 
 SCHEMA_VERSION = 1
@@ -37,8 +37,15 @@ def frame_message(result: FrameResult) -> dict[str, Any]:
     labels = [str(v) for v in labels] if labels is not None else [str(c) for c in cls]
     objects = [{"id": int(ids[i]), "cls": int(cls[i]), "label": labels[i], "score": scores[i], "box": boxes[i]}
                for i in range(n)]
+    found = result.analytics
+    if found is not None:  # the zones each tracked object is in, its speed where measured
+        for obj, zones, speed in zip(objects, found.zones, found.speeds or [None] * n):
+            if zones is not None:
+                obj["zones"] = zones
+            if speed is not None:
+                obj["speed_kmh"] = speed
     latency = {k: round(v, 3) for k, v in frame.timings.items()}
-    return {
+    message = {
         "v": SCHEMA_VERSION,
         "type": "frame",
         "stream": frame.stream,
@@ -53,6 +60,17 @@ def frame_message(result: FrameResult) -> dict[str, Any]:
         "objects": objects,
         "latency_ms": latency,
     }
+    if found is not None:
+        message["counts"] = found.counts
+    return message
+
+
+def event_message(event: Event) -> dict[str, Any]:
+    """The schema-v1 `event` message: what happened (`event`: line_cross, zone_enter, zone_exit,
+    loiter, object_start, object_update, object_end), on which frame, to which object."""
+    frame = event.result.frame
+    return {"v": SCHEMA_VERSION, "type": "event", "stream": event.stream, "seq": event.seq, **event.body,
+            "frame": frame.index, "pts": None if frame.pts is None else round(frame.pts, 6), "ts": round(frame.ts, 6)}
 
 
 def eos_message(end: StreamEnd) -> dict[str, Any]:
@@ -77,10 +95,12 @@ def stats_message(report: StatsReport) -> dict[str, Any]:
     return {"v": SCHEMA_VERSION, "type": "stats", "stream": report.stream, **report.values}
 
 
-def message_for(item: FrameResult | StreamEnd | StatsReport) -> dict[str, Any]:
-    """The message for a result, a stream end or a stats report."""
+def message_for(item: FrameResult | StreamEnd | StatsReport | Event) -> dict[str, Any]:
+    """The message for a result, a stream end, a stats report or an event."""
     if isinstance(item, FrameResult):
         return frame_message(item)
+    if isinstance(item, Event):
+        return event_message(item)
     return eos_message(item) if isinstance(item, StreamEnd) else stats_message(item)
 
 

@@ -98,16 +98,18 @@ class SeqTracker:
     """
 
     def __init__(self) -> None:
-        self._next: dict[str, int] = {}
+        self._next: dict[tuple[str, str], int] = {}
 
-    def check(self, stream: str, seq: int, *, last: bool = False) -> Gap | None:
-        """Note message `seq` of `stream` (`last`: it is the stream's eos); the gap before it."""
-        expected = self._next.get(stream)
+    def check(self, stream: str, seq: int, *, last: bool = False, kind: str = "frame") -> Gap | None:
+        """Note message `seq` of `stream` (`last`: it is the stream's eos); the gap before it.
+        `kind`: "frame" for results and the eos, "event" for events, which have a `seq` of their own."""
+        expected = self._next.get((stream, kind))
         gap = Gap(stream, expected, seq) if expected is not None and seq > expected else None
         if last:
-            self._next.pop(stream, None)
+            self._next.pop((stream, "frame"), None)
+            self._next.pop((stream, "event"), None)
         else:
-            self._next[stream] = seq + 1
+            self._next[(stream, kind)] = seq + 1
         return gap
 
 
@@ -180,8 +182,9 @@ class Subscriber:
                               parts[2] if len(parts) > 2 else None)
             self.received += 1
             seq = message.seq
-            if isinstance(seq, int) and message.type in ("frame", "eos"):
-                message.gap = self._tracker.check(message.stream, seq, last=message.type == "eos")
+            if isinstance(seq, int) and message.type in ("frame", "eos", "event"):
+                message.gap = self._tracker.check(message.stream, seq, last=message.type == "eos",
+                                                  kind="event" if message.type == "event" else "frame")
                 if message.gap is not None:
                     self.gaps.append(message.gap)
             return message

@@ -1,0 +1,56 @@
+"""The `analytics:` section made into each stream's `StreamAnalytics`, and the clock its rules read.
+
+A rule's points are in source pixels, or all in 0..1 as fractions of the frame: those are scaled
+by the stream's frame size, so each stream is built on its first frame. A rule with `streams`
+applies to those streams only.
+"""
+
+from __future__ import annotations
+
+from ..frame import Frame
+from .rules import LineRule, ZoneRule
+from .stream import StreamAnalytics
+
+
+def _scaled(points, width: int, height: int) -> list[tuple[float, float]]:
+    if all(0.0 <= v <= 1.0 for p in points for v in p):
+        return [(x * width, y * height) for x, y in points]
+    return [tuple(p) for p in points]
+
+
+def build_stream_analytics(cfg, stream: str, width: int, height: int) -> StreamAnalytics | None:
+    """`stream`'s analytics under `cfg` (an `AnalyticsConfig`), None when no rule applies to it."""
+    def applies(rule) -> bool:
+        return rule.streams is None or stream in rule.streams
+
+    lines = [(LineRule(r.name, tuple(_scaled(r.points, width, height)), margin_px=r.margin_px),
+              set(r.classes) if r.classes is not None else None) for r in cfg.lines if applies(r)]
+    zones = [(ZoneRule(r.name, _scaled(r.polygon, width, height), inertia=r.inertia, loiter_s=r.loiter_s),
+              set(r.classes) if r.classes is not None else None) for r in cfg.zones if applies(r)]
+    if not lines and not zones and cfg.pixels_per_metre is None:
+        return None
+    return StreamAnalytics(lines, zones, anchor=cfg.anchor, pixels_per_metre=cfg.pixels_per_metre,
+                           end_after_s=cfg.end_after_s)
+
+
+class MediaClock:
+    """A stream's time for the rules, in seconds: its frames' `pts`, made to go on across the loops
+    of a file (where `pts` starts again) and across a camera's gaps; a frame without `pts` reads
+    the monotonic clock of its arrival."""
+
+    def __init__(self):
+        self._offset = 0.0
+        self._last: float | None = None
+
+    def __call__(self, frame: Frame) -> float:
+        if frame.pts is None:
+            return frame.clock
+        t = frame.pts + self._offset
+        if self._last is not None and t < self._last:  # a loop started again
+            self._offset += self._last - t + 1e-3
+            t = frame.pts + self._offset
+        self._last = t
+        return t
+
+
+__all__ = ["build_stream_analytics", "MediaClock"]
