@@ -4,6 +4,7 @@
     streamlens validate PIPELINE.yaml  check a pipeline file and say what is wrong
     streamlens schema                  print the pipeline file's JSON Schema (for editors)
     streamlens subscribe ENDPOINT      print a zmq sink's messages as JSON lines, report lost ones
+    streamlens events ENDPOINT         the same for the analytics' events only
     streamlens keygen DIR              make CurveZMQ keys for the zmq sink and its subscribers
     streamlens eval mot SEQ_DIR... --interval N --out DIR
                                        replay MOTChallenge detections through the tracker, score them
@@ -61,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("pipeline", help="pipeline YAML file")
     sub.add_parser("schema", parents=[common], help="print the pipeline file's JSON Schema (for editors)")
     subscribe_command.add_parser(sub, common)
+    subscribe_command.add_events_parser(sub, common)
     keygen_command.add_parser(sub, common)
     eval_command.add_parser(sub, common)
     bench_command.add_parser(sub, common)
@@ -164,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return {"run": _cmd_run, "validate": _cmd_validate, "schema": _cmd_schema, "subscribe": subscribe_command.run,
+                "events": subscribe_command.run_events,
                 "keygen": keygen_command.run, "eval": eval_command.run,
                 "bench": bench_command.run}[args.command](args)
     except ConfigError as e:

@@ -169,3 +169,41 @@ sinks: [{{type: jsonl, path: out.jsonl}}]
     gaps = [checker.check(m["stream"], m["seq"], last=m["type"] == "eos", kind="event" if m["type"] == "event" else "frame")
             for m in lines]
     assert gaps == [None] * len(lines)
+
+
+def test_streamlens_events_prints_the_events_a_pipeline_publishes(tmp_path):
+    """`streamlens events ENDPOINT --until-eos` against a zmq sink: every event the jsonl file holds,
+    in order, and nothing but events (and the stream's eos)."""
+    import json
+    import subprocess
+    import sys
+
+    import streamlens
+
+    from .conftest import REPO
+    from .test_workers import free_port
+
+    port = free_port()
+    path = tmp_path / "p.yaml"
+    path.write_text(f"""
+sources: [{{uri: {REPO / 'samples' / 'traffic.mp4'}}}]
+detector: {{backend: motion}}
+keyframes: {{interval: 3}}
+analytics: {{lines: [{{name: across, points: [[0.5, 0.0], [0.5, 1.0]]}}]}}
+sinks:
+  - {{type: jsonl, path: out.jsonl}}
+  - {{type: zmq, endpoint: 'tcp://127.0.0.1:{port}', hwm: 100000, wait_subscribers: 2, wait_timeout_s: 60}}
+""")
+    listener = subprocess.Popen([sys.executable, "-m", "streamlens", "events", f"tcp://127.0.0.1:{port}", "--until-eos"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        report = streamlens.Pipeline.from_yaml(path).run()  # starts once the listener's two topics arrived
+        out, err = listener.communicate(timeout=120)
+    finally:
+        listener.kill()
+    assert report.exit_code == 0 and listener.returncode == 0, err
+    printed = [json.loads(line) for line in out.splitlines()]
+    written = [m for m in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines()) if m["type"] == "event"]
+    assert written and [m for m in printed if m["type"] == "event"] == written
+    assert [m["type"] for m in printed if m["type"] != "event"] == ["eos"]
+    assert "0 lost" in err

@@ -13,6 +13,7 @@ Example:
     $ streamlens subscribe tcp://127.0.0.1:5555 --stream cam1 | jq -c '[.type, .seq]'
     $ streamlens subscribe tcp://127.0.0.1:5555 --topic frame.cam1 | jq -c '[.seq, (.objects | length)]'
     $ streamlens subscribe tcp://127.0.0.1:5555 --topic stats. --count 5
+    $ streamlens events tcp://127.0.0.1:5555 --stream cam1     # the analytics' events only
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def run(args) -> int:
                 if msg.jpeg is not None and frames_dir is not None:
                     name = f"{msg.stream}-{msg.data.get('frame', msg.seq)}.jpg"
                     (frames_dir / name).write_bytes(msg.jpeg)
-                if msg.type in ("frame", "eos"):
+                if msg.type in ("frame", "eos", "event"):
                     seen.add(msg.stream)
                 if msg.type == "eos":
                     ended.add(msg.stream)
@@ -94,4 +95,29 @@ def run(args) -> int:
     return code
 
 
-__all__ = ["add_parser", "run"]
+def add_events_parser(sub, common: argparse.ArgumentParser) -> None:
+    """Add the `events` subcommand: `subscribe` for the analytics' events only."""
+    p = sub.add_parser("events", parents=[common], help="print a zmq sink's events (analytics) as JSON lines",
+                       description="Print each event of a zmq sink (line_cross, zone_enter, object_end, ...) as "
+                                   "one JSON line; report lost events (gaps in their seq) on stderr.")
+    p.add_argument("endpoint", help="the sink's endpoint, e.g. tcp://127.0.0.1:5555")
+    p.add_argument("-s", "--stream", action="append", default=[], metavar="NAME",
+                   help="only this stream's events (repeatable)")
+    p.add_argument("--pull", action="store_true", help="connect a PULL socket, for a sink in mode: push")
+    p.add_argument("--server-key", metavar="FILE", help="CurveZMQ: the publisher's public key file (server.key)")
+    p.add_argument("--client-key", metavar="FILE", help="CurveZMQ: this subscriber's secret key file")
+    p.add_argument("--until-eos", action="store_true",
+                   help="exit once every stream seen has ended (its eos line is printed too)")
+    p.add_argument("--count", type=int, metavar="N", help="exit after N messages")
+    p.add_argument("--timeout", type=float, metavar="S", help="exit when no message comes for S seconds")
+
+
+def run_events(args) -> int:
+    """`streamlens events`: `run` with the topics of events (and of stream ends, with --until-eos)."""
+    kinds = ["event", "eos"] if args.until_eos else ["event"]
+    args.topic = [f"{k}.{s}" for k in kinds for s in args.stream] if args.stream else [f"{k}." for k in kinds]
+    args.stream, args.frames = [], None
+    return run(args)
+
+
+__all__ = ["add_parser", "run", "add_events_parser", "run_events"]
