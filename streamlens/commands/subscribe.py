@@ -31,17 +31,22 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("subscribe", parents=[common], help="print a zmq sink's messages as JSON lines",
                        description="Print each message of a zmq sink as one JSON line; report lost "
                                    "messages (gaps in seq) on stderr.")
-    p.add_argument("endpoint", help="the sink's endpoint, e.g. tcp://127.0.0.1:5555")
     p.add_argument("-t", "--topic", action="append", default=[], metavar="PREFIX",
                    help="topic prefix to receive, e.g. frame., eos., stats., or frame.cam1 (exactly cam1's "
                         "frames) (repeatable; default all)")
     p.add_argument("-s", "--stream", action="append", default=[], metavar="NAME",
                    help="receive every message of this stream and of no other (repeatable)")
+    p.add_argument("--frames", metavar="DIR", help="save JPEG frames (sink option frames: jpeg) in DIR")
+    _connection_and_end(p, "exit once every stream seen has ended (eos)")
+
+
+def _connection_and_end(p: argparse.ArgumentParser, until_eos: str) -> None:
+    """The arguments `subscribe` and `events` share: where to connect, and when to stop."""
+    p.add_argument("endpoint", help="the sink's endpoint, e.g. tcp://127.0.0.1:5555")
     p.add_argument("--pull", action="store_true", help="connect a PULL socket, for a sink in mode: push")
     p.add_argument("--server-key", metavar="FILE", help="CurveZMQ: the publisher's public key file (server.key)")
     p.add_argument("--client-key", metavar="FILE", help="CurveZMQ: this subscriber's secret key file")
-    p.add_argument("--frames", metavar="DIR", help="save JPEG frames (sink option frames: jpeg) in DIR")
-    p.add_argument("--until-eos", action="store_true", help="exit once every stream seen has ended (eos)")
+    p.add_argument("--until-eos", action="store_true", help=until_eos)
     p.add_argument("--count", type=int, metavar="N", help="exit after N messages")
     p.add_argument("--timeout", type=float, metavar="S", help="exit when no message comes for S seconds")
 
@@ -100,16 +105,9 @@ def add_events_parser(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("events", parents=[common], help="print a zmq sink's events (analytics) as JSON lines",
                        description="Print each event of a zmq sink (line_cross, zone_enter, object_end, ...) as "
                                    "one JSON line; report lost events (gaps in their seq) on stderr.")
-    p.add_argument("endpoint", help="the sink's endpoint, e.g. tcp://127.0.0.1:5555")
     p.add_argument("-s", "--stream", action="append", default=[], metavar="NAME",
                    help="only this stream's events (repeatable)")
-    p.add_argument("--pull", action="store_true", help="connect a PULL socket, for a sink in mode: push")
-    p.add_argument("--server-key", metavar="FILE", help="CurveZMQ: the publisher's public key file (server.key)")
-    p.add_argument("--client-key", metavar="FILE", help="CurveZMQ: this subscriber's secret key file")
-    p.add_argument("--until-eos", action="store_true",
-                   help="exit once every stream seen has ended (its eos line is printed too)")
-    p.add_argument("--count", type=int, metavar="N", help="exit after N messages")
-    p.add_argument("--timeout", type=float, metavar="S", help="exit when no message comes for S seconds")
+    _connection_and_end(p, "exit once every stream seen has ended (its eos line is printed too)")
 
 
 def run_events(args) -> int:
