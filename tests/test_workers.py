@@ -217,3 +217,33 @@ sinks: [{{type: jsonl, path: {tmp_path}/out.jsonl}}]
     assert f"streamlens: error: cam2: engine 1 died (killed by signal 9) while reading {SAMPLE}" in stderr, stderr
     ends = {m["stream"]: m for m in read_jsonl(tmp_path / "out.jsonl") if m["type"] == "eos"}
     assert list(ends) == ["cam1"] and ends["cam1"]["reason"] == "stopped"
+
+
+def test_a_push_consumer_gets_every_result_of_every_engine(tmp_path):
+    """A zmq sink in mode push over two engines: one PULL consumer, bound by the supervisor, receives
+    every frame of every stream and each eos; nothing is dropped while it reads."""
+    port = free_port()
+    path = files_pipeline(tmp_path, 2, f"[{{type: zmq, mode: push, endpoint: 'tcp://127.0.0.1:{port}'}}]")
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL)
+    pull.connect(f"tcp://127.0.0.1:{port}")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seqs: dict[str, list[int]] = {}
+    ended: set[str] = set()
+    try:
+        deadline = time.monotonic() + 240
+        while len(ended) < 3 and time.monotonic() < deadline:
+            if pull.poll(1000):
+                m = json.loads(pull.recv_multipart()[1])
+                if m["type"] == "eos":
+                    ended.add(m["stream"])
+                elif m["type"] == "frame":
+                    seqs.setdefault(m["stream"], []).append(m["seq"])
+        assert proc.wait(120) == 0, proc.stderr.read()
+    finally:
+        proc.kill()
+        pull.close(0)
+        ctx.term()
+    assert ended == {"cam1", "cam2", "third"}
+    assert seqs == {"cam1": list(range(300)), "cam2": list(range(100)), "third": list(range(300))}
