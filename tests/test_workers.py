@@ -14,9 +14,12 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+import pytest
 import zmq
 
-from .conftest import REPO
+from streamlens.wire.keys import curve_available
+
+from .conftest import REPO, streamlens
 from .test_pipeline_run import read_jsonl, write_pipeline
 
 SAMPLE = REPO / "samples" / "traffic.mp4"  # 300 frames, 640x360
@@ -247,3 +250,30 @@ def test_a_push_consumer_gets_every_result_of_every_engine(tmp_path):
         ctx.term()
     assert ended == {"cam1", "cam2", "third"}
     assert seqs == {"cam1": list(range(300)), "cam2": list(range(100)), "third": list(range(300))}
+
+
+@pytest.mark.skipif(not curve_available(), reason="this libzmq has no CurveZMQ support")
+def test_curve_applies_on_the_endpoint_the_supervisor_binds(tmp_path):
+    """CurveZMQ with two engines: the supervisor's endpoint takes the authorized client's key, which
+    then receives every frame of every stream and their three eos (703 messages; not --until-eos:
+    one engine's streams may all end before the other's first frame arrives)."""
+    keys = tmp_path / "keys"
+    assert streamlens("keygen", str(keys)).returncode == 0
+    port = free_port()
+    path = files_pipeline(tmp_path, 2, f"[{{type: zmq, endpoint: 'tcp://127.0.0.1:{port}', hwm: 100000, "
+                                       f"wait_subscribers: 1, wait_timeout_s: 60, curve: {{server_secret: "
+                                       f"{keys}/server.key_secret, authorized: {keys}/authorized}}}}]")
+    listener = subprocess.Popen([sys.executable, "-m", "streamlens", "subscribe", f"tcp://127.0.0.1:{port}",
+                                 "--count", "703", "--topic", "frame.", "--topic", "eos.", "--server-key",
+                                 str(keys / "server.key"), "--client-key", str(keys / "client.key_secret")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        proc = run(path)
+        out, err = listener.communicate(timeout=120)
+    finally:
+        listener.kill()
+    assert proc.returncode == 0, proc.stderr
+    frames = [json.loads(line) for line in out.splitlines()]
+    per_stream = {name: [m["seq"] for m in frames if m["stream"] == name and m["type"] == "frame"]
+                  for name in ("cam1", "cam2", "third")}
+    assert per_stream == {"cam1": list(range(300)), "cam2": list(range(100)), "third": list(range(300))}, err
