@@ -29,7 +29,7 @@ from importlib.metadata import PackageNotFoundError, version
 from .bench import command as bench_command
 from .commands import keygen as keygen_command
 from .commands import subscribe as subscribe_command
-from .config import load_pipeline, preflight_problems, read_pipeline_tree
+from .config import load_pipeline, preflight_problems
 from .eval import command as eval_command
 from .errors import ConfigError, StreamlensError
 
@@ -129,11 +129,9 @@ def _cmd_run(args) -> int:
     # the handlers come first: a SIGTERM while the modules and the model load ends the run cleanly too
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        from .graph.runtime import Pipeline
-        from .progress import ProgressDisplay, summary
-
         from .config import ClusterConfig
-        from .scale.supervisor import Supervisor, supervised
+        from .progress import ProgressDisplay, summary
+        from .scale.supervisor import runner_for
 
         overrides = {"runtime": {"mode": "bulk"}} if args.bulk else None
         config = load_pipeline(args.pipeline, overrides=overrides)
@@ -142,11 +140,8 @@ def _cmd_run(args) -> int:
             config.runtime.cluster = ClusterConfig(address=args.cluster, **(
                 {"cpus": given.cpus, "gpus": given.gpus} if given else {}))
         display = None if args.quiet else ProgressDisplay()
-        if supervised(config):  # runtime.workers, runtime.cluster: the streams over several engines
-            pipeline = Supervisor(config, read_pipeline_tree(args.pipeline, overrides),
-                                  log_level=logging.getLogger().level)
-        else:
-            pipeline = Pipeline(config)
+        # runtime.workers, runtime.cluster: the streams over several engines, supervised
+        pipeline = runner_for(config, args.pipeline, overrides, log_level=logging.getLogger().level)
         report = pipeline.run(on_tick=display)
     finally:
         for s, handler in old.items():

@@ -25,7 +25,7 @@ import signal
 import sys
 import time
 
-from ..config import load_pipeline, read_pipeline_tree
+from ..config import load_pipeline
 from ..errors import StreamlensError
 
 MARKER = "BENCH-REPORT "
@@ -49,14 +49,10 @@ def stream_counters(stats) -> dict:
 
 def run(path: str, overrides: dict, warmup: float, seconds: float, startup_s: float) -> dict:
     """Run the pipeline; the report as a dict (status done/interrupted/failed, error, streams)."""
-    from ..graph.runtime import Pipeline
-    from ..scale.supervisor import Supervisor, supervised
+    from ..scale.supervisor import runner_for
 
     config = load_pipeline(path, overrides=overrides)
-    if supervised(config):
-        pipeline = Supervisor(config, read_pipeline_tree(path, overrides))
-    else:
-        pipeline = Pipeline(config)
+    pipeline = runner_for(config, path, overrides)
     signals = 0
 
     def on_signal(signum, _frame) -> None:

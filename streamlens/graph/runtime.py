@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 import numpy as np
 
+from ..analytics.build import MediaClock, build_stream_analytics
 from ..config import PipelineConfig, SourceConfig, load_pipeline, preflight_problems
 from ..detect import build_detector
 from ..errors import ConfigError, StreamlensError
@@ -595,8 +596,6 @@ class Pipeline:
     def _analyse(self, item: FrameResult) -> list[Event]:
         """Run the stream's analytics on `item` (its zones, speeds and counts go into its message);
         the events it made, numbered by the stream's own event `seq`."""
-        from ..analytics.build import MediaClock, build_stream_analytics
-
         frame = item.frame
         if frame.stream not in self._analytics:
             self._analytics[frame.stream] = (build_stream_analytics(self.config.analytics, frame.stream, frame.width,

@@ -58,9 +58,6 @@ RESTART_DELAY_S = 1.0
 DRAIN_IDLE_S = 0.3
 #: how long the supervisor waits for an engine to end after telling it to
 END_WAIT_S = 15.0
-#: an actor's restart: how much longer than the time since its last figures a stream may have
-#: published for (what a snapshot on its way and the death's detection may hide)
-SEQ_MARGIN_S = 1.0
 _POLL_MS = 100
 
 
@@ -76,6 +73,18 @@ def worker_count(config: PipelineConfig) -> int:
 def supervised(config: PipelineConfig) -> bool:
     """Whether `config` runs under a `Supervisor` (several engines, or a cluster) rather than one `Pipeline`."""
     return worker_count(config) > 1 or config.runtime.cluster is not None
+
+
+def runner_for(config: PipelineConfig, path, overrides: dict | None = None, *, log_level: int = logging.WARNING):
+    """What runs `config` (loaded from `path` with `overrides`): a `Supervisor` when it asks for several
+    engines or a cluster, else one `Pipeline`. Both `run()`, `stop()` and `abort()` alike."""
+    if not supervised(config):
+        from ..graph.runtime import Pipeline
+
+        return Pipeline(config)
+    from ..config import read_pipeline_tree
+
+    return Supervisor(config, read_pipeline_tree(path, overrides), log_level=log_level)
 
 
 @dataclass
@@ -304,7 +313,7 @@ class Supervisor:
         for where, endpoint in engine.snapshot.endpoints.items():
             forwarder = self._forwarders.get(where)
             if forwarder is not None:
-                forwarder.join(engine.index, endpoint.replace("0.0.0.0", engine.snapshot.host))
+                forwarder.join(engine.index, endpoint)  # bound on its node's address (ray.py)
 
     def _gone(self, engine: _Engine, how: str | None) -> None:
         """`engine` has ended: after its report (`how` None), or died."""
@@ -500,4 +509,4 @@ class _Forwarder:
             self.ctx.term()
 
 
-__all__ = ["Supervisor", "worker_count", "supervised"]
+__all__ = ["Supervisor", "worker_count", "supervised", "runner_for"]
