@@ -288,15 +288,29 @@ class FrameResult:
 
 
 @dataclass(slots=True, eq=False)
+class Snapshot:
+    """An event's picture of its object (`analytics.snapshots`): `jpeg`, the encoded bytes; `kind`,
+    `crop` (the object's box) or `frame` (the annotated frame); `frame`, the index of the frame it
+    was taken from; `path`, the file it was also written to (None when not written)."""
+
+    jpeg: bytes
+    kind: str
+    frame: int
+    path: str | None = None
+
+
+@dataclass(slots=True, eq=False)
 class Event:
     """Something the analytics saw happen on a stream (`streamlens.analytics`): `seq` counts a
     stream's events from 0 with no gaps (apart from its results' `seq`); `body` holds `event`,
-    `object` and the event's own keys; `result` is the frame it happened on."""
+    `object` and the event's own keys; `result` is the frame it happened on; `snapshot`, its
+    object's picture when `analytics.snapshots` asks for one."""
 
     stream: str
     seq: int
     body: dict
     result: FrameResult
+    snapshot: Snapshot | None = None
 
 
 @dataclass(slots=True, eq=False)

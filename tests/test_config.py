@@ -93,7 +93,7 @@ def test_env_interpolation_default_and_missing(tmp_path):
     ("sources: [{uri: clip.mp4}]\ndetector: {backend: motion, conf: 0.5}\n",
      "detector.conf: only for backend onnx or ultralytics"),
     ("sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\nsinks: [{type: kafka}]\n",
-     "sinks[0].type: unknown 'kafka' (jsonl, video, zmq)"),
+     "sinks[0].type: unknown 'kafka' (jsonl, video, zmq, mqtt, webhook)"),
     ("sources: [{uri: clip.mp4, live: yes please}]\ndetector: {backend: motion}\n",
      "sources[0].live: wrong type: expected true or false, got 'yes please'"),
     ("sources: [{uri: clip.mp4, name: a.b}]\ndetector: {backend: motion}\n",

@@ -47,6 +47,17 @@ class FrameAnalytics:
     counts: dict
     events: list
     speeds: list = field(default_factory=list)
+    #: the stream's rules as drawn: `lines` [(name, ((x, y), (x, y)))], `zones` [(name, Nx2 array)],
+    #: in source pixels (the same object on every frame of the stream)
+    geometry: Geometry | None = None
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Where a stream's rules lie, in source pixels: what the annotators draw."""
+
+    lines: tuple = ()
+    zones: tuple = ()
 
 
 @dataclass
@@ -77,6 +88,8 @@ class StreamAnalytics:
         self.end_after_s = end_after_s
         self._tracks: dict[int, _Track] = {}
         self._line_classes = {rule.name: {} for rule, _ in self.lines}  # line -> label -> {"in", "out"}
+        self.geometry = Geometry(tuple((rule.name, rule.points) for rule, _ in self.lines),
+                                 tuple((rule.name, rule.polygon) for rule, _ in self.zones))
 
     def update(self, t: float, xyxy: np.ndarray, ids: np.ndarray, labels, scores: np.ndarray) -> FrameAnalytics:
         points = anchor_points(xyxy, self.anchor)
@@ -127,7 +140,7 @@ class StreamAnalytics:
             zones_of.append(list(inside))
             speeds.append(self._speed(track, t, point))
         events += self._ended(t, seen)
-        return FrameAnalytics(zones_of, self.counts(), events, speeds)
+        return FrameAnalytics(zones_of, self.counts(), events, speeds, self.geometry)
 
     def counts(self) -> dict:
         """Every line's `in` and `out` (and per class, `classes`), every zone's objects now."""
@@ -167,4 +180,4 @@ class StreamAnalytics:
                                                    "box": [round(v, 2) for v in track.box]}}
 
 
-__all__ = ["StreamAnalytics", "FrameAnalytics", "END_AFTER_S"]
+__all__ = ["StreamAnalytics", "FrameAnalytics", "Geometry", "END_AFTER_S"]

@@ -561,21 +561,84 @@ class ZmqSinkConfig(_Sink):
         return curve
 
 
-SinkConfig = Annotated[Union[JsonlSinkConfig, VideoSinkConfig, ZmqSinkConfig], Field(discriminator="type")]
+#: the analytics' event kinds (`event` of an event message)
+EVENT_KINDS = ("line_cross", "zone_enter", "zone_exit", "loiter", "object_start", "object_update", "object_end")
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class MqttSinkConfig(_Sink):
+    """Events, counts, stats and snapshots to an MQTT broker (see streamlens/sinks/mqtt.py)."""
+
+    type: Literal["mqtt"]
+    host: str = Field("127.0.0.1", min_length=1, description="the broker's host")
+    port: int = Field(1883, ge=1, le=65535, description="the broker's port (8883 is usual with tls)")
+    topic: str = Field("streamlens", pattern=r"^[^#+\s]+$", description="the prefix of every topic")
+    qos: Literal[0, 1, 2] = Field(0, description="MQTT quality of service of every message")
+    client_id: str | None = Field(None, description="the client id (default: streamlens-<host>-<pid>)")
+    keepalive_s: int = Field(30, ge=5, le=3600, description="seconds between keepalive pings")
+    tls: bool = Field(False, description="connect over TLS (system CA store unless ca_file)")
+    ca_file: PathKey | None = Field(None, description="the CA certificates that sign the broker's (tls)")
+    username_env: str = Field("STREAMLENS_MQTT_USERNAME", pattern=_ENV_NAME,
+                              description="the environment variable holding the user name (unset: none)")
+    password_env: str = Field("STREAMLENS_MQTT_PASSWORD", pattern=_ENV_NAME,
+                              description="the environment variable holding the password")
+    queue_size: int = Field(10_000, ge=1, le=1_000_000, description="messages held while the broker is slow or "
+                                                                    "away; beyond, the oldest are dropped and counted")
+    retain: bool = Field(True, description="counts, availability and stream states as retained messages")
+    frames: bool = Field(False, description="also every frame message, on <topic>/<stream>/frame")
+    stats: bool = Field(True, description="each stream's stats about once a second, on <topic>/<stream>/stats")
+    snapshots: bool = Field(True, description="events' snapshots as JPEG, on <topic>/<stream>/<label>/snapshot")
+
+    @field_validator("ca_file")
+    @classmethod
+    def _ca(cls, path: Path | None, info: ValidationInfo) -> Path | None:
+        if path is not None and not info.data.get("tls"):
+            raise invalid("only with tls: true")
+        if path is not None and not path.is_file():
+            raise invalid(f"file not found: {path}")
+        return path
+
+
+class WebhookSinkConfig(_Sink):
+    """Each event as an HTTP POST of its JSON message (see streamlens/sinks/webhook.py)."""
+
+    type: Literal["webhook"]
+    url: str = Field(description="http:// or https:// URL the events are posted to")
+    events: list[Literal[EVENT_KINDS]] | None = Field(None, description="the event kinds posted (default: all)")
+    cooldown_s: float = Field(0.0, ge=0, le=MAX_SECONDS, description="at most one post per stream, rule and "
+                                                                     "event kind in this time; the rest are counted")
+    timeout_s: float = Field(5.0, gt=0, le=600, description="how long one request may take")
+    retries: int = Field(3, ge=0, le=100, description="tries after a failed request (timeouts, 5xx, refused)")
+    queue_size: int = Field(1000, ge=1, le=1_000_000, description="events held for posting; beyond, the oldest "
+                                                                  "are dropped and counted")
+    token_env: str | None = Field(None, pattern=_ENV_NAME, description="the environment variable whose value "
+                                                                       "is sent as `Authorization: Bearer`")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise invalid(f"expected an http:// or https:// URL, got {mask_url(url)!r}")
+        return url
+
+
+SinkConfig = Annotated[Union[JsonlSinkConfig, VideoSinkConfig, ZmqSinkConfig, MqttSinkConfig, WebhookSinkConfig],
+                       Field(discriminator="type")]
 
 
 # -- analytics -----------------------------------------------------------------------------------
 
 def _points(count: int | None):
-    """Points of a line (`count` 2) or a zone (at least 3): [[x, y], ...], numbers; in source pixels,
-    or every one in 0..1 (fractions of the frame)."""
+    """Points of a line (`count` 2), a ground rectangle (4) or a zone (None: at least 3): [[x, y], ...],
+    numbers; in source pixels, or every one in 0..1 (fractions of the frame)."""
     def check(value: Any) -> Any:
         ok = isinstance(value, list) and all(
             isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                                         and abs(v) < 1e9 for v in p) for p in value)
         ok = ok and (len(value) == count if count else len(value) >= 3)
         if not ok:
-            want = "two points [[x, y], [x, y]]" if count else "at least three points [[x, y], ...]"
+            want = ({2: "two points [[x, y], [x, y]]", 4: "four points [[x, y], ...]"}[count] if count
+                    else "at least three points [[x, y], ...]")
             raise invalid(f"expected {want}, got {show(value)}")
         return [(float(x), float(y)) for x, y in value]
     return check
@@ -611,12 +674,39 @@ class ZoneConfig(_Rule):
                                                                             "has stayed this long")
 
 
+class GroundConfig(_Keys):
+    """Speed from the ground plane: four image points, the corners of a rectangle on the ground (in
+    order around it, the first two along its width), and that rectangle's size in metres."""
+
+    points: Annotated[list[tuple[float, float]], BeforeValidator(_points(4)), WithJsonSchema(_POINTS)] = Field(
+        description="four points, source pixels or fractions of the frame")
+    width_m: float = Field(gt=0, le=1e5, description="the ground distance from the first point to the second")
+    length_m: float = Field(gt=0, le=1e5, description="the ground distance from the second point to the third")
+
+
+class SnapshotConfig(_Keys):
+    """A JPEG of the object for some events: to a folder, and attached to the event on the sinks."""
+
+    events: list[Literal["object_start", "object_end"]] = Field(
+        ["object_start", "object_end"], min_length=1, description="the events that get one")
+    kind: Literal["crop", "frame"] = Field("crop", description="crop: the object's box (its best-scoring view "
+                                                               "for object_end); frame: the annotated frame")
+    padding: float = Field(0.15, ge=0, le=2, description="crop margin, as a share of the box's size")
+    quality: int = Field(85, ge=1, le=100, description="JPEG quality")
+    path: PathKey | None = Field(None, description="a folder: <stream>/<event>-<id>-<seq>.jpg in it (default: "
+                                                   "attached to the events only)")
+    classes: list[str] | None = Field(None, description="the labels that get one (default: all)")
+
+
 class AnalyticsConfig(_Keys):
     """The `analytics` section: rules run on every frame's tracked objects (streamlens/analytics)."""
 
     anchor: Literal["bottom_center", "center", "top_center", "bottom_left", "bottom_right"] = Field(
         "bottom_center", description="the point of a box the rules watch")
     pixels_per_metre: float | None = Field(None, gt=0, le=1e6, description="speed in km/h from anchor motion")
+    ground: GroundConfig | None = Field(None, description="speed in km/h on the ground plane (instead of "
+                                                          "pixels_per_metre)")
+    snapshots: SnapshotConfig | None = Field(None, description="JPEG snapshots of objects for their events")
     end_after_s: float = Field(2.0, gt=0, le=MAX_SECONDS, description="a track not seen this long has ended "
                                                                       "(object_end)")
     lines: list[LineConfig] = Field(default_factory=list)
@@ -628,6 +718,8 @@ class AnalyticsConfig(_Keys):
         again = sorted({n for n in names if names.count(n) > 1})
         if again:
             raise invalid(f"rule names must differ: {', '.join(again)} used twice")
+        if self.pixels_per_metre is not None and self.ground is not None:
+            raise invalid("pixels_per_metre and ground both give speed: keep one")
         return self
 
 

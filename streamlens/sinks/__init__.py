@@ -24,6 +24,14 @@ def build_sink(cfg: SinkConfig, stream_fps: Mapping[str, float], where: str | No
         from .zmq import ZmqSink
 
         sink = ZmqSink(**cfg.options)
+    elif cfg.type == "mqtt":
+        from .mqtt import MqttSink
+
+        sink = MqttSink(**cfg.options)
+    elif cfg.type == "webhook":
+        from .webhook import WebhookSink
+
+        sink = WebhookSink(**cfg.options)
     else:
         raise ValueError(f"unknown sink type {cfg.type!r}")
     sink.where = where
