@@ -5,6 +5,7 @@ of our own; objects that stand still fire nothing more; the life of an object as
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from streamlens.analytics import LineRule, StreamAnalytics, ZoneRule
 
@@ -207,3 +208,44 @@ sinks:
     assert written and [m for m in printed if m["type"] == "event"] == written
     assert [m["type"] for m in printed if m["type"] != "event"] == ["eos"]
     assert "0 lost" in err
+
+
+def test_speed_on_the_ground_plane_is_the_same_near_and_far():
+    """`analytics.ground`: a car at 10 m/s along a road seen in perspective reads 36 km/h both where
+    the road is near (wide in the image) and far (narrow), where pixels over a fixed scale differ."""
+    from streamlens.analytics.build import ground_homography
+
+    corners = [(400.0, 700.0), (880.0, 700.0), (700.0, 300.0), (580.0, 300.0)]  # 7 m wide, 60 m long
+    to_ground = ground_homography(corners, 7.0, 60.0)
+    to_image = np.linalg.inv(to_ground)
+
+    def image_point(x_m: float, y_m: float) -> tuple[float, float]:
+        x, y, w = to_image @ (x_m, y_m, 1.0)
+        return x / w, y / w
+
+    def speed_at(y0_m: float) -> float:
+        a = StreamAnalytics(ground=to_ground)
+        out = None
+        for k in range(6):  # 10 m/s for half a second, anchors at the box's bottom centre
+            x, y = image_point(3.5, y0_m + k * 1.0)
+            out = a.update(k * 0.1, np.array([[x - 20, y - 30, x + 20, y]], np.float64), np.array([4]), ["car"],
+                           np.array([0.9]))
+        return out.speeds[0]
+
+    assert speed_at(2.0) == pytest.approx(36.0, abs=0.5)
+    assert speed_at(45.0) == pytest.approx(36.0, abs=0.5)
+    near, far = image_point(3.5, 2.0), image_point(3.5, 45.0)
+    step_near = np.hypot(*np.subtract(image_point(3.5, 3.0), near))
+    step_far = np.hypot(*np.subtract(image_point(3.5, 46.0), far))
+    assert step_near > 3 * step_far  # what one pixels_per_metre would get wrong
+
+
+def test_ground_points_scale_as_fractions_of_the_frame():
+    from streamlens.analytics.build import build_stream_analytics
+    from streamlens.config.model import AnalyticsConfig
+
+    cfg = AnalyticsConfig(ground={"points": [[0.25, 1.0], [0.75, 1.0], [0.75, 0.0], [0.25, 0.0]], "width_m": 10.0,
+                                  "length_m": 20.0})
+    a = build_stream_analytics(cfg, "cam1", 800, 400)
+    x, y, w = a.ground @ (600.0, 200.0, 1.0)  # three quarters across, half way up
+    assert (round(x / w, 6), round(y / w, 6)) == (10.0, 10.0)

@@ -94,6 +94,18 @@ def test_env_interpolation_default_and_missing(tmp_path):
      "detector.conf: only for backend onnx or ultralytics"),
     ("sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\nsinks: [{type: kafka}]\n",
      "sinks[0].type: unknown 'kafka' (jsonl, video, zmq, mqtt, webhook)"),
+    ("sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\nsinks: [{type: mqtt, qos: 3}]\n",
+     "sinks[0].qos: unknown 3 (0, 1, 2)"),
+    ("sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\nsinks: [{type: webhook, url: 'ftp://x'}]\n",
+     "sinks[0].url: expected an http:// or https:// URL, got 'ftp://x'"),
+    ("sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\nsinks: [{type: mqtt, ca_file: ca.pem}]\n",
+     "sinks[0].ca_file: only with tls: true"),
+    ("sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\nanalytics: {pixels_per_metre: 20, ground: "
+     "{points: [[0, 0], [1, 0], [1, 1], [0, 1]], width_m: 3, length_m: 9}}\n",
+     "analytics: pixels_per_metre and ground both give speed: keep one"),
+    ("sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\nanalytics: {ground: {points: [[0, 0], [1, 0]], "
+     "width_m: 3, length_m: 9}}\n",
+     "analytics.ground.points: expected four points [[x, y], ...], got [[0, 0], [1, 0]]"),
     ("sources: [{uri: clip.mp4, live: yes please}]\ndetector: {backend: motion}\n",
      "sources[0].live: wrong type: expected true or false, got 'yes please'"),
     ("sources: [{uri: clip.mp4, name: a.b}]\ndetector: {backend: motion}\n",

@@ -7,6 +7,9 @@ applies to those streams only.
 
 from __future__ import annotations
 
+import cv2
+import numpy as np
+
 from ..frame import Frame
 from .rules import LineRule, ZoneRule
 from .stream import StreamAnalytics
@@ -27,10 +30,31 @@ def build_stream_analytics(cfg, stream: str, width: int, height: int) -> StreamA
               set(r.classes) if r.classes is not None else None) for r in cfg.lines if applies(r)]
     zones = [(ZoneRule(r.name, _scaled(r.polygon, width, height), inertia=r.inertia, loiter_s=r.loiter_s),
               set(r.classes) if r.classes is not None else None) for r in cfg.zones if applies(r)]
-    if not lines and not zones and cfg.pixels_per_metre is None:
+    ground = None if cfg.ground is None else ground_homography(_scaled(cfg.ground.points, width, height),
+                                                                cfg.ground.width_m, cfg.ground.length_m)
+    if not lines and not zones and cfg.pixels_per_metre is None and ground is None:
         return None
     return StreamAnalytics(lines, zones, anchor=cfg.anchor, pixels_per_metre=cfg.pixels_per_metre,
-                           end_after_s=cfg.end_after_s)
+                           end_after_s=cfg.end_after_s, ground=ground)
+
+
+def ground_homography(points, width_m: float, length_m: float) -> np.ndarray:
+    """The 3x3 homography from source pixels to metres on the ground: `points` are the image
+    corners of a ground rectangle, in order around it, the first two `width_m` apart and the second
+    and third `length_m` apart; the first point becomes (0, 0). Scaled so that the third
+    homogeneous coordinate is positive on the ground's side of its horizon.
+
+    Example:
+        >>> h = ground_homography([(100, 400), (300, 400), (260, 100), (140, 100)], 3.5, 40.0)
+        >>> x, y, w = h @ (200, 100, 1.0)
+        >>> round(float(x / w), 2), round(float(y / w), 2)
+        (1.75, 40.0)
+    """
+    src = np.asarray(points, np.float32)
+    dst = np.asarray([(0, 0), (width_m, 0), (width_m, length_m), (0, length_m)], np.float32)
+    h = cv2.getPerspectiveTransform(src, dst).astype(np.float64)
+    w = h[2] @ (float(src[0, 0]), float(src[0, 1]), 1.0)
+    return h if w > 0 else -h  # w > 0 on the ground's side of its horizon, w <= 0 beyond it
 
 
 class MediaClock:
@@ -53,4 +77,4 @@ class MediaClock:
         return t
 
 
-__all__ = ["build_stream_analytics", "MediaClock"]
+__all__ = ["build_stream_analytics", "ground_homography", "MediaClock"]

@@ -47,6 +47,8 @@ class FrameAnalytics:
     counts: dict
     events: list
     speeds: list = field(default_factory=list)
+    #: indices of the objects seen at their best here (a new track, or its best score so far)
+    best: list = field(default_factory=list)
     #: the stream's rules as drawn: `lines` [(name, ((x, y), (x, y)))], `zones` [(name, Nx2 array)],
     #: in source pixels (the same object on every frame of the stream)
     geometry: Geometry | None = None
@@ -75,16 +77,18 @@ class _Track:
 
 class StreamAnalytics:
     """The rules of one stream. `lines` and `zones` are (rule, classes) pairs (classes: a set of
-    labels, or None for all); `anchor` is the box point the rules watch; `pixels_per_metre` turns
-    anchor motion into km/h (None: no speed)."""
+    labels, or None for all); `anchor` is the box point the rules watch; anchor motion becomes km/h
+    by `pixels_per_metre`, or by `ground`, a 3x3 homography from source pixels to metres on the
+    ground plane (`ground_homography`); neither: no speed."""
 
     def __init__(self, lines: list[tuple[LineRule, set | None]] = (), zones: list[tuple[ZoneRule, set | None]] = (),
                  anchor: str = "bottom_center", pixels_per_metre: float | None = None,
-                 end_after_s: float = END_AFTER_S):
+                 end_after_s: float = END_AFTER_S, ground: np.ndarray | None = None):
         self.lines = list(lines)
         self.zones = list(zones)
         self.anchor = anchor
         self.pixels_per_metre = pixels_per_metre
+        self.ground = None if ground is None else np.asarray(ground, np.float64)
         self.end_after_s = end_after_s
         self._tracks: dict[int, _Track] = {}
         self._line_classes = {rule.name: {} for rule, _ in self.lines}  # line -> label -> {"in", "out"}
@@ -99,6 +103,7 @@ class StreamAnalytics:
         zones_of: list = []
         speeds: list = []
         seen = set()
+        best = []
         for i, track_id in enumerate(np.asarray(ids).tolist()):
             if track_id < 0:
                 zones_of.append(None)
@@ -111,9 +116,12 @@ class StreamAnalytics:
             if track is None:
                 track = self._tracks[track_id] = _Track(t, t, label, score, box, score=score)
                 events.append(self._event("object_start", track_id, track))
+                best.append(i)
+            elif score > track.best_score:
+                track.best_score = score
+                best.append(i)
             changed = track.label != label
             track.last_ts, track.label, track.box, track.score = t, label, box, score
-            track.best_score = max(track.best_score, score)
             for j, (rule, classes) in enumerate(self.lines):
                 if classes is None or label in classes:
                     direction = rule.update(track_id, point, distances[j][i])
@@ -140,7 +148,7 @@ class StreamAnalytics:
             zones_of.append(list(inside))
             speeds.append(self._speed(track, t, point))
         events += self._ended(t, seen)
-        return FrameAnalytics(zones_of, self.counts(), events, speeds, self.geometry)
+        return FrameAnalytics(zones_of, self.counts(), events, speeds, best, self.geometry)
 
     def counts(self) -> dict:
         """Every line's `in` and `out` (and per class, `classes`), every zone's objects now."""
@@ -150,15 +158,24 @@ class StreamAnalytics:
         return out
 
     def _speed(self, track: _Track, t: float, point) -> float | None:
-        if self.pixels_per_metre is None:
+        """km/h over the track's last half second of anchor positions (in metres on the ground
+        with `ground`, else pixels over `pixels_per_metre`)."""
+        if self.ground is not None:
+            x, y, w = self.ground @ (float(point[0]), float(point[1]), 1.0)
+            if w <= 0:  # beyond the horizon of the ground plane: no place on the ground
+                return None
+            where, scale = (x / w, y / w), 1.0
+        elif self.pixels_per_metre is not None:
+            where, scale = (float(point[0]), float(point[1])), self.pixels_per_metre
+        else:
             return None
-        track.history.append((t, (float(point[0]), float(point[1]))))
+        track.history.append((t, where))
         while len(track.history) > 2 and t - track.history[0][0] > 0.5:
             track.history.pop(0)
         (t0, p0), (t1, p1) = track.history[0], track.history[-1]
         if t1 - t0 <= 0:
             return None
-        metres = float(np.hypot(p1[0] - p0[0], p1[1] - p0[1])) / self.pixels_per_metre
+        metres = float(np.hypot(p1[0] - p0[0], p1[1] - p0[1])) / scale
         return round(metres / (t1 - t0) * 3.6, 1)
 
     def _ended(self, t: float, seen: set) -> list[dict]:

@@ -3,7 +3,8 @@
 Each message becomes one compact JSON line on stdout (pipe it to `jq`); lost messages, found from
 gaps in each stream's `seq`, are reported on stderr as they are found, and a one-line summary is
 written to stderr at the end. `--frames DIR` saves the JPEG frames a sink with `frames: jpeg`
-sends, as `DIR/<stream>-<frame>.jpg`.
+sends, as `DIR/<stream>-<frame>.jpg`; `streamlens events --snapshots DIR` saves the events'
+snapshots (`analytics.snapshots`) as `DIR/<stream>-<event>-<id>-<seq>.jpg`.
 
 `--stream NAME` receives everything of one stream (frames, eos, stats, events) and nothing of any
 other; `--topic` takes topic prefixes, and one that names a type and a stream is exact
@@ -82,8 +83,7 @@ def run(args) -> int:
                 out.write(json_bytes(msg.data).decode())  # never NaN, whatever the payload held
                 out.write("\n")
                 if msg.jpeg is not None and frames_dir is not None:
-                    name = f"{msg.stream}-{msg.data.get('frame', msg.seq)}.jpg"
-                    (frames_dir / name).write_bytes(msg.jpeg)
+                    (frames_dir / _jpeg_name(msg)).write_bytes(msg.jpeg)
                 if msg.type in ("frame", "eos", "event"):
                     seen.add(msg.stream)
                 if msg.type == "eos":
@@ -100,6 +100,14 @@ def run(args) -> int:
     return code
 
 
+def _jpeg_name(msg) -> str:
+    """The file a message's JPEG is saved as: `<stream>-<frame>.jpg` for a frame,
+    `<stream>-<event>-<id>-<seq>.jpg` for an event's snapshot."""
+    if msg.type == "event":
+        return f"{msg.stream}-{msg.data.get('event')}-{(msg.data.get('object') or {}).get('id')}-{msg.seq}.jpg"
+    return f"{msg.stream}-{msg.data.get('frame', msg.seq)}.jpg"
+
+
 def add_events_parser(sub, common: argparse.ArgumentParser) -> None:
     """Add the `events` subcommand: `subscribe` for the analytics' events only."""
     p = sub.add_parser("events", parents=[common], help="print a zmq sink's events (analytics) as JSON lines",
@@ -107,6 +115,7 @@ def add_events_parser(sub, common: argparse.ArgumentParser) -> None:
                                    "one JSON line; report lost events (gaps in their seq) on stderr.")
     p.add_argument("-s", "--stream", action="append", default=[], metavar="NAME",
                    help="only this stream's events (repeatable)")
+    p.add_argument("--snapshots", metavar="DIR", help="save the events' JPEG snapshots (analytics.snapshots) in DIR")
     _connection_and_end(p, "exit once every stream seen has ended (its eos line is printed too)")
 
 
@@ -114,7 +123,7 @@ def run_events(args) -> int:
     """`streamlens events`: `run` with the topics of events (and of stream ends, with --until-eos)."""
     kinds = ["event", "eos"] if args.until_eos else ["event"]
     args.topic = [f"{k}.{s}" for k in kinds for s in args.stream] if args.stream else [f"{k}." for k in kinds]
-    args.stream, args.frames = [], None
+    args.stream, args.frames = [], args.snapshots
     return run(args)
 
 

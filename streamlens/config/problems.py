@@ -93,8 +93,9 @@ def from_validation(error: ValidationError, root: type[BaseModel], problems: Pro
 
 
 def _choices(expected: str) -> str:
-    """pydantic's "'a', 'b' or 'c'" as the file's "a, b, c"."""
-    return ", ".join(re.findall(r"'([^']*)'", expected))
+    """pydantic's "'a', 'b' or 'c'" (or "0, 1 or 2") as the file's "a, b, c"."""
+    quoted = re.findall(r"'([^']*)'", expected)
+    return ", ".join(quoted or re.findall(r"-?\d+(?:\.\d+)?", expected))
 
 
 def _join(path: str, key: str) -> str:

@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from ..analytics.build import MediaClock, build_stream_analytics
+from ..analytics.snapshots import Snapshots
 from ..config import PipelineConfig, SourceConfig, load_pipeline, preflight_problems
 from ..detect import build_detector
 from ..errors import ConfigError, StreamlensError
@@ -590,6 +591,9 @@ class Pipeline:
             st.reason, st.detail = item.reason, item.detail
             st.state = {"end": "ended"}.get(item.reason, item.reason)
             st.ended = time.monotonic()
+            shots = self._analytics.get(st.name, (None, None, None))[2]
+            if shots is not None:
+                shots.forget()
             self._publish_stats([st.name])  # the stream's last figures, before its eos
             self._out.publish(item)
 
@@ -598,9 +602,8 @@ class Pipeline:
         the events it made, numbered by the stream's own event `seq`."""
         frame = item.frame
         if frame.stream not in self._analytics:
-            self._analytics[frame.stream] = (build_stream_analytics(self.config.analytics, frame.stream, frame.width,
-                                                                    frame.height), MediaClock())
-        analytics, clock = self._analytics[frame.stream]
+            self._analytics[frame.stream] = self._stream_analytics(frame)
+        analytics, clock, shots = self._analytics[frame.stream]
         if analytics is None:
             return []
         det = item.detections
@@ -609,12 +612,33 @@ class Pipeline:
         labels = labels if labels is not None else [str(c) for c in det.class_id]
         scores = det.confidence if det.confidence is not None else np.ones(len(det))
         item.analytics = found = analytics.update(clock(frame), det.xyxy, ids, labels, scores)
+        if shots is not None:
+            for i in found.best:
+                if shots.wants(str(labels[i])):
+                    shots.seen(int(ids[i]), frame, det.xyxy[i], det, found)
         events = []
         for body in found.events:
             seq = self._event_seq.get(frame.stream, 0)
             self._event_seq[frame.stream] = seq + 1
-            events.append(Event(frame.stream, seq, body, item))
+            shot = None if shots is None else shots.take(body, seq, frame, det, found)
+            events.append(Event(frame.stream, seq, body, item, shot))
         return events
+
+    def _stream_analytics(self, frame) -> tuple:
+        """A stream's analytics (None when no rule applies to it), their clock, and its snapshots
+        (None when not asked for), made on its first frame."""
+        cfg = self.config.analytics
+        analytics = build_stream_analytics(cfg, frame.stream, frame.width, frame.height)
+        shots = None
+        if analytics is not None and cfg.snapshots is not None:
+            draw = None
+            if cfg.snapshots.kind == "frame":
+                from ..sinks.draw import FrameAnnotator
+
+                annotator = FrameAnnotator((frame.width, frame.height))
+                draw = annotator.annotate
+            shots = Snapshots(cfg.snapshots, frame.stream, draw)
+        return analytics, MediaClock(), shots
 
     def _sink_failed(self, error: BaseException) -> None:
         """A sink could not write: the run ends with its error, and frames not yet processed are dropped."""

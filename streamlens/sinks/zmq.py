@@ -3,7 +3,8 @@
 Every message is multipart `[topic, payload]` (see `streamlens.wire.codec`): topic `<type>.<stream>.`
 (ending in a dot, so `frame.cam1.` is exactly cam1's frames and `frame.` every stream's),
 payload one schema-v1 message in JSON (default) or MessagePack (`format: msgpack`). With
-`frames: jpeg`, frame messages carry the (annotated) frame as a JPEG third part.
+`frames: jpeg`, frame messages carry the (annotated) frame as a JPEG third part; an event with a
+snapshot (`analytics.snapshots`) carries its JPEG as a third part whatever `frames` says.
 
 Two modes:
 
@@ -81,7 +82,7 @@ import cv2
 import zmq
 
 from ..errors import SinkError, StreamlensError
-from ..frame import FrameResult, StatsReport, StreamEnd
+from ..frame import Event, FrameResult, StatsReport, StreamEnd
 from ..wire import codec, keys
 from ..wire.schema import topic
 from .base import Sink
@@ -255,6 +256,8 @@ class ZmqSink(Sink):
         parts = [topic(message), payload]
         if self.frames == "jpeg" and isinstance(item, FrameResult):
             parts.append(self._jpeg(item))
+        elif isinstance(item, Event) and item.snapshot is not None:
+            parts.append(item.snapshot.jpeg)
         try:
             if self.mode == "pub":
                 self._send_now(parts)

@@ -67,10 +67,18 @@ def frame_message(result: FrameResult) -> dict[str, Any]:
 
 def event_message(event: Event) -> dict[str, Any]:
     """The schema-v1 `event` message: what happened (`event`: line_cross, zone_enter, zone_exit,
-    loiter, object_start, object_update, object_end), on which frame, to which object."""
+    loiter, object_start, object_update, object_end), on which frame, to which object. An event with
+    a snapshot says so (`snapshot`: its `kind`, the `frame` it shows, its size in `bytes`, and the
+    `path` it was written to or null); the JPEG itself travels beside the message where a sink can
+    carry it (ZeroMQ's third part, an MQTT topic)."""
     frame = event.result.frame
-    return {"v": SCHEMA_VERSION, "type": "event", "stream": event.stream, "seq": event.seq, **event.body,
-            "frame": frame.index, "pts": None if frame.pts is None else round(frame.pts, 6), "ts": round(frame.ts, 6)}
+    message = {"v": SCHEMA_VERSION, "type": "event", "stream": event.stream, "seq": event.seq, **event.body,
+               "frame": frame.index, "pts": None if frame.pts is None else round(frame.pts, 6),
+               "ts": round(frame.ts, 6)}
+    shot = event.snapshot
+    if shot is not None:
+        message["snapshot"] = {"kind": shot.kind, "frame": shot.frame, "bytes": len(shot.jpeg), "path": shot.path}
+    return message
 
 
 def eos_message(end: StreamEnd) -> dict[str, Any]:
