@@ -4,12 +4,14 @@ restarted with its cameras, whose `seq` goes on past what was published."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -314,3 +316,37 @@ def test_engines_of_one_machine_share_its_cores():
         shutil.rmtree(supervisor._dir)  # never run: its folder for sockets goes now
         assert [t["detector"].get("threads") for t in trees] == [expected, expected]
         assert [len(t["sources"]) for t in trees] == [1, 1] and trees[0]["runtime"]["workers"] == 1
+
+
+def test_a_webhook_and_snapshots_work_through_two_engines_as_through_one(tmp_path):
+    """A webhook sink with two engines is written by the supervisor: it posts every event of both
+    engines' streams, each stream's in order, the same as the jsonl file holds; events with a
+    snapshot reach the file with their metadata whatever engine made them."""
+    from .test_webhook_sink import Hook, _Handler
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.hook = hook = Hook()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        out = tmp_path / "e.jsonl"
+        path = tmp_path / "hook.yaml"
+        path.write_text(f"""
+sources: [{{uri: {SAMPLE}}}, {{uri: {SAMPLE}, name: other}}]
+detector: {{backend: motion}}
+runtime: {{workers: 2}}
+analytics: {{lines: [{{name: across, points: [[0.5, 0.0], [0.5, 1.0]]}}], snapshots: {{events: [object_end]}}}}
+sinks:
+  - {{type: jsonl, path: {out}}}
+  - {{type: webhook, url: 'http://127.0.0.1:{server.server_address[1]}/hook'}}
+""")
+        done = run(path)
+        assert done.returncode == 0, done.stderr
+        events = [m for m in read_jsonl(out) if m["type"] == "event"]
+        posted = [json.loads(r["body"]) for r in hook.wait_for(len(events))]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert {m["stream"] for m in events} == {"cam1", "other"}
+    for name in ("cam1", "other"):
+        assert [m for m in posted if m["stream"] == name] == [m for m in events if m["stream"] == name]
+    assert any("snapshot" in m and m["snapshot"]["bytes"] > 0 for m in events)

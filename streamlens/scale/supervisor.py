@@ -12,7 +12,9 @@ the rest of the world see one pipeline:
   before; push: PULL to PUSH, each message waiting for a consumer at most the sink's
   `send_timeout_s`). CurveZMQ applies on the endpoint bound here. Frames never cross Ray's
   object store: only results (and the sinks' JPEG frames) travel, over ZeroMQ;
-- each jsonl file is written here, from what the engines push to it (nothing dropped);
+- each jsonl file, mqtt client and webhook queue is written here, from what the engines push to
+  it (nothing dropped on the way; an event's snapshot travels as its third part): one broker
+  connection, one availability topic and one cooldown per rule for the whole pipeline;
 - video sinks stay in the engines (they need the pixels): one file per stream as before; a path
   without `{stream}` gives the first source's stream `path` itself and the others
   `<stem>-<stream><suffix>`;
@@ -31,6 +33,7 @@ streams start again from zero, as a Prometheus counter reset.
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -59,6 +62,9 @@ DRAIN_IDLE_S = 0.3
 #: how long the supervisor waits for an engine to end after telling it to
 END_WAIT_S = 15.0
 _POLL_MS = 100
+#: the sinks written by the supervisor from what every engine pushes (one file, one MQTT client, one
+#: webhook queue for the whole pipeline); zmq sinks are forwarded, video sinks stay in the engines
+WRITTEN_HERE = ("jsonl", "mqtt", "webhook")
 
 
 def worker_count(config: PipelineConfig) -> int:
@@ -379,7 +385,7 @@ class Supervisor:
             if sink.type == "zmq":
                 raw = {k: v for k, v in raw.items() if k != "curve"}
                 sinks.append({**raw, "endpoint": self._launcher.sink_endpoint(engine.index, j)})
-            elif sink.type == "jsonl":
+            elif sink.type in WRITTEN_HERE:
                 sinks.append({"type": "zmq", "mode": "push", "endpoint": self._launcher.sink_endpoint(engine.index, j)})
             else:
                 path = sink.path
@@ -401,15 +407,31 @@ class Supervisor:
             forwarder.start()
 
 
+class _Relayed:
+    """A message an engine pushed, as the `item` a sink written here is given: the snapshot an
+    event carried as its third part, if any (the message itself is the sink's `message`)."""
+
+    __slots__ = ("snapshot",)
+
+    def __init__(self, parts: list[bytes], message: dict):
+        self.snapshot = None
+        shot = message.get("snapshot")
+        if len(parts) > 2 and message.get("type") == "event" and isinstance(shot, dict):
+            from ..frame import Snapshot
+
+            self.snapshot = Snapshot(parts[2], shot.get("kind", "crop"), shot.get("frame", -1), shot.get("path"))
+
+
 class _Forwarder:
-    """One sink of the file, fed by every engine: a zmq endpoint bound here, or a jsonl file."""
+    """One sink of the file, fed by every engine: a zmq endpoint bound here, or a sink written here
+    (jsonl, mqtt, webhook) from what the engines push."""
 
     def __init__(self, sink, where: str):
         self.sink, self.where = sink, where
         self.ctx = zmq.Context()
         self.dropped = 0
         self._auth = None
-        self._jsonl = None
+        self._sink = None  # a sink written here
         self._joined: dict[int, str] = {}  # engine -> the endpoint its share comes from
         self._joins: queue.SimpleQueue = queue.SimpleQueue()
         self._finishing = threading.Event()
@@ -426,12 +448,11 @@ class _Forwarder:
         from ..errors import SinkError, StreamlensError
 
         sink = self.sink
-        if sink.type == "jsonl":
-            from ..sinks.jsonl import JsonlSink
+        if sink.type in WRITTEN_HERE:
+            from ..sinks import build_sink
 
-            self._jsonl = JsonlSink(sink.path)
-            self._jsonl.where = self.where
-            self._jsonl.open()
+            self._sink = build_sink(sink, {}, where=self.where)
+            self._sink.open()
         else:
             from ..sinks.zmq import DEFAULT_LINGER_MS, DEFAULT_SEND_TIMEOUT_S, secure
 
@@ -483,9 +504,11 @@ class _Forwarder:
             self._joined[engine] = endpoint
 
     def _forward(self, parts: list[bytes]) -> None:
-        if self._jsonl is not None:
-            if not parts[0].startswith(b"stats."):  # the file holds results and stream ends
-                self._jsonl.write(None, None, parts[1])
+        if self._sink is not None:
+            if parts[0].startswith(b"stats.") and not self._sink.wants_stats:
+                return  # a jsonl file holds results, events and stream ends
+            message = json.loads(parts[1])
+            self._sink.write(_Relayed(parts, message), message, parts[1])
             return
         try:
             self.back.send_multipart(parts, flags=zmq.NOBLOCK if self.sink.mode == "pub" else 0)
@@ -498,8 +521,8 @@ class _Forwarder:
         if self._thread.is_alive():
             self._thread.join()
         try:
-            if self._jsonl is not None:
-                self._jsonl.close()
+            if self._sink is not None:
+                self._sink.close()
         finally:
             self.front.close(linger=0)
             if self.back is not None:

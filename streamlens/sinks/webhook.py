@@ -1,0 +1,403 @@
+"""The webhook sink: each analytics event as an HTTP POST of its JSON message.
+
+`{type: webhook, url: https://hooks.example/in}` posts every `event` message (schema v1, the same
+bytes the JSONL sink writes, `Content-Type: application/json`) to `url`, one request per event, in
+the order the events happened. Frames, stats and stream ends are not posted. Keys (all optional
+but `url`):
+
+- `events`: the event kinds posted (`[line_cross, zone_enter]`; default: every kind).
+- `cooldown_s` (0: off): at most one post per stream, rule and event kind in this time; the others
+  are skipped and counted in `skipped`. The rule is the event's `line` or `zone`, and for the
+  `object_*` events the object's label. The time is the stream's media time (the events' `pts`,
+  made to go on across the loops of a file), not the wall clock, so a file read faster than real
+  time is held back as it would be live, and a run gives the same posts every time; a stream
+  without `pts` reads the wall clock. The first event of a key opens its window (whether or not
+  it is then delivered); the ones skipped do not lengthen it.
+- `timeout_s` (5): how long connecting may take, and how long the server may keep silent while
+  answering (requests' connect and read timeouts).
+- `retries` (3): tries after a failure that may pass (no connection, a timeout, HTTP 5xx and 429),
+  waiting `BACKOFF_S` (0.5 s) before the first, twice as long before each next one, at most
+  `BACKOFF_MAX_S` (8 s; longer when the server's `Retry-After` asks, up to that cap). An event
+  still not taken then is counted in `failed`. Any other answer but 2xx (a 4xx other than 429, a
+  redirect, which is not followed) is not retried and is counted in `refused`.
+- `queue_size` (1000): events held for posting. `write()` runs on the engine's thread and never
+  waits: it puts the event into this queue and returns; when the queue is full the oldest event
+  is dropped and counted in `dropped`. One worker thread posts, in order, over one keep-alive
+  connection (a `requests.Session`).
+- `token_env`: the environment variable whose value is sent as `Authorization: Bearer <value>`;
+  read at `open()`, which fails with one line naming the key when the variable is not set. Basic
+  auth can go in the URL (`https://user:${PASS}@host/in`). Neither is ever logged: log lines show
+  the URL with its credentials masked.
+
+Counters, per stream: `posted`, `failed`, `refused`, `skipped` (cooldown), `dropped` (queue full,
+or still queued when `close()` gave up); `counters()` sums them. `drops()`, which the runtime
+reads, gives per stream every event not delivered: dropped, failed and refused; the skipped are
+left out (not delivered by design). One warning says when posting starts to fail (and why), one
+when it works again (and how many events were lost meanwhile), never one per try; `close()` logs
+what was lost.
+
+Closing: `close()` posts what is still queued for at most `max(timeout_s, CLOSE_MIN_S)` seconds in
+all (`CLOSE_MIN_S` is 2 s), then drops the rest (counted in `dropped`); after `interrupt()` it does
+not wait at all. `interrupt()` stops the worker at once: no further try, no backoff wait; a request
+already in flight is left to end within `timeout_s` on its daemon thread, and its event counted as
+dropped. `open()` does not contact the endpoint: one that is down at the start is retried like one
+that goes down later.
+
+Example:
+    >>> sink = WebhookSink("https://bot:s3cret@hooks.example/in", events=["line_cross"], cooldown_s=30)
+    >>> sink.display_url
+    'https://***@hooks.example/in'
+    >>> rule_of({"event": "line_cross", "line": "gate"}), rule_of({"event": "object_end", "object": {"label": "car"}})
+    ('gate', 'car')
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import os
+import threading
+import time
+from collections import Counter, deque
+from typing import Any
+
+from ..config.model import EVENT_KINDS
+from ..errors import SinkError
+from ..frame import FrameResult, StreamEnd
+from ..urls import mask_url
+from .base import Sink
+
+log = logging.getLogger("streamlens.sinks.webhook")
+
+#: the wait before the first retry; it doubles before each next one, up to `BACKOFF_MAX_S`
+BACKOFF_S = 0.5
+BACKOFF_MAX_S = 8.0
+#: `close()` posts what is queued for at most max(timeout_s, CLOSE_MIN_S) seconds
+CLOSE_MIN_S = 2.0
+#: answers worth another try (besides no answer at all)
+RETRY_STATUS = frozenset({429}) | frozenset(range(500, 600))
+#: what counters() reports, and which of them drops() sums (not delivered, not by design)
+COUNTERS = ("posted", "failed", "refused", "skipped", "dropped")
+LOSSES = ("dropped", "failed", "refused")
+
+
+def rule_of(message: dict[str, Any]) -> str | None:
+    """The rule an event belongs to, for its cooldown: its `line` or `zone`; for the `object_*`
+    events, the object's label (None when it has neither)."""
+    for key in ("line", "zone"):
+        if message.get(key) is not None:
+            return str(message[key])
+    obj = message.get("object")
+    return str(obj.get("label")) if isinstance(obj, dict) and obj.get("label") is not None else None
+
+
+class _MediaClock:
+    """A stream's media time from its events' `pts`, going on across the loops of a file (where
+    `pts` starts again); an event without `pts` reads the monotonic clock."""
+
+    __slots__ = ("offset", "last")
+
+    def __init__(self):
+        self.offset = 0.0
+        self.last: float | None = None
+
+    def __call__(self, pts: float | None) -> float:
+        if pts is None:
+            return time.monotonic()
+        t = pts + self.offset
+        if self.last is not None and t < self.last:  # the file started again
+            self.offset += self.last - t + 1e-3
+            t = pts + self.offset
+        self.last = t
+        return t
+
+
+class WebhookSink(Sink):
+    """Posts each event message to `url` (see the module's docstring for the keys)."""
+
+    name = "webhook"
+    inline = True  # write() only queues; the worker thread posts
+
+    def __init__(self, url: str, *, events: list[str] | None = None, cooldown_s: float = 0.0,
+                 timeout_s: float = 5.0, retries: int = 3, queue_size: int = 1000, token_env: str | None = None):
+        self.url = url
+        self.display_url = mask_url(url)
+        self.events = None if events is None else frozenset(events)
+        self.cooldown_s = cooldown_s
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.queue_size = queue_size
+        self.token_env = token_env
+        self.posted: Counter[str] = Counter()
+        self.failed: Counter[str] = Counter()
+        self.refused: Counter[str] = Counter()
+        self.skipped: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()
+        self._cond = threading.Condition()  # guards the queue, the counters and what follows
+        self._queue: deque[tuple[str, bytes]] = deque()
+        self._current: str | None = None  # the stream of the event the worker is posting
+        self._closing = False  # close(): the worker ends once the queue is empty
+        self._stop = threading.Event()  # the worker ends now; backoff waits end
+        self._aborted = False  # interrupt(): close() does not wait
+        self._windows: dict[tuple, float] = {}  # (stream, rule, kind) -> media time its window opened
+        self._clocks: dict[str, _MediaClock] = {}
+        self._failing = False
+        self._lost_before = 0  # events lost when posting began to fail
+        self._thread: threading.Thread | None = None
+        self._open = False
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Check the settings and the token's variable, then start the worker (the endpoint is not
+        contacted). Raises `SinkError`, one line naming the key, on a mistake."""
+        import requests
+
+        self._check()
+        try:
+            requests.Request("POST", self.url).prepare()
+        except requests.RequestException as e:
+            raise SinkError(f"{self.key('url')}: cannot post to {self.display_url!r}: {mask_url(str(e))}") from None
+        session = requests.Session()
+        session.headers.update({"Content-Type": "application/json", "User-Agent": "streamlens-webhook"})
+        if self.token_env is not None:
+            token = os.environ.get(self.token_env)
+            if not token:
+                session.close()
+                raise SinkError(f"{self.key('token_env')}: the environment variable {self.token_env} is not set "
+                                "(it holds the webhook's bearer token)")
+            session.auth = _Bearer(token)  # an auth of its own: a ~/.netrc entry does not replace it
+        self._open = True
+        self._thread = threading.Thread(target=self._work, args=(session,), name="webhook", daemon=True)
+        self._thread.start()
+
+    def write(self, item: FrameResult | StreamEnd, message: dict[str, Any], payload: bytes) -> None:
+        """Queue an event for posting (frames and stream ends are ignored), unless its kind is not
+        posted or its rule is cooling down (counted in `skipped`). Never waits: a full queue drops
+        its oldest event (counted in `dropped`)."""
+        if message.get("type") != "event":
+            return
+        if not self._open:
+            raise SinkError(f"webhook sink {self.display_url}: not open")
+        kind, stream = message.get("event"), message["stream"]
+        if self.events is not None and kind not in self.events:
+            return
+        with self._cond:
+            if self.cooldown_s > 0:
+                clock = self._clocks.get(stream)
+                if clock is None:
+                    clock = self._clocks[stream] = _MediaClock()
+                t = clock(message.get("pts"))
+                key = (stream, rule_of(message), kind)
+                opened = self._windows.get(key)
+                if opened is not None and t - opened < self.cooldown_s:
+                    self.skipped[stream] += 1
+                    return
+                self._windows[key] = t
+            if len(self._queue) >= self.queue_size:
+                self.dropped[self._queue.popleft()[0]] += 1
+            self._queue.append((stream, payload))
+            self._cond.notify_all()
+
+    def interrupt(self) -> None:
+        """Stop posting now: no further try or backoff wait; `close()` then waits for nothing and
+        drops what is queued (counted)."""
+        with self._cond:
+            self._aborted = True
+            self._stop.set()
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Post what is queued for at most max(`timeout_s`, `CLOSE_MIN_S`) seconds (not at all after
+        `interrupt()`), then drop the rest, counted; log what was lost. Safe to call twice."""
+        if self._thread is None:
+            return
+        deadline = time.monotonic() + (0.0 if self._aborted else max(self.timeout_s, CLOSE_MIN_S))
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+            while (self._queue or self._current is not None) and self._thread.is_alive():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            self._stop.set()
+            abandoned = len(self._queue) + (self._current is not None)
+            for stream, _ in self._queue:
+                self.dropped[stream] += 1
+            self._queue.clear()
+            if self._current is not None:  # in flight: the worker counts it no more
+                self.dropped[self._current] += 1
+                self._current = None
+            self._open = False
+            self._cond.notify_all()
+        self._thread.join(0.0 if abandoned else 1.0)  # it ends after its request, on its own
+        self._thread = None
+        self._report(abandoned)
+
+    # -- counters -----------------------------------------------------------------------------
+
+    def counters(self) -> dict[str, int]:
+        """Events posted, failed (after every retry), refused (a 4xx, a redirect), skipped (cooldown)
+        and dropped (queue full, or left at close) so far, every stream together; `queued` now."""
+        with self._cond:
+            out = {name: sum(getattr(self, name).values()) for name in COUNTERS}
+            out["queued"] = len(self._queue) + (self._current is not None)
+        return out
+
+    def drops(self) -> dict[str, int]:
+        """Events not delivered, per stream: dropped, failed and refused (not the skipped)."""
+        with self._cond:
+            total: Counter[str] = Counter()
+            for name in LOSSES:
+                total.update(getattr(self, name))
+            return {stream: n for stream, n in total.items() if n}
+
+    # -- parts --------------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if not isinstance(self.url, str) or not self.url.lower().startswith(("http://", "https://")):
+            raise SinkError(f"{self.key('url')}: expected an http:// or https:// URL, got {self.display_url!r}")
+        unknown = sorted(set(self.events or ()) - set(EVENT_KINDS))
+        if unknown:
+            raise SinkError(f"{self.key('events')}: unknown event kind {unknown[0]!r} ({', '.join(EVENT_KINDS)})")
+        for key, value, least in (("cooldown_s", self.cooldown_s, 0), ("timeout_s", self.timeout_s, None),
+                                  ("retries", self.retries, 0), ("queue_size", self.queue_size, 1)):
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if key in ("retries", "queue_size"):
+                number = number and isinstance(value, int)
+            if not number or (value < least if least is not None else value <= 0):
+                need = "> 0" if least is None else f">= {least}"
+                raise SinkError(f"{self.key(key)}: must be a number {need}, got {value!r}")
+
+    def _lost(self) -> int:
+        return sum(sum(getattr(self, name).values()) for name in LOSSES)
+
+    def _work(self, session) -> None:
+        """The worker: post the queue's events in order until closed or stopped."""
+        try:
+            while True:
+                with self._cond:
+                    while not self._queue and not self._closing and not self._stop.is_set():
+                        self._cond.wait()
+                    if self._stop.is_set() or not self._queue:
+                        return
+                    stream, payload = self._queue.popleft()
+                    self._current = stream
+                outcome = self._deliver(session, payload)
+                with self._cond:
+                    if self._current is not None:  # else close() gave it up and counted it
+                        getattr(self, outcome or "dropped")[stream] += 1
+                        self._current = None
+                        if outcome == "posted" and self._failing:
+                            self._failing = False
+                            log.warning("webhook sink %s: posting works again (%d event(s) dropped, failed or "
+                                        "refused meanwhile)", self.display_url, self._lost() - self._lost_before)
+                    self._cond.notify_all()
+        finally:
+            session.close()
+
+    def _deliver(self, session, payload: bytes) -> str | None:
+        """Post one event, retrying what may pass: `posted`, `failed`, `refused`, or None when
+        stopped before it was delivered."""
+        delay = BACKOFF_S
+        for attempt in range(self.retries + 1):
+            if self._stop.is_set():
+                return None
+            status, why, retry_after = self._post(session, payload)
+            if status is not None and 200 <= status < 300:
+                return "posted"
+            retriable = status is None or status in RETRY_STATUS
+            log.debug("webhook sink %s: try %d of %d failed: %s", self.display_url, attempt + 1,
+                      self.retries + 1 if retriable else attempt + 1, why)
+            self._fails(why, retriable)
+            if not retriable:
+                return "refused"
+            if attempt == self.retries:
+                break
+            pause = min(max(delay, retry_after or 0.0), BACKOFF_MAX_S)
+            delay *= 2
+            if self._stop.wait(pause):
+                return None
+        return "failed"
+
+    def _post(self, session, payload: bytes) -> tuple[int | None, str, float | None]:
+        """One request: (HTTP status or None when there was no answer, why it failed, the server's
+        `Retry-After` in seconds or None)."""
+        import requests
+
+        try:
+            answer = session.post(self.url, data=payload, allow_redirects=False,
+                                  timeout=(self.timeout_s, self.timeout_s))
+        except requests.ConnectTimeout:
+            return None, f"no connection within {self.timeout_s:g} s", None
+        except requests.Timeout:
+            return None, f"no answer within {self.timeout_s:g} s", None
+        except requests.RequestException as e:
+            return None, _why(e), None
+        status = answer.status_code
+        why = f"HTTP {status} {answer.reason or ''}".rstrip()
+        if 300 <= status < 400:
+            why += " (redirects are not followed: give the final URL)"
+        retry_after = answer.headers.get("Retry-After", "")
+        answer.close()
+        return status, why, float(retry_after) if retry_after.strip().isdigit() else None
+
+    def _fails(self, why: str, retriable: bool) -> None:
+        """A try failed: one warning when posting begins to fail, none for the tries after it."""
+        with self._cond:
+            if self._failing:
+                return
+            self._failing = True
+            self._lost_before = self._lost()
+        if retriable:
+            log.warning("webhook sink %s: posting fails (%s); each event is tried %d time(s) more, up to %d are "
+                        "held meanwhile, and what is not delivered is counted", self.display_url, why, self.retries,
+                        self.queue_size)
+        else:
+            log.warning("webhook sink %s: the server refuses events (%s); they are not retried, and counted as "
+                        "refused", self.display_url, why)
+
+    def _report(self, abandoned: int) -> None:
+        c = self.counters()
+        lost = c["dropped"] + c["failed"] + c["refused"]
+        if lost or c["skipped"]:
+            level = logging.WARNING if lost else logging.INFO
+            log.log(level, "webhook sink %s: %d event(s) posted, %d not delivered (%d failed, %d refused, %d dropped"
+                    "%s), %d skipped by cooldown", self.display_url, c["posted"], lost, c["failed"], c["refused"],
+                    c["dropped"], f", {abandoned} of them left at close" if abandoned else "", c["skipped"])
+
+
+class _Bearer:
+    """requests' auth hook that sends `Authorization: Bearer <token>`; its repr hides the token."""
+
+    def __init__(self, token: str):
+        self._token = token
+
+    def __call__(self, request):
+        request.headers["Authorization"] = f"Bearer {self._token}"
+        return request
+
+    def __repr__(self) -> str:
+        return "_Bearer(***)"
+
+
+def _why(error: BaseException) -> str:
+    """Why a request got no answer, in words (`Connection refused`), from the first cause that says."""
+    seen: set[int] = set()
+    stack: list[BaseException] = [error]
+    while stack:
+        e = stack.pop(0)
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, http.client.RemoteDisconnected):
+            return "the server closed the connection without an answer"
+        if isinstance(e, OSError) and e.strerror:
+            return e.strerror
+        stack += [c for c in (getattr(e, "reason", None), e.__cause__, e.__context__, *e.args)
+                  if isinstance(c, BaseException)]
+    return mask_url(f"{type(error).__name__}: {error}")
+
+
+__all__ = ["WebhookSink", "rule_of", "BACKOFF_S", "BACKOFF_MAX_S", "CLOSE_MIN_S"]

@@ -1,0 +1,316 @@
+"""The webhook sink against a real HTTP server on 127.0.0.1 (started here, recording what it gets):
+a pipeline's events arrive as the JSONL file holds them, in order, as JSON; kinds are filtered;
+the cooldown holds back one rule on media time, not the others; 5xx is retried, 4xx refused; a
+server that stalls or is not there never holds up the pipeline, and every loss is counted; the
+bearer token comes from the environment; the pipeline file's short form builds it."""
+
+from __future__ import annotations
+
+import http.server
+import inspect
+import json
+import logging
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import streamlens
+from streamlens.config import load_pipeline
+from streamlens.config.model import WebhookSinkConfig
+from streamlens.errors import ConfigError, SinkError
+from streamlens.frame import Event, Frame, FrameResult, empty_detections
+from streamlens.sinks import build_sink
+from streamlens.sinks.webhook import WebhookSink
+from streamlens.wire.schema import dumps, message_for
+
+from .conftest import REPO
+from .test_workers import free_port
+
+WAIT_S = 30  # generous: a condition, never a race
+
+
+class Hook:
+    """What the server got (`requests`: method, path, headers, body, client port) and how it
+    answers: `answers` in turn, then `status`; with `stall`, it reads a request and never answers."""
+
+    def __init__(self):
+        self.requests: list[dict] = []
+        self.answers: list[int] = []
+        self.status = 200
+        self.stall = False
+        self.release = threading.Event()  # ends the stalls (at the end of the test)
+        self.cond = threading.Condition()
+        self.url = ""
+
+    def wait_for(self, count: int) -> list[dict]:
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.requests) >= count, WAIT_S), self.requests
+            return list(self.requests)
+
+    def bodies(self, path: str | None = None) -> list[dict]:
+        with self.cond:
+            return [json.loads(r["body"]) for r in self.requests if path is None or r["path"] == path]
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as a real endpoint
+
+    def do_POST(self):
+        hook: Hook = self.server.hook
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        with hook.cond:
+            hook.requests.append({"method": "POST", "path": self.path, "headers": dict(self.headers), "body": body,
+                                  "port": self.client_address[1]})
+            hook.cond.notify_all()
+            stall = hook.stall
+            status = hook.answers.pop(0) if hook.answers else hook.status
+        if stall:
+            hook.release.wait(WAIT_S)
+            self.close_connection = True
+            return
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def hook():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.hook = found = Hook()
+    found.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield found
+    finally:
+        found.release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def event(kind: str, seq: int, pts: float, stream: str = "cam1", label: str = "car", **keys):
+    """write()'s arguments for one crafted event at media time `pts`."""
+    frame = Frame(stream, seq, pts, 1_700_000_000.0 + pts, np.zeros((4, 4, 3), np.uint8))
+    body = {"event": kind, **keys, "object": {"id": seq, "label": label, "score": 0.9, "box": [0, 0, 2, 2]}}
+    item = Event(stream, seq, body, FrameResult(frame, seq, True, empty_detections()))
+    message = message_for(item)
+    return item, message, dumps(message)
+
+
+def closed(sink: WebhookSink) -> bool:
+    """Close `sink` on a thread of its own; whether close() returned (it is bounded)."""
+    thread = threading.Thread(target=sink.close, daemon=True)
+    thread.start()
+    thread.join(WAIT_S)
+    return not thread.is_alive()
+
+
+SAMPLE_PIPELINE = """
+sources: [{{uri: {sample}}}]
+detector: {{backend: motion}}
+keyframes: {{interval: 3}}
+analytics:
+  lines: [{{name: across, points: [[0.5, 0.0], [0.5, 1.0]]}}]
+  zones: [{{name: left, polygon: [[0, 0], [0.5, 0], [0.5, 1], [0, 1]], inertia: 2}}]
+sinks:
+  - {{type: jsonl, path: out.jsonl}}
+{more}"""
+
+
+def sample_pipeline(folder: Path, more: str) -> Path:
+    path = folder / "p.yaml"
+    path.write_text(SAMPLE_PIPELINE.format(sample=REPO / "samples" / "traffic.mp4", more=more))
+    return path
+
+
+@pytest.fixture(scope="module")
+def sample_run(tmp_path_factory):
+    """The sample through a pipeline with a line, a zone and two webhook sinks (every event to
+    /all, line crossings to /cross): the server's requests and the jsonl file's messages."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.hook = found = Hook()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    folder = tmp_path_factory.mktemp("webhook")
+    path = sample_pipeline(folder, f"""  - {{type: webhook, url: "{base}/all", timeout_s: 30}}
+  - {{type: webhook, url: "{base}/cross", events: [line_cross], timeout_s: 30}}
+""")
+    try:
+        report = streamlens.Pipeline.from_yaml(path).run()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert report.exit_code == 0, report.error
+    written = (folder / "out.jsonl").read_bytes().splitlines()
+    return found, written
+
+
+def test_a_pipeline_posts_exactly_the_events_of_its_jsonl_in_order_as_json(sample_run):
+    found, written = sample_run
+    events = [line for line in written if json.loads(line)["type"] == "event"]
+    posted = [r for r in found.requests if r["path"] == "/all"]
+    assert events and [r["body"] for r in posted] == events  # the same bytes, in the same order
+    assert {r["method"] for r in posted} == {"POST"}
+    assert {r["headers"]["Content-Type"] for r in posted} == {"application/json"}
+    assert len({r["port"] for r in posted}) == 1  # one keep-alive connection
+
+
+def test_events_filter_posts_only_the_kinds_asked_for(sample_run):
+    found, written = sample_run
+    crossings = [json.loads(line) for line in written if json.loads(line).get("event") == "line_cross"]
+    assert crossings and found.bodies("/cross") == crossings
+    assert len(found.bodies("/all")) > len(crossings)  # there were other kinds to leave out
+
+
+def test_cooldown_holds_back_a_rule_on_media_time_and_not_the_others(hook):
+    sink = WebhookSink(hook.url, cooldown_s=10)
+    sink.open()
+    writes = [
+        event("line_cross", 0, 0.0, line="gate"),    # posted: opens gate's window, 0 .. 10 s
+        event("line_cross", 1, 1.0, line="gate"),    # skipped
+        event("line_cross", 2, 1.0, line="exit"),    # posted: another rule
+        event("zone_enter", 3, 2.0, zone="gate"),    # posted: another kind
+        event("line_cross", 4, 2.0, line="gate", stream="cam2"),  # posted: another stream
+        event("object_start", 5, 3.0, label="car"),  # posted: object_* events' rule is the label
+        event("object_start", 6, 4.0, label="car"),  # skipped
+        event("object_start", 7, 4.0, label="person"),  # posted
+        event("line_cross", 8, 9.9, line="gate"),    # skipped
+        event("line_cross", 9, 10.5, line="gate"),   # posted: the window has passed, in media time
+        event("line_cross", 10, 0.5, line="gate"),   # skipped: the file looped, media time goes on
+    ]
+    for args in writes:
+        sink.write(*args)
+    hook.wait_for(7)
+    assert closed(sink)
+    assert [b["seq"] for b in hook.bodies()] == [0, 2, 3, 4, 5, 7, 9]
+    counts = sink.counters()
+    assert (counts["posted"], counts["skipped"], counts["dropped"]) == (7, 4, 0)
+    assert sink.drops() == {}  # skipped by design is no loss
+
+
+def test_5xx_is_retried_until_it_passes_and_4xx_is_refused_at_once(hook, caplog):
+    caplog.set_level(logging.WARNING, logger="streamlens.sinks.webhook")
+    hook.answers = [500, 500]
+    sink = WebhookSink(hook.url, retries=3)
+    sink.open()
+    sink.write(*event("line_cross", 0, 0.0, line="gate"))
+    hook.wait_for(3)
+    assert closed(sink)
+    assert len(hook.requests) == 3 and len({r["body"] for r in hook.requests}) == 1
+    assert sink.counters()["posted"] == 1 and sink.drops() == {}
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines  # one when it began to fail, one when it worked again; none per try
+    assert "HTTP 500" in lines[0] and "works again" in lines[1]
+
+    hook.requests.clear()
+    hook.status = 404
+    sink = WebhookSink(hook.url, retries=3)
+    sink.open()
+    sink.write(*event("line_cross", 0, 0.0, line="gate"))
+    hook.wait_for(1)
+    assert closed(sink)
+    assert len(hook.requests) == 1  # not retried
+    counts = sink.counters()
+    assert (counts["refused"], counts["failed"], counts["posted"]) == (1, 0, 0)
+    assert sink.drops() == {"cam1": 1}
+
+
+def test_a_stalled_server_never_blocks_write_and_close_returns(hook):
+    hook.stall = True
+    sink = WebhookSink(hook.url, timeout_s=1, retries=0, queue_size=5)
+    sink.open()
+    sink.write(*event("line_cross", 0, 0.0, line="gate"))
+    hook.wait_for(1)  # the worker's request is held unanswered
+    for seq in range(1, 51):
+        sink.write(*event("line_cross", seq, float(seq), line="gate"))  # each returns: only queued
+    assert sink.counters()["dropped"] > 0  # the queue overflowed, and said so
+    assert closed(sink)
+    counts = sink.counters()
+    assert counts["posted"] == 0 and counts["dropped"] + counts["failed"] == 51
+    assert sink.drops() == {"cam1": 51}
+
+
+def test_interrupt_stops_at_once_even_with_a_request_in_flight(hook):
+    hook.stall = True
+    sink = WebhookSink(hook.url, timeout_s=4 * WAIT_S, retries=5)  # a close that waited would outlast WAIT_S
+    sink.open()
+    for seq in range(3):
+        sink.write(*event("zone_exit", seq, float(seq), zone="bay", dwell_s=1.0))
+    hook.wait_for(1)
+    sink.interrupt()
+    assert closed(sink)
+    assert sink.counters()["dropped"] == 3 and sink.drops() == {"cam1": 3}
+    assert len(hook.requests) == 1  # nothing tried after the interrupt
+
+
+def test_an_endpoint_refused_is_retried_then_failed_and_the_run_still_writes_every_frame(tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="streamlens.sinks.webhook")
+    sink = WebhookSink(f"http://127.0.0.1:{free_port()}/hook", retries=1, timeout_s=2)
+    path = sample_pipeline(tmp_path, "")
+    report = streamlens.Pipeline.from_yaml(path, sinks=[sink]).run()
+    assert report.exit_code == 0, report.error
+    lines = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert len([m for m in lines if m["type"] == "frame"]) == 300 and lines[-1]["type"] == "eos"
+    events = len([m for m in lines if m["type"] == "event"])
+    counts = sink.counters()
+    assert counts["posted"] == 0 and counts["failed"] >= 1
+    assert counts["failed"] + counts["dropped"] == events and sink.drops() == {"cam1": events}
+    tries = [r for r in caplog.records if "try " in r.getMessage()]
+    assert "Connection refused" in tries[0].getMessage()
+    assert len(tries) - 2 * counts["failed"] in (0, 1)  # two tries each (one retry); at most one cut by close
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len([m for m in warned if "posting fails" in m]) == 1, warned
+
+
+def test_the_token_comes_from_the_environment_and_an_unset_one_is_one_line(hook, tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("HOOK_TOKEN", "s3cret-token")
+    sink = WebhookSink(hook.url, token_env="HOOK_TOKEN")
+    sink.open()
+    sink.write(*event("loiter", 0, 0.0, zone="bay"))
+    hook.wait_for(1)
+    assert closed(sink)
+    assert hook.requests[0]["headers"]["Authorization"] == "Bearer s3cret-token"
+    assert not any("s3cret-token" in r.getMessage() for r in caplog.records)
+
+    monkeypatch.delenv("HOOK_TOKEN")
+    path = tmp_path / "p.yaml"
+    path.write_text(f"""
+sources: [{{uri: {REPO / 'samples' / 'traffic.mp4'}}}]
+detector: {{backend: motion}}
+sinks: [{{type: webhook, url: "{hook.url}", token_env: HOOK_TOKEN}}]
+""")
+    with pytest.raises(SinkError) as info:
+        streamlens.Pipeline.from_yaml(path).run()
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("sinks[0].token_env: ") and "HOOK_TOKEN" in message
+
+
+def test_the_short_form_validates_and_builds_and_a_wrong_url_is_one_line(tmp_path):
+    (tmp_path / "clip.mp4").write_bytes(b"")
+    path = tmp_path / "p.yaml"
+    path.write_text("sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\n"
+                    "sinks: [{type: webhook, url: 'http://127.0.0.1:9/x'}]\n")
+    cfg = load_pipeline(path).sinks[0]
+    sink = build_sink(cfg, {"cam1": 30.0}, where="sinks[0]")
+    assert isinstance(sink, WebhookSink) and sink.url == "http://127.0.0.1:9/x" and sink.inline
+    # the constructor takes the file's keys, with the same defaults
+    params = inspect.signature(WebhookSink).parameters
+    fields = {k: f for k, f in WebhookSinkConfig.model_fields.items() if k != "type"}
+    assert set(params) == set(fields)
+    assert {k: p.default for k, p in params.items() if k != "url"} == {k: f.default for k, f in fields.items()
+                                                                        if k != "url"}
+    sink.open()  # nothing listens on port 9: opening does not contact the endpoint
+    assert closed(sink)
+
+    path.write_text("sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\n"
+                    "sinks: [{type: webhook, url: 'ftp://x'}]\n")
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    assert len(info.value.problems) == 1
+    assert info.value.problems[0].startswith(f"{path}: sinks[0].url: "), info.value.problems
