@@ -285,6 +285,9 @@ class FrameResult:
     detected_frame: int | None = None
     #: what `analytics:` found on this frame (`streamlens.analytics.FrameAnalytics`), None without rules
     analytics: object = None
+    #: per object, what the `secondary` classifiers know of its track ({name: {"label", "score"}}, or
+    #: None), None when nothing is known of any
+    attributes: list | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -311,6 +314,21 @@ class Event:
     body: dict
     result: FrameResult
     snapshot: Snapshot | None = None
+
+
+@dataclass(slots=True, eq=False)
+class Embedding:
+    """A track's embedding by a `secondary` entry of kind `embed` (`name`), made anew from
+    `attempts` looks: `vector` is a unit vector; `seq` counts a stream's embeddings from 0 with no
+    gaps (apart from its results' and events' `seq`); `result` is the frame it came with."""
+
+    stream: str
+    seq: int
+    track: int
+    name: str
+    vector: np.ndarray
+    attempts: int
+    result: FrameResult
 
 
 @dataclass(slots=True, eq=False)

@@ -22,7 +22,8 @@ def _scaled(points, width: int, height: int) -> list[tuple[float, float]]:
 
 
 def build_stream_analytics(cfg, stream: str, width: int, height: int) -> StreamAnalytics | None:
-    """`stream`'s analytics under `cfg` (an `AnalyticsConfig`), None when no rule applies to it."""
+    """`stream`'s analytics under `cfg` (an `AnalyticsConfig`), None when it has rules and none
+    applies to this stream; a section without rules gives every stream its objects' life events."""
     def applies(rule) -> bool:
         return rule.streams is None or stream in rule.streams
 
@@ -32,8 +33,8 @@ def build_stream_analytics(cfg, stream: str, width: int, height: int) -> StreamA
               set(r.classes) if r.classes is not None else None) for r in cfg.zones if applies(r)]
     ground = None if cfg.ground is None else ground_homography(_scaled(cfg.ground.points, width, height),
                                                                 cfg.ground.width_m, cfg.ground.length_m)
-    if not lines and not zones and cfg.pixels_per_metre is None and ground is None:
-        return None
+    if not lines and not zones and cfg.pixels_per_metre is None and ground is None and (cfg.lines or cfg.zones):
+        return None  # rules for other streams only (a section without rules: the objects' life events)
     return StreamAnalytics(lines, zones, anchor=cfg.anchor, pixels_per_metre=cfg.pixels_per_metre,
                            end_after_s=cfg.end_after_s, ground=ground)
 

@@ -5,8 +5,8 @@ id -1, are left out: a rule needs to know an object from one frame to the next) 
 `FrameAnalytics`: per object the zones it is in, the running counts of every line (`in`, `out`, per
 class too) and zone (objects in it now), and the events of this frame, in order:
 
-- `object_start` the first frame a track is seen; `object_update` when its label or its zones
-  change; `object_end` once it has not been seen for `end_after_s` (with `first_ts`, `last_ts`,
+- `object_start` the first frame a track is seen; `object_update` when its label, its zones or
+  its attributes (what the secondary classifiers know of it) change; `object_end` once it has not been seen for `end_after_s` (with `first_ts`, `last_ts`,
   `best_score` and every zone it entered): the life of a tracked object as Frigate users know it;
 - `line_cross` (`line`, `direction`), `zone_enter`, `zone_exit` (`dwell_s`), `loiter` (`dwell_s`).
 
@@ -73,6 +73,7 @@ class _Track:
     zones: tuple = ()
     entered: list = field(default_factory=list)  # every zone entered, in order
     history: list = field(default_factory=list)  # (t, anchor) of the last half second, for speed
+    attributes: dict | None = None  # what the secondary classifiers know of it
 
 
 class StreamAnalytics:
@@ -95,7 +96,10 @@ class StreamAnalytics:
         self.geometry = Geometry(tuple((rule.name, rule.points) for rule, _ in self.lines),
                                  tuple((rule.name, rule.polygon) for rule, _ in self.zones))
 
-    def update(self, t: float, xyxy: np.ndarray, ids: np.ndarray, labels, scores: np.ndarray) -> FrameAnalytics:
+    def update(self, t: float, xyxy: np.ndarray, ids: np.ndarray, labels, scores: np.ndarray,
+               attributes: list | None = None) -> FrameAnalytics:
+        """One frame's objects (`attributes`: per object what the secondary models know of its
+        track, or None); what the rules found."""
         points = anchor_points(xyxy, self.anchor)
         distances = [rule.distances(points).tolist() for rule, _ in self.lines]  # every object at once
         insides = [rule.contains(points).tolist() for rule, _ in self.zones]
@@ -121,6 +125,9 @@ class StreamAnalytics:
                 track.best_score = score
                 best.append(i)
             changed = track.label != label
+            known = attributes[i] if attributes is not None else None
+            if known and known != track.attributes:
+                changed, track.attributes = True, known
             track.last_ts, track.label, track.box, track.score = t, label, box, score
             for j, (rule, classes) in enumerate(self.lines):
                 if classes is None or label in classes:
@@ -193,8 +200,11 @@ class StreamAnalytics:
 
     @staticmethod
     def _event(kind: str, track_id: int, track: _Track, **extra) -> dict:
-        return {"event": kind, **extra, "object": {"id": track_id, "label": track.label, "score": round(track.score, 4),
-                                                   "box": [round(v, 2) for v in track.box]}}
+        obj = {"id": track_id, "label": track.label, "score": round(track.score, 4),
+               "box": [round(v, 2) for v in track.box]}
+        if track.attributes:
+            obj["attributes"] = track.attributes
+        return {"event": kind, **extra, "object": obj}
 
 
 __all__ = ["StreamAnalytics", "FrameAnalytics", "Geometry", "END_AFTER_S"]

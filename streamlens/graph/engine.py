@@ -201,8 +201,12 @@ class Engine:
 
     def __init__(self, inbox: Channel, detections: Channel, lanes: list[Lane], worker: DetectWorker,
                  publish: Callable[[FrameResult | StreamEnd], None], late_after_s: float,
-                 on_detected: Callable[[Detected], None] | None = None, chooser: KeyframeChooser | None = None):
+                 on_detected: Callable[[Detected], None] | None = None, chooser: KeyframeChooser | None = None,
+                 on_keyframe: Callable[[Frame, sv.Detections], None] | None = None):
         self.on_detected = on_detected  # told of every keyframe back from the detector, late ones too
+        #: told of every keyframe whose detections the tracker applied (late ones too, when applied):
+        #: the frame and its tracked objects as the detector saw them
+        self.on_keyframe = on_keyframe
         self.chooser = chooser  # the shared schedule of the live streams (None: each its own)
         if chooser is not None:
             for lane in lanes:
@@ -308,9 +312,11 @@ class Engine:
         if key in lane.late:  # the tracker rewinds to that frame, applies them; the motion since is replayed
             lane.late.discard(key)  # when the inbox is empty, or by the tracker before this stream's next frame
             stale = getattr(lane.tracker, "stale_updates", 0)
-            lane.tracker.update(done.frame, done.detections, catch_up=False)
+            objects = lane.tracker.update(done.frame, done.detections, catch_up=False)
             if getattr(lane.tracker, "stale_updates", 0) == stale:  # applied, not too old for its history
                 lane.detected_frame = max(done.frame.index, lane.detected_frame or 0)
+                if self.on_keyframe is not None:
+                    self.on_keyframe(done.frame, objects)
             else:
                 lane.discarded_detections += 1
         elif lane.open:  # not published yet: its timings are still the engine's to fill in
@@ -336,6 +342,8 @@ class Engine:
             if keyframe:
                 detections = lane.tracker.update(head, lane.ready.pop(id(head)))
                 lane.detected_frame = head.index
+                if self.on_keyframe is not None:
+                    self.on_keyframe(head, detections)
             else:
                 detections = lane.tracker.propagate(head)
             head.timings["track"] = (time.perf_counter() - started) * 1000

@@ -165,6 +165,7 @@ class Pipeline:
         #: per stream: its analytics and their clock (made on its first frame), the next event's seq
         self._analytics: dict[str, tuple] = {}
         self._event_seq: dict[str, int] = {}
+        self._secondary = None  # the secondary models (streamlens/secondary), when the file has some
         self._stop_sources = threading.Event()
         self._lock = threading.Lock()
         self._error: str | None = None
@@ -235,6 +236,23 @@ class Pipeline:
         empty until they are open."""
         sinks = self._out.sinks if self._out is not None else []
         return {s.where: s.endpoint for s in sinks if s.where and isinstance(getattr(s, "endpoint", None), str)}
+
+    def secondary_stats(self) -> dict:
+        """Per `secondary` entry: looks answered (`calls`), tracks looked at, looks per track, crops
+        computed and found in the cache, its hit rate, mean batch, ms per computed crop, crops dropped;
+        and under `cache` the cache's own counters. Empty without secondary models."""
+        stage = self._secondary
+        if stage is None:
+            return {}
+        out = stage.stats()
+        if stage.cache is not None:
+            out["cache"] = stage.cache.stats()
+        return out
+
+    def embedding(self, stream: str, track: int, name: str | None = None):
+        """The embedding kept for `track` of `stream` by the `embed` entry `name` (default: the
+        first), a unit vector, or None; see streamlens/secondary."""
+        return None if self._secondary is None else self._secondary.embedding(stream, track, name)
 
     def control_of(self, stream: str) -> tuple[float, bool, float] | None:
         """The budget controller's hold on `stream`: (interval stretch, whether keyframes wait for
@@ -328,6 +346,8 @@ class Pipeline:
                 log.debug("the detector is still inside a batch; it is left to end by itself")
             else:
                 detector.close()
+            if self._secondary is not None:
+                self._secondary.close()
             if http is not None:
                 http.close()
         self._refresh_drops()
@@ -397,6 +417,8 @@ class Pipeline:
             values = st.report(self._inbox.depth(st.name))
             if self.controller is not None and st.name in self.controller.shedders:
                 values["control"] = self.controller.state(st.name)
+            if self._secondary is not None:  # the secondary models' figures, the same in every stream's
+                values["secondary"] = self.secondary_stats()
             source_stats = getattr(self._sources.get(st.name), "stats", None)
             if callable(source_stats):  # a live source: reconnects, last error (URL masked)
                 values.update({k: v for k, v in source_stats().items() if k not in ("state", "dropped")})
@@ -461,6 +483,13 @@ class Pipeline:
                     src.on_state = self._on_source_state
             detector = build_detector(cfg.detector)
             built.append(detector)
+            if cfg.secondary:
+                from ..secondary.cache import build_cache
+                from ..secondary.stage import SecondaryStage
+
+                cache = cfg.runtime.cache
+                self._secondary = SecondaryStage(cfg.secondary, build_cache(cache.items, cache.redis, cache.ttl_s))
+                built.append(self._secondary)
             http = None
             if cfg.runtime.http_port is not None:
                 http = MetricsServer(self, cfg.runtime.http_host, cfg.runtime.http_port)
@@ -500,6 +529,8 @@ class Pipeline:
         for lane in lanes:
             lane.seq = self._first_seq.get(lane.name, 0)
         self._lanes = {lane.name: lane for lane in lanes}
+        if self._secondary is not None:
+            self._secondary.start()
         threads.append(threading.Thread(target=self._run_engine, args=(detector, lanes), name="engine",
                                         daemon=True))
         by_name = {c.name: c for c in cfg.sources}
@@ -557,7 +588,8 @@ class Pipeline:
         self._engine = engine = Engine(self._inbox, detections, lanes, worker, self._publish,
                                        late_after_s=budget / 1000 if budget else float("inf"),
                                        on_detected=lambda done: self.stats[done.frame.stream].detected(
-                                           done.batch_ms, done.detect_ms), chooser=self._chooser)
+                                           done.batch_ms, done.detect_ms), chooser=self._chooser,
+                                       on_keyframe=self._secondary.offer if self._secondary else None)
         try:
             engine.run()
         except BaseException as e:  # noqa: BLE001
@@ -579,10 +611,13 @@ class Pipeline:
                 self._credits.release(st.name)
             if self._collector is not None:
                 self._collector.published()
+            embeddings = self._secondary.apply(item) if self._secondary is not None else ()
             events = self._analyse(item) if self.config.analytics is not None else ()
             self._out.publish(item)
             for event in events:
                 self._out.publish(event)
+            for embedding in embeddings:
+                self._out.publish(embedding)
             return
         with self._ends_lock:
             self._refresh_drops()
@@ -594,6 +629,8 @@ class Pipeline:
             shots = self._analytics.get(st.name, (None, None, None))[2]
             if shots is not None:
                 shots.forget()
+            if self._secondary is not None:
+                self._secondary.stream_ended(st.name)
             self._publish_stats([st.name])  # the stream's last figures, before its eos
             self._out.publish(item)
 
@@ -611,7 +648,7 @@ class Pipeline:
         labels = det.data.get("class_name")
         labels = labels if labels is not None else [str(c) for c in det.class_id]
         scores = det.confidence if det.confidence is not None else np.ones(len(det))
-        item.analytics = found = analytics.update(clock(frame), det.xyxy, ids, labels, scores)
+        item.analytics = found = analytics.update(clock(frame), det.xyxy, ids, labels, scores, item.attributes)
         if shots is not None:
             for i in found.best:
                 if shots.wants(str(labels[i])):

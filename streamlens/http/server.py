@@ -93,6 +93,25 @@ class _Collector:
                                        labels=["stream", "stage"])
         detect = HistogramMetricFamily("streamlens_detect_seconds", "Detector time per keyframe batch",
                                        labels=label)
+        model = ["model"]
+        secondary = {"calls": CounterMetricFamily("streamlens_secondary_calls", "Looks a secondary entry answered",
+                                                  labels=model),
+                     "computed": CounterMetricFamily("streamlens_secondary_computed",
+                                                     "Crops a secondary model ran on", labels=model),
+                     "cached": CounterMetricFamily("streamlens_secondary_cached",
+                                                   "Crops whose outputs the cache had (compute saved)", labels=model),
+                     "dropped": CounterMetricFamily("streamlens_secondary_dropped",
+                                                    "Crops dropped: the secondary worker's queue was full",
+                                                    labels=model)}
+        cache = {"hits": CounterMetricFamily("streamlens_cache_hits", "Secondary cache lookups found"),
+                 "misses": CounterMetricFamily("streamlens_cache_misses", "Secondary cache lookups not found"),
+                 "evictions": CounterMetricFamily("streamlens_cache_evictions", "Outputs the memory cache let go")}
+        for name, figures in self.pipeline.secondary_stats().items():
+            for key, family in (cache if name == "cache" else secondary).items():
+                if isinstance(figures.get(key), (int, float)):
+                    family.add_metric([] if name == "cache" else [name], figures[key])
+        yield from secondary.values()
+        yield from cache.values()
         for st in list(self.pipeline.stats.values()):
             v = [st.name]
             shed.add_metric(v, st.shed)

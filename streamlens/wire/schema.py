@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..frame import Event, FrameResult, StatsReport, StreamEnd
+from ..frame import Embedding, Event, FrameResult, StatsReport, StreamEnd
 from .codec import json_bytes
 
 SCHEMA_VERSION = 1
@@ -37,6 +37,11 @@ def frame_message(result: FrameResult) -> dict[str, Any]:
     labels = [str(v) for v in labels] if labels is not None else [str(c) for c in cls]
     objects = [{"id": int(ids[i]), "cls": int(cls[i]), "label": labels[i], "score": scores[i], "box": boxes[i]}
                for i in range(n)]
+    attributes = result.attributes
+    if attributes is not None:  # what the secondary classifiers know of each object's track
+        for obj, known in zip(objects, attributes):
+            if known:
+                obj["attributes"] = known
     found = result.analytics
     if found is not None:  # the zones each tracked object is in, its speed where measured
         for obj, zones, speed in zip(objects, found.zones, found.speeds or [None] * n):
@@ -81,6 +86,16 @@ def event_message(event: Event) -> dict[str, Any]:
     return message
 
 
+def embedding_message(item: Embedding) -> dict[str, Any]:
+    """The schema-v1 `embedding` message: a track's vector by a `secondary` entry of kind `embed`
+    (`name`), sent each time it is made anew (topic `embedding.<stream>.`), never in frames."""
+    frame = item.result.frame
+    return {"v": SCHEMA_VERSION, "type": "embedding", "stream": item.stream, "seq": item.seq, "name": item.name,
+            "object": {"id": item.track}, "attempts": item.attempts,
+            "vector": np.round(item.vector.astype(np.float64), 6).tolist(),
+            "frame": frame.index, "pts": None if frame.pts is None else round(frame.pts, 6), "ts": round(frame.ts, 6)}
+
+
 def eos_message(end: StreamEnd) -> dict[str, Any]:
     """The schema-v1 `eos` message that closes a stream. `reason` is end, truncated, stopped or
     error; `lost` counts what never became a result, by cause; `expected` is the frame count the
@@ -103,12 +118,14 @@ def stats_message(report: StatsReport) -> dict[str, Any]:
     return {"v": SCHEMA_VERSION, "type": "stats", "stream": report.stream, **report.values}
 
 
-def message_for(item: FrameResult | StreamEnd | StatsReport | Event) -> dict[str, Any]:
-    """The message for a result, a stream end, a stats report or an event."""
+def message_for(item: FrameResult | StreamEnd | StatsReport | Event | Embedding) -> dict[str, Any]:
+    """The message for a result, a stream end, a stats report, an event or an embedding."""
     if isinstance(item, FrameResult):
         return frame_message(item)
     if isinstance(item, Event):
         return event_message(item)
+    if isinstance(item, Embedding):
+        return embedding_message(item)
     return eos_message(item) if isinstance(item, StreamEnd) else stats_message(item)
 
 

@@ -88,6 +88,10 @@ class Message:
         return self.data.get("seq")
 
 
+#: the messages numbered by a `seq` of their own per stream, apart from its frames'
+SEQ_KINDS = ("event", "embedding")
+
+
 class SeqTracker:
     """Finds gaps in each stream's `seq` (see the module docs for the rules).
 
@@ -102,12 +106,13 @@ class SeqTracker:
 
     def check(self, stream: str, seq: int, *, last: bool = False, kind: str = "frame") -> Gap | None:
         """Note message `seq` of `stream` (`last`: it is the stream's eos); the gap before it.
-        `kind`: "frame" for results and the eos, "event" for events, which have a `seq` of their own."""
+        `kind`: "frame" for results and the eos, "event" for events and "embedding" for embeddings,
+        which have a `seq` of their own."""
         expected = self._next.get((stream, kind))
         gap = Gap(stream, expected, seq) if expected is not None and seq > expected else None
         if last:
-            self._next.pop((stream, "frame"), None)
-            self._next.pop((stream, "event"), None)
+            for each in ("frame", *SEQ_KINDS):
+                self._next.pop((stream, each), None)
         else:
             self._next[(stream, kind)] = seq + 1
         return gap
@@ -182,9 +187,9 @@ class Subscriber:
                               parts[2] if len(parts) > 2 else None)
             self.received += 1
             seq = message.seq
-            if isinstance(seq, int) and message.type in ("frame", "eos", "event"):
+            if isinstance(seq, int) and message.type in ("frame", "eos", *SEQ_KINDS):
                 message.gap = self._tracker.check(message.stream, seq, last=message.type == "eos",
-                                                  kind="event" if message.type == "event" else "frame")
+                                                  kind=message.type if message.type in SEQ_KINDS else "frame")
                 if message.gap is not None:
                     self.gaps.append(message.gap)
             return message

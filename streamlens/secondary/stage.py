@@ -1,0 +1,406 @@
+"""The secondary stage: models run on the crops of tracked objects, a few times per track, never
+holding a frame back.
+
+On the engine's thread, for each keyframe the tracker applied (`offer`; a late one too, when its
+detections come), every tracked object that a
+`secondary` entry applies to (its label in `classes`, its box's shorter side at least `min_size`
+and inside the frame) is cropped, if that entry wants another look at its track:
+
+- its first good view;
+- again when its box has grown by `regrow` (0.2: a fifth more area) since the last look, or
+  `every_s` after it;
+- at most `max_attempts` looks per track.
+
+The crops (copies of the keyframe's pixels, the boxes the detector saw) go to one worker thread,
+which batches each model's crops of every stream, up to `max_batch` within `max_wait_ms`, looks
+their outputs up in the cache by the crops' pixel hash (`runtime.cache`), runs the model on the
+rest and stores what it computed. Entries that name the same model, input size and padding share
+one run per crop (one backbone, several heads: each reads its own `output`). A crop the worker
+cannot take (its queue full) is dropped, counted, and its track may be looked at again later.
+
+Answers come back to the engine's thread and apply to their track from the next frame it
+publishes (`apply`): a `classify` entry's answer is the score-weighted vote over its looks (each
+look votes for its top label with that label's probability; the label with the most weight wins,
+its score the mean of its probabilities) and becomes the object's `attributes[name]` on every
+frame of the track from then on; an `embed` entry's answer is the mean of its looks' unit vectors,
+kept with the track (`embedding(stream, track)`) and published as an `embedding` message of its
+own each time it changes, never in the frame messages.
+
+Example:
+    >>> stage = SecondaryStage([entry], cache)   # doctest: +SKIP
+    >>> stage.start(); stage.offer(frame, tracked)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..analytics.build import MediaClock
+from ..analytics.snapshots import crop
+from ..errors import DetectorError
+from ..frame import Embedding, FrameResult
+from .cache import crop_key, pack, unpack
+from .model import CropModel
+
+log = logging.getLogger("streamlens")
+
+#: crops waiting for the worker, at most (beyond: dropped and counted)
+QUEUE_SIZE = 256
+#: a track not seen for this long (media seconds) is forgotten
+FORGET_AFTER_S = 30.0
+
+
+def read_labels(labels) -> list[str] | None:
+    """An entry's `labels`: a list, or a file of one name per line (blank lines skipped)."""
+    if labels is None or isinstance(labels, list):
+        return labels
+    with open(labels, encoding="utf-8") as f:
+        return [line.strip() for line in f if line.strip()]
+
+
+@dataclass
+class _Look:
+    """What one entry knows of one track."""
+
+    attempts: int = 0  # looks asked for (in flight or answered)
+    answered: int = 0
+    area: float = 0.0  # the box's area at the last look
+    at: float = float("-inf")  # media time of the last look
+    votes: dict = field(default_factory=dict)  # classify: label index -> [probability sum, looks]
+    vector: np.ndarray | None = None  # embed: the sum of unit vectors
+    answer: dict | None = None
+
+
+class _Head:
+    """One `secondary` entry: which tracks it looks at, and what its looks become."""
+
+    def __init__(self, cfg, index: int, model: CropModel):
+        self.cfg, self.name, self.kind = cfg, cfg.name, cfg.kind
+        self.where = f"secondary[{index}]"
+        self.output = model.output_index(cfg.output)
+        self.classes = None if cfg.classes is None else frozenset(cfg.classes)
+        labels = read_labels(cfg.labels)
+        self.labels = labels if labels is not None else None
+        self.names = model.names if self.output == 0 else None  # a model's metadata names its first output's classes
+        self.calls = 0  # looks answered
+        self.tracks = 0  # tracks looked at
+
+    def label(self, k: int) -> str:
+        if self.labels is not None and k < len(self.labels):
+            return self.labels[k]
+        if self.names is not None and k in self.names:
+            return self.names[k]
+        return str(k)
+
+    def wants(self, look: _Look, label: str, box, width: int, height: int, t: float) -> bool:
+        """Whether this track gets another look now."""
+        if self.classes is not None and label not in self.classes:
+            return False
+        if look.attempts >= self.cfg.max_attempts or look.attempts > look.answered:
+            return False  # enough looks, or one still on its way
+        x1, y1, x2, y2 = box
+        if min(x2 - x1, y2 - y1) < self.cfg.min_size or x1 < 1 or y1 < 1 or x2 > width - 1 or y2 > height - 1:
+            return False  # too small, or cut by the frame's edge: not a good view
+        if look.attempts == 0:
+            return True
+        area = (x2 - x1) * (y2 - y1)
+        if area >= look.area * (1 + self.cfg.regrow):
+            return True
+        return self.cfg.every_s is not None and t - look.at >= self.cfg.every_s
+
+    def learn(self, look: _Look, row: np.ndarray) -> bool:
+        """Take one look's output; whether the answer changed."""
+        look.answered += 1
+        self.calls += 1
+        before = look.answer
+        if self.kind == "classify":
+            probs = row.astype(np.float64)
+            if probs.min() < 0 or abs(probs.sum() - 1) > 1e-3:  # logits: made probabilities
+                e = np.exp(probs - probs.max())
+                probs = e / e.sum()
+            k = int(probs.argmax())
+            vote = look.votes.setdefault(k, [0.0, 0])
+            vote[0] += float(probs[k])  # each look votes for its top label, weighted by its probability
+            vote[1] += 1
+            best = max(look.votes, key=lambda j: look.votes[j][0])
+            weight, n = look.votes[best]
+            look.answer = {"label": self.label(best), "score": round(weight / n, 4)}
+        else:
+            unit = row.astype(np.float32) / max(float(np.linalg.norm(row)), 1e-12)
+            look.vector = unit if look.vector is None else look.vector + unit
+            look.answer = {"attempts": look.answered}
+        return look.answer != before
+
+    def vector(self, look: _Look) -> np.ndarray | None:
+        if look.vector is None:
+            return None
+        return look.vector / max(float(np.linalg.norm(look.vector)), 1e-12)
+
+
+class _Group:
+    """The entries that share one model, input size and padding: one run per crop."""
+
+    def __init__(self, model: CropModel, cfg):
+        self.model = model
+        self.padding = cfg.padding
+        self.max_batch = cfg.max_batch
+        self.max_wait_s = cfg.max_wait_ms / 1000
+        self.cache = cfg.cache
+        self.heads: list[_Head] = []
+        self.jobs: deque = deque()
+        self.batches: list[int] = []  # sizes of the last batches run
+        self.computed = 0  # crops the model ran on
+        self.cached = 0  # crops whose outputs the cache had
+        self.ms = 0.0  # model time, in total
+        self.dropped = 0
+
+
+@dataclass(slots=True)
+class _Job:
+    stream: str
+    track: int
+    heads: tuple  # indices into the group's heads
+    crop: np.ndarray
+    queued: float
+
+
+class SecondaryStage:
+    """Every `secondary` entry of a pipeline (see the module's docstring). `start()` the worker,
+    `offer()` each keyframe's tracked objects and `apply()` each result before it is published (both on the
+    engine's thread), `close()` at the end."""
+
+    def __init__(self, entries: list, cache=None):
+        self.cache = cache
+        groups: dict[tuple, _Group] = {}
+        models: dict[tuple, CropModel] = {}
+        self.heads: list[tuple[_Group, _Head]] = []
+        for i, cfg in enumerate(entries):
+            key = (str(cfg.model), cfg.imgsz, cfg.threads)
+            if key not in models:
+                models[key] = CropModel(cfg.model, imgsz=cfg.imgsz, threads=cfg.threads, where=f"secondary[{i}].model")
+            model = models[key]
+            group_key = (*key, cfg.padding)
+            if group_key not in groups:
+                groups[group_key] = _Group(model, cfg)
+            group = groups[group_key]
+            try:
+                head = _Head(cfg, i, model)
+            except DetectorError as e:
+                raise DetectorError(str(e).replace(f"secondary[{i}].model", f"secondary[{i}].output")) from None
+            group.heads.append(head)
+            self.heads.append((group, head))
+        self.groups = list(groups.values())
+        self._classify = frozenset(head.name for _, head in self.heads if head.kind == "classify")
+        self._looks: dict[str, dict[int, dict[str, _Look]]] = defaultdict(dict)  # stream -> track -> name -> look
+        self._seen: dict[str, dict[int, float]] = defaultdict(dict)  # stream -> track -> media time last seen
+        self._clocks: dict[str, MediaClock] = defaultdict(MediaClock)
+        self._now: dict[str, float] = {}
+        self._embedding_seq: dict[str, int] = defaultdict(int)
+        self._done: dict[str, deque] = defaultdict(deque)  # stream -> (track, group, heads, outputs)
+        self._inbox: queue.Queue = queue.Queue(QUEUE_SIZE)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="secondary", daemon=True)
+        self._lock = threading.Lock()
+        self.error: BaseException | None = None
+
+    # -- the engine's thread ------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def offer(self, frame, det) -> None:
+        """A keyframe whose detections the tracker applied (`det`: its tracked objects on `frame`,
+        in time or late): crop the objects whose tracks want a look, for the worker."""
+        if det.tracker_id is None or not len(det):
+            return
+        t = self._now.get(frame.stream, 0.0)  # the stream's media time now (a late keyframe is older)
+        labels = det.data.get("class_name")
+        looks = self._looks[frame.stream]
+        width, height = frame.width, frame.height
+        for i, track in enumerate(det.tracker_id.tolist()):
+            if track < 0:
+                continue
+            label = str(labels[i]) if labels is not None else str(det.class_id[i])
+            box = det.xyxy[i].tolist()
+            mine = looks.setdefault(track, {})
+            for group in self.groups:
+                wanted = []
+                for j, head in enumerate(group.heads):
+                    look = mine.get(head.name)
+                    if look is None:
+                        look = mine[head.name] = _Look()
+                    if head.wants(look, label, box, width, height, t):
+                        wanted.append(j)
+                if not wanted:
+                    continue
+                part = crop(frame.image, box, group.padding)
+                if part is None:
+                    continue
+                try:
+                    self._inbox.put_nowait((group, _Job(frame.stream, track, tuple(wanted), part.copy(),
+                                                        time.perf_counter())))
+                except queue.Full:
+                    group.dropped += 1
+                    continue
+                area = (box[2] - box[0]) * (box[3] - box[1])
+                for j in wanted:
+                    look = mine[group.heads[j].name]
+                    if look.attempts == 0:
+                        group.heads[j].tracks += 1
+                    look.attempts += 1
+                    look.area, look.at = area, t
+
+    def apply(self, result: FrameResult) -> list[Embedding]:
+        """Before `result` is published: take the answers that came back for its stream, and give
+        each of its tracked objects the attributes known of its track (`result.attributes`); the
+        embeddings that changed, to publish after it."""
+        if self.error is not None:
+            raise self.error
+        frame, det = result.frame, result.detections
+        stream = frame.stream
+        t = self._now[stream] = self._clocks[stream](frame)
+        looks = self._looks[stream]
+        changed: dict[tuple[int, str], _Head] = {}
+        done = self._done[stream]
+        while done:
+            track, group, heads, outputs = done.popleft()
+            mine = looks.get(track)
+            if mine is None:
+                continue
+            for j in heads:
+                head = group.heads[j]
+                if head.learn(mine[head.name], outputs[head.output]) and head.kind == "embed":
+                    changed[(track, head.name)] = head
+        seen = self._seen[stream]
+        attributes: list = []
+        ids = det.tracker_id.tolist() if det.tracker_id is not None and len(det) else []
+        for track in ids:
+            if track < 0:
+                attributes.append(None)
+                continue
+            seen[track] = t
+            mine = looks.get(track)
+            known = None
+            if mine:
+                known = {name: look.answer for name, look in mine.items()
+                         if look.answer is not None and name in self._classify}
+            attributes.append(known or None)
+        if any(a is not None for a in attributes):
+            result.attributes = attributes
+        for track in [k for k, at in seen.items() if t - at > FORGET_AFTER_S]:
+            seen.pop(track, None)
+            looks.pop(track, None)
+        return [self._embedding(result, track, head) for (track, _), head in changed.items()]
+
+    def embedding(self, stream: str, track: int, name: str | None = None) -> np.ndarray | None:
+        """The embedding kept for `track` of `stream` by entry `name` (default: the first embed
+        entry), None when it has none yet. Call it on the engine's thread (a sink's write)."""
+        for _, head in self.heads:
+            if head.kind == "embed" and name in (None, head.name):
+                look = self._looks.get(stream, {}).get(track, {}).get(head.name)
+                return None if look is None else head.vector(look)
+        return None
+
+    def stream_ended(self, stream: str) -> None:
+        self._looks.pop(stream, None)
+        self._seen.pop(stream, None)
+        self._done.pop(stream, None)
+
+    def _embedding(self, result: FrameResult, track: int, head: _Head) -> Embedding:
+        stream = result.frame.stream
+        seq = self._embedding_seq[stream]
+        self._embedding_seq[stream] = seq + 1
+        look = self._looks[stream][track][head.name]
+        return Embedding(stream, seq, track, head.name, head.vector(look), look.answered, result)
+
+    def stats(self) -> dict:
+        """Per entry: looks answered, tracks looked at, looks per track; per model: crops computed
+        and found in the cache, mean batch size, ms per computed crop, crops dropped."""
+        out = {}
+        for group, head in self.heads:
+            batches = group.batches[-200:]
+            out[head.name] = {
+                "calls": head.calls, "tracks": head.tracks,
+                "attempts_per_track": round(head.calls / head.tracks, 3) if head.tracks else None,
+                "computed": group.computed, "cached": group.cached,
+                "hit_rate": round(group.cached / (group.cached + group.computed), 4)
+                if group.cached + group.computed else None,
+                "batch_mean": round(sum(batches) / len(batches), 2) if batches else None,
+                "ms_per_crop": round(group.ms / group.computed, 3) if group.computed else None,
+                "dropped": group.dropped,
+            }
+        return out
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the worker (crops still waiting are dropped) and close the cache."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        if self.cache is not None:
+            self.cache.close()
+
+    # -- the worker's thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._gather()
+                for group in self.groups:
+                    if group.jobs and (len(group.jobs) >= group.max_batch
+                                       or time.perf_counter() - group.jobs[0].queued >= group.max_wait_s):
+                        self._run_batch(group)
+        except BaseException as e:  # noqa: BLE001 - the engine raises it on its next frame
+            log.debug("secondary worker failed", exc_info=True)
+            self.error = e
+
+    def _gather(self) -> None:
+        """Move crops from the inbox to their groups, waiting at most until a batch is due."""
+        due = [g.jobs[0].queued + g.max_wait_s for g in self.groups if g.jobs]
+        wait = max(0.0, min(due) - time.perf_counter()) if due else 0.1
+        try:
+            group, job = self._inbox.get(timeout=wait) if wait > 0 else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        group.jobs.append(job)
+        while True:
+            try:
+                group, job = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            group.jobs.append(job)
+
+    def _run_batch(self, group: _Group) -> None:
+        jobs = [group.jobs.popleft() for _ in range(min(group.max_batch, len(group.jobs)))]
+        model = group.model
+        outputs: list = [None] * len(jobs)
+        keys = None
+        if group.cache and self.cache is not None:
+            keys = [crop_key(model.id, job.crop) for job in jobs]
+            for i, found in enumerate(self.cache.get_many(keys)):
+                if found is not None:
+                    outputs[i] = unpack(found)
+        todo = [i for i, o in enumerate(outputs) if o is None]
+        if todo:
+            started = time.perf_counter()
+            computed = model.run([jobs[i].crop for i in todo])
+            group.ms += (time.perf_counter() - started) * 1000
+            group.computed += len(todo)
+            group.batches.append(len(todo))
+            del group.batches[:-1000]
+            for row, i in enumerate(todo):
+                outputs[i] = [out[row] for out in computed]
+            if keys is not None:
+                self.cache.put_many([(keys[i], pack(outputs[i])) for i in todo])
+        group.cached += len(jobs) - len(todo)
+        for job, out in zip(jobs, outputs):
+            self._done[job.stream].append((job.track, group, job.heads, out))
+
+
+__all__ = ["SecondaryStage", "read_labels"]

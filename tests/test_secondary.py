@@ -1,0 +1,284 @@
+"""Secondary models on tracked objects (`secondary:`): when a track gets a look, the vote over its
+looks, answers that never hold a frame back, the pixel-hash cache, and the results in the messages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import supervision as sv
+
+import streamlens
+from streamlens.config.model import SecondaryConfig
+from streamlens.frame import Frame, FrameResult
+from streamlens.secondary.cache import MemoryCache
+from streamlens.secondary.stage import SecondaryStage, _Head, _Look
+
+from .colour_model import build_colour_model
+from .conftest import REPO
+
+WAIT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def colour_model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("models") / "colour.onnx"
+    build_colour_model(path)
+    return path
+
+
+def entry(model, **keys) -> SecondaryConfig:
+    return SecondaryConfig(**{"name": "colour", "kind": "classify", "model": model, **keys})
+
+
+class _Model:  # what a head reads of its model
+    outputs, names = ["colour"], {0: "red", 1: "green", 2: "blue"}
+
+    def output_index(self, output):
+        return 0
+
+
+def head_with(**keys) -> _Head:
+    base = dict(name="colour", kind="classify", output=None, labels=None, classes=None, min_size=24, imgsz=None,
+                padding=0.1, regrow=0.2, every_s=None, max_attempts=3, max_batch=8, max_wait_ms=20.0, threads=None,
+                cache=True)
+    return _Head(SecondaryConfig.model_construct(**{**base, **keys}), 0, _Model())
+
+
+# -- when a track gets a look ---------------------------------------------------------------------
+
+def test_a_track_is_looked_at_on_its_first_good_view_then_when_it_grows_or_after_every_s():
+    h, look = head_with(every_s=5.0), _Look()
+    assert not h.wants(look, "car", [10, 10, 30, 30], 640, 360, 0.0)  # 20 px: smaller than min_size
+    assert not h.wants(look, "car", [0, 10, 60, 60], 640, 360, 0.0)  # cut by the frame's left edge
+    assert h.wants(look, "car", [10, 10, 60, 60], 640, 360, 0.0)  # its first good view
+    look.attempts, look.area, look.at = 1, 50 * 50, 0.0
+    assert not h.wants(look, "car", [10, 10, 60, 60], 640, 360, 1.0)  # its answer is still on its way
+    look.answered = 1
+    assert not h.wants(look, "car", [10, 10, 64, 64], 640, 360, 1.0)  # grown 17%: not enough
+    assert h.wants(look, "car", [10, 10, 65, 65], 640, 360, 1.0)  # grown 21%
+    assert h.wants(look, "car", [10, 10, 60, 60], 640, 360, 5.0)  # every_s later
+    look.attempts = look.answered = 3
+    assert not h.wants(look, "car", [10, 10, 200, 200], 640, 360, 60.0)  # max_attempts reached
+
+
+def test_classes_choose_the_objects_an_entry_looks_at():
+    h = head_with(classes=["car", "truck"])
+    assert h.wants(_Look(), "truck", [10, 10, 60, 60], 640, 360, 0.0)
+    assert not h.wants(_Look(), "person", [10, 10, 60, 60], 640, 360, 0.0)
+
+
+def test_the_answer_is_the_score_weighted_vote_over_the_looks():
+    h, look = head_with(), _Look()
+    h.learn(look, np.array([0.6, 0.1, 0.3]))
+    assert look.answer == {"label": "red", "score": 0.6}
+    h.learn(look, np.array([0.05, 0.05, 0.9]))  # blue, 0.9 against red's 0.6
+    assert look.answer == {"label": "blue", "score": 0.9}
+    h.learn(look, np.array([0.7, 0.2, 0.1]))  # red again: 1.3 against 0.9
+    assert look.answer == {"label": "red", "score": 0.65}
+    logits = head_with()
+    other = _Look()
+    logits.learn(other, np.array([2.0, -1.0, 0.5]))  # not probabilities: softmax first
+    assert other.answer["label"] == "red" and 0 < other.answer["score"] < 1
+
+
+# -- the stage on crafted frames ------------------------------------------------------------------
+
+def scene(index: int, boxes: list, colours: list, size=(240, 320)) -> tuple[Frame, sv.Detections]:
+    image = np.full((*size, 3), 90, np.uint8)
+    for (x1, y1, x2, y2), bgr in zip(boxes, colours):
+        image[y1:y2, x1:x2] = bgr
+    det = sv.Detections(xyxy=np.array(boxes, np.float32), confidence=np.full(len(boxes), 0.9, np.float32),
+                        class_id=np.zeros(len(boxes), int), tracker_id=np.arange(1, len(boxes) + 1))
+    det.data["class_name"] = np.array(["car"] * len(boxes))
+    return Frame("cam1", index, index / 30, 0.0, image), det
+
+
+def answered(stage: SecondaryStage, frames) -> FrameResult:
+    """Publish frames until every tracked object of the last one has its attributes."""
+    deadline = time.monotonic() + WAIT_S
+    k = 0
+    while True:
+        frame, det = frames(k)
+        result = FrameResult(frame, k, True, det)
+        stage.apply(result)
+        if result.attributes is not None and all(a for a in result.attributes):
+            return result
+        assert time.monotonic() < deadline, stage.stats()
+        k += 1
+        time.sleep(0.01)
+
+
+def test_crops_are_classified_off_the_engines_thread_and_apply_to_their_tracks(colour_model):
+    stage = SecondaryStage([entry(colour_model)], MemoryCache(100))
+    stage.start()
+    try:
+        boxes, colours = [[20, 20, 80, 80], [150, 40, 230, 120]], [(0, 0, 230), (230, 0, 0)]  # red, blue (BGR)
+        frame, det = scene(0, boxes, colours)
+        stage.apply(FrameResult(frame, 0, True, det))
+        stage.offer(frame, det)
+        result = answered(stage, lambda k: scene(k + 1, boxes, colours))
+        assert [a["colour"]["label"] for a in result.attributes] == ["red", "blue"]
+        assert stage.stats()["colour"]["calls"] == 2 and stage.stats()["colour"]["tracks"] == 2
+    finally:
+        stage.close()
+
+
+def test_same_pixels_on_another_frame_hit_the_cache_and_one_changed_pixel_misses(colour_model):
+    stage = SecondaryStage([entry(colour_model, max_attempts=10, every_s=0.001)], MemoryCache(100))
+    stage.start()
+    try:
+        boxes, colours = [[20, 20, 80, 80]], [(0, 200, 0)]
+        for k in range(4):  # the same crop three times (computed once), then with one pixel changed
+            frame, det = scene(k, boxes, colours)
+            if k == 3:
+                frame.image[50, 50, 0] += 1  # inside the crop
+            stage.apply(FrameResult(frame, k, True, det))
+            stage.offer(frame, det)
+            deadline = time.monotonic() + WAIT_S
+            while stage.stats()["colour"]["calls"] < k + 1:  # its answer is back
+                assert time.monotonic() < deadline, stage.stats()
+                stage.apply(FrameResult(frame, k, True, det))
+                time.sleep(0.01)
+        stats = stage.stats()["colour"]
+        assert (stats["computed"], stats["cached"]) == (2, 2)
+    finally:
+        stage.close()
+
+
+def test_two_heads_of_one_model_share_one_run_per_crop(colour_model):
+    stage = SecondaryStage([entry(colour_model), entry(colour_model, name="light", output="brightness", labels=["bright", "dark"])], MemoryCache(100))
+    stage.start()
+    try:
+        boxes, colours = [[20, 20, 80, 80]], [(250, 250, 250)]
+        frame, det = scene(0, boxes, colours)
+        stage.apply(FrameResult(frame, 0, True, det))
+        stage.offer(frame, det)
+        result = answered(stage, lambda k: scene(k + 1, boxes, colours))
+        deadline = time.monotonic() + WAIT_S
+        while len(result.attributes[0]) < 2:
+            assert time.monotonic() < deadline
+            result = answered(stage, lambda k: scene(k + 1, boxes, colours))
+        assert result.attributes[0]["light"]["label"] == "bright"
+        assert len(stage.groups) == 1 and stage.groups[0].computed == 1
+    finally:
+        stage.close()
+
+
+# -- in a pipeline ------------------------------------------------------------------------------
+
+def pipeline(tmp_path, secondary: str, more: str = "", loops: str = "") -> object:
+    path = tmp_path / "p.yaml"
+    path.write_text(f"""
+sources: [{{uri: {REPO / 'samples' / 'traffic.mp4'}{loops}}}]
+detector: {{backend: motion}}
+keyframes: {{interval: 3}}
+secondary: {secondary}
+analytics: {{end_after_s: 1.0}}
+sinks: [{{type: jsonl, path: out.jsonl}}]
+{more}
+""")
+    return path
+
+
+def read(tmp_path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+
+
+def test_a_pipeline_writes_attributes_on_every_frame_of_a_track_once_known(tmp_path, colour_model):
+    """The sample through the motion detector: the colour entry looks at each track at most
+    max_attempts times; once a track's answer is known, each of its frames carries it, and an
+    object_update event says it changed; frames before the answer went out without waiting."""
+    path = pipeline(tmp_path, f"[{{name: colour, kind: classify, model: {colour_model}, min_size: 8}}]")
+    with streamlens.Pipeline.from_yaml(path) as pipe:
+        report = pipe.run()
+        stats = pipe.secondary_stats()
+    assert report.exit_code == 0, report.error
+    lines = read(tmp_path)
+    frames = [m for m in lines if m["type"] == "frame"]
+    assert len(frames) == 300
+    first_known: dict[int, int] = {}
+    for m in frames:
+        for obj in m["objects"]:
+            if "attributes" in obj:
+                assert set(obj["attributes"]["colour"]) == {"label", "score"}
+                assert obj["attributes"]["colour"]["label"] in ("red", "green", "blue")
+                first_known.setdefault(obj["id"], m["frame"])
+            elif obj["id"] in first_known:
+                pytest.fail(f"track {obj['id']} lost its attributes on frame {m['frame']}")
+    assert first_known
+    first_seen = {}
+    for m in frames:
+        for obj in m["objects"]:
+            first_seen.setdefault(obj["id"], m["frame"])
+    assert all(first_known[t] > first_seen[t] for t in first_known)  # answers come later: no frame waited
+    assert stats["colour"]["attempts_per_track"] <= 3
+    updates = [m for m in lines if m["type"] == "event" and m["event"] == "object_update"]
+    assert any("attributes" in m["object"] for m in updates)
+
+
+def test_a_looping_clip_is_answered_from_the_cache(tmp_path, colour_model):
+    """The second lap of a looping file shows the same pixels: its crops are found in the cache."""
+    path = pipeline(tmp_path, f"[{{name: colour, kind: classify, model: {colour_model}, min_size: 8, "
+                              "every_s: 0.5, max_attempts: 100}]", loops=", loop: true")
+    with streamlens.Pipeline.from_yaml(path) as pipe:
+        published = 0
+        for item in pipe.results():
+            published += isinstance(item, FrameResult)
+            if published == 600:  # two laps of the 300-frame sample
+                break
+        stats = pipe.secondary_stats()["colour"]
+    assert stats["cached"] > 0 and stats["computed"] > 0
+
+
+def test_embeddings_are_kept_with_the_track_and_published_on_their_own(tmp_path, colour_model):
+    path = pipeline(tmp_path, f"[{{name: look, kind: embed, model: {colour_model}, min_size: 8}}]")
+    with streamlens.Pipeline.from_yaml(path) as pipe:
+        assert pipe.run().exit_code == 0
+    lines = read(tmp_path)
+    found = [m for m in lines if m["type"] == "embedding"]
+    assert found and [m["seq"] for m in found] == list(range(len(found)))
+    for m in found:
+        assert m["name"] == "look" and abs(np.linalg.norm(m["vector"]) - 1) < 1e-3 and m["attempts"] >= 1
+    assert not any("attributes" in o for m in lines if m["type"] == "frame" for o in m["objects"])
+
+
+def test_redis_is_shared_between_two_pipeline_processes(tmp_path, colour_model):
+    """Two pipeline processes read the same file with a Redis cache: the second finds in Redis what
+    the first computed."""
+    from .redis_server import RedisServer
+
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    try:
+        path = pipeline(tmp_path, f"[{{name: colour, kind: classify, model: {colour_model}, min_size: 8}}]",
+                        more=f"runtime: {{cache: {{items: 0, redis: 'redis://127.0.0.1:{server.port}/0'}}}}")
+        script = textwrap.dedent(f"""
+            import json, streamlens
+            with streamlens.Pipeline.from_yaml({str(path)!r}) as pipe:
+                assert pipe.run().exit_code == 0
+                print(json.dumps(pipe.secondary_stats()["colour"]))
+            """)
+        runs = [json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                          check=True, timeout=300).stdout.splitlines()[-1]) for _ in range(2)]
+    finally:
+        server.stop()
+    first, second = runs
+    assert first["computed"] > 0 and first["cached"] == 0
+    assert second["cached"] > 0 and second["computed"] < first["computed"]
+
+
+def test_secondary_keys_are_checked(tmp_path, colour_model):
+    from streamlens.errors import ConfigError
+
+    path = pipeline(tmp_path, f"[{{name: colour, kind: recolour, model: {colour_model}}}]")
+    with pytest.raises(ConfigError, match=r"secondary\[0\]\.kind"):
+        streamlens.Pipeline.from_yaml(path)
+    path = pipeline(tmp_path, "[{name: colour, kind: classify, model: nope.onnx}]")
+    with pytest.raises(ConfigError, match=r"secondary\[0\]\.model: file not found"):
+        streamlens.Pipeline.from_yaml(path)
