@@ -274,8 +274,9 @@ class VideoSink(Sink):
         return Path(str(self.path).replace("{stream}", _safe(stream)))
 
     def annotate(self, writer: _StreamWriter, result: FrameResult) -> np.ndarray:
-        """The frame with its detections drawn; the frame's own image is never changed."""
-        return writer.annotator.annotate(result.frame.image, result.detections)
+        """The frame with its detections drawn, and its analytics' lines, zones and counts where it
+        has them; the frame's own image is never changed."""
+        return writer.annotator.annotate(result.frame.image, result.detections, result.analytics)
 
     def _open_stream(self, stream: str, first_image: np.ndarray) -> _StreamWriter:
         path = self.path_for(stream)

@@ -374,7 +374,7 @@ class ZmqSink(Sink):
             annotator = self._annotators.get(result.frame.stream)
             if annotator is None or annotator.resolution != size:
                 annotator = self._annotators[result.frame.stream] = FrameAnnotator(size)
-            image = annotator.annotate(image, result.detections)
+            image = annotator.annotate(image, result.detections, result.analytics)
         ok, data = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, self.jpeg_quality])
         if not ok:
             raise SinkError(f"zmq sink {self.endpoint}: cannot encode frame {result.frame.index} "
