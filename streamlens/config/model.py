@@ -794,6 +794,10 @@ class CacheConfig(_Keys):
     def _redis(cls, url: str) -> str:
         if not re.match(r"^(redis|rediss|unix)://.+", url):
             raise invalid(f"expected redis://HOST:PORT/DB, got {mask_url(url)!r}")
+        try:
+            import redis  # noqa: F401 - only whether it is there
+        except ImportError:
+            raise invalid("needs the redis package (pip install 'streamlens[redis]')") from None
         return url
 
 

@@ -46,7 +46,7 @@ from ..analytics.build import MediaClock
 from ..analytics.snapshots import crop
 from ..errors import DetectorError
 from ..frame import Embedding, FrameResult
-from .cache import crop_key, pack, unpack
+from .cache import CacheFormatError, crop_key, pack, unpack
 from .model import CropModel
 
 log = logging.getLogger("streamlens")
@@ -209,6 +209,7 @@ class SecondaryStage:
         self._thread = threading.Thread(target=self._run, name="secondary", daemon=True)
         self._lock = threading.Lock()
         self.error: BaseException | None = None
+        self.foreign = 0  # cached values that were not outputs this version can read
 
     # -- the engine's thread ------------------------------------------------------------------
 
@@ -385,7 +386,10 @@ class SecondaryStage:
             keys = [crop_key(model.id, job.crop) for job in jobs]
             for i, found in enumerate(self.cache.get_many(keys)):
                 if found is not None:
-                    outputs[i] = unpack(found)
+                    try:
+                        outputs[i] = unpack(found)
+                    except CacheFormatError:  # not ours (a shared Redis): computed again
+                        self.foreign += 1
         todo = [i for i, o in enumerate(outputs) if o is None]
         if todo:
             started = time.perf_counter()
