@@ -804,10 +804,15 @@ class CacheConfig(_Keys):
 # -- runtime -------------------------------------------------------------------------------------
 
 class HttpConfig(_Keys):
-    """`/metrics` and `/healthz` over HTTP."""
+    """`/metrics`, `/healthz`, the live page at `/` and its JSON API over HTTP (streamlens/http)."""
 
-    host: str = Field("127.0.0.1", description="the address listened on")
+    host: str = Field("127.0.0.1", description="the address listened on (off loopback, every route but "
+                                               "/healthz asks for the token)")
     port: int | None = Field(None, ge=0, le=65535, description="the port (0: any free one; default: no HTTP server)")
+    page: bool = Field(True, description="serve the live page at / and its API under /api")
+    preview_fps: float = Field(5.0, gt=0, le=60, description="frames per second a viewer's preview gets, at most")
+    token_env: str = Field("STREAMLENS_HTTP_TOKEN", pattern=_ENV_NAME,
+                           description="the environment variable holding the access token (host off loopback)")
 
 
 def _workers(value: Any) -> Any:

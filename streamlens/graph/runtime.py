@@ -178,6 +178,8 @@ class Pipeline:
         self._collector = _CycleCollector() if config.tracker.motion == "mv" else None
         self._opening: list[Sink] = []  # sinks whose open() may wait (for subscribers): stop() ends it
         self.http_port: int | None = None  # where /metrics and /healthz listen, once running
+        #: the live page's view of the run (streamlens/http/preview.py), when `runtime.http.page` is on
+        self.preview = None
         self._engine: Engine | None = None
         self._sources: dict[str, Source] = {}
         self._lanes: dict[str, Lane] = {}
@@ -498,6 +500,11 @@ class Pipeline:
                 self.http_port = http.port
             fps = {s.name: s.fps for s in sources}  # every stream, its rate None where unknown
             sinks = [build_sink(s, fps, where=f"sinks[{i}]") for i, s in enumerate(cfg.sinks)] + self._extra_sinks
+            if http is not None and cfg.runtime.http.page:
+                from ..http.preview import PreviewSink
+
+                self.preview = PreviewSink()  # what the live page shows: newest frames, results, events
+                sinks.append(self.preview)
             for sink in sinks:
                 self._opening = [sink]
                 if self._stop_sources.is_set():  # stopped already: open, but wait for nothing

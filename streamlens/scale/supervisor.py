@@ -235,6 +235,9 @@ class Supervisor:
         snapshot = self._engine_of[stream].snapshot
         return snapshot.control.get(stream) if snapshot is not None else None
 
+    #: the live page's frames stay in the engines: the page a supervisor serves shows figures only
+    preview = None
+
     def secondary_stats(self) -> dict:
         """The secondary models run in the engines: their figures are in each engine's `stats`
         messages, not gathered here."""
