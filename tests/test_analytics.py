@@ -63,8 +63,17 @@ def test_a_path_beyond_the_ends_of_the_line_crosses_nothing():
 
 def test_rules_watch_only_their_classes():
     a = StreamAnalytics(lines=[(LineRule("gate", GATE), {"truck"})])
-    assert crossings(run(a, [[(1, 50, y)] for y in (60, 140)], label="car")) == []
-    assert crossings(run(a, [[(2, 60, y)] for y in (60, 140)], label="truck")) == [(2, "in")]
+    assert crossings(run(a, [[(1, 50, y)] for y in (60, 140, 150)], label="car")) == []
+    assert crossings(run(a, [[(2, 60, y)] for y in (60, 140, 150)], label="truck")) == [(2, "in")]
+
+
+def test_a_box_carried_past_the_line_and_put_back_by_a_keyframe_crosses_once():
+    """Motion between keyframes carries a box over the line, the next keyframe's detection puts it
+    back behind the band, then it really crosses: one crossing, not in, out, in."""
+    a = StreamAnalytics(lines=[(LineRule("gate", GATE), None)])
+    assert crossings(run(a, [[(1, 50, y)] for y in (80, 110, 92, 108, 115, 125)])) == [(1, "in")]
+    one = StreamAnalytics(lines=[(LineRule("gate", GATE, min_frames=1), None)])  # every change of side counts
+    assert crossings(run(one, [[(1, 50, y)] for y in (80, 110, 92, 108, 115, 125)])) == [(1, "in"), (1, "out"), (1, "in")]
 
 
 BAY = [(0, 0), (100, 0), (100, 100), (0, 100)]

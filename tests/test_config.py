@@ -476,7 +476,7 @@ def test_analytics_rules_are_checked_key_by_key(tmp_path):
                                   "margin: 3}]\n  zones: [{name: c, polygon: [[0, 0], [1, 0], [1, 1]], loiter_s: -1}]\n")
     assert problems(path) == [
         f"{path}: analytics.lines[0].points: expected two points [[x, y], [x, y]], got [[0, 0]]",
-        f"{path}: analytics.lines[1].margin: unknown key (expected one of: name, classes, streams, points, margin_px)",
+        f"{path}: analytics.lines[1].margin: unknown key (expected one of: name, classes, streams, points, margin_px, min_frames)",
         f"{path}: analytics.zones[0].loiter_s: must be > 0, got -1"]
     path = write(tmp_path, HEAD + "analytics:\n  lines: [{name: a, points: [[0, 0], [1, 1]]}]\n"
                                   "  zones: [{name: a, polygon: [[0, 0], [1, 0], [1, 1]]}]\n")

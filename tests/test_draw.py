@@ -87,7 +87,8 @@ def test_the_in_arrow_points_to_the_side_a_line_rule_counts_as_in():
         assert changed(drawn, image, *one) != changed(drawn, image, *other), ends  # a mark on one side only
         marked, unmarked = (one, other) if changed(drawn, image, *one) else (other, one)
         rule = StreamAnalytics(lines=[(LineRule("gate", ends), None)])
-        crossing = [unmarked + 20 * (unmarked - mid) / 10, marked + 20 * (marked - mid) / 10]
+        crossing = [unmarked + 20 * (unmarked - mid) / 10, marked + 20 * (marked - mid) / 10,
+                    marked + 24 * (marked - mid) / 10]  # kept on the marked side for min_frames (2)
         events = [e for i, p in enumerate(crossing) for e in rule.update(
             i * 0.1, np.array([[p[0] - 5, p[1] - 10, p[0] + 5, p[1]]]), np.array([1]), ["car"], np.array([0.9])).events]
         assert [e["direction"] for e in events if e["event"] == "line_cross"] == ["in"], ends

@@ -27,7 +27,8 @@ def build_stream_analytics(cfg, stream: str, width: int, height: int) -> StreamA
     def applies(rule) -> bool:
         return rule.streams is None or stream in rule.streams
 
-    lines = [(LineRule(r.name, tuple(_scaled(r.points, width, height)), margin_px=r.margin_px),
+    lines = [(LineRule(r.name, tuple(_scaled(r.points, width, height)), margin_px=r.margin_px,
+                        min_frames=r.min_frames),
               set(r.classes) if r.classes is not None else None) for r in cfg.lines if applies(r)]
     zones = [(ZoneRule(r.name, _scaled(r.polygon, width, height), inertia=r.inertia, loiter_s=r.loiter_s),
               set(r.classes) if r.classes is not None else None) for r in cfg.zones if applies(r)]

@@ -6,9 +6,11 @@ happened. Neither fires again for an object that stands still: a parked car in a
 once, and a car waiting on a line crosses it once, when it drives on.
 
 Lines. A track's side of the line is decided only outside a band of `margin_px` on each side of it,
-so a box that jitters on the line changes no side (supervision's `minimum_crossing_threshold` and
-Frigate's `inertia`, the complaints turned into one setting); a crossing is a change of side that
-passes between the line's two end points. The direction is `in` when the anchor goes from the left
+so a box that jitters on the line changes no side, and a change of side counts once the anchor has
+stayed decidedly on the new side for `min_frames` frames in a row, so a box carried past the line
+by motion and put back by the next keyframe's detection crosses nothing (supervision's
+`minimum_crossing_threshold` and Frigate's `inertia`, the complaints turned into settings); a
+crossing is a change of side that passes between the line's two end points. The direction is `in` when the anchor goes from the left
 of the line (seen from its first point towards its second) to its right, else `out`. A track lost
 and found again across the line (the same id) crosses once; a U-turn before the line crosses
 nothing, one past the band crosses twice, in and out.
@@ -20,8 +22,8 @@ has stayed `loiter_s`.
 
 Example:
     >>> gate = LineRule("gate", ((0, 50), (100, 50)), margin_px=2)
-    >>> [gate.update(7, (50, y)) for y in (40, 49, 51, 49, 60)]   # jitter on the line, then across
-    [None, None, None, None, 'in']
+    >>> [gate.update(7, (50, y)) for y in (40, 49, 51, 49, 60, 44, 60, 62)]   # jitter, a step back, across
+    [None, None, None, None, None, None, None, 'in']
 """
 
 from __future__ import annotations
@@ -54,8 +56,10 @@ def _cross(a, b, p) -> float:
 
 @dataclass
 class _Side:
-    side: int  # +1 or -1
-    point: tuple[float, float]  # where it last was, decidedly on that side
+    side: int  # +1 or -1: the side it is decidedly on
+    point: tuple[float, float]  # where it last was on that side
+    pending: int = 0  # frames in a row decidedly on the other side
+    crossed: tuple | None = None  # (from, to): the step that took it to the other side
 
 
 @dataclass
@@ -65,6 +69,7 @@ class LineRule:
     name: str
     points: tuple[tuple[float, float], tuple[float, float]]
     margin_px: float = 4.0
+    min_frames: int = 2
     counts: dict = field(default_factory=lambda: {"in": 0, "out": 0})
     _sides: dict = field(default_factory=dict, repr=False)
 
@@ -84,11 +89,24 @@ class LineRule:
         if distance is None:
             distance = _cross(a, b, point) / self._length  # signed, in pixels
         if abs(distance) <= self.margin_px:
-            return None  # on the line: no side decided
+            return None  # on the line: no side decided, nothing undone
         side = 1 if distance > 0 else -1
-        before = self._sides.get(track)
-        self._sides[track] = _Side(side, (float(point[0]), float(point[1])))
-        if before is None or before.side == side or not self._between_ends(before.point, point):
+        here = (float(point[0]), float(point[1]))
+        state = self._sides.get(track)
+        if state is None:
+            self._sides[track] = _Side(side, here)
+            return None
+        if side == state.side:  # still (or back) on its side: a change not yet kept is undone
+            state.point, state.pending, state.crossed = here, 0, None
+            return None
+        state.pending += 1
+        if state.crossed is None:
+            state.crossed = (state.point, here)
+        if state.pending < self.min_frames:
+            return None
+        start, end = state.crossed
+        self._sides[track] = _Side(side, here)
+        if not self._between_ends(start, end):
             return None
         direction = "in" if side > 0 else "out"
         self.counts[direction] += 1

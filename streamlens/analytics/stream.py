@@ -20,7 +20,8 @@ Example:
     >>> out = a.update(0.0, np.array([[40, 20, 60, 40.]]), np.array([7]), ["car"], np.array([0.9]))
     >>> [e["event"] for e in out.events]
     ['object_start']
-    >>> out = a.update(0.1, np.array([[40, 40, 60, 60.]]), np.array([7]), ["car"], np.array([0.9]))
+    >>> for t in (0.1, 0.2):  # past the line, two frames in a row
+    ...     out = a.update(t, np.array([[40, 40, 60, 60.]]), np.array([7]), ["car"], np.array([0.9]))
     >>> [(e["event"], e.get("direction")) for e in out.events], out.counts["gate"]["in"]
     ([('line_cross', 'in')], 1)
 """

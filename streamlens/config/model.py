@@ -661,6 +661,8 @@ class LineConfig(_Rule):
         description="two points, source pixels or fractions of the frame")
     margin_px: float = Field(4.0, ge=0, le=10_000, description="a box within this many pixels of the line has "
                                                               "not crossed it yet (jitter on the line counts once)")
+    min_frames: int = Field(2, ge=1, le=10_000, description="frames in a row on the other side before a crossing "
+                                                          "counts (a box put back by the next keyframe crosses nothing)")
 
 
 class ZoneConfig(_Rule):
