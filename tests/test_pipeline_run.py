@@ -300,3 +300,31 @@ def test_closing_a_pipeline_that_never_ran_does_nothing(tmp_path):
     with streamlens.Pipeline.from_yaml(path) as pipeline:
         pass
     assert pipeline.run().status == "done"  # it may still run, once
+
+
+def test_an_adaptive_file_schedule_is_the_same_on_every_run(tmp_path):
+    """Adaptive keyframes on files read the tracker's signals: three runs at once (each slowed by
+    the others, in its own way) choose the same keyframes and publish the same boxes."""
+    outs = []
+    procs = []
+    for k in range(3):
+        out = tmp_path / f"run{k}.jsonl"
+        path = tmp_path / f"p{k}.yaml"
+        path.write_text(f"""
+sources: [{{uri: {REPO / 'samples' / 'traffic.mp4'}}}, {{uri: {REPO / 'samples' / 'traffic.mp4'}, name: two}}]
+detector: {{backend: motion}}
+keyframes: {{interval: 5, adaptive: true, max_interval: 15}}
+tracker: mv
+sinks: [{{type: jsonl, path: {out}}}]
+""")
+        outs.append(out)
+        procs.append(subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(path)]))
+    assert [p.wait(timeout=300) for p in procs] == [0, 0, 0]
+
+    def seen(out: Path) -> list:
+        return sorted((m["stream"], m["frame"], m["keyframe"], [(o["id"], o["box"]) for o in m["objects"]])
+                      for m in map(json.loads, out.read_text().splitlines()) if m["type"] == "frame")
+
+    first = seen(outs[0])
+    assert len(first) == 600 and any(k for _, _, k, _ in first)
+    assert seen(outs[1]) == first and seen(outs[2]) == first

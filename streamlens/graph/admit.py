@@ -7,8 +7,11 @@ on that stream's own thread so that its work overlaps the engine's and the other
 2. the keyframe decision. A file (and a live stream with its own schedule) asks its scheduler,
    which reads the stream's tracking signals as they were when the lane last had no keyframe with
    the detector: while one is there, its result is not in the signals yet, and asking for another
-   early would only pile work onto a busy detector. A live stream of the shared schedule only marks
-   scene cuts here; the engine chooses its keyframes (graph/keyframes.py `KeyframeChooser`);
+   early would only pile work onto a busy detector. A file whose schedule reads the signals
+   (`adaptive`) first waits until the engine has published its previous frame, so the signals are
+   those after exactly that frame and its keyframes are the same on every run (its decoding still
+   runs a frame ahead of the engine). A live stream of the shared schedule only marks scene cuts
+   here; the engine chooses its keyframes (graph/keyframes.py `KeyframeChooser`);
 3. a keyframe's detector input made ahead, when the detector runs on an accelerator
    (`Detector.prepare_ahead`);
 4. the tracker's per-frame work made ahead (`Tracker.prepare`: the motion model's observation).
@@ -29,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 from ..frame import Frame
@@ -43,12 +47,16 @@ class Admission:
     budget controller gives up the next frame (None: it never does)."""
 
     def __init__(self, lane: Lane, schedule, prepare: Callable[[Frame], None] | None = None,
-                 shed: Callable[[], bool] | None = None):
+                 shed: Callable[[], bool] | None = None, stopped: threading.Event | None = None):
+        """`stopped`: set when the run ends, ending a wait for the engine."""
         self.lane = lane
         self.schedule = schedule
         self.prepare = prepare
         self.shed = shed
+        self.stopped = stopped or threading.Event()
         self._cuts_only = isinstance(schedule, SceneCutDetector)
+        self._in_order = not lane.live and getattr(schedule, "reads_signals", False)
+        self._previous: int | None = None  # the index of the frame admitted before
 
     def __call__(self, frame: Frame) -> bool:
         """Make `frame` ready for the engine; False when it is shed and goes no further."""
@@ -58,9 +66,21 @@ class Admission:
             frame.scene_cut = self.schedule.is_cut(frame.grey_sample(thumbnail_step(frame.width)))
         else:
             lane = self.lane
+            if self._in_order:
+                self._wait_for_previous()
+                self._previous = frame.index
             signals = getattr(lane.tracker, "signals", None) if lane.in_flight == 0 else None
             frame.keyframe = self.schedule.is_keyframe(frame, signals)
             if frame.keyframe and self.prepare is not None:
                 self.prepare(frame)
         self.lane.tracker.prepare(frame)
         return True
+
+    def _wait_for_previous(self) -> None:
+        """Until the engine has published the frame admitted before (or the lane or run ended)."""
+        lane, previous = self.lane, self._previous
+        if previous is None:
+            return
+        with lane.turn:
+            while lane.published_index < previous and lane.open and not self.stopped.is_set():
+                lane.turn.wait(0.1)  # a stop is seen within this long

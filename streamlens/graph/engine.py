@@ -194,6 +194,10 @@ class Lane:
     #: the index of the newest keyframe whose detections the tracker has applied (None: none yet)
     detected_frame: int | None = None
     open: bool = True
+    #: the index of the newest frame published (files whose schedule reads the tracker's signals
+    #: wait on `turn` for it: graph/admit.py), and the condition it is told on
+    published_index: int = -1
+    turn: threading.Condition = field(default_factory=threading.Condition)
 
 
 class Engine:
@@ -350,9 +354,15 @@ class Engine:
             head.timings.setdefault("detect", 0.0)
             self.publish(FrameResult(head, lane.seq, keyframe, detections, lane.detected_frame))
             lane.seq += 1
+            if not lane.live:
+                with lane.turn:
+                    lane.published_index = head.index
+                    lane.turn.notify_all()
 
     def _end(self, lane: Lane, end: EndOfStream) -> None:
-        lane.open = False
+        with lane.turn:
+            lane.open = False
+            lane.turn.notify_all()
         if self.chooser is not None:
             self.chooser.remove(lane.name)
         lane.ready.clear()

@@ -136,6 +136,10 @@ class AdaptiveKeyframeScheduler:
         #: half the stretched interval
         self.stretch = 1.0
 
+    #: its choices read the tracker's signals: a file's frame is decided only once the one before it
+    #: is tracked (graph/admit.py), so its keyframes are the same on every run
+    reads_signals = True
+
     @property
     def current(self) -> int:
         """Frames between keyframes while the scene stays as it is."""

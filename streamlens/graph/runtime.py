@@ -549,7 +549,8 @@ class Pipeline:
         shedders = self.controller.shedders if self.controller else {}
         threads += [threading.Thread(target=self._run_source, name=f"source-{src.name}", daemon=True, args=(
                         src, by_name[src.name], Admission(lane, self._schedules[src.name], prepare,
-                                                          getattr(shedders.get(src.name), "drop", None))))
+                                                          getattr(shedders.get(src.name), "drop", None),
+                                                          self._stop_sources)))
                     for src, lane in zip(sources, lanes)]
         for t in threads:
             t.start()
