@@ -103,6 +103,17 @@ class Frame:
         self._image, self._decoded = value, None
         self._size = (int(value.shape[1]), int(value.shape[0]))
 
+    def peek_image(self) -> np.ndarray:
+        """The picture as HxWx3 BGR, leaving the frame as it was: `image` when something already made
+        it, else the decoder's picture converted here, on the caller's thread, without keeping it or
+        adding to the frame's `decode` timing (a viewer's work is not the pipeline's)."""
+        image, decoded = self._image, self._decoded
+        if image is not None:
+            return image
+        if decoded is None:  # converted by another thread since the first look
+            return self.image
+        return to_bgr(decoded, threads=1)
+
     @property
     def width(self) -> int:
         return self._size[0]

@@ -1,4 +1,5 @@
-"""Health and metrics over HTTP, on 127.0.0.1 by default: `/metrics` (Prometheus text) and `/healthz`.
+"""The HTTP server of a run, on 127.0.0.1 by default: `/metrics` (Prometheus text), `/healthz`, and
+the live page at `/` with the JSON API behind it (`runtime.http`; `page: false` leaves the first two).
 
 Nothing is computed per request that the pipeline does not already keep: counters and latency
 histograms live in each stream's `StreamStats`, and a collector turns them into Prometheus
@@ -11,19 +12,90 @@ families when scraped, so a scrape costs the pipeline nothing on its hot path.
 `/healthz` answers JSON: `{"state": "running", "streams": {"cam1": "running"}}`, with HTTP 200 while
 the pipeline is `running` or `degraded` (a stream stalled, reconnecting or failed) and 503 while it
 is `starting` or `stopping`.
+
+The page and its API (every answer is JSON unless said; `Cache-Control: no-store`):
+
+- `/` the page (`streamlens/http/page/index.html`), `/page/<file>` its script and style sheet. It
+  loads nothing from anywhere else (a Content-Security-Policy of `'self'` says so to the browser).
+- `/api/streams`: `{"state", "frames", "note", "preview_fps", "budget_ms", "streams": [...]}`, per
+  stream its `name`, `uri` (credentials masked: `rtsp://***@cam/1`), `live`, `state` (starting,
+  running, streaming, connecting, backing_off, reconnecting, stalled, ended, truncated, stopped,
+  error), `width`/`height`/`seq` of its newest frame (null before it), current `fps`, `frames`,
+  and its analytics' `lines` (`{"name", "points"}`) and `zones` (`{"name", "polygon"}`) in source
+  pixels as they are applied. `frames` is false, and `note` says why, where no live frames can be
+  shown: with `runtime.workers` > 1 the frames stay in the engine processes, the page shows figures.
+- `/api/stats[?history_since=N]`: `{"ts", "state", "budget_ms", "streams", "detector", "control",
+  "secondary", "history"}`. Per stream: `state`, `fps`, `frames`, `latency_ms` (p50/p95/p99 end to
+  end over the last 256 frames), `keyframes` and `keyframe_rate` (detected in time: how many, and
+  their share of the last 256 frames), `keyframes_per_s` (sent to the detector, in time or late,
+  over the last 10 s), `late_keyframes` (published by motion, their detections applied when back),
+  `deferred_keyframes`, `discarded_detections`, `dropped`, `shed`, `lost` (by cause),
+  `queue_depth`, `detect_ms` (the detector call per keyframe's batch, p50/p95/p99 of the last 64),
+  `control` (the budget controller's `level`, `keyframe_stretch`, `keyframe_wait`,
+  `shed_fraction`; null where it does not watch the stream) and `counts` (the newest frame's: per
+  line `{"in", "out", "classes"}`, per zone the objects in it now). `detector`: its load over the
+  last 10 s, all streams together: `keyframes_per_s`, `detected_share` (the share of frames it ran
+  on), and the slowest stream's `detect_ms`. `control`: the controller's `level` and `steps` (null
+  without one). `secondary`: the secondary models' figures. `history`: `{"every_s": 1, "next": M,
+  "t": [...], "p95": {stream: [...]}}`, a sample a second over the last 10 minutes taken by a
+  thread of the server (null: no frame that second); with `history_since=N` only the samples after
+  N (M: the newest sample's number).
+- `/api/events?since=N`: a list of the events after index N (all streams, the last 500 kept),
+  oldest first: `[{"index": 18, "has_snapshot": true, "event": {"type": "event", "stream": "cam1",
+  "event": "object_start", ...}}]`; `/api/events/<N>/snapshot.jpg` its snapshot JPEG (404 once no
+  longer kept or when it has none).
+- `/api/streams/<name>/frame.jpg`: the newest frame with its boxes, labels, track ids, lines, zones
+  and counts drawn (as the annotated video draws them), a JPEG of the stream's size, for scripts and
+  home dashboards; 503 before the first frame.
+- `/api/streams/<name>/preview.jpg[?after=SEQ&viewer=ID]`: the newest frame as it is (no drawing,
+  at most 1280 pixels wide) for the page's canvas, which draws the boxes itself. Its `seq` is in
+  the header `X-Streamlens-Seq` and its frame message (compact JSON, ASCII) in `X-Streamlens-Result`
+  when that is under 16 KiB; otherwise read it from `/api/streams/<name>/result?seq=SEQ` (the last
+  64 frame messages of each stream are kept; without `seq`, the newest). 204 No Content when there
+  is no frame yet or the newest is still `after`. Each viewer (its `viewer` id, else its address)
+  gets at most `runtime.http.preview_fps` new frames a second: asked sooner, it gets the frame it
+  had. Each frame is encoded once however many viewers ask, and only when one asks.
+
+Security. The server listens on `runtime.http.host`, 127.0.0.1 unless the file says otherwise. When
+that is not a loopback address, every route but `/healthz` needs the token held by the environment
+variable that `runtime.http.token_env` names (STREAMLENS_HTTP_TOKEN): as `Authorization: Bearer
+<token>`, or once as `?token=<token>`, which sets an HttpOnly, SameSite=Strict cookie (a digest of
+the token, never the token) that the page's own requests carry; `/?token=` then redirects to `/`, so
+the token does not stay in the address bar. Without it: 401. Off loopback with that variable unset
+or empty, `start()` fails with one line naming `runtime.http.token_env`. Over plain HTTP the token
+crosses the network in clear: beyond a trusted network, put a TLS proxy in front. Camera URLs are
+shown with their credentials masked, everywhere.
+
+A slow browser never slows the pipeline: the request handlers run on threads of their own and only
+read references the preview sink keeps (streamlens/http/preview.py), and encode there.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import ipaddress
 import json
+import logging
+import os
+import socket
 import threading
+import time
+from collections import deque
+from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qs, urlsplit
 
 from ..errors import StreamlensError
+from ..urls import mask_url
+from ..wire.codec import finite, json_bytes
 
 if TYPE_CHECKING:
     from ..graph.runtime import Pipeline
+
+log = logging.getLogger("streamlens.http")
 
 HEALTHY = ("running", "degraded")
 UNHEALTHY_STREAM_STATES = ("stalled", "backing_off", "reconnecting", "connecting", "error", "failed")
@@ -144,8 +216,334 @@ class _Collector:
                     waiting, shed_share, latency, stages, detect)
 
 
+#: the page's files: served at `/` (index.html) and `/page/<file>`
+PAGE_DIR = Path(__file__).resolve().parent / "page"
+_CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+                  ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".png": "image/png"}
+#: what the page may load: its own files and the API, nothing from anywhere else
+_PAGE_POLICY = ("default-src 'self'; img-src 'self' blob: data:; style-src 'self'; script-src 'self'; "
+                "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+#: the latency history: one sample a second, this many kept (10 minutes)
+HISTORY_EVERY_S, HISTORY_KEEP = 1.0, 600
+#: the window of the detector's figures and of `keyframes_per_s`, in history samples
+RATE_SAMPLES = 10
+#: a frame message rides in the preview's `X-Streamlens-Result` header up to this size
+RESULT_HEADER_MAX = 16 * 1024
+#: a viewer asking again within this share of its preview period gets the frame it had
+VIEWER_SLACK = 0.8
+#: idle keep-alive connections are closed after this many seconds
+IDLE_TIMEOUT_S = 15
+
+
+def is_loopback(host: str) -> bool:
+    """Whether listening on `host` keeps the server to this machine: 127.0.0.0/8, ::1, or a name
+    that resolves to those alone. `""` and `0.0.0.0` listen everywhere.
+
+    Example:
+        >>> [is_loopback(h) for h in ("127.0.0.1", "::1", "localhost", "0.0.0.0", "", "10.0.0.5")]
+        [True, True, True, False, False, False]
+    """
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    return bool(found) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in found)
+
+
+class _History:
+    """Once a second, each stream's p95 end to end (None when it published nothing that second)
+    with its counters of frames and of keyframes sent to the detector (in time or late): the page's
+    latency plot and the rates of `/api/stats`."""
+
+    def __init__(self, pipeline):
+        self.pipeline = pipeline
+        self.samples: deque = deque(maxlen=HISTORY_KEEP)  # (number, wall time, {stream: (frames, keyframes, p95)})
+        self.count = 0
+        self._frames: dict[str, int] = {}
+
+    def sample(self) -> None:
+        row = {}
+        for st in list(self.pipeline.stats.values()):
+            frames = st.frames
+            moved = frames != self._frames.get(st.name)
+            self._frames[st.name] = frames
+            p95 = st.latency_percentiles()["p95"] if moved and frames else None
+            row[st.name] = (frames, st.keyframes + st.late_keyframes, p95)
+        self.count += 1
+        self.samples.append((self.count, time.time(), row))
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.wait(HISTORY_EVERY_S):
+            try:
+                self.sample()
+            except Exception:  # noqa: BLE001 - a figure missed now is taken again in a second
+                log.debug("latency history", exc_info=True)
+
+    def rates(self) -> dict[str, tuple[float, int, int]]:
+        """Per stream over the last `RATE_SAMPLES` samples: (seconds, frames, keyframes detected in
+        time or late) made in them."""
+        recent = list(self.samples)[-(RATE_SAMPLES + 1):]
+        if len(recent) < 2:
+            return {}
+        (_, t0, first), (_, t1, last) = recent[0], recent[-1]
+        return {name: (t1 - t0, max(0, f - first[name][0]), max(0, k - first[name][1]))
+                for name, (f, k, _) in last.items() if name in first}
+
+    def since(self, number: int) -> dict:
+        if number > self.count:  # numbered by another run (the page outlived a restart): all of this one's
+            number = 0
+        kept = [s for s in list(self.samples) if s[0] > number]
+        names = list(self.pipeline.stats)
+        return {"every_s": HISTORY_EVERY_S, "next": self.count, "t": [round(t, 3) for _, t, _ in kept],
+                "p95": {n: [row.get(n, (0, 0, None))[2] for _, _, row in kept] for n in names}}
+
+
+class _Viewers:
+    """Bounds each viewer's preview rate: per (viewer, stream), the frame it was last given and when."""
+
+    def __init__(self, fps: float):
+        self.period = 1.0 / fps
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, str], tuple[float, tuple]] = {}
+
+    def recent(self, key: tuple[str, str]) -> tuple | None:
+        """What `key` was given less than a period ago (it gets that again), else None."""
+        with self._lock:
+            last = self._last.get(key)
+        if last is not None and time.monotonic() - last[0] < VIEWER_SLACK * self.period:
+            return last[1]
+        return None
+
+    def gave(self, key: tuple[str, str], frame: tuple) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._last[key] = (now, frame)
+            if len(self._last) > 1024:  # viewers come and go: forget those gone a minute
+                self._last = {k: v for k, v in self._last.items() if now - v[0] < 60}
+
+
+class _Reply:
+    """An answer: status, content type, body and extra headers."""
+
+    __slots__ = ("code", "ctype", "body", "headers")
+
+    def __init__(self, code: int, ctype: str = "application/json", body: bytes = b"", headers: dict | None = None):
+        self.code, self.ctype, self.body, self.headers = code, ctype, body, headers or {}
+
+
+def _json(value, code: int = 200) -> _Reply:
+    return _Reply(code, "application/json", json_bytes(value))
+
+
+def _text(code: int, line: str) -> _Reply:
+    return _Reply(code, "text/plain; charset=utf-8", (line + "\n").encode())
+
+
+def _ascii_json(value) -> str:
+    """Compact JSON in ASCII (fit for a header), NaN and infinities as null."""
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return json.dumps(finite(value), separators=(",", ":"))
+
+
+def _int(query: dict, key: str, default: int | None = None) -> int | None:
+    try:
+        return int(query[key][0])
+    except (KeyError, IndexError, ValueError):
+        return default
+
+
+class _Api:
+    """The page and its API over one pipeline (a `Pipeline` or a `Supervisor`): each route's answer."""
+
+    def __init__(self, pipeline, preview_fps: float):
+        self.pipeline = pipeline
+        self.preview_fps = preview_fps
+        self.history = _History(pipeline)
+        self.viewers = _Viewers(preview_fps)
+
+    # -- what the page is made of ---------------------------------------------------------------
+
+    def page_file(self, name: str) -> _Reply:
+        path = PAGE_DIR / name
+        ctype = _CONTENT_TYPES.get(path.suffix)
+        if ctype is None or name not in _page_files():
+            return _text(404, f"not found: /page/{name}")
+        return _Reply(200, ctype, path.read_bytes(), {"Content-Security-Policy": _PAGE_POLICY,
+                                                      "Cache-Control": "no-cache"})
+
+    # -- /api/streams ---------------------------------------------------------------------------
+
+    def _frames_note(self) -> str | None:
+        """Why this run shows no live frames, or None where it does (a `Pipeline`, whose preview
+        sink is made just after this server starts)."""
+        from ..graph.runtime import Pipeline
+
+        if getattr(self.pipeline, "preview", None) is not None or isinstance(self.pipeline, Pipeline):
+            return None
+        return "live frames are not available with several engines (runtime.workers > 1): figures only"
+
+    def streams(self) -> _Reply:
+        p = self.pipeline
+        preview = getattr(p, "preview", None)
+        sources = {s.name: s for s in p.config.sources}
+        out = []
+        for name, st in list(p.stats.items()):
+            newest = preview.newest(name) if preview is not None else None
+            message = newest[1] if newest is not None else None
+            lines, zones = preview.geometry(name) if preview is not None else ([], [])
+            source = sources.get(name)
+            out.append({"name": name, "uri": mask_url(st.uri), "live": bool(getattr(source, "live", False)),
+                        "state": st.state, "width": message["width"] if message else None,
+                        "height": message["height"] if message else None,
+                        "seq": message["seq"] if message else None, "fps": round(st.fps, 2), "frames": st.frames,
+                        "lines": lines, "zones": zones})
+        note = self._frames_note()
+        return _json({"state": pipeline_state(p), "frames": note is None, "note": note,
+                      "preview_fps": self.preview_fps, "budget_ms": p.config.runtime.budget_ms, "streams": out})
+
+    # -- /api/stats -----------------------------------------------------------------------------
+
+    def _control(self, name: str) -> dict | None:
+        controller = getattr(self.pipeline, "controller", None)
+        if controller is not None and name in controller.shedders:
+            state = controller.state(name)
+            return {k: state[k] for k in ("level", "keyframe_stretch", "keyframe_wait", "shed_fraction")}
+        held = self.pipeline.control_of(name)
+        if held is None:
+            return None
+        stretch, wait, shed = held
+        return {"level": None, "keyframe_stretch": stretch, "keyframe_wait": bool(wait), "shed_fraction": shed}
+
+    def stats(self, query: dict) -> _Reply:
+        p = self.pipeline
+        preview = getattr(p, "preview", None)
+        rates = self.history.rates()
+        streams, detect, seconds, frames, keyframes = {}, {"p50": 0.0, "p95": 0.0, "p99": 0.0}, 0.0, 0, 0
+        for name, st in list(p.stats.items()):
+            report = st.report(p.queue_depth(name))
+            newest = preview.newest(name) if preview is not None else None
+            s, f, k = rates.get(name, (0.0, 0, 0))
+            seconds, frames, keyframes = max(seconds, s), frames + f, keyframes + k
+            ms = report["stages_ms"]["detect"]
+            if ms["p95"] > detect["p95"]:
+                detect = ms
+            streams[name] = {
+                "state": st.state, "fps": report["fps"], "frames": st.frames, "latency_ms": report["latency_ms"],
+                "keyframes": st.keyframes, "keyframe_rate": report["keyframe_rate"],
+                "keyframes_per_s": round(k / s, 2) if s > 0 else 0.0,
+                "late_keyframes": st.late_keyframes, "deferred_keyframes": st.deferred_keyframes,
+                "discarded_detections": st.discarded_detections, "dropped": st.dropped, "shed": st.shed,
+                "lost": dict(st.lost), "queue_depth": report["queue_depth"], "detect_ms": ms,
+                "control": self._control(name),
+                "counts": newest[1].get("counts") if newest is not None else None}
+        controller = getattr(p, "controller", None)
+        return _json({
+            "ts": round(time.time(), 3), "state": pipeline_state(p), "budget_ms": p.config.runtime.budget_ms,
+            "streams": streams,
+            "detector": {"keyframes_per_s": round(keyframes / seconds, 2) if seconds > 0 else 0.0,
+                         "detected_share": round(keyframes / frames, 4) if frames else 0.0, "detect_ms": detect},
+            "control": None if controller is None else {"level": controller.level, "steps": controller.steps},
+            "secondary": p.secondary_stats(),
+            "history": self.history.since(_int(query, "history_since", 0))})
+
+    # -- /api/events ----------------------------------------------------------------------------
+
+    def events(self, query: dict) -> _Reply:
+        preview = getattr(self.pipeline, "preview", None)
+        found = preview.events_since(_int(query, "since", 0)) if preview is not None else []
+        return _json([{"index": i, "has_snapshot": shot, "event": m} for i, m, shot in found])
+
+    def snapshot(self, index: int) -> _Reply:
+        preview = getattr(self.pipeline, "preview", None)
+        jpeg = preview.snapshot(index) if preview is not None else None
+        if jpeg is None:
+            return _text(404, f"no snapshot kept for event {index}")
+        return _Reply(200, "image/jpeg", jpeg)
+
+    # -- a stream's frames ----------------------------------------------------------------------
+
+    def _preview_of(self, name: str):
+        if name not in self.pipeline.stats:
+            return None, _text(404, f"no stream named {name!r}")
+        preview = getattr(self.pipeline, "preview", None)
+        note = self._frames_note()
+        if note is not None:
+            return None, _text(404, note)
+        return preview, None  # None: not made yet
+
+    def frame_jpeg(self, name: str) -> _Reply:
+        preview, refused = self._preview_of(name)
+        if refused is not None:
+            return refused
+        made = preview.annotated_jpeg(name) if preview is not None else None
+        if made is None:
+            return _Reply(503, "text/plain; charset=utf-8", b"no frame yet\n", {"Retry-After": "1"})
+        seq, jpeg = made
+        return _Reply(200, "image/jpeg", jpeg, {"X-Streamlens-Seq": str(seq)})
+
+    def preview_jpeg(self, name: str, query: dict, client: str) -> _Reply:
+        preview, refused = self._preview_of(name)
+        if refused is not None:
+            return refused
+        key = ((query.get("viewer") or [client])[0][:64], name)
+        frame = self.viewers.recent(key)  # asked again too soon: what it had
+        if frame is None:
+            frame = preview.preview_jpeg(name) if preview is not None else None
+            if frame is None:
+                return _Reply(204)
+            self.viewers.gave(key, frame)
+        seq, jpeg, message = frame
+        if seq == _int(query, "after"):
+            return _Reply(204)
+        headers = {"X-Streamlens-Seq": str(seq)}
+        header = _ascii_json(message)
+        if len(header) <= RESULT_HEADER_MAX:
+            headers["X-Streamlens-Result"] = header
+        return _Reply(200, "image/jpeg", jpeg, headers)
+
+    def result(self, name: str, query: dict) -> _Reply:
+        preview, refused = self._preview_of(name)
+        if refused is not None:
+            return refused
+        seq = _int(query, "seq")
+        if preview is None:
+            message = None
+        elif seq is None:
+            newest = preview.newest(name)
+            message = newest[1] if newest is not None else None
+        else:
+            message = preview.message(name, seq)
+        if message is None:
+            return _text(404, f"{name}: no frame message kept for seq {seq}")
+        return _json(message)
+
+
+def _page_files() -> set[str]:
+    try:
+        return {p.name for p in PAGE_DIR.iterdir() if p.is_file()}
+    except OSError:
+        return set()
+
+
+def _http_config(pipeline):
+    """The pipeline's `runtime.http` section (defaults where it has none)."""
+    from ..config.model import HttpConfig
+
+    runtime = getattr(getattr(pipeline, "config", None), "runtime", None)
+    return getattr(runtime, "http", None) or HttpConfig()
+
+
 class MetricsServer:
-    """Serves `/metrics` and `/healthz` for one pipeline on a thread of its own.
+    """Serves `/metrics`, `/healthz`, and the live page and its API (`runtime.http.page`), for one
+    pipeline on a thread of its own; see the module's docstring for the routes and the token.
 
     `port=0` picks a free port (read `.port` after `start()`)."""
 
@@ -156,33 +554,146 @@ class MetricsServer:
         self.registry = CollectorRegistry()
         self.registry.register(_Collector(pipeline))
         self.host, self.port = host, port
+        http = _http_config(pipeline)
+        self.token_env = http.token_env
+        self._api = _Api(pipeline, http.preview_fps) if http.page else None
+        self._token: str | None = None  # None: on loopback, no token asked
+        self._cookie = ""  # the cookie's name and value (a digest of the token)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._closed = False  # set once closed: connections still kept alive get their last answer
+
+    def _read_token(self) -> None:
+        if is_loopback(self.host):
+            return
+        token = os.environ.get(self.token_env, "")
+        if not token:
+            raise StreamlensError(
+                f"runtime.http.token_env: {self.token_env} is not set: listening on {self.host or 'every address'} "
+                f"(not a loopback address), every route but /healthz needs the access token it holds; set it, "
+                f"or listen on 127.0.0.1")
+        self._token = token
+        self._cookie = hmac.new(token.encode(), b"streamlens page cookie", hashlib.sha256).hexdigest()
+
+    def _allowed(self, headers, query: dict) -> tuple[bool, bool]:
+        """(whether the request carries the token, whether it came as `?token=`)."""
+        if self._token is None:
+            return True, False
+        token = self._token
+        auth = headers.get("Authorization", "")
+        if auth[:7].lower() == "bearer " and hmac.compare_digest(auth[7:].strip().encode(), token.encode()):
+            return True, False
+        try:
+            jar = SimpleCookie(headers.get("Cookie", ""))
+        except CookieError:
+            jar = SimpleCookie()
+        morsel = jar.get(self._cookie_name)
+        if morsel is not None and hmac.compare_digest(morsel.value.encode(), self._cookie.encode()):
+            return True, False
+        given = (query.get("token") or [""])[0]
+        if given and hmac.compare_digest(given.encode(), token.encode()):
+            return True, True
+        return False, False
+
+    @property
+    def _cookie_name(self) -> str:
+        return f"streamlens_{self.port}"  # cookies ignore ports: each server its own
+
+    def _route(self, path: str, query: dict, client: str) -> _Reply:
+        api = self._api
+        if api is None:
+            return _text(404, "not found: try /metrics or /healthz")
+        if path in ("/", "/index.html"):
+            return api.page_file("index.html")
+        if path.startswith("/page/"):
+            return api.page_file(path[len("/page/"):])
+        if path == "/api/streams":
+            return api.streams()
+        if path == "/api/stats":
+            return api.stats(query)
+        if path == "/api/events":
+            return api.events(query)
+        parts = path.split("/")
+        if len(parts) == 5 and parts[:3] == ["", "api", "events"] and parts[4] == "snapshot.jpg" and parts[3].isdigit():
+            return api.snapshot(int(parts[3]))
+        if len(parts) == 5 and parts[:3] == ["", "api", "streams"]:
+            name, what = parts[3], parts[4]
+            if what == "frame.jpg":
+                return api.frame_jpeg(name)
+            if what == "preview.jpg":
+                return api.preview_jpeg(name, query, client)
+            if what == "result":
+                return api.result(name, query)
+        return _text(404, "not found: try /, /api/streams, /api/stats, /api/events, /metrics or /healthz")
 
     def start(self) -> None:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+        self._read_token()
         server_self = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive: a viewer's requests reuse one connection
+            timeout = IDLE_TIMEOUT_S
+
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    self._send(200, CONTENT_TYPE_LATEST, generate_latest(server_self.registry))
-                elif path == "/healthz":
+                try:
+                    self._get()
+                except (BrokenPipeError, ConnectionResetError, TimeoutError):
+                    self.close_connection = True  # the viewer went away
+                except Exception as e:  # noqa: BLE001 - one request fails, never the server
+                    log.debug("http %s", self.path, exc_info=True)
+                    self._send(_text(500, f"internal error: {type(e).__name__}: {e}"))
+
+            def _get(self) -> None:
+                url = urlsplit(self.path)
+                path, query = url.path, parse_qs(url.query)
+                if server_self._closed:  # a connection kept alive past the end: this answer is its last
+                    self.close_connection = True
+                    if path not in ("/healthz", "/metrics"):
+                        self._send(_text(503, "the run has ended"))
+                        return
+                if path == "/healthz":
                     p = server_self.pipeline
                     state = pipeline_state(p)
                     body = {"state": state, "streams": {n: st.state for n, st in p.stats.items()}}
-                    self._send(200 if state in HEALTHY else 503, "application/json", json.dumps(body).encode())
+                    self._send(_Reply(200 if state in HEALTHY else 503, "application/json", json.dumps(body).encode()))
+                    return
+                allowed, by_query = server_self._allowed(self.headers, query)
+                if not allowed:
+                    self._send(_Reply(401, "text/plain; charset=utf-8",
+                                      b"unauthorized: this server asks for its access token: send it as "
+                                      b"Authorization: Bearer <token>, or open /?token=<token> once\n",
+                                      {"WWW-Authenticate": 'Bearer realm="streamlens"'}))
+                    return
+                cookie = {}
+                if by_query:
+                    cookie = {"Set-Cookie": f"{server_self._cookie_name}={server_self._cookie}; HttpOnly; "
+                                            f"SameSite=Strict; Path=/"}
+                    if path in ("/", "/index.html"):  # the token leaves the address bar
+                        self._send(_Reply(303, headers={"Location": "/", **cookie}))
+                        return
+                if path == "/metrics":
+                    reply = _Reply(200, CONTENT_TYPE_LATEST, generate_latest(server_self.registry))
                 else:
-                    self._send(404, "text/plain", b"not found: try /metrics or /healthz\n")
+                    reply = server_self._route(path, query, self.client_address[0])
+                reply.headers.update(cookie)
+                self._send(reply)
 
-            def _send(self, code: int, ctype: str, body: bytes) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
+            def _send(self, reply: _Reply) -> None:
+                self.send_response(reply.code)
+                if reply.code not in (204, 304):
+                    self.send_header("Content-Type", reply.ctype)
+                    self.send_header("Content-Length", str(len(reply.body)))
+                if reply.ctype.startswith(("application/json", "image/")) or reply.code == 204:
+                    self.send_header("Cache-Control", "no-store")
+                self.send_header("X-Content-Type-Options", "nosniff")
+                for key, value in reply.headers.items():
+                    self.send_header(key, value)
                 self.end_headers()
-                self.wfile.write(body)
+                if reply.code not in (204, 304):
+                    self.wfile.write(reply.body)
 
             def log_message(self, *args) -> None:  # quiet: no line per request
                 pass
@@ -195,9 +706,14 @@ class MetricsServer:
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
         self._thread.start()
+        if self._api is not None:
+            threading.Thread(target=self._api.history.run, args=(self._stop,), name="http-history",
+                             daemon=True).start()
 
     def close(self) -> None:
+        self._stop.set()
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+            server, self._server = self._server, None
+            server.shutdown()
+            server.server_close()
+            self._closed = True
