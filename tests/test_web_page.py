@@ -360,7 +360,8 @@ def test_off_loopback_without_the_token_the_run_fails_at_start_in_one_line(guard
                           text=True, timeout=120, env=env, cwd=REPO)
     assert done.returncode != 0
     said = done.stderr.strip().splitlines()
-    assert len(said) == 1 and "runtime.http.token_env: STREAMLENS_PAGE_TEST_TOKEN is not set" in said[0], done.stderr
+    assert len(said) == 1 and "runtime.http.token_env: the environment variable STREAMLENS_PAGE_TEST_TOKEN is not " \
+        "set" in said[0], done.stderr
 
 
 def test_with_several_engines_the_page_shows_figures_and_says_why_no_frames(browser, tmp_path):

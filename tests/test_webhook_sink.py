@@ -285,10 +285,14 @@ sources: [{{uri: {REPO / 'samples' / 'traffic.mp4'}}}]
 detector: {{backend: motion}}
 sinks: [{{type: webhook, url: "{hook.url}", token_env: HOOK_TOKEN}}]
 """)
-    with pytest.raises(SinkError) as info:
+    with pytest.raises(ConfigError) as info:  # checked before any sink opens (a jsonl file is left as it was)
         streamlens.Pipeline.from_yaml(path).run()
     message = str(info.value)
-    assert "\n" not in message and message.startswith("sinks[0].token_env: ") and "HOOK_TOKEN" in message
+    assert "\n" not in message and ": sinks[0].token_env: the environment variable HOOK_TOKEN is not set" in message
+    monkeypatch.setenv("HOOK_TOKEN", "")
+    sink = WebhookSink(hook.url, token_env="HOOK_TOKEN")  # made in code: said when it opens
+    with pytest.raises(SinkError, match=r"^sinks|^webhook|token_env"):
+        sink.open()
 
 
 def test_the_short_form_validates_and_builds_and_a_wrong_url_is_one_line(tmp_path):

@@ -26,6 +26,8 @@ def preflight_problems(cfg: PipelineConfig) -> list[str]:
       are free now, and no two of them are the same. Each is tried as ZeroMQ and http.server
       listen (bind with SO_REUSEADDR, then close), so a port that a finished run's connections
       hold in TIME_WAIT counts as free, as it is to them; ephemeral ports (0, `*`) are not tried.
+    - the environment variables that hold tokens are set: the HTTP server's when it listens off
+      loopback, and each webhook sink's `token_env`.
 
     `streamlens validate` prints these lines, and a run checks them before any sink opens (a sink
     truncates its file on open). A port or a folder may still change between the check and the run.
@@ -53,9 +55,15 @@ def preflight_problems(cfg: PipelineConfig) -> list[str]:
     http_host = {"": "0.0.0.0", "localhost": "127.0.0.1"}.get(cfg.runtime.http_host, cfg.runtime.http_host)
     if cfg.runtime.http_port and _is_ipv4(http_host):  # other host names are not looked up
         _check_port((socket.AF_INET, http_host, cfg.runtime.http_port), "runtime.http.port", listeners, problems)
+    if cfg.runtime.http_port is not None and not _loopback(cfg.runtime.http_host):
+        _check_env(cfg.runtime.http.token_env, "runtime.http.token_env", problems,
+                   f"listening on {cfg.runtime.http_host or 'every address'} (not a loopback address), every route "
+                   "but /healthz needs the access token it holds; set it, or listen on 127.0.0.1")
     outputs: dict[str, str] = {}
     for i, sink in enumerate(cfg.sinks):
         where = f"sinks[{i}]"
+        if sink.options.get("token_env"):
+            _check_env(sink.options["token_env"], f"{where}.token_env", problems, "the webhook's token is read from it")
         if "path" in sink.options:
             for target in _output_files(sink, cfg.sources):
                 why = _unwritable(target)
@@ -111,6 +119,17 @@ def _unwritable(target: Path) -> str | None:
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"cannot write in folder {folder}: permission denied"
     return None
+
+
+def _loopback(host: str) -> bool:
+    from ..http.server import is_loopback
+
+    return is_loopback(host)
+
+
+def _check_env(name: str, where: str, problems: Problems, why: str) -> None:
+    if not os.environ.get(name):
+        problems.add(where, f"the environment variable {name} is not set: {why}")
 
 
 def _is_ipv4(host: str) -> bool:
