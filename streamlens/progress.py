@@ -62,7 +62,8 @@ def summary(report: RunReport) -> str:
     of which `shed` by the budget controller; `p95 ms`: from a frame becoming available to its
     publication, over the last frames; `state`: how the stream ended (`truncated`: the command
     then names the input in an error line). Under the table, a line for each stream that lost
-    anything, by cause, or whose detections came back too late to apply."""
+    anything, by cause, or whose detections came back too late to apply; a line for each sink that
+    could not deliver everything, and one per secondary model."""
     rows = [f"{'stream':<12} {'frames':>7} {'keyframes':>9} {'late':>5} {'objects':>8} {'dropped':>7} "
             f"{'shed':>6} {'p95 ms':>7} {'wall s':>7} {'fps':>7}  state"]
     for st in report.streams:
@@ -75,6 +76,13 @@ def summary(report: RunReport) -> str:
             rows.append(f"{st.name} lost: {causes}")
         if st.discarded_detections:
             rows.append(f"{st.name}: {st.discarded_detections} keyframes' detections came back too late to apply")
+    for where, n in report.sink_losses.items():
+        rows.append(f"{where}: {n} message(s) not delivered")
+    for name, fig in report.secondary.items():
+        if name != "cache":
+            rows.append(f"secondary {name}: {fig['calls']} looks on {fig['tracks']} tracks"
+                        f" ({fig['attempts_per_track'] or 0} per track), {fig['computed']} computed,"
+                        f" {fig['cached']} from the cache, {fig['dropped']} dropped")
     if report.control_actions:
         rows.append(f"budget controller: {report.control_steps} steps, ended on rung {report.control_level}"
                     f" (last: {report.control_actions[-1]})")

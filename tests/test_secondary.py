@@ -218,6 +218,9 @@ def test_a_pipeline_writes_attributes_on_every_frame_of_a_track_once_known(tmp_p
             first_seen.setdefault(obj["id"], m["frame"])
     assert all(first_known[t] > first_seen[t] for t in first_known)  # answers come later: no frame waited
     assert stats["colour"]["attempts_per_track"] <= 3
+    from streamlens.progress import summary
+
+    assert f"secondary colour: {stats['colour']['calls']} looks on {stats['colour']['tracks']} tracks" in summary(report)
     updates = [m for m in lines if m["type"] == "event" and m["event"] == "object_update"]
     assert any("attributes" in m["object"] for m in updates)
 

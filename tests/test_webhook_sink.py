@@ -260,6 +260,10 @@ def test_an_endpoint_refused_is_retried_then_failed_and_the_run_still_writes_eve
     counts = sink.counters()
     assert counts["posted"] == 0 and counts["failed"] >= 1
     assert counts["failed"] + counts["dropped"] == events and sink.drops() == {"cam1": events}
+    from streamlens.progress import summary
+
+    assert report.sink_losses == {"webhook sink": events}  # told under the run's summary
+    assert f"webhook sink: {events} message(s) not delivered" in summary(report)
     tries = [r for r in caplog.records if "try " in r.getMessage()]
     assert "Connection refused" in tries[0].getMessage()
     assert len(tries) - 2 * counts["failed"] in (0, 1)  # two tries each (one retry); at most one cut by close

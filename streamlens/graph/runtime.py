@@ -355,9 +355,14 @@ class Pipeline:
         self._refresh_drops()
         status = "failed" if self._error else "interrupted" if self._interrupted else "done"
         control = self.controller
+        losses = {}
+        for sink in self._out.sinks if self._out is not None else []:
+            lost = sum(sink.drops().values())
+            if lost:
+                losses[f"{sink.where} ({sink.name})" if sink.where else f"{sink.name} sink"] = lost
         return RunReport(status, self._error, time.monotonic() - started, list(self.stats.values()),
                          list(control.actions) if control else [], control.level if control else 0,
-                         control.steps if control else 0)
+                         control.steps if control else 0, losses, self.secondary_stats())
 
     def _on_source_state(self, name: str, state: str) -> None:
         st = self.stats[name]

@@ -143,6 +143,10 @@ class RunReport:
     control_actions: list[str] = field(default_factory=list)
     control_level: int = 0
     control_steps: int = 0
+    #: messages each sink could not deliver, by its entry (`sinks[2] (webhook)`), those with any
+    sink_losses: dict = field(default_factory=dict)
+    #: the secondary models' figures (`Pipeline.secondary_stats()`), empty without them
+    secondary: dict = field(default_factory=dict)
 
     @property
     def incomplete(self) -> list[str]:
