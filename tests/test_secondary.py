@@ -16,7 +16,8 @@ import supervision as sv
 import streamlens
 from streamlens.config.model import SecondaryConfig
 from streamlens.frame import Frame, FrameResult
-from streamlens.secondary.cache import MemoryCache
+from streamlens.analytics.snapshots import crop
+from streamlens.secondary.cache import MemoryCache, crop_key
 from streamlens.secondary.stage import SecondaryStage, _Head, _Look
 
 from .colour_model import build_colour_model
@@ -99,6 +100,11 @@ def scene(index: int, boxes: list, colours: list, size=(240, 320)) -> tuple[Fram
     return Frame("cam1", index, index / 30, 0.0, image), det
 
 
+def offer(stage: SecondaryStage, frame: Frame, det: sv.Detections, found: sv.Detections | None = None) -> None:
+    """Offer `frame` as a keyframe whose detector boxes were `found` (default: the tracked boxes)."""
+    stage.offer(frame, det if found is None else found, det)
+
+
 def answered(stage: SecondaryStage, frames) -> FrameResult:
     """Publish frames until every tracked object of the last one has its attributes."""
     deadline = time.monotonic() + WAIT_S
@@ -121,7 +127,9 @@ def test_crops_are_classified_off_the_engines_thread_and_apply_to_their_tracks(c
         boxes, colours = [[20, 20, 80, 80], [150, 40, 230, 120]], [(0, 0, 230), (230, 0, 0)]  # red, blue (BGR)
         frame, det = scene(0, boxes, colours)
         stage.apply(FrameResult(frame, 0, True, det))
-        stage.offer(frame, det)
+        offer(stage, frame, det)  # a track's first keyframe: no look yet
+        assert stage.stats()["colour"]["tracks"] == 0
+        offer(stage, frame, det)
         result = answered(stage, lambda k: scene(k + 1, boxes, colours))
         assert [a["colour"]["label"] for a in result.attributes] == ["red", "blue"]
         assert stage.stats()["colour"]["calls"] == 2 and stage.stats()["colour"]["tracks"] == 2
@@ -139,7 +147,9 @@ def test_same_pixels_on_another_frame_hit_the_cache_and_one_changed_pixel_misses
             if k == 3:
                 frame.image[50, 50, 0] += 1  # inside the crop
             stage.apply(FrameResult(frame, k, True, det))
-            stage.offer(frame, det)
+            if k == 0:
+                offer(stage, frame, det)  # its first keyframe
+            offer(stage, frame, det)
             deadline = time.monotonic() + WAIT_S
             while stage.stats()["colour"]["calls"] < k + 1:  # its answer is back
                 assert time.monotonic() < deadline, stage.stats()
@@ -151,6 +161,40 @@ def test_same_pixels_on_another_frame_hit_the_cache_and_one_changed_pixel_misses
         stage.close()
 
 
+def test_the_crop_is_the_detectors_box_not_the_tracked_one(colour_model):
+    """The tracked box (moved by the tracker's filter) half covers the red square; the detector's
+    box is the square: the crop is cut there, and the answer is red. A tracked object the detector
+    did not see on that keyframe is not looked at."""
+    stage = SecondaryStage([entry(colour_model)], MemoryCache(100))
+    stage.start()
+    try:
+        frame, found = scene(0, [[20, 20, 80, 80]], [(0, 0, 230)])
+        tracked = sv.Detections(xyxy=np.array([[34, 20, 94, 80], [200, 150, 260, 210]], np.float32),
+                                confidence=np.full(2, 0.9, np.float32), class_id=np.zeros(2, int),
+                                tracker_id=np.array([1, 2]))
+        tracked.data["class_name"] = np.array(["car", "car"])
+        stage.apply(FrameResult(frame, 0, True, tracked))
+        offer(stage, frame, tracked, found)
+        offer(stage, frame, tracked, found)
+        deadline = time.monotonic() + WAIT_S
+        result = FrameResult(frame, 1, True, tracked)
+        while not (result.attributes and result.attributes[0]):
+            assert time.monotonic() < deadline, stage.stats()
+            time.sleep(0.01)
+            result = FrameResult(frame, 1, True, tracked)
+            stage.apply(result)
+        assert result.attributes[0]["colour"]["label"] == "red" and result.attributes[1] is None
+
+        def cached(box) -> bool:
+            key = crop_key(stage.groups[0].model.id, np.ascontiguousarray(crop(frame.image, box, 0.1)))
+            return stage.cache.get_many([key]) != [None]
+
+        assert cached([20, 20, 80, 80]) and not cached([34, 20, 94, 80])  # the detector's box was cut
+    finally:
+        stage.close()
+    assert stage.stats()["colour"]["tracks"] == 1  # track 2: nothing the detector saw
+
+
 def test_two_heads_of_one_model_share_one_run_per_crop(colour_model):
     stage = SecondaryStage([entry(colour_model), entry(colour_model, name="light", output="brightness", labels=["bright", "dark"])], MemoryCache(100))
     stage.start()
@@ -158,7 +202,8 @@ def test_two_heads_of_one_model_share_one_run_per_crop(colour_model):
         boxes, colours = [[20, 20, 80, 80]], [(250, 250, 250)]
         frame, det = scene(0, boxes, colours)
         stage.apply(FrameResult(frame, 0, True, det))
-        stage.offer(frame, det)
+        offer(stage, frame, det)
+        offer(stage, frame, det)
         result = answered(stage, lambda k: scene(k + 1, boxes, colours))
         deadline = time.monotonic() + WAIT_S
         while len(result.attributes[0]) < 2:

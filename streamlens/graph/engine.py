@@ -206,10 +206,10 @@ class Engine:
     def __init__(self, inbox: Channel, detections: Channel, lanes: list[Lane], worker: DetectWorker,
                  publish: Callable[[FrameResult | StreamEnd], None], late_after_s: float,
                  on_detected: Callable[[Detected], None] | None = None, chooser: KeyframeChooser | None = None,
-                 on_keyframe: Callable[[Frame, sv.Detections], None] | None = None):
+                 on_keyframe: Callable[[Frame, sv.Detections, sv.Detections], None] | None = None):
         self.on_detected = on_detected  # told of every keyframe back from the detector, late ones too
         #: told of every keyframe whose detections the tracker applied (late ones too, when applied):
-        #: the frame and its tracked objects as the detector saw them
+        #: the frame, the detector's boxes on it and the tracked objects they gave
         self.on_keyframe = on_keyframe
         self.chooser = chooser  # the shared schedule of the live streams (None: each its own)
         if chooser is not None:
@@ -320,7 +320,7 @@ class Engine:
             if getattr(lane.tracker, "stale_updates", 0) == stale:  # applied, not too old for its history
                 lane.detected_frame = max(done.frame.index, lane.detected_frame or 0)
                 if self.on_keyframe is not None:
-                    self.on_keyframe(done.frame, objects)
+                    self.on_keyframe(done.frame, done.detections, objects)
             else:
                 lane.discarded_detections += 1
         elif lane.open:  # not published yet: its timings are still the engine's to fill in
@@ -344,10 +344,11 @@ class Engine:
             lane.waiting.popleft()
             started = time.perf_counter()
             if keyframe:
-                detections = lane.tracker.update(head, lane.ready.pop(id(head)))
+                found = lane.ready.pop(id(head))
+                detections = lane.tracker.update(head, found)
                 lane.detected_frame = head.index
                 if self.on_keyframe is not None:
-                    self.on_keyframe(head, detections)
+                    self.on_keyframe(head, found, detections)
             else:
                 detections = lane.tracker.propagate(head)
             head.timings["track"] = (time.perf_counter() - started) * 1000

@@ -2,16 +2,19 @@
 holding a frame back.
 
 On the engine's thread, for each keyframe the tracker applied (`offer`; a late one too, when its
-detections come), every tracked object that a
-`secondary` entry applies to (its label in `classes`, its box's shorter side at least `min_size`
-and inside the frame) is cropped, if that entry wants another look at its track:
+detections come), every tracked object that a `secondary` entry applies to (its label in `classes`,
+its box's shorter side at least `min_size` and inside the frame, its track seen by the detector on
+at least two keyframes: a track of one keyframe is often a blink that ends before its answer comes)
+is cropped at the detector's own box on that keyframe, if that entry wants another look at its
+track:
 
 - its first good view;
 - again when its box has grown by `regrow` (0.2: a fifth more area) since the last look, or
   `every_s` after it;
 - at most `max_attempts` looks per track.
 
-The crops (copies of the keyframe's pixels, the boxes the detector saw) go to one worker thread,
+The crops (copies of the keyframe's pixels in the boxes the detector saw: the same pixels give the
+same crop in every pipeline, whatever its tracking did before) go to one worker thread,
 which batches each model's crops of every stream, up to `max_batch` within `max_wait_ms`, looks
 their outputs up in the cache by the crops' pixel hash (`runtime.cache`), runs the model on the
 rest and stores what it computed. Entries that name the same model, input size and padding share
@@ -28,7 +31,7 @@ own each time it changes, never in the frame messages.
 
 Example:
     >>> stage = SecondaryStage([entry], cache)   # doctest: +SKIP
-    >>> stage.start(); stage.offer(frame, tracked)  # doctest: +SKIP
+    >>> stage.start(); stage.offer(frame, detected, tracked)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -55,6 +58,29 @@ log = logging.getLogger("streamlens")
 QUEUE_SIZE = 256
 #: a track not seen for this long (media seconds) is forgotten
 FORGET_AFTER_S = 30.0
+
+
+def detector_boxes(tracked: np.ndarray, found: np.ndarray, min_iou: float = 0.5) -> list:
+    """For each tracked box, the detector's box it rests on (the one it overlaps most, at least
+    `min_iou`) as a list, or None where the detector saw nothing there.
+
+    Example:
+        >>> detector_boxes(np.array([[0, 0, 10, 10], [50, 50, 60, 60.]]), np.array([[1, 0, 11, 10.]]))
+        [[1.0, 0.0, 11.0, 10.0], None]
+    """
+    if not len(tracked):
+        return []
+    if not len(found):
+        return [None] * len(tracked)
+    a, b = np.asarray(tracked, np.float64)[:, None, :], np.asarray(found, np.float64)[None, :, :]
+    w = (np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0])).clip(0)
+    h = (np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1])).clip(0)
+    inter = w * h
+    union = ((a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1]) + (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
+             - inter)
+    iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+    best = iou.argmax(1)
+    return [found[k].astype(np.float64).tolist() if iou[i, k] >= min_iou else None for i, k in enumerate(best)]
 
 
 def read_labels(labels) -> list[str] | None:
@@ -200,6 +226,7 @@ class SecondaryStage:
         self._classify = frozenset(head.name for _, head in self.heads if head.kind == "classify")
         self._looks: dict[str, dict[int, dict[str, _Look]]] = defaultdict(dict)  # stream -> track -> name -> look
         self._seen: dict[str, dict[int, float]] = defaultdict(dict)  # stream -> track -> media time last seen
+        self._sightings: dict[str, dict[int, int]] = defaultdict(dict)  # stream -> track -> keyframes seen on
         self._clocks: dict[str, MediaClock] = defaultdict(MediaClock)
         self._now: dict[str, float] = {}
         self._embedding_seq: dict[str, int] = defaultdict(int)
@@ -216,20 +243,27 @@ class SecondaryStage:
     def start(self) -> None:
         self._thread.start()
 
-    def offer(self, frame, det) -> None:
-        """A keyframe whose detections the tracker applied (`det`: its tracked objects on `frame`,
-        in time or late): crop the objects whose tracks want a look, for the worker."""
+    def offer(self, frame, found, det) -> None:
+        """A keyframe whose detections the tracker applied, in time or late: `found`, the detector's
+        boxes on `frame`, and `det`, its tracked objects. The objects whose tracks want a look are
+        cropped at the detector's own box (the one the tracked box came from, by overlap), for the
+        worker; a track is looked at from its second keyframe on (a track seen once may be a blink)."""
         if det.tracker_id is None or not len(det):
             return
         t = self._now.get(frame.stream, 0.0)  # the stream's media time now (a late keyframe is older)
         labels = det.data.get("class_name")
         looks = self._looks[frame.stream]
+        sightings = self._sightings[frame.stream]
         width, height = frame.width, frame.height
+        seen = detector_boxes(det.xyxy, found.xyxy if found is not None else np.empty((0, 4)))
         for i, track in enumerate(det.tracker_id.tolist()):
-            if track < 0:
+            if track < 0 or seen[i] is None:
+                continue  # not seen by the detector on this keyframe: carried by motion
+            sightings[track] = sightings.get(track, 0) + 1
+            if sightings[track] < 2:
                 continue
             label = str(labels[i]) if labels is not None else str(det.class_id[i])
-            box = det.xyxy[i].tolist()
+            box = seen[i]
             mine = looks.setdefault(track, {})
             for group in self.groups:
                 wanted = []
@@ -298,6 +332,7 @@ class SecondaryStage:
         for track in [k for k, at in seen.items() if t - at > FORGET_AFTER_S]:
             seen.pop(track, None)
             looks.pop(track, None)
+            self._sightings[stream].pop(track, None)
         return [self._embedding(result, track, head) for (track, _), head in changed.items()]
 
     def embedding(self, stream: str, track: int, name: str | None = None) -> np.ndarray | None:
@@ -311,6 +346,7 @@ class SecondaryStage:
 
     def stream_ended(self, stream: str) -> None:
         self._looks.pop(stream, None)
+        self._sightings.pop(stream, None)
         self._seen.pop(stream, None)
         self._done.pop(stream, None)
 
