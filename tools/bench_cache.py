@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from streamlens.secondary.cache import MemoryCache, RedisCache, crop_key, pack, unpack  # noqa: E402
+from streamlens.bench.probe import machine  # noqa: E402
 
 
 def timed(fn, calls: int, warmup: int = 50) -> tuple[float, float]:
@@ -50,16 +51,9 @@ def timed(fn, calls: int, warmup: int = 50) -> tuple[float, float]:
     return float(np.percentile(times, 50)) / 1e6, float(np.percentile(times, 95)) / 1e6
 
 
-def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), {cpu}"
+def machine_line() -> str:
+    found = machine()
+    return f"{found['cores']} CPUs (nproc {found['usable_cores']}), {found['cpu']}"
 
 
 def versions() -> str:
@@ -134,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()
     print(f"Date: {started:%Y-%m-%d %H:%M} UTC; command: `{' '.join(['python', 'tools/bench_cache.py', *sys.argv[1:]])}`"
           f" (nice {os.nice(0)})")
-    print(f"Machine: {machine()}; load average {load[0]:.2f} before, {load_after[0]:.2f} after")
+    print(f"Machine: {machine_line()}; load average {load[0]:.2f} before, {load_after[0]:.2f} after")
     print(f"Versions: {versions()}")
     print(f"Value per key: {args.floats} float32 packed ({len(pack([np.zeros(args.floats, np.float32)]))} bytes); "
           f"{args.calls} timed calls per row\n")

@@ -295,13 +295,9 @@ def versions() -> str:
 
 
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
+    from streamlens.bench.probe import machine
+
+    return machine()["cpu"]
 
 
 def main() -> int:
