@@ -380,3 +380,17 @@ def test_a_slow_secondary_model_holds_no_frame_back(tmp_path):
     frames = [m for m in read(tmp_path) if m["type"] == "frame"]
     assert len(frames) == 300 and [m["seq"] for m in frames] == list(range(300))
     assert stats["tracks"] > stats["calls"]  # looks asked for and never answered: nobody waited for them
+
+
+def test_an_ultralytics_classification_model_runs_as_a_secondary_model(tmp_path):
+    """A `.pt` classifier (Ultralytics' yolov8n-cls built from its yaml, random weights, no
+    download): one row of class probabilities per crop, whatever the crops' sizes."""
+    pytest.importorskip("ultralytics", reason="the ultralytics extra is not installed")
+    from streamlens.detect.ultralytics_offline import import_ultralytics_offline
+    from streamlens.secondary.model import CropModel
+
+    import_ultralytics_offline().YOLO("yolov8n-cls.yaml").save(tmp_path / "cls.pt")
+    model = CropModel(tmp_path / "cls.pt", imgsz=64)
+    out = model.run([np.zeros((40, 30, 3), np.uint8), np.full((50, 80, 3), 200, np.uint8)])
+    assert len(out) == 1 and out[0].shape == (2, 1000)
+    assert np.allclose(out[0].sum(1), 1.0, atol=1e-3) and model.output_index(None) == 0
