@@ -90,3 +90,19 @@ def test_channel_order_and_normalisation():
     assert np.allclose(ultra[:, 0, 0], [30 / 255, 20 / 255, 10 / 255])
     imagenet = to_chw(canvas, InputSpec((1, 1), channels="rgb", mean=(30.0, 20.0, 10.0), std=(2.0, 4.0, 5.0)))
     assert imagenet[:, 0, 0].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_agnostic_nms_keeps_one_box_where_the_model_sees_one_object_as_two_classes():
+    """A van scored as car and as truck in the same place: class-aware NMS keeps both (two tracks,
+    two crossings), `agnostic_nms` keeps the better one; boxes of other places stay either way."""
+    from streamlens.detect.detections import to_detections
+    from streamlens.detect.heads import Candidates
+
+    geometry = letterbox_geometry((416, 416), (416, 416), center=False)
+    found = Candidates(np.array([[10, 10, 60, 50], [11, 10, 61, 51], [200, 200, 240, 230]], np.float32),
+                       np.array([0.6, 0.8, 0.7], np.float32), np.array([2, 7, 2]))
+    names = {2: "car", 7: "truck"}
+    aware = to_detections(found, geometry, names, iou=0.45)
+    agnostic = to_detections(found, geometry, names, iou=0.45, agnostic=True)
+    assert sorted(aware.data["class_name"].tolist()) == ["car", "car", "truck"]
+    assert agnostic.data["class_name"].tolist() == ["truck", "car"] and agnostic.confidence.tolist() == pytest.approx([0.8, 0.7])

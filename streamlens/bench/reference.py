@@ -56,7 +56,7 @@ def cache_key(detector_config, video: str) -> dict:
     return {"format": FORMAT, "video": _file_key(video), "model": _file_key(c.model), "names": _file_key(c.names),
             "backend": c.backend, "imgsz": list(c.imgsz) if c.imgsz else None, "conf": c.conf, "iou": c.iou,
             "classes": list(c.classes) if c.classes is not None else None, "resize": c.resize,
-            "max_det": c.max_det,
+            "max_det": c.max_det, "agnostic_nms": c.agnostic_nms,
             "input": c.input.model_dump(exclude_none=True) if c.input is not None else None, "device": c.device, "half": c.half,
             "options": dict(c.options or {})}
 

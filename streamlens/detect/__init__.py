@@ -27,7 +27,7 @@ def build_detector(cfg: DetectorConfig) -> Detector:
         raise DetectorError(f"detector.model: missing (backend {cfg.backend} needs a model file)")
     common = dict(imgsz=cfg.imgsz, conf=cfg.conf, iou=cfg.iou, classes=cfg.classes, names=cfg.names,
                   device=cfg.device, half=cfg.half, resize=cfg.resize, max_batch=cfg.max_batch,
-                  max_det=cfg.max_det)
+                  max_det=cfg.max_det, agnostic_nms=cfg.agnostic_nms)
     if cfg.backend == "onnx":
         from .onnx import OnnxDetector
 

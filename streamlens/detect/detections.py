@@ -23,8 +23,9 @@ from .preprocess import Geometry
 
 
 def to_detections(found: Candidates, geometry: Geometry, names: dict[int, str], *, iou: float,
-                  apply_nms: bool = True, max_det: int = 300) -> sv.Detections:
-    """NMS (class-aware, unless the head already chose its boxes), then boxes in source pixels.
+                  apply_nms: bool = True, max_det: int = 300, agnostic: bool = False) -> sv.Detections:
+    """NMS (class-aware, or across classes with `agnostic`, unless the head already chose its
+    boxes), then boxes in source pixels.
 
     Boxes under `MIN_BOX_PX` wide or high once clipped to the frame (they lay in the padding, or
     on its edge) are dropped: every box leaves the detector with a positive area.
@@ -32,7 +33,8 @@ def to_detections(found: Candidates, geometry: Geometry, names: dict[int, str], 
     if len(found.scores) == 0:
         return empty_detections()
     if apply_nms:
-        keep = nms(found.boxes, found.scores, found.class_ids, iou, max_det)
+        classes = np.zeros_like(found.class_ids) if agnostic else found.class_ids
+        keep = nms(found.boxes, found.scores, classes, iou, max_det)
     else:
         keep = np.argsort(-found.scores, kind="stable")[:max_det]
     xyxy = geometry.to_source(found.boxes[keep])

@@ -50,7 +50,8 @@ class NeuralDetector(Detector):
     """The shared half of `OnnxDetector` and `UltralyticsDetector` (see the module's docstring).
 
     Subclasses set `spec` (`InputSpec`), `names`, `conf`, `iou`, `wanted` (class ids or None),
-    `max_batch`, `max_det` and `nms_done` (True when `run_chunk` already applied NMS).
+    `max_batch`, `max_det`, `agnostic_nms` (NMS across classes) and `nms_done` (True when
+    `run_chunk` already applied NMS).
     """
 
     spec: InputSpec
@@ -59,6 +60,7 @@ class NeuralDetector(Detector):
     wanted: np.ndarray | None = None
     max_batch: int = 8
     max_det: int = 300
+    agnostic_nms: bool = False
     nms_done: bool = False
 
     def prepare(self, frame: Frame) -> None:
@@ -88,5 +90,6 @@ class NeuralDetector(Detector):
         for part, candidates in zip(order, found):
             for i, cand in zip(part, candidates):
                 results[i] = to_detections(cand, inputs[i].geometry, self.names, iou=self.iou,
-                                           apply_nms=not self.nms_done, max_det=self.max_det)
+                                           apply_nms=not self.nms_done, max_det=self.max_det,
+                                           agnostic=self.agnostic_nms)
         return results  # type: ignore[return-value]
