@@ -69,12 +69,16 @@ class MediaClock:
         self._last: float | None = None
 
     def __call__(self, frame: Frame) -> float:
-        if frame.pts is None:
-            return frame.clock
-        t = frame.pts + self._offset
+        return self.at(frame.pts, frame.clock)
+
+    def at(self, pts: float | None, otherwise: float) -> float:
+        """The time of a frame (or a message) at `pts`; `otherwise` when it has none."""
+        if pts is None:
+            return otherwise
+        t = pts + self._offset
         if self._last is not None and t < self._last:  # a loop started again
             self._offset += self._last - t + 1e-3
-            t = frame.pts + self._offset
+            t = pts + self._offset
         self._last = t
         return t
 

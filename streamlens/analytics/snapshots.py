@@ -28,10 +28,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from ..frame import Snapshot
+from ..sinks.draw import encode_jpeg
 
 log = logging.getLogger("streamlens")
 
@@ -102,10 +102,10 @@ class Snapshots:
             picture = self._drawn(frame.image, detections, analytics)
         if picture is None:
             return None
-        ok, data = cv2.imencode(".jpg", picture, [cv2.IMWRITE_JPEG_QUALITY, self.cfg.quality])
-        if not ok:
+        try:
+            jpeg = encode_jpeg(picture, self.cfg.quality)
+        except ValueError:
             return None
-        jpeg = data.tobytes()
         return Snapshot(jpeg, self.cfg.kind, index, self._write(f"{kind}-{obj['id']}-{seq}.jpg", jpeg))
 
     def forget(self) -> None:

@@ -419,13 +419,14 @@ class Pipeline:
                 self._ends_lock.release()
             return
         reports = []
+        secondary = self.secondary_stats() if self._secondary is not None else None  # the same for every stream
         for name in streams:
             st = self.stats[name]
             values = st.report(self._inbox.depth(st.name))
             if self.controller is not None and st.name in self.controller.shedders:
                 values["control"] = self.controller.state(st.name)
-            if self._secondary is not None:  # the secondary models' figures, the same in every stream's
-                values["secondary"] = self.secondary_stats()
+            if secondary is not None:
+                values["secondary"] = secondary
             source_stats = getattr(self._sources.get(st.name), "stats", None)
             if callable(source_stats):  # a live source: reconnects, last error (URL masked)
                 values.update({k: v for k, v in source_stats().items() if k not in ("state", "dropped")})

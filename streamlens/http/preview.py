@@ -36,6 +36,7 @@ import numpy as np
 
 from ..frame import Event, FrameResult, StreamEnd
 from ..sinks.base import Sink
+from ..sinks.draw import StreamAnnotators, encode_jpeg
 
 #: frame messages kept per stream (by seq), for `/api/streams/<name>/result?seq=`
 RESULTS = 64
@@ -52,10 +53,10 @@ PREVIEW_MAX_WIDTH = 1280
 
 
 class _Stream:
-    """What is kept of one stream. `newest` is written by the engine's thread; the caches and the
-    annotator belong to the request handlers, under `encoding`."""
+    """What is kept of one stream. `newest` is written by the engine's thread; the caches belong to
+    the request handlers, under `encoding`."""
 
-    __slots__ = ("newest", "messages", "ended", "encoding", "preview", "annotated", "annotator")
+    __slots__ = ("newest", "messages", "ended", "encoding", "preview", "annotated")
 
     def __init__(self, results: int) -> None:
         self.newest: tuple[FrameResult, dict] | None = None
@@ -64,7 +65,6 @@ class _Stream:
         self.encoding = threading.Lock()  # one encode at a time per stream: the others wait for it
         self.preview: tuple[int, bytes] | None = None  # (seq, JPEG) of the newest frame encoded
         self.annotated: tuple[int, bytes] | None = None
-        self.annotator = None
 
 
 class PreviewSink(Sink):
@@ -83,6 +83,7 @@ class PreviewSink(Sink):
         self._shots: dict[int, bytes] = {}  # event index: its snapshot JPEG, while kept
         self._shot_order: deque = deque()  # the indices of `_shots`, oldest first
         self._shot_bytes, self._shot_budget = 0, snapshot_bytes
+        self._annotators = StreamAnnotators()  # for frame.jpg: each stream's used under its `encoding`
 
     # -- the engine's side: references only ----------------------------------------------------
 
@@ -175,59 +176,41 @@ class PreviewSink(Sink):
     def preview_jpeg(self, name: str) -> tuple[int, bytes, dict] | None:
         """(seq, JPEG, message) of stream `name`'s newest frame as it is (no drawing; at most
         `PREVIEW_MAX_WIDTH` wide), encoded once per frame; None before its first frame."""
-        stream = self._streams.get(name)
-        newest = None if stream is None else stream.newest
-        if newest is None:
-            return None
-        result, message = newest
-        with stream.encoding:
-            cached = stream.preview
-            if cached is None or cached[0] != message["seq"]:
-                image = frame_pixels(result.frame)
-                if image.shape[1] > PREVIEW_MAX_WIDTH:
-                    import cv2
-
-                    height = max(1, round(image.shape[0] * PREVIEW_MAX_WIDTH / image.shape[1]))
-                    image = cv2.resize(image, (PREVIEW_MAX_WIDTH, height), interpolation=cv2.INTER_AREA)
-                cached = stream.preview = (message["seq"], encode_jpeg(image))
-        return cached[0], cached[1], message
+        found = self._encoded(name, "preview", self._plain)
+        return None if found is None else (*found[0], found[1])
 
     def annotated_jpeg(self, name: str) -> tuple[int, bytes] | None:
         """(seq, JPEG) of stream `name`'s newest frame with its boxes, labels, lines, zones and counts
-        drawn (`FrameAnnotator`, as in the annotated video), at the stream's size; None before its
-        first frame."""
+        drawn (as in the annotated video), at the stream's size; None before its first frame."""
+        found = self._encoded(name, "annotated", lambda result: self._annotators.annotate(
+            result, result.frame.peek_image()))
+        return None if found is None else found[0]
+
+    def _encoded(self, name: str, slot: str, picture) -> tuple[tuple[int, bytes], dict] | None:
+        """((seq, JPEG), message) of stream `name`'s newest frame, `picture(result)` encoded and
+        kept in the stream's `slot` until a newer frame comes; None before its first frame."""
         stream = self._streams.get(name)
         newest = None if stream is None else stream.newest
         if newest is None:
             return None
         result, message = newest
         with stream.encoding:
-            cached = stream.annotated
+            cached = getattr(stream, slot)
             if cached is None or cached[0] != message["seq"]:
-                from ..sinks.draw import FrameAnnotator
+                cached = (message["seq"], encode_jpeg(picture(result), JPEG_QUALITY))
+                setattr(stream, slot, cached)
+        return cached, message
 
-                size = (result.frame.width, result.frame.height)
-                if stream.annotator is None or stream.annotator.resolution != size:
-                    stream.annotator = FrameAnnotator(size)
-                image = stream.annotator.annotate(frame_pixels(result.frame), result.detections, result.analytics)
-                cached = stream.annotated = (message["seq"], encode_jpeg(image))
-        return cached
+    @staticmethod
+    def _plain(result) -> np.ndarray:
+        image = result.frame.peek_image()
+        if image.shape[1] > PREVIEW_MAX_WIDTH:
+            import cv2
+
+            height = max(1, round(image.shape[0] * PREVIEW_MAX_WIDTH / image.shape[1]))
+            image = cv2.resize(image, (PREVIEW_MAX_WIDTH, height), interpolation=cv2.INTER_AREA)
+        return image
 
     def streams(self) -> list[str]:
         """The streams seen so far."""
         return list(self._streams)
-
-
-def frame_pixels(frame) -> np.ndarray:
-    """`frame`'s picture as H x W x 3 BGR, leaving the frame as it was (`Frame.peek_image`)."""
-    return frame.peek_image()
-
-
-def encode_jpeg(image: np.ndarray, quality: int = JPEG_QUALITY) -> bytes:
-    """`image` (BGR) as JPEG bytes."""
-    import cv2
-
-    ok, data = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, quality])
-    if not ok:
-        raise ValueError(f"cannot encode a {image.shape} frame as JPEG")
-    return data.tobytes()

@@ -49,6 +49,7 @@ from ..analytics.build import MediaClock
 from ..analytics.snapshots import crop
 from ..errors import DetectorError
 from ..frame import Embedding, FrameResult
+from ..track.matching import box_iou
 from .cache import CacheFormatError, crop_key, pack, unpack
 from .model import CropModel
 
@@ -72,13 +73,7 @@ def detector_boxes(tracked: np.ndarray, found: np.ndarray, min_iou: float = 0.5)
         return []
     if not len(found):
         return [None] * len(tracked)
-    a, b = np.asarray(tracked, np.float64)[:, None, :], np.asarray(found, np.float64)[None, :, :]
-    w = (np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0])).clip(0)
-    h = (np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1])).clip(0)
-    inter = w * h
-    union = ((a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1]) + (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
-             - inter)
-    iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+    iou = box_iou(tracked, found)
     best = iou.argmax(1)
     return [found[k].astype(np.float64).tolist() if iou[i, k] >= min_iou else None for i, k in enumerate(best)]
 
@@ -229,6 +224,7 @@ class SecondaryStage:
         self._sightings: dict[str, dict[int, int]] = defaultdict(dict)  # stream -> track -> keyframes seen on
         self._clocks: dict[str, MediaClock] = defaultdict(MediaClock)
         self._now: dict[str, float] = {}
+        self._swept: dict[str, float] = {}  # stream -> media time of its last sweep of tracks long unseen
         self._embedding_seq: dict[str, int] = defaultdict(int)
         self._done: dict[str, deque] = defaultdict(deque)  # stream -> (track, group, heads, outputs)
         self._inbox: queue.Queue = queue.Queue(QUEUE_SIZE)
@@ -329,10 +325,12 @@ class SecondaryStage:
             attributes.append(known or None)
         if any(a is not None for a in attributes):
             result.attributes = attributes
-        for track in [k for k, at in seen.items() if t - at > FORGET_AFTER_S]:
-            seen.pop(track, None)
-            looks.pop(track, None)
-            self._sightings[stream].pop(track, None)
+        if t - self._swept.get(stream, float("-inf")) >= 1.0:  # tracks long unseen, once a second
+            self._swept[stream] = t
+            for track in [k for k, at in seen.items() if t - at > FORGET_AFTER_S]:
+                seen.pop(track, None)
+                looks.pop(track, None)
+                self._sightings[stream].pop(track, None)
         return [self._embedding(result, track, head) for (track, _), head in changed.items()]
 
     def embedding(self, stream: str, track: int, name: str | None = None) -> np.ndarray | None:
@@ -345,6 +343,7 @@ class SecondaryStage:
         return None
 
     def stream_ended(self, stream: str) -> None:
+        self._swept.pop(stream, None)
         self._looks.pop(stream, None)
         self._sightings.pop(stream, None)
         self._seen.pop(stream, None)

@@ -273,5 +273,32 @@ class FrameAnnotator:
         drawn[y:y + part.shape[0], x:x + part.shape[1]] = part
 
 
-__all__ = ["FrameAnnotator", "labels_for", "color_indices_for", "in_side_normal", "LINE_COLORS", "ZONE_COLORS",
-           "ZONE_TINT"]
+class StreamAnnotators:
+    """A `FrameAnnotator` per stream, made again when the stream's frame size changes: what the zmq
+    sink's JPEG frames and the live page draw with. Give each stream's frames from one thread at a
+    time (the annotator of a stream keeps drawing state)."""
+
+    def __init__(self) -> None:
+        self._by_stream: dict[str, FrameAnnotator] = {}
+
+    def annotate(self, result, image: np.ndarray | None = None) -> np.ndarray:
+        """`result`'s frame (or `image`, its pixels read another way) with its detections and
+        analytics drawn, on a copy."""
+        frame = result.frame
+        size = (frame.width, frame.height)
+        annotator = self._by_stream.get(frame.stream)
+        if annotator is None or annotator.resolution != size:
+            annotator = self._by_stream[frame.stream] = FrameAnnotator(size)
+        return annotator.annotate(frame.image if image is None else image, result.detections, result.analytics)
+
+
+def encode_jpeg(image: np.ndarray, quality: int) -> bytes:
+    """`image` (BGR) as JPEG bytes; `ValueError` when OpenCV cannot encode it."""
+    ok, data = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+    if not ok:
+        raise ValueError(f"cannot encode a {image.shape} image as JPEG")
+    return data.tobytes()
+
+
+__all__ = ["FrameAnnotator", "StreamAnnotators", "encode_jpeg", "labels_for", "color_indices_for", "in_side_normal",
+           "LINE_COLORS", "ZONE_COLORS", "ZONE_TINT"]

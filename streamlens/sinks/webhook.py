@@ -61,6 +61,7 @@ import time
 from collections import Counter, deque
 from typing import Any
 
+from ..analytics.build import MediaClock
 from ..config.model import EVENT_KINDS
 from ..errors import SinkError
 from ..frame import FrameResult, StreamEnd
@@ -91,27 +92,6 @@ def rule_of(message: dict[str, Any]) -> str | None:
     return str(obj.get("label")) if isinstance(obj, dict) and obj.get("label") is not None else None
 
 
-class _MediaClock:
-    """A stream's media time from its events' `pts`, going on across the loops of a file (where
-    `pts` starts again); an event without `pts` reads the monotonic clock."""
-
-    __slots__ = ("offset", "last")
-
-    def __init__(self):
-        self.offset = 0.0
-        self.last: float | None = None
-
-    def __call__(self, pts: float | None) -> float:
-        if pts is None:
-            return time.monotonic()
-        t = pts + self.offset
-        if self.last is not None and t < self.last:  # the file started again
-            self.offset += self.last - t + 1e-3
-            t = pts + self.offset
-        self.last = t
-        return t
-
-
 class WebhookSink(Sink):
     """Posts each event message to `url` (see the module's docstring for the keys)."""
 
@@ -140,7 +120,7 @@ class WebhookSink(Sink):
         self._stop = threading.Event()  # the worker ends now; backoff waits end
         self._aborted = False  # interrupt(): close() does not wait
         self._windows: dict[tuple, float] = {}  # (stream, rule, kind) -> media time its window opened
-        self._clocks: dict[str, _MediaClock] = {}
+        self._clocks: dict[str, MediaClock] = {}
         self._failing = False
         self._lost_before = 0  # events lost when posting began to fail
         self._thread: threading.Thread | None = None
@@ -186,8 +166,8 @@ class WebhookSink(Sink):
             if self.cooldown_s > 0:
                 clock = self._clocks.get(stream)
                 if clock is None:
-                    clock = self._clocks[stream] = _MediaClock()
-                t = clock(message.get("pts"))
+                    clock = self._clocks[stream] = MediaClock()
+                t = clock.at(message.get("pts"), time.monotonic())
                 key = (stream, rule_of(message), kind)
                 opened = self._windows.get(key)
                 if opened is not None and t - opened < self.cooldown_s:

@@ -78,7 +78,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import cv2
 import zmq
 
 from ..errors import SinkError, StreamlensError
@@ -86,7 +85,7 @@ from ..frame import Event, FrameResult, StatsReport, StreamEnd
 from ..wire import codec, keys
 from ..wire.schema import topic
 from .base import Sink
-from .draw import FrameAnnotator
+from .draw import StreamAnnotators, encode_jpeg
 
 log = logging.getLogger("streamlens.sinks.zmq")
 
@@ -179,7 +178,7 @@ class ZmqSink(Sink):
         self._sock: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
         self._auth: Any = None
-        self._annotators: dict[str, FrameAnnotator] = {}
+        self._annotators = StreamAnnotators()
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -368,18 +367,12 @@ class ZmqSink(Sink):
                     self.endpoint, sum(self.dropped.values()) - self._dropped_before)
 
     def _jpeg(self, result: FrameResult) -> bytes:
-        image = result.frame.image
-        if self.annotate:
-            size = (result.frame.width, result.frame.height)
-            annotator = self._annotators.get(result.frame.stream)
-            if annotator is None or annotator.resolution != size:
-                annotator = self._annotators[result.frame.stream] = FrameAnnotator(size)
-            image = annotator.annotate(image, result.detections, result.analytics)
-        ok, data = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, self.jpeg_quality])
-        if not ok:
+        image = self._annotators.annotate(result) if self.annotate else result.frame.image
+        try:
+            return encode_jpeg(image, self.jpeg_quality)
+        except ValueError:
             raise SinkError(f"zmq sink {self.endpoint}: cannot encode frame {result.frame.index} "
-                            f"of {result.frame.stream!r} as JPEG")
-        return data.tobytes()
+                            f"of {result.frame.stream!r} as JPEG") from None
 
     def _count_peers(self) -> None:
         """Read what the socket says about its peers: (un)subscriptions (pub) or monitor events
