@@ -18,6 +18,27 @@ DATA = REPO.parent / "shared" / "data"
 VIDEO = DATA / "video"
 
 
+#: the analytics of the sample pipelines: a line down the middle of the road and a zone on its left
+LINE_AND_ZONE = """  lines: [{name: across, points: [[0.5, 0.0], [0.5, 1.0]]}]
+  zones: [{name: left, polygon: [[0, 0], [0.5, 0], [0.5, 1], [0, 1]], inertia: 2}]"""
+
+
+def sample_pipeline(folder: Path, sinks: str, analytics: str = LINE_AND_ZONE) -> Path:
+    """`folder/p.yaml`: the shipped sample through the motion detector (keyframes every 3rd frame)
+    with `analytics` (the lines of the section's mapping) and `sinks` (the lines of its list)."""
+    path = folder / "p.yaml"
+    path.write_text(f"""
+sources: [{{uri: {REPO / 'samples' / 'traffic.mp4'}}}]
+detector: {{backend: motion}}
+keyframes: {{interval: 3}}
+analytics:
+{analytics}
+sinks:
+{sinks}
+""")
+    return path
+
+
 def need_video(name: str) -> Path:
     """The path of a real clip in ../shared/data/video, or skip the test saying why."""
     path = VIDEO / name

@@ -148,18 +148,9 @@ def test_a_pipeline_counts_what_crosses_a_line_and_publishes_events(tmp_path):
     import streamlens
     from streamlens.wire.subscriber import SeqTracker
 
-    from .conftest import REPO
+    from .conftest import sample_pipeline
 
-    path = tmp_path / "p.yaml"
-    path.write_text(f"""
-sources: [{{uri: {REPO / 'samples' / 'traffic.mp4'}}}]
-detector: {{backend: motion}}
-keyframes: {{interval: 3}}
-analytics:
-  lines: [{{name: across, points: [[0.5, 0.0], [0.5, 1.0]]}}]
-  zones: [{{name: left, polygon: [[0, 0], [0.5, 0], [0.5, 1], [0, 1]], inertia: 2}}]
-sinks: [{{type: jsonl, path: out.jsonl}}]
-""")
+    path = sample_pipeline(tmp_path, "  - {type: jsonl, path: out.jsonl}")
     report = streamlens.Pipeline.from_yaml(path).run()
     assert report.exit_code == 0, report.error
     lines = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
@@ -190,20 +181,13 @@ def test_streamlens_events_prints_the_events_a_pipeline_publishes(tmp_path):
 
     import streamlens
 
-    from .conftest import REPO
+    from .conftest import sample_pipeline
     from .test_workers import free_port
 
     port = free_port()
-    path = tmp_path / "p.yaml"
-    path.write_text(f"""
-sources: [{{uri: {REPO / 'samples' / 'traffic.mp4'}}}]
-detector: {{backend: motion}}
-keyframes: {{interval: 3}}
-analytics: {{lines: [{{name: across, points: [[0.5, 0.0], [0.5, 1.0]]}}]}}
-sinks:
-  - {{type: jsonl, path: out.jsonl}}
-  - {{type: zmq, endpoint: 'tcp://127.0.0.1:{port}', hwm: 100000, wait_subscribers: 2, wait_timeout_s: 60}}
-""")
+    path = sample_pipeline(tmp_path, "  - {type: jsonl, path: out.jsonl}\n"
+                           f"  - {{type: zmq, endpoint: 'tcp://127.0.0.1:{port}', hwm: 100000, wait_subscribers: 2, "
+                           "wait_timeout_s: 60}", analytics="  lines: [{name: across, points: [[0.5, 0.0], [0.5, 1.0]]}]")
     listener = subprocess.Popen([sys.executable, "-m", "streamlens", "events", f"tcp://127.0.0.1:{port}", "--until-eos"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -25,7 +25,7 @@ from streamlens.sinks.mqtt import MqttSink
 from streamlens.wire.schema import dumps
 
 from . import mosquitto
-from .conftest import REPO
+from .conftest import REPO, sample_pipeline
 from .mosquitto import Broker, Subscriber, free_port, have, wait_for
 
 broker = mosquitto.broker  # the fixture: a running broker
@@ -35,18 +35,7 @@ LOGGER = "streamlens.sinks.mqtt"
 
 def pipeline_file(tmp_path, sinks: str) -> str:
     """The shipped sample through the motion detector, a line across the road and a zone, with `sinks`."""
-    path = tmp_path / "p.yaml"
-    path.write_text(f"""
-sources: [{{uri: {REPO / 'samples' / 'traffic.mp4'}}}]
-detector: {{backend: motion}}
-keyframes: {{interval: 3}}
-analytics:
-  lines: [{{name: across, points: [[0.5, 0.0], [0.5, 1.0]]}}]
-  zones: [{{name: left, polygon: [[0, 0], [0.5, 0], [0.5, 1], [0, 1]], inertia: 2}}]
-sinks:
-{sinks}
-""")
-    return str(path)
+    return str(sample_pipeline(tmp_path, sinks))
 
 
 def count_topics(counts: dict, base: str = "streamlens/cam1/") -> dict[str, bytes]:

@@ -16,7 +16,7 @@ from streamlens.analytics.snapshots import Snapshots, crop
 from streamlens.config.model import SnapshotConfig
 from streamlens.frame import Frame
 
-from .conftest import REPO
+from .conftest import sample_pipeline
 
 
 def frame_of(index: int, value: int, size=(120, 160)) -> Frame:
@@ -72,20 +72,10 @@ def test_a_folder_that_cannot_be_written_leaves_the_event_without_its_path(tmp_p
     assert sum("cannot write" in r.getMessage() for r in caplog.records) == 1
 
 
-def pipeline_file(tmp_path, snapshots: str, sinks: str) -> object:
-    path = tmp_path / "p.yaml"
-    path.write_text(f"""
-sources: [{{uri: {REPO / 'samples' / 'traffic.mp4'}}}]
-detector: {{backend: motion}}
-keyframes: {{interval: 3}}
-analytics:
-  lines: [{{name: across, points: [[0.5, 0.0], [0.5, 1.0]]}}]
-  snapshots: {snapshots}
-sinks:
-  - {{type: jsonl, path: out.jsonl}}
-{sinks}
-""")
-    return path
+def pipeline_file(tmp_path, snapshots: str, sinks: str):
+    return sample_pipeline(tmp_path, "  - {type: jsonl, path: out.jsonl}\n" + sinks,
+                           analytics="  lines: [{name: across, points: [[0.5, 0.0], [0.5, 1.0]]}]\n"
+                                     f"  snapshots: {snapshots}")
 
 
 def events_in(tmp_path) -> list[dict]:

@@ -25,7 +25,7 @@ from streamlens.sinks import build_sink
 from streamlens.sinks.webhook import WebhookSink
 from streamlens.wire.schema import dumps, message_for
 
-from .conftest import REPO
+from .conftest import REPO, sample_pipeline
 from .test_workers import free_port
 
 WAIT_S = 30  # generous: a condition, never a race
@@ -110,22 +110,8 @@ def closed(sink: WebhookSink) -> bool:
     return not thread.is_alive()
 
 
-SAMPLE_PIPELINE = """
-sources: [{{uri: {sample}}}]
-detector: {{backend: motion}}
-keyframes: {{interval: 3}}
-analytics:
-  lines: [{{name: across, points: [[0.5, 0.0], [0.5, 1.0]]}}]
-  zones: [{{name: left, polygon: [[0, 0], [0.5, 0], [0.5, 1], [0, 1]], inertia: 2}}]
-sinks:
-  - {{type: jsonl, path: out.jsonl}}
-{more}"""
-
-
-def sample_pipeline(folder: Path, more: str) -> Path:
-    path = folder / "p.yaml"
-    path.write_text(SAMPLE_PIPELINE.format(sample=REPO / "samples" / "traffic.mp4", more=more))
-    return path
+def webhook_pipeline(folder: Path, more: str) -> Path:
+    return sample_pipeline(folder, "  - {type: jsonl, path: out.jsonl}\n" + more)
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +123,7 @@ def sample_run(tmp_path_factory):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     folder = tmp_path_factory.mktemp("webhook")
-    path = sample_pipeline(folder, f"""  - {{type: webhook, url: "{base}/all", timeout_s: 30}}
+    path = webhook_pipeline(folder, f"""  - {{type: webhook, url: "{base}/all", timeout_s: 30}}
   - {{type: webhook, url: "{base}/cross", events: [line_cross], timeout_s: 30}}
 """)
     try:
@@ -251,7 +237,7 @@ def test_interrupt_stops_at_once_even_with_a_request_in_flight(hook):
 def test_an_endpoint_refused_is_retried_then_failed_and_the_run_still_writes_every_frame(tmp_path, caplog):
     caplog.set_level(logging.DEBUG, logger="streamlens.sinks.webhook")
     sink = WebhookSink(f"http://127.0.0.1:{free_port()}/hook", retries=1, timeout_s=2)
-    path = sample_pipeline(tmp_path, "")
+    path = webhook_pipeline(tmp_path, "")
     report = streamlens.Pipeline.from_yaml(path, sinks=[sink]).run()
     assert report.exit_code == 0, report.error
     lines = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
