@@ -40,7 +40,7 @@ def entry(model, **keys) -> SecondaryConfig:
 class _Model:  # what a head reads of its model
     outputs, names = ["colour"], {0: "red", 1: "green", 2: "blue"}
 
-    def output_index(self, output):
+    def output_index(self, output, where=None):
         return 0
 
 
@@ -398,3 +398,10 @@ def test_an_ultralytics_classification_model_runs_as_a_secondary_model(tmp_path)
     out = model.run([np.zeros((40, 30, 3), np.uint8), np.full((50, 80, 3), 200, np.uint8)])
     assert len(out) == 1 and out[0].shape == (2, 1000)
     assert np.allclose(out[0].sum(1), 1.0, atol=1e-3) and model.output_index(None) == 0
+
+
+def test_an_output_the_model_lacks_is_one_line_naming_the_entry(colour_model):
+    from streamlens.errors import DetectorError
+
+    with pytest.raises(DetectorError, match=r"^secondary\[0\]\.output: colour\.onnx has no output 'hue'"):
+        SecondaryStage([entry(colour_model, output="hue")])

@@ -247,8 +247,8 @@ class Pipeline:
         if stage is None:
             return {}
         out = stage.stats()
-        if stage.cache is not None:
-            out["cache"] = stage.cache.stats()
+        if stage.cache is not None:  # and the values found there that this version cannot read
+            out["cache"] = {**stage.cache.stats(), "foreign": stage.foreign}
         return out
 
     def embedding(self, stream: str, track: int, name: str | None = None):

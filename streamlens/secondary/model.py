@@ -125,8 +125,9 @@ class CropModel:
         self.outputs = ["probs"]
         self.names = {int(k): str(v) for k, v in model.names.items()}
 
-    def output_index(self, output: int | str | None) -> int:
-        """The index of `output` (an index or a name; None: the first), or a clear error."""
+    def output_index(self, output: int | str | None, where: str | None = None) -> int:
+        """The index of `output` (an index or a name; None: the first), or a clear error naming
+        `where` (the entry's key; default: the model's)."""
         if output is None:
             return 0
         if isinstance(output, int):
@@ -134,7 +135,7 @@ class CropModel:
                 return output
         elif output in self.outputs:
             return self.outputs.index(output)
-        raise DetectorError(f"{self.where}: {self.path.name} has no output {output!r} (it has {self.outputs})")
+        raise DetectorError(f"{where or self.where}: {self.path.name} has no output {output!r} (it has {self.outputs})")
 
     def prepare(self, crop: np.ndarray) -> np.ndarray:
         """A BGR crop as the model's input: its side, RGB (HxWx3 uint8)."""

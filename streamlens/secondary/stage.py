@@ -47,7 +47,6 @@ import numpy as np
 
 from ..analytics.build import MediaClock
 from ..analytics.snapshots import crop
-from ..errors import DetectorError
 from ..frame import Embedding, FrameResult
 from ..track.matching import box_iou
 from .cache import CacheFormatError, crop_key, pack, unpack
@@ -104,11 +103,9 @@ class _Head:
 
     def __init__(self, cfg, index: int, model: CropModel):
         self.cfg, self.name, self.kind = cfg, cfg.name, cfg.kind
-        self.where = f"secondary[{index}]"
-        self.output = model.output_index(cfg.output)
+        self.output = model.output_index(cfg.output, f"secondary[{index}].output")
         self.classes = None if cfg.classes is None else frozenset(cfg.classes)
-        labels = read_labels(cfg.labels)
-        self.labels = labels if labels is not None else None
+        self.labels = read_labels(cfg.labels)
         self.names = model.names if self.output == 0 else None  # a model's metadata names its first output's classes
         self.calls = 0  # looks answered
         self.tracks = 0  # tracks looked at
@@ -211,10 +208,7 @@ class SecondaryStage:
             if group_key not in groups:
                 groups[group_key] = _Group(model, cfg)
             group = groups[group_key]
-            try:
-                head = _Head(cfg, i, model)
-            except DetectorError as e:
-                raise DetectorError(str(e).replace(f"secondary[{i}].model", f"secondary[{i}].output")) from None
+            head = _Head(cfg, i, model)
             group.heads.append(head)
             self.heads.append((group, head))
         self.groups = list(groups.values())
@@ -230,7 +224,6 @@ class SecondaryStage:
         self._inbox: queue.Queue = queue.Queue(QUEUE_SIZE)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="secondary", daemon=True)
-        self._lock = threading.Lock()
         self.error: BaseException | None = None
         self.foreign = 0  # cached values that were not outputs this version can read
 
