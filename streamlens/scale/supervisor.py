@@ -50,6 +50,7 @@ import zmq
 
 from ..config import PipelineConfig, preflight_problems
 from ..errors import ConfigError
+from ..frame import Snapshot as EventSnapshot
 from ..graph.stats import RunReport, StreamStats
 from .engine import EngineSpec, Snapshot, engine_main
 
@@ -425,9 +426,7 @@ class _Relayed:
         self.snapshot = None
         shot = message.get("snapshot")
         if len(parts) > 2 and message.get("type") == "event" and isinstance(shot, dict):
-            from ..frame import Snapshot
-
-            self.snapshot = Snapshot(parts[2], shot.get("kind", "crop"), shot.get("frame", -1), shot.get("path"))
+            self.snapshot = EventSnapshot(parts[2], shot.get("kind", "crop"), shot.get("frame", -1), shot.get("path"))
 
 
 class _Forwarder:
@@ -515,6 +514,9 @@ class _Forwarder:
         if self._sink is not None:
             if parts[0].startswith(b"stats.") and not self._sink.wants_stats:
                 return  # a jsonl file holds results, events and stream ends
+            if self.sink.type == "jsonl":  # a line as it came: nothing to decode
+                self._sink.write(None, None, parts[1])
+                return
             message = json.loads(parts[1])
             self._sink.write(_Relayed(parts, message), message, parts[1])
             return
