@@ -16,7 +16,8 @@ on that stream's own thread so that its work overlaps the engine's and the other
    (`Detector.prepare_ahead`);
 4. the tracker's per-frame work made ahead (`Tracker.prepare`: the motion model's observation).
 
-The lane owns the stream's state; admission only reads it (`in_flight`, the tracker's signals).
+The lane owns the stream's state; admission reads it (`in_flight`, the tracker's signals) and says once,
+when it is made, whether the lane's frames are decided in order (`Lane.in_order`).
 
 Example:
     >>> import numpy as np
@@ -55,7 +56,7 @@ class Admission:
         self.shed = shed
         self.stopped = stopped or threading.Event()
         self._cuts_only = isinstance(schedule, SceneCutDetector)
-        self._in_order = not lane.live and getattr(schedule, "reads_signals", False)
+        lane.in_order = not lane.live and getattr(schedule, "reads_signals", False)  # set here, where it is known
         self._previous: int | None = None  # the index of the frame admitted before
 
     def __call__(self, frame: Frame) -> bool:
@@ -66,7 +67,7 @@ class Admission:
             frame.scene_cut = self.schedule.is_cut(frame.grey_sample(thumbnail_step(frame.width)))
         else:
             lane = self.lane
-            if self._in_order:
+            if lane.in_order:
                 self._wait_for_previous()
                 self._previous = frame.index
             signals = getattr(lane.tracker, "signals", None) if lane.in_flight == 0 else None

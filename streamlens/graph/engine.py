@@ -194,8 +194,9 @@ class Lane:
     #: the index of the newest keyframe whose detections the tracker has applied (None: none yet)
     detected_frame: int | None = None
     open: bool = True
-    #: the index of the newest frame published (files whose schedule reads the tracker's signals
-    #: wait on `turn` for it: graph/admit.py), and the condition it is told on
+    #: a file whose schedule reads the tracker's signals: its admission waits on `turn` until the
+    #: engine has published the frame before (graph/admit.py); `published_index` is the newest one
+    in_order: bool = False
     published_index: int = -1
     turn: threading.Condition = field(default_factory=threading.Condition)
 
@@ -355,7 +356,7 @@ class Engine:
             head.timings.setdefault("detect", 0.0)
             self.publish(FrameResult(head, lane.seq, keyframe, detections, lane.detected_frame))
             lane.seq += 1
-            if not lane.live:
+            if lane.in_order:
                 with lane.turn:
                     lane.published_index = head.index
                     lane.turn.notify_all()
