@@ -187,7 +187,7 @@ sinks: [{{type: zmq, endpoint: 'tcp://127.0.0.1:{port}', hwm: 100000}}]
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 130
         stderr = proc.stderr.read()
-        assert "engine 1 (cam2) died (killed by signal 9); restarting it (restart 1)" in stderr, stderr
+        assert "engine 1 (cam2) died (killed by signal 9); restarting it in 1 s (restart 1)" in stderr, stderr
         assert not [p for p in (first, *after) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     finally:
         proc.kill()
@@ -227,7 +227,7 @@ sinks: [{{type: jsonl, path: {tmp_path}/out.jsonl}}]
         stderr = proc.stderr.read()
     finally:
         proc.kill()
-    assert f"streamlens: error: cam2: engine 1 died (killed by signal 9) while reading {SAMPLE}" in stderr, stderr
+    assert f"streamlens: error: cam2: {SAMPLE}: its engine 1 died (killed by signal 9)" in stderr, stderr
     assert "restarting it" not in stderr  # an engine of files alone is never started again
     ends = {m["stream"]: m for m in read_jsonl(tmp_path / "out.jsonl") if m["type"] == "eos"}
     assert list(ends) == ["cam1"] and ends["cam1"]["reason"] == "stopped"

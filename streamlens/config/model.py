@@ -39,6 +39,8 @@ INT_MAX = 2**31 - 1
 #: threads and FFmpeg's microsecond options accept; no timeout, backoff or budget needs longer.
 MAX_SECONDS = 86_400.0
 MAX_MS = MAX_SECONDS * 1000
+#: the default `sources[i].max_pixels`: 8K UHD (7680 x 4320, 33.2 Mpx)
+MAX_PIXELS = 7680 * 4320
 #: bounds on what is held in memory: frames per queue and per batch, model input side, messages
 #: queued per ZeroMQ subscriber, onnxruntime threads. Each is far past any working setting (1024
 #: 1080p frames are 6 GB per stream) and short of what a typo would ask for.
@@ -162,6 +164,9 @@ class SourceConfig(_Keys):
     decode: Literal["process", "thread"] | None = Field(
         None, description="where the source decodes: a CPU worker process, or a thread of the engine's process "
                           "(default: process for cameras, thread for files)")
+    max_pixels: int = Field(MAX_PIXELS, ge=1, le=1 << 31, description=(
+        "the largest picture (width x height) the source takes; a larger one is refused, counted and retried "
+        "like a lost connection (a file ends with error); default 8K UHD, 7680 x 4320"))
 
     @classmethod
     def _keys_checked(cls, data: dict) -> dict:

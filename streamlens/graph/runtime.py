@@ -155,13 +155,15 @@ class Pipeline:
     """A pipeline built from a `PipelineConfig`; `run()` it once."""
 
     def __init__(self, config: PipelineConfig, *, sinks: list[Sink] | None = None,
-                 first_seq: dict[str, int] | None = None):
+                 first_seq: dict[str, int] | None = None, stats_extra: dict | None = None):
         """`sinks`: more sinks beside the file's (an embedding program's own); `first_seq`: the `seq`
         each stream's results start from (default 0): an engine restarted by its supervisor goes on
-        past what its streams had already published (streamlens/scale)."""
+        past what its streams had already published (streamlens/scale); `stats_extra`: values added
+        to every `stats` message (an engine's index and restarts)."""
         self.config = config
         self._extra_sinks = list(sinks or [])
         self._first_seq = dict(first_seq or {})
+        self._stats_extra = dict(stats_extra or {})
         #: per stream: its analytics and their clock (made on its first frame), the next event's seq
         self._analytics: dict[str, tuple] = {}
         self._event_seq: dict[str, int] = {}
@@ -371,7 +373,8 @@ class Pipeline:
 
     def _refresh_drops(self) -> None:
         """What each stream lost, by cause: packets the decoder rejected (`corrupt`), frames a decode
-        worker dropped (`decoder`), the oldest frames of a full inbox (`inbox`), frames too old for
+        worker dropped (`decoder`), pictures refused (`refused`: larger than `max_pixels`, or no room
+        in shared memory for them), the oldest frames of a full inbox (`inbox`), frames too old for
         the source's reader or the engine (`stale`), and frames the budget controller gave up
         (`shed`). `dropped` is every frame lost before publication: all of them but `corrupt`."""
         shedders = self.controller.shedders if self.controller else {}
@@ -379,7 +382,7 @@ class Pipeline:
             src, lane = self._sources.get(st.name), self._lanes.get(st.name)
             found = src.losses() if src is not None else {}
             lost = {"corrupt": found.get("corrupt", 0), "decoder": found.get("decoder", 0),
-                    "inbox": self._inbox.dropped[st.name],
+                    "refused": found.get("refused", 0), "inbox": self._inbox.dropped[st.name],
                     "stale": found.get("stale", 0) + (lane.stale_dropped if lane else 0),
                     "shed": shedders[st.name].dropped if st.name in shedders else 0}
             st.lost = lost
@@ -427,6 +430,7 @@ class Pipeline:
                 values["control"] = self.controller.state(st.name)
             if secondary is not None:
                 values["secondary"] = secondary
+            values.update(self._stats_extra)
             source_stats = getattr(self._sources.get(st.name), "stats", None)
             if callable(source_stats):  # a live source: reconnects, last error (URL masked)
                 values.update({k: v for k, v in source_stats().items() if k not in ("state", "dropped")})
@@ -563,7 +567,11 @@ class Pipeline:
         return threads
 
     def _run_source(self, source: Source, cfg: SourceConfig, admit: Admission) -> None:
-        """Decode, admit (graph/admit.py: shedding, the keyframe decision, work made ahead) and queue."""
+        """Decode, admit (graph/admit.py: shedding, the keyframe decision, work made ahead) and queue.
+
+        What goes wrong here is this stream's alone: it ends with reason `error` and one line naming
+        it, the other streams go on, and the run exits non-zero at its end (`RunReport.incomplete`).
+        A camera never gets here for its own trouble: it retries (sources/live.py)."""
         produced, reason, error = 0, "end", None
         credited = source.name in self._credited
         try:
@@ -576,9 +584,11 @@ class Pipeline:
                 if not self._inbox.put(frame, key=source.name, drop_oldest=cfg.live):
                     break
                 produced += 1
-        except BaseException as e:  # noqa: BLE001 - any failure ends this node and is reported
-            reason, error = "error", str(e)
-            self._fail(e)
+        except BaseException as e:  # noqa: BLE001 - any failure ends this stream, and only it
+            reason = "error"
+            error = str(e) if isinstance(e, StreamlensError) else f"{type(e).__name__}: {e}"
+            log.warning("%s: %s; the other streams go on", source.name, error,
+                        exc_info=None if isinstance(e, StreamlensError) else e)
         finally:
             source.close()
             if reason == "end" and self._stop_sources.is_set():

@@ -150,12 +150,19 @@ class RunReport:
 
     @property
     def incomplete(self) -> list[str]:
-        """One line for each stream whose input ended before its end (a truncated file)."""
-        return [f"{st.name}: {st.uri}: {st.detail}" for st in self.streams if st.reason == "truncated"]
+        """One line for each stream whose input ended before its end: a truncated file, or a stream
+        ended by an error of its own (the other streams went on)."""
+        lines = []
+        for st in self.streams:
+            if st.reason == "truncated" or st.reason == "error" and st.detail:
+                where = "" if st.uri in st.detail else f"{st.uri}: "
+                lines.append(f"{st.name}: {where}{st.detail}")
+        return lines
 
     @property
     def exit_code(self) -> int:
-        """0 done, 130 interrupted, 1 failed or done with a stream's input truncated."""
-        if self.status == "done" and self.incomplete:
+        """0 done, 130 interrupted, 1 failed, or a stream's input truncated or ended by its own error
+        (even when the run was then interrupted)."""
+        if self.status in ("done", "interrupted") and self.incomplete:
             return EXIT_FAILED
         return {"done": EXIT_DONE, "interrupted": EXIT_INTERRUPTED}.get(self.status, EXIT_FAILED)

@@ -134,7 +134,8 @@ class _Collector:
                                       "Frames dropped before publication, anywhere (shed frames included)",
                                       labels=label)
         lost = CounterMetricFamily("streamlens_lost",
-                                   "Frames (corrupt: packets) lost, by cause: corrupt, decoder, inbox, stale, shed",
+                                   "Frames (corrupt: packets) lost, by cause: corrupt, decoder, refused, inbox, stale, "
+                                   "shed",
                                    labels=["stream", "cause"])
         ended = GaugeMetricFamily("streamlens_stream_ended",
                                   "1 once the stream has ended, labelled with how: end, truncated, stopped, error",
@@ -214,6 +215,13 @@ class _Collector:
                 family.add_metric(labels, buckets, hist.sum_ms / 1000)
         yield from (frames, keyframes, late, objects, dropped, lost, shed, deferred, discarded, depth, fps, up, ended, stretch,
                     waiting, shed_share, latency, stages, detect)
+        restarts = getattr(self.pipeline, "engine_restarts", None)  # runtime.workers: the supervisor's
+        if restarts is not None:
+            family = CounterMetricFamily("streamlens_engine_restarts", "Times an engine was started again after it died",
+                                         labels=["engine"])
+            for index, n in restarts.items():
+                family.add_metric([str(index)], n)
+            yield family
 
 
 #: the page's files: served at `/` (index.html) and `/page/<file>`

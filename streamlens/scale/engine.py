@@ -53,6 +53,8 @@ class EngineSpec:
     streams: list[str]
     first_seq: dict[str, int] = field(default_factory=dict)
     log_level: int = logging.WARNING
+    #: how many times this engine has been started again (said in its streams' `stats` messages)
+    restarts: int = 0
 
 
 @dataclass
@@ -110,7 +112,8 @@ class EngineRun:
         spec = self.spec
         try:
             config = parse_pipeline(spec.data, Path(spec.path), spec.display)
-            self._pipeline = Pipeline(config, sinks=[self._marks], first_seq=spec.first_seq)
+            self._pipeline = Pipeline(config, sinks=[self._marks], first_seq=spec.first_seq,
+                                      stats_extra={"engine": spec.index, "engine_restarts": spec.restarts})
             if self._stopped.is_set():
                 self._pipeline.stop()
             return "report", self._pipeline.run(on_tick=on_tick)

@@ -21,14 +21,26 @@ the rest of the world see one pipeline:
 - `/metrics` and `/healthz` are served here, for every stream; the progress display and the
   summary show every stream; the budget controller's actions are listed per engine.
 
-An engine that dies (killed, crashed, its node lost) is started again about a second later with
-its live streams, whose `seq` goes on past the last one published (a subscriber sees a gap, never
-a repeat): exactly for a process, which marks it in shared memory; for an actor, past the last
-figure it reported plus what the stream could have published since. A file it was reading ends
-with reason `error`: started again it would repeat its output. Each restart is logged once and
-counted (`Supervisor.restarts`). Ctrl-C ends every engine in order (the supervisor tells them;
-they ignore the terminal's signal). Figures (/metrics counters too) of a restarted engine's
-streams start again from zero, as a Prometheus counter reset.
+An engine that dies (killed, crashed, its node lost) is started again with its live streams,
+whose `seq` goes on past the last one published (a subscriber sees a gap, never a repeat): exactly
+for a process, which marks it in shared memory; for an actor, past the last figure it reported
+plus what the stream could have published since. The wait before a restart backs off: 1 s after
+the first death, doubling at each death up to 30 s, and back to 1 s once the engine has run for
+a minute. A file it was reading ends with reason `error` (started again it would repeat its
+output); the other streams go on and the run exits 1 at its end, naming it. Each restart is
+logged once and counted: `Supervisor.restarts` and `engine_restarts` (per engine), in every
+`stats` message of the engine's streams (`engine`, `engine_restarts`) and in /metrics
+(`streamlens_engine_restarts_total{engine}`). An engine process is not a daemon, so that it can
+start its cameras' decode workers; it never outlives the supervisor all the same: it ends when
+the supervisor's pipe closes, and a dead engine's decode workers end with it (their lifeline) and
+its frame rings are removed here (`remove_rings_of`). Ctrl-C ends every engine in order (the
+supervisor tells them; they ignore the terminal's signal). Figures (/metrics counters too) of a
+restarted engine's streams start again from zero, as a Prometheus counter reset.
+
+A sink written here that fails (a jsonl file on a full disk, say) ends the run as it would with
+one engine: one line naming the sink, engines told to stop, exit 1. Its forwarder goes on taking
+what the engines push and drops it, so that no engine blocks on it; every forwarder is finished,
+in order, even when one of them fails.
 """
 
 from __future__ import annotations
@@ -52,12 +64,16 @@ from ..config import PipelineConfig, preflight_problems
 from ..errors import ConfigError
 from ..frame import Snapshot as EventSnapshot
 from ..graph.stats import RunReport, StreamStats
+from ..sources.ring import remove_rings_of
 from .engine import EngineSpec, Snapshot, engine_main
 
 log = logging.getLogger("streamlens.scale")
 
-#: how long after a death an engine is started again
+#: how long after a death an engine is started again: the first wait, doubling at each death up to
+#: the longest, and back to the first once an engine has run `HEALTHY_RUN_S` without dying
 RESTART_DELAY_S = 1.0
+RESTART_MAX_S = 30.0
+HEALTHY_RUN_S = 60.0
 #: once every engine has ended, how long a forwarder goes on until nothing more comes
 DRAIN_IDLE_S = 0.3
 #: how long the supervisor waits for an engine to end after telling it to
@@ -109,6 +125,10 @@ class _Engine:
     failed: str | None = None
     restart_at: float | None = None
     first_seq: dict[str, int] = field(default_factory=dict)
+    started_at: float = 0.0  # time.monotonic() at its last start
+    restarts: int = 0
+    restart_delay: float = 0.0  # the last wait before a restart (0: none yet, or reset)
+    pid: int | None = None  # its process's, while known (a process engine)
 
 
 class _Processes:
@@ -127,12 +147,16 @@ class _Processes:
         orders_read, orders_write = self.ctx.Pipe(duplex=False)
         up_read, up_write = self.ctx.Pipe(duplex=False)
         marks = self.ctx.Array("q", [spec.first_seq.get(n, 0) - 1 for n in spec.streams], lock=False)
+        # not a daemon: an engine starts its cameras' decode workers, and a daemon may start no process
         process = self.ctx.Process(target=engine_main, args=(spec, orders_read, up_write, marks),
-                                   name=f"streamlens-engine-{engine.index}", daemon=True)
-        process.start()
-        orders_read.close()
-        up_write.close()
+                                   name=f"streamlens-engine-{engine.index}", daemon=False)
+        try:
+            process.start()
+        finally:
+            orders_read.close()
+            up_write.close()
         engine.handle = (process, orders_write, up_read, marks)
+        engine.pid = process.pid
 
     def tell(self, engine: _Engine, order: str) -> None:
         try:
@@ -154,6 +178,8 @@ class _Processes:
                 process.join(END_WAIT_S)
                 how = (f"killed by signal {-process.exitcode}" if process.exitcode and process.exitcode < 0
                        else f"exit code {process.exitcode}")
+                if process.exitcode is not None:
+                    remove_rings_of(process.pid)  # what it could not remove itself
                 self._close(engine)
                 events.append((engine, "gone", how))
         if not by_pipe:
@@ -276,7 +302,10 @@ class Supervisor:
                 http.start()
                 self.http_port = http.port
             for engine in self._engines:
-                self._start(engine)
+                try:
+                    self._start(engine)
+                except OSError as error:  # no processes or file descriptors left now: try again later
+                    self._schedule_restart(engine, f"could not be started: {error}")
             while any(e.running or e.restart_at is not None for e in self._engines):
                 self._watch(tick_s)
                 if on_tick is not None:
@@ -285,21 +314,34 @@ class Supervisor:
             if any(e.running for e in self._engines):  # ended by an exception: end the engines
                 self.abort()
             self._end_engines()
-            for forwarder in self._forwarders.values():
-                forwarder.finish()
+            for where, forwarder in self._forwarders.items():  # each one, whatever the others do
+                try:
+                    forwarder.finish()
+                except Exception as error:  # noqa: BLE001 - the first error is the one to report
+                    log.debug("finishing %s", where, exc_info=True)
+                    forwarder.error = forwarder.error or f"{where}: {error}"
+                if forwarder.error is not None and self._error is None:
+                    self._error = forwarder.error
             if http is not None:
                 http.close()
             self._launcher.close()
             shutil.rmtree(self._dir, ignore_errors=True)
         return self._report(time.monotonic() - started)
 
+    @property
+    def engine_restarts(self) -> dict[int, int]:
+        """Restarts so far, per engine (for /metrics)."""
+        return {e.index: e.restarts for e in self._engines}
+
     def _start(self, engine: _Engine) -> None:
         spec = EngineSpec(engine.index, str(self.config.path), self.config.display or str(self.config.path),
-                          self._engine_tree(engine), list(engine.streams), dict(engine.first_seq), self._log_level)
+                          self._engine_tree(engine), list(engine.streams), dict(engine.first_seq), self._log_level,
+                          engine.restarts)
+        engine.restart_at = None
+        engine.started_at = time.monotonic()
         self._launcher.start(engine, spec)
         engine.running = True
         engine.snapshot = engine.report = None
-        engine.restart_at = None
 
     def _watch(self, tick_s: float) -> None:
         """Take in what the engines say for about `tick_s`; start again those that died."""
@@ -317,11 +359,20 @@ class Supervisor:
                 self.stop()  # an engine that cannot start ends the run, as one process would
             elif kind == "gone":
                 self._gone(engine, value)
+        for where, forwarder in self._forwarders.items():
+            if forwarder.error is not None and self._error is None:
+                self._error = forwarder.error  # a sink that fails ends the run, as with one engine
+                log.debug("%s failed; stopping the engines", where)
+                self.stop()
         for engine in self._engines:
             if engine.restart_at is not None and self._stopping:
                 engine.restart_at = None
             elif engine.restart_at is not None and time.monotonic() >= engine.restart_at:
-                self._start(engine)
+                try:
+                    self._start(engine)
+                except OSError as error:  # no processes or file descriptors left now: try again later
+                    engine.running = False
+                    self._schedule_restart(engine, f"could not be started again: {error}")
 
     def _connect(self, engine: _Engine) -> None:
         """An actor's sinks listen where its snapshot says: the forwarders join them there."""
@@ -338,21 +389,29 @@ class Supervisor:
         next_seq = self._launcher.next_seq(engine)
         live = [n for n, i in zip(engine.streams, engine.sources) if self.config.sources[i].live]
         for name in engine.streams:
-            if name not in live:  # a file: started again it would repeat its output
+            if name not in live:  # a file: started again it would repeat its output (RunReport.incomplete names it)
                 st = (engine.snapshot.stats.get(name) if engine.snapshot else None) or self._placeholders[name]
-                st.reason, st.state, st.detail = "error", "error", f"its engine died ({how})"
+                st.reason, st.state, st.detail = "error", "error", f"its engine {engine.index} died ({how})"
                 self._ended_stats[name] = st
-                if self._error is None:
-                    self._error = f"{name}: engine {engine.index} died ({how}) while reading {st.uri}"
         if self._stopping or not live:
             return
         engine.first_seq = {name: next_seq.get(name, 0) for name in live}
         engine.sources = [i for n, i in zip(engine.streams, engine.sources) if n in live]
         engine.streams = live
-        engine.restart_at = time.monotonic() + RESTART_DELAY_S
+        self._schedule_restart(engine, f"died ({how})")
+
+    def _schedule_restart(self, engine: _Engine, what: str) -> None:
+        """Start `engine` again after the next wait of its backoff; logged once, counted."""
+        now = time.monotonic()
+        if not engine.restart_delay or now - engine.started_at >= HEALTHY_RUN_S:
+            engine.restart_delay = RESTART_DELAY_S
+        else:
+            engine.restart_delay = min(RESTART_MAX_S, 2 * engine.restart_delay)
+        engine.restart_at = now + engine.restart_delay
+        engine.restarts += 1
         self.restarts += 1
-        log.warning("engine %d (%s) died (%s); restarting it (restart %d)", engine.index, ", ".join(live), how,
-                    self.restarts)
+        log.warning("engine %d (%s) %s; restarting it in %g s (restart %d)", engine.index, ", ".join(engine.streams),
+                    what, engine.restart_delay, engine.restarts)
 
     def _end_engines(self) -> None:
         deadline = time.monotonic() + END_WAIT_S
@@ -437,6 +496,8 @@ class _Forwarder:
         self.sink, self.where = sink, where
         self.ctx = zmq.Context()
         self.dropped = 0
+        #: the line that says why the sink written here failed (then what comes is dropped), or None
+        self.error: str | None = None
         self._auth = None
         self._sink = None  # a sink written here
         self._joined: dict[int, str] = {}  # engine -> the endpoint its share comes from
@@ -493,11 +554,27 @@ class _Forwarder:
                 self.front.send_multipart(self.back.recv_multipart())
             if self.front in events:
                 idle_since = None
-                self._forward(self.front.recv_multipart())
+                parts = self.front.recv_multipart()
+                if self.error is None:
+                    try:
+                        self._forward(parts)
+                    except Exception as error:  # noqa: BLE001 - told to the supervisor, which ends the run
+                        self._failed(error)
+                else:
+                    self.dropped += 1  # the sink has failed: taken, so that no engine waits on it
             elif self._finishing.is_set():
                 idle_since = idle_since or time.monotonic()
                 if time.monotonic() - idle_since >= DRAIN_IDLE_S:
                     return
+
+    def _failed(self, error: BaseException) -> None:
+        from ..errors import StreamlensError
+
+        if isinstance(error, StreamlensError):
+            self.error = str(error)
+        else:
+            log.debug("%s failed", self.where, exc_info=error)
+            self.error = f"{self.where} ({self.sink.type}): {type(error).__name__}: {error}"
 
     def _take_joins(self) -> None:
         while not self._joins.empty():
@@ -532,7 +609,10 @@ class _Forwarder:
             self._thread.join()
         try:
             if self._sink is not None:
-                self._sink.close()
+                try:
+                    self._sink.close()
+                except Exception as error:  # noqa: BLE001 - a flush that fails: the run fails, saying so
+                    self._failed(error)
         finally:
             self.front.close(linger=0)
             if self.back is not None:

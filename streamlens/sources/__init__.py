@@ -14,7 +14,8 @@ def build_source(cfg: SourceConfig, export_mvs: bool = False) -> Source:
     from .file import FileSource
 
     return FileSource(cfg.name, cfg.uri, live=cfg.live, loop=cfg.loop, max_fps=cfg.max_fps,
-                      options=cfg.options, export_mvs=export_mvs, decode=cfg.decode or "thread")
+                      options=cfg.options, export_mvs=export_mvs, decode=cfg.decode or "thread",
+                      max_pixels=cfg.max_pixels)
 
 
 def _live_source(cfg: SourceConfig, export_mvs: bool) -> Source:
@@ -24,7 +25,7 @@ def _live_source(cfg: SourceConfig, export_mvs: bool) -> Source:
     return LiveSource(cfg.name, cfg.uri, transport=cfg.transport, timeout_s=cfg.timeout_s, stall_s=cfg.stall_s,
                       backoff_initial_s=cfg.backoff_initial_s, backoff_max_s=cfg.backoff_max_s,
                       max_fps=cfg.max_fps, max_staleness_ms=cfg.max_staleness_ms, decode=cfg.decode,
-                      options=cfg.options, export_mvs=export_mvs)
+                      options=cfg.options, export_mvs=export_mvs, max_pixels=cfg.max_pixels)
 
 
 __all__ = ["Source", "build_source"]

@@ -64,6 +64,7 @@ from .base import Source
 from .decode import FrameRateCap, PresentationTimes
 from .host_memory import HostMemory
 from .motion_vectors import ReferenceDistance, frame_motion_vectors
+from .session import too_large
 
 #: the frame rate assumed when a file states none (only used to fill in missing timestamps)
 DEFAULT_FPS = 30.0
@@ -120,7 +121,7 @@ class FileSource(Source):
 
     def __init__(self, name: str, path: str | Path, *, live: bool = False, loop: bool = False,
                  max_fps: float | None = None, options: dict[str, str] | None = None,
-                 export_mvs: bool = False, decode: str = "thread"):
+                 export_mvs: bool = False, decode: str = "thread", max_pixels: int | None = None):
         if max_fps is not None and not max_fps > 0:
             raise ValueError(f"{name}: max_fps must be a positive number, got {max_fps!r}")
         if decode not in DECODE_MODES:
@@ -146,7 +147,7 @@ class FileSource(Source):
         self._worker = None
 
         spec = FileSpec(self.path, self.display_path, self.options, live=live, loop=loop, max_fps=max_fps,
-                        export_mvs=export_mvs)
+                        export_mvs=export_mvs, max_pixels=max_pixels)
         container = open_file(spec)
         stream = container.streams.video[0]
         rate = stream.average_rate or stream.guessed_rate
@@ -251,7 +252,11 @@ class FileSource(Source):
             if stopping():
                 return
             worker = self._worker = ProcessWorker(self.name)
-            worker.start()
+            try:
+                worker.start()
+            except OSError as error:  # no file descriptors or processes left: this file's error alone
+                self._worker = None
+                raise SourceError(f"{self.display_path}: cannot start its decode worker ({error})") from None
             worker.open(1, self.spec)
         while True:
             with self._lock:
@@ -272,6 +277,8 @@ class FileSource(Source):
                     self.incomplete = event.detail.get("incomplete")
                     if event.reason == "failed":
                         raise SourceError(event.message)
+                    if event.reason == "refused":  # no room in shared memory for its pictures
+                        raise SourceError(f"{self.display_path}: {event.message}")
                     return
                 elif isinstance(event, Died):
                     raise SourceError(f"{self.display_path}: {event.message}")
@@ -295,6 +302,8 @@ class FileSpec:
     #: the file's frame rate (None: it states none) and the frames its container declares (0: none)
     fps: float | None = None
     declared_frames: int = 0
+    #: the largest picture (width x height) taken: a larger one ends the run over the file with an error
+    max_pixels: int | None = None
 
     #: a file never loses a frame to a full ring: its worker waits for a free slot
     lossless = True
@@ -395,7 +404,9 @@ class FilePasses:
             cap = FrameRateCap(spec.max_fps) if spec.max_fps else None
             pass_first_pts = pass_last_pts = None
             anchors = ReferenceDistance()
+            self._check_size(stream.codec_context.width, stream.codec_context.height)
             for frame, decode_ms in self._decode_pass(stream):
+                self._check_size(frame.width, frame.height)
                 pts = times.seconds(frame)
                 if pass_first_pts is None:
                     pass_first_pts = pts
@@ -421,6 +432,12 @@ class FilePasses:
             first_pass = False
             loop_offset += pass_last_pts - pass_first_pts + frame_duration
             self._rewind()
+
+    def _check_size(self, width: int, height: int) -> None:
+        """Raise a `SourceError` naming the file when a picture is larger than `max_pixels`."""
+        refusal = too_large(width, height, self.spec.max_pixels)
+        if refusal:
+            raise SourceError(f"{self.spec.display_path}: {refusal}")
 
     def _rewind(self) -> None:
         """Go back to the start of the file for the next loop; reopen it if it cannot seek."""

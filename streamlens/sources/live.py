@@ -27,8 +27,14 @@ planes (`Frame(decoded=YuvPicture)`), converted to BGR when something first read
   0.5 s to end its connection, and a worker process blocked inside FFmpeg is then killed rather than
   waited for (a worker thread is left to end on its own: FFmpeg's timeout bounds it).
 - `max_staleness_ms`: a frame that waited longer than this (from decode to hand-over) is dropped.
+- Trouble of this host's own with one camera is that camera's alone, and retried like a failed
+  connection: a decode worker that cannot be started (no file descriptors or processes left), a
+  picture larger than `max_pixels`, or one whose frame ring has no room in shared memory (a camera
+  that switched to a larger size; see worker.py). Each ends the attempt with one line naming the
+  stream, and the source backs off and tries again; it never raises for them.
 - `losses()`: frames the worker dropped (`decoder`, its ring full), frames dropped for staleness
-  (`stale`) and packets its decoder rejected (`corrupt`), counted across reconnects and workers.
+  (`stale`), pictures refused (`refused`: too large, or no room for them) and packets its decoder
+  rejected (`corrupt`), counted across reconnects and workers.
 - Credentials in the URL never leave this module unmasked: every log line, error and stats value
   uses `rtsp://***@host/...`.
 
@@ -106,7 +112,7 @@ class LiveSource(Source):
                  stall_s: float = 5.0, backoff_initial_s: float = 0.5, backoff_max_s: float = 5.0,
                  max_fps: float | None = None, max_staleness_ms: float | None = None,
                  decode: str = "process", options: dict[str, str] | None = None,
-                 export_mvs: bool = False, pinned: bool | str = "auto"):
+                 export_mvs: bool = False, pinned: bool | str = "auto", max_pixels: int | None = None):
         display = mask_url(uri)
         if transport not in RTSP_TRANSPORTS:
             raise ValueError(f"{name} ({display}): transport must be one of {', '.join(RTSP_TRANSPORTS)}, "
@@ -129,7 +135,7 @@ class LiveSource(Source):
             uri=uri,
             options=input_options(uri, transport=transport, timeout_s=timeout_s, user=dict(options or {})),
             format="v4l2" if uri.startswith("/dev/video") else None,
-            max_fps=max_fps, export_mvs=export_mvs)
+            max_fps=max_fps, export_mvs=export_mvs, max_pixels=max_pixels)
         self.fps: float | None = None
         self.total_frames = None
         self.on_state: Callable[[str, str], None] | None = None
@@ -141,6 +147,8 @@ class LiveSource(Source):
         self.dropped_stale = 0
         #: packets the decoder rejected (lost UDP packets, a stream joined between keyframes)
         self.corrupt_packets = 0
+        #: pictures decoded and refused: larger than `max_pixels`, or no room in shared memory for them
+        self.refused_frames = 0
         self._retired = (0, 0)  # drops and corrupt packets counted by workers since replaced
         #: the last connection failure or loss, one line, URL masked
         self.last_error: str | None = None
@@ -164,7 +172,8 @@ class LiveSource(Source):
                 "last_error": self.last_error}
 
     def losses(self) -> dict[str, int]:
-        return {"corrupt": self.corrupt_packets, "decoder": self.dropped_worker, "stale": self.dropped_stale}
+        return {"corrupt": self.corrupt_packets, "decoder": self.dropped_worker, "stale": self.dropped_stale,
+                "refused": self.refused_frames}
 
     def _count(self, event) -> None:
         """Take the counters a worker sends (they restart with each worker)."""
@@ -180,8 +189,7 @@ class LiveSource(Source):
 
     def frames(self, stop: threading.Event) -> Iterator[Frame]:
         """Yield frames until `stop` is set or `close()` is called; never raises for a camera that is
-        down or drops (it retries); ends in state `stopped`. Raises `SourceError` when this host
-        cannot take the stream: no room in shared memory for its frame ring (see worker.py)."""
+        down, drops, or cannot be taken by this host now (it retries); ends in state `stopped`."""
         with self._lock:
             if self._running:
                 raise RuntimeError(f"{self.name}: frames() is already running")
@@ -203,16 +211,16 @@ class LiveSource(Source):
         repeat = _RepeatFilter(REPEAT_LOG_S)
         try:
             while not stopping():
-                if worker is None:
-                    worker = (ProcessWorker if self.decode == "process" else ThreadWorker)(self.name)
-                    worker.start()
-                session += 1
-                self._set_state("reconnecting" if streamed_before else "connecting")
-                log.debug("%s: connecting to %s", self.name, self.display_uri)
-                worker.open(session, self.spec)
                 outcome = _Outcome("stopped")
                 announced = 0.0  # when this connection's first frame came
-                for ready in self._connection(worker, session, stopping, outcome):
+                if worker is None:
+                    worker = self._start_worker(outcome)
+                if worker is not None:
+                    session += 1
+                    self._set_state("reconnecting" if streamed_before else "connecting")
+                    log.debug("%s: connecting to %s", self.name, self.display_uri)
+                    worker.open(session, self.spec)
+                for ready in self._connection(worker, session, stopping, outcome) if worker is not None else ():
                     if host is None:
                         host = HostMemory(self.pinned)
                     self._count(ready)
@@ -226,7 +234,7 @@ class LiveSource(Source):
                     yield frame
                 if outcome.kind == "stopped" or stopping():
                     return
-                if outcome.kind in ("stalled", "died"):
+                if outcome.kind in ("stalled", "died") and worker is not None:
                     worker.close(0.0)
                     worker = None
                     self._retired = (self.dropped_worker, self.corrupt_packets)
@@ -258,6 +266,18 @@ class LiveSource(Source):
         finally:
             if worker is not None:
                 worker.close()
+
+    def _start_worker(self, outcome: _Outcome):
+        """A started decode worker, or None when none can be started now (no file descriptors or
+        processes left): `outcome` then says why, and the source backs off and tries again."""
+        worker = (ProcessWorker if self.decode == "process" else ThreadWorker)(self.name)
+        try:
+            worker.start()
+        except (OSError, RuntimeError) as error:  # RuntimeError: threads cannot be started
+            outcome.kind, outcome.reason = "died", "error"
+            outcome.message = f"cannot start its decode worker ({error})"
+            return None
+        return worker
 
     def _connection(self, worker, session: int, stopping, outcome: _Outcome) -> Iterator[FrameReady]:
         """Yield this connection's frames; fill in `outcome` when it ends (or is stopped)."""
@@ -292,6 +312,7 @@ class LiveSource(Source):
                 yield event
             elif isinstance(event, Ended):
                 self._count(event)
+                self.refused_frames += event.detail.get("refused", 0)
                 outcome.kind, outcome.reason, outcome.message = "ended", event.reason, event.message
                 return
 

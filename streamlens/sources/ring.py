@@ -72,6 +72,29 @@ def free_bytes(path: str = SHM_DIR) -> int:
     return st.f_bavail * st.f_frsize
 
 
+def remove_rings_of(pid: int, path: str = SHM_DIR) -> list[str]:
+    """Remove the rings that the process `pid` made and left behind (it was killed: it could not
+    remove them itself); returns their names. Only for a process that has ended.
+
+    Example:
+        >>> remove_rings_of(2 ** 22 + 1)   # no such process made any
+        []
+    """
+    prefix = f"{NAME_PREFIX}{pid}-"
+    removed = []
+    try:
+        names = [n for n in os.listdir(path) if n.startswith(prefix)]
+    except OSError:
+        return removed
+    for name in names:
+        try:
+            os.unlink(os.path.join(path, name))
+            removed.append(name)
+        except OSError:
+            pass
+    return removed
+
+
 class NoRoom(OSError):
     """Shared memory has no room for a ring: `needed` bytes, `free` left."""
 

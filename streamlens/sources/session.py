@@ -70,6 +70,9 @@ class SessionSpec:
     format: str | None = None
     max_fps: float | None = None
     export_mvs: bool = False
+    #: the largest picture (width x height) taken; a larger one ends the session as `refused`
+    #: (None: no limit; a pipeline file's sources have one, `sources[i].max_pixels`)
+    max_pixels: int | None = None
 
     #: a camera never waits for its owner: a frame with no free slot is dropped
     lossless = False
@@ -94,8 +97,24 @@ class StreamInfo:
 
 
 #: how a session ended: "eof" (the server ended the stream), "error" (a read failed),
-#: "open_failed" (no connection or no video), "aborted" (asked to stop)
-END_REASONS = ("eof", "error", "open_failed", "aborted")
+#: "open_failed" (no connection or no video), "aborted" (asked to stop), "refused" (this host does
+#: not take its pictures: larger than `max_pixels`, or no room in shared memory for them)
+END_REASONS = ("eof", "error", "open_failed", "aborted", "refused")
+
+
+def too_large(width: int, height: int, max_pixels: int | None) -> str | None:
+    """Why a `width` x `height` picture is refused under `max_pixels`, in one line, or None.
+
+    Example:
+        >>> too_large(8192, 8192, 7680 * 4320)
+        'a picture of 8192x8192 (67.1 Mpx) is larger than max_pixels (33.2 Mpx)'
+        >>> too_large(1920, 1080, 7680 * 4320) is None
+        True
+    """
+    if max_pixels is None or width * height <= max_pixels:
+        return None
+    return (f"a picture of {width}x{height} ({width * height / 1e6:.1f} Mpx) is larger than max_pixels "
+            f"({max_pixels / 1e6:.1f} Mpx)")
 
 
 class SessionOutput:
@@ -113,6 +132,10 @@ class SessionOutput:
 
     def rejected(self) -> None:
         """A packet the decoder rejected (it is skipped)."""
+        raise NotImplementedError
+
+    def refused(self) -> None:
+        """A decoded picture this host does not take (see `too_large`): counted, then the session ends."""
         raise NotImplementedError
 
 
@@ -152,6 +175,9 @@ def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tu
     rate = stream.average_rate or stream.guessed_rate
     fps = float(rate) if rate else None
     ctx = stream.codec_context
+    refusal = too_large(ctx.width, ctx.height, spec.max_pixels)
+    if refusal:  # before the decoder allocates a picture of that size
+        return "refused", refusal
     out.opened(StreamInfo(ctx.width, ctx.height, fps, ctx.name))
     times = PresentationTimes(stream.time_base or Fraction(1, 90000), 1.0 / (fps or 30.0))
     cap = FrameRateCap(spec.max_fps) if spec.max_fps else None
@@ -175,6 +201,10 @@ def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tu
             frames = []
         share_ms = (time.perf_counter() - started) * 1000.0 / max(1, len(frames))
         for frame in frames:
+            refusal = too_large(frame.width, frame.height, spec.max_pixels)
+            if refusal:  # the camera changed its resolution
+                out.refused()
+                return "refused", refusal
             pts = times.seconds(frame)
             distance = anchors.step(frame.pict_type, decoded) if spec.export_mvs else 1
             decoded += 1

@@ -13,10 +13,11 @@ over a file, its loops included; `spec.run()` is the loop, `spec.lossless` how f
 
     owner -> worker:  ("open", session, spec)   ("abort", session)   ("quit",)
                       ("ring", ring_id, name, slots, slot_bytes)      (process only: a new ring)
+                      ("no_ring", session, line)                      (process only: no room for it)
                       ("credit",)                                     (process only: the answer to waiting)
     worker -> owner:  ("opened", session, StreamInfo)   ("frame", session, ...)
-                      ("ended", session, reason, message, drops, corrupt, detail)   ("need_ring", slot_bytes)
-                      ("waiting",)   ("crashed", message)
+                      ("ended", session, reason, message, drops, corrupt, detail)
+                      ("need_ring", session, slot_bytes)   ("waiting",)   ("crashed", message)
 
 `poll()` turns what arrives into `Opened`, `FrameReady`, `Ended` or `Died`. A `FrameReady` must be
 `take()`n or `discard()`ed before the next `poll()`: that frees its slot. The free slots are the
@@ -42,8 +43,13 @@ A worker process is ended by its owner only: it ignores SIGINT and SIGTERM, whic
 Ctrl-C, `docker stop` or systemd send to the whole process group, so that the owner can end its
 sessions in order. It exits by itself when the owner's process is gone (its lifeline pipe closes),
 even while blocked inside FFmpeg or waiting for a credit. The owner checks, before it makes a ring,
-that shared memory has room for it, and reserves the ring's memory at once: a full /dev/shm is one
-clear `SourceError`, never a worker killed by SIGBUS when it writes a frame.
+that shared memory has room for it, and reserves the ring's memory at once: a full /dev/shm is never
+a worker killed by SIGBUS when it writes a frame. When there is no room (a camera that switched to a
+larger picture, a small Docker /dev/shm), the owner says `no_ring` with one clear line, and the
+session ends as `refused` with that line: the source's own trouble, which it retries (a camera) or
+ends with (a file); the other streams never notice. A picture larger than the source's
+`max_pixels` ends its session the same way (session.py `too_large`). Refused pictures are counted
+in `Ended.detail["refused"]`.
 
 Example:
     >>> from streamlens.sources.session import SessionSpec       # doctest: +SKIP
@@ -242,6 +248,9 @@ class _Control:
         self.ring_id = 0
         self.drops = 0
         self.corrupt = 0
+        #: pictures this session refused (too large, or no room for their ring), and why it ends so
+        self.refused = 0
+        self.refusal: str | None = None
 
     def handle(self, message: tuple) -> None:
         kind = message[0]
@@ -254,11 +263,13 @@ class _Control:
             if self.ring is not None:
                 self.ring.close()
             self.ring, self.ring_id = FrameRing.attach(name, slots, slot_bytes), ring_id
+        elif kind == "no_ring" and message[1] == self.session:
+            self.refusal = message[2]
 
     def should_stop(self) -> bool:
         while self.conn.poll(0):
             self.handle(self.conn.recv())
-        return self.aborted or self.quit
+        return self.aborted or self.quit or self.refusal is not None
 
     def wait_for_credit(self) -> bool:
         """Say that every slot is full and block until the owner answers with a credit (its slots are
@@ -283,8 +294,12 @@ def serve(conn, make_output) -> None:
                 control.handle(message)
                 continue
             _, control.session, spec = message
-            control.aborted = False
+            control.aborted, control.refused, control.refusal = False, 0, None
             reason, text, detail = spec.run(make_output(conn, control, spec), control.should_stop)
+            if control.refusal is not None:  # the owner had no room for its pictures
+                reason, text = "refused", control.refusal
+            if control.refused:
+                detail = {**detail, "refused": control.refused}
             conn.send(("ended", control.session, reason, text, control.drops, control.corrupt, detail))
     finally:
         if control.ring is not None:
@@ -303,6 +318,9 @@ class _RingOutput(SessionOutput):
     def rejected(self) -> None:
         self.control.corrupt += 1
 
+    def refused(self) -> None:
+        self.control.refused += 1
+
     def frame(self, picture, pts, ts, clock, decode_ms, motion_vectors, position=None) -> None:
         control = self.control
         started = time.perf_counter()
@@ -311,6 +329,8 @@ class _RingOutput(SessionOutput):
         need = size + (_mv_budget(layout[1], layout[2]) if self.spec.export_mvs else 0)
         if control.ring is None or control.ring.slot_bytes < need:
             if not self._wait_for_ring(need):
+                if control.refusal is not None:
+                    control.refused += 1
                 return
         slot = control.ring.claim()
         while slot is None and self.spec.lossless:
@@ -338,9 +358,9 @@ class _RingOutput(SessionOutput):
         """Ask the owner for a ring whose slots hold `slot_bytes`; False if the session ends first."""
         control = self.control
         asked = control.ring_id
-        self.conn.send(("need_ring", slot_bytes))
+        self.conn.send(("need_ring", control.session, slot_bytes))
         while control.ring_id == asked:
-            if control.aborted or control.quit:
+            if control.aborted or control.quit or control.refusal is not None:
                 return False
             if self.conn.poll(0.1):
                 control.handle(self.conn.recv())
@@ -442,12 +462,24 @@ class ProcessWorker:
         self._dead = False
 
     def start(self) -> None:
+        """Start the process. Raises `OSError` when it cannot be started (no file descriptors, no
+        processes left): whatever was made for it is closed again first."""
         ctx = _process_context()
-        self._conn, child = ctx.Pipe(duplex=True)
-        lifeline, self._lifeline = ctx.Pipe(duplex=False)
-        process = ctx.Process(target=worker_process_main, args=(child, lifeline), daemon=True,
-                              name=f"streamlens-decode-{self.name}")
-        process.start()
+        made = []
+        try:
+            self._conn, child = ctx.Pipe(duplex=True)
+            made += [self._conn, child]
+            lifeline, self._lifeline = ctx.Pipe(duplex=False)
+            made += [lifeline, self._lifeline]
+            process = ctx.Process(target=worker_process_main, args=(child, lifeline), daemon=True,
+                                  name=f"streamlens-decode-{self.name}")
+            process.start()
+        except BaseException:
+            for end in made:
+                end.close()
+            self._conn = self._lifeline = None
+            self._dead = True
+            raise
         self._process = process  # only once started: close() joins it
         child.close()
         lifeline.close()
@@ -474,8 +506,8 @@ class ProcessWorker:
             self._dead = True  # noticed by poll()
 
     def poll(self, timeout: float):
-        """The next event, or None if nothing arrived within `timeout` seconds. Raises `SourceError`
-        when the ring the worker asks for does not fit in shared memory."""
+        """The next event, or None if nothing arrived within `timeout` seconds. A ring the worker asks
+        for that does not fit in shared memory ends its session: `Ended(reason="refused")`."""
         if self._dead:
             return Died(self._death_note())
         try:
@@ -493,7 +525,7 @@ class ProcessWorker:
         if kind == "ended":
             return Ended(*message[1:])
         if kind == "need_ring":
-            self._new_ring(message[1])
+            self._new_ring(message[1], message[2])
             return None
         if kind == "waiting":  # every frame it sent before was freed before this was read
             self._send(("credit",))
@@ -503,18 +535,24 @@ class ProcessWorker:
             return Died(f"decode worker failed: {message[1]}")
         return None
 
-    def _new_ring(self, slot_bytes: int) -> None:
+    def _new_ring(self, session: int, slot_bytes: int) -> None:
+        """Make the ring the worker asks for; when shared memory has no room for it, tell the worker,
+        whose session then ends as `refused` with that line (the source's own trouble: retried)."""
         # Every frame of an older ring came before this request and has been taken: retire them.
         for ring in self._rings.values():
             ring.close()
         self._rings.clear()
         ring_id = next(self._ring_ids)
         needed = ring_bytes(RING_SLOTS, slot_bytes)
-        check_shared_memory(self.name, needed)
         try:
+            check_shared_memory(self.name, needed)
             ring = FrameRing.create(RING_SLOTS, slot_bytes)
+        except SourceError as error:
+            self._send(("no_ring", session, str(error)))
+            return
         except NoRoom as error:  # taken meanwhile (other cameras start at the same time)
-            raise SourceError(_no_room(self.name, needed, error.free, SHM_DIR)) from None
+            self._send(("no_ring", session, _no_room(self.name, needed, error.free, SHM_DIR)))
+            return
         self._rings[ring_id] = ring
         self._send(("ring", ring_id, ring.name, ring.slots, ring.slot_bytes))
 
@@ -608,6 +646,9 @@ class _DirectOutput(SessionOutput):
 
     def rejected(self) -> None:
         self.control.corrupt += 1
+
+    def refused(self) -> None:
+        self.control.refused += 1
 
     def frame(self, picture, pts, ts, clock, decode_ms, motion_vectors, position=None) -> None:
         control = self.control
