@@ -1,4 +1,5 @@
-"""URL helpers: tell a camera URL from a file path, and hide credentials before anything is printed.
+"""URL helpers: tell a camera URL from a file path, hide credentials before anything is printed,
+check a URL's port (`port_problem`) and say when its host does not resolve (`host_problem`).
 
 Example:
     >>> mask_url("rtsp://admin:s3cret@10.0.0.5:554/stream1")
@@ -11,11 +12,17 @@ Example:
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import socket
+import threading
 
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 #: in free text, a URL ends at white space or a quote; its credentials end at its last '@'
 _CREDENTIALS_IN_TEXT_RE = re.compile(r"(?<=://)[^\s'\"<>]*@")
+#: how long `host_problem` waits for the system's resolver (one that cannot reach its DNS server may
+#: take 5 s per try and server)
+RESOLVE_TIMEOUT_S = 2.0
 
 
 def is_url(text: str) -> bool:
@@ -39,3 +46,136 @@ def mask_url(text: str) -> str:
     if scheme is not None and text.rfind("@") >= scheme.end():
         return text[:scheme.end()] + "***" + text[text.rindex("@"):]
     return _CREDENTIALS_IN_TEXT_RE.sub("***@", text)
+
+
+def host_and_port(uri: str) -> tuple[str, str | None, bool] | None:
+    """The host and the port (as written; None without one) of a URL as FFmpeg splits it
+    (`av_url_split`): the authority ends at the first `/`, `?` or `#`, credentials end at its last
+    `@`, and an IPv6 address is in brackets. The third value says whether the host was bracketed.
+    None for text that is no URL.
+
+    Example:
+        >>> host_and_port("rtsp://admin:pw@cam7.local:554/s"), host_and_port("udp://@[ff02::1]:1234")
+        (('cam7.local', '554', False), ('ff02::1', '1234', True))
+    """
+    scheme = _SCHEME_RE.match(uri)
+    if scheme is None:
+        return None
+    authority = re.split(r"[/?#]", uri[scheme.end():], maxsplit=1)[0]
+    hostport = authority.rpartition("@")[2]
+    if hostport.startswith("[") and "]" in hostport:
+        host, _, after = hostport[1:].partition("]")
+        return host, after[1:] if after.startswith(":") else None, True
+    host, colon, port = hostport.partition(":")
+    return host, port if colon else None, False
+
+
+def _authority_may_hold_credentials(uri: str) -> bool:
+    """Whether what FFmpeg reads as host and port may be part of a user name or password: `mask_url`
+    hides up to the URL's last `@`, and that `@` comes after the authority (a password holding `/`,
+    `?` or `#`, which FFmpeg takes for the end of the host)."""
+    scheme = _SCHEME_RE.match(uri)
+    if scheme is None:
+        return False
+    authority = re.split(r"[/?#]", uri[scheme.end():], maxsplit=1)[0]
+    return uri.rfind("@") >= scheme.end() + len(authority)
+
+
+def port_problem(uri: str) -> str | None:
+    """What is wrong with the port of URL `uri` (a number from 1 to 65535), None when it is fine or
+    absent. The message shows the URL masked (`mask_url`), and the port only where it cannot be part
+    of a password. FFmpeg reads a port as C's `atoi` does: `notaport` is port 0 and `99999` is no
+    port at all, and a connection to either fails for ever with "Invalid argument".
+
+    Example:
+        >>> port_problem("rtsp://admin:s3cret@cam:99999/x")
+        'port must be a number from 1 to 65535, got 99999: rtsp://***@cam:99999/x'
+        >>> port_problem("rtsp://cam:554/x") is None, port_problem("rtsp://cam/x") is None
+        (True, True)
+    """
+    split = host_and_port(uri)
+    if split is None or split[1] is None:
+        return None
+    host, port, bracketed = split
+    digits = port.lstrip("0")
+    if port.isascii() and port.isdigit() and len(digits) <= 5 and 1 <= int(digits or "0") <= 65535:
+        return None
+    url = mask_url(uri)
+    url = url if len(url) <= 120 else url[:117] + "..."
+    if _authority_may_hold_credentials(uri):
+        return (f"port must be a number from 1 to 65535: {url} (a '/', '?' or '#' in a user name "
+                "or password is written %2F, %3F, %23)")
+    shown = port if len(port) <= 12 else port[:9] + "..."
+    shown = shown if port.isascii() and port.isdigit() else repr(shown)
+    hint = " (an IPv6 address is written in brackets: [fe80::1]:554)" if not bracketed and ":" in port else ""
+    return f"port must be a number from 1 to 65535, got {shown}: {url}{hint}"
+
+
+def host_problem(uri: str, timeout: float = RESOLVE_TIMEOUT_S) -> str | None:
+    """Why a connection to URL `uri` may have failed in name resolution: `"cannot resolve host
+    cam7.local"` when the system's resolver (`socket.getaddrinfo`: /etc/hosts, DNS, mDNS where set
+    up) does not know the host, `"cannot resolve host cam7.local: no answer in 2 s"` when it gave no
+    answer within `timeout` seconds; None when the host resolves, is an IP address (answered at once),
+    is empty (`udp://@:1234`), or the URL is no URL (a device).
+
+    Call it after a connection failed, to name the cause in the line that reports the failure (a
+    live source's retry log line), not on every frame: it blocks for up to `timeout` seconds. The
+    lookup runs on a daemon thread, so a resolver that hangs never holds the caller longer; calls
+    for a host whose lookup is still running wait for that one rather than start another, so a hung
+    resolver costs one thread per host, not one per retry. Only the host is ever named, never the
+    credentials: where what FFmpeg reads as the host may be part of a password (one holding `/`),
+    the answer is None.
+
+    A host that does not resolve now may resolve later (a camera's DNS entry not there yet, DNS
+    itself down), so `streamlens validate` reports it as a warning, not a mistake, and a run retries
+    such a camera like any other.
+
+    Example:
+        >>> host_problem("rtsp://admin:s3cret@cam7.invalid:554/stream1")  # doctest: +ELLIPSIS
+        'cannot resolve host cam7.invalid...'
+        >>> host_problem("rtsp://10.0.0.5:554/s") is None, host_problem("rtsp://localhost:8554/s") is None
+        (True, True)
+    """
+    split = host_and_port(uri)
+    if split is None or not split[0] or _authority_may_hold_credentials(uri):
+        return None
+    host, _, bracketed = split
+    if bracketed:
+        return None  # [fe80::1], [fe80::1%25eth0]: an address, nothing to look up
+    try:
+        ipaddress.ip_address(host)
+        return None
+    except ValueError:
+        pass
+    with _lookups_lock:
+        lookup = _lookups.get(host)
+        if lookup is None:
+            lookup = _lookups[host] = _Lookup(host)
+    if not lookup.done.wait(timeout):
+        return f"cannot resolve host {host}: no answer in {timeout:g} s"
+    return f"cannot resolve host {host}" if lookup.failed else None
+
+
+class _Lookup:
+    """One `getaddrinfo` of a host on a daemon thread; `done` is set when it has answered."""
+
+    def __init__(self, host: str):
+        self.host = host
+        self.failed = False
+        self.done = threading.Event()
+        threading.Thread(target=self._run, name=f"resolve {host}", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            socket.getaddrinfo(self.host, None, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):  # gaierror; UnicodeError: no valid IDNA name (a label of 64+)
+            self.failed = True
+        finally:
+            with _lookups_lock:
+                if _lookups.get(self.host) is self:
+                    del _lookups[self.host]
+            self.done.set()
+
+
+_lookups: dict[str, _Lookup] = {}  # host -> its lookup while it runs
+_lookups_lock = threading.Lock()

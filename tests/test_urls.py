@@ -1,10 +1,11 @@
-"""`mask_url`: no part of a password ever reaches a log line, whatever characters it holds."""
+"""`mask_url`: no part of a password ever reaches a log line, whatever characters it holds; `port_problem`
+and `host_problem` name a URL's port and host as FFmpeg reads them, and never its credentials."""
 
 from __future__ import annotations
 
 import pytest
 
-from streamlens.urls import is_url, mask_url
+from streamlens.urls import host_and_port, host_problem, is_url, mask_url, port_problem
 
 
 @pytest.mark.parametrize("url, password, shown", [
@@ -50,3 +51,57 @@ def test_urls_inside_messages_are_masked(text, shown):
 def test_is_url_tells_urls_from_paths():
     assert [is_url(t) for t in ("rtsp://cam/1", "udp://@:5000", "clips/a.mp4", "/dev/video0", "C:/x.mp4")] == [
         True, True, False, False, False]
+
+
+@pytest.mark.parametrize("url, host, port", [
+    ("rtsp://admin:p@ss@cam.local:554/s", "cam.local", "554"),
+    ("rtsp://[fe80::1]:8554/s", "fe80::1", "8554"),
+    ("udp://@239.0.0.1:1234", "239.0.0.1", "1234"),
+    ("srt://:9000?mode=listener", "", "9000"),
+    ("http://cam/video.mjpg", "cam", None),
+    ("rtsp://u:pa/ss@cam:554/x", "u", "pa"),  # FFmpeg ends the host at the first '/'
+])
+def test_host_and_port_as_ffmpeg_reads_them(url, host, port):
+    assert host_and_port(url)[:2] == (host, port)
+
+
+@pytest.mark.parametrize("url", ["rtsp://cam:554/x", "rtsp://cam/x", "rtsp://[::1]:65535/x", "udp://@:1234",
+                                 "srt://cam:1?mode=caller", "rtsp://cam:00554/x", "/dev/video0", "clips/a.mp4"])
+def test_a_usable_port_or_none_is_no_problem(url):
+    assert port_problem(url) is None
+
+
+@pytest.mark.parametrize("url, problem", [
+    ("rtsp://cam:99999/x", "port must be a number from 1 to 65535, got 99999: rtsp://cam:99999/x"),
+    ("rtsp://cam:0/x", "port must be a number from 1 to 65535, got 0: rtsp://cam:0/x"),
+    ("rtsp://u:pw@cam:notaport/x", "port must be a number from 1 to 65535, got 'notaport': rtsp://***@cam:notaport/x"),
+    ("http://cam:/x", "port must be a number from 1 to 65535, got '': http://cam:/x"),
+    ("rtsp://[::1]:70000/x", "port must be a number from 1 to 65535, got 70000: rtsp://[::1]:70000/x"),
+    ("rtsp://fe80::1/x", "port must be a number from 1 to 65535, got ':1': rtsp://fe80::1/x "
+                         "(an IPv6 address is written in brackets: [fe80::1]:554)"),
+    ("udp://@:" + "9" * 5000, "port must be a number from 1 to 65535, got 999999999...: udp://***@:99999"),
+], ids=["99999", "0", "notaport", "empty", "ipv6-70000", "ipv6-unbracketed", "5000-digits"])
+def test_a_port_ffmpeg_cannot_use_is_named(url, problem):
+    assert port_problem(url).startswith(problem)
+    assert len(port_problem(url)) < 200
+
+
+@pytest.mark.parametrize("url, shown", [("rtsp://admin:pa/ss@cam:554/x", "rtsp://***@cam:554/x"),
+                                        ("rtsp://u:xy:z/w@cam/x", "rtsp://***@cam/x")])
+def test_a_port_read_out_of_a_password_is_not_shown(url, shown):
+    # FFmpeg reads port 'pa' (and 'xy') out of the password: the line says why, and shows neither
+    assert port_problem(url) == (f"port must be a number from 1 to 65535: {shown} (a '/', '?' or '#' in a user "
+                                 "name or password is written %2F, %3F, %23)")
+
+
+def test_an_unknown_host_is_named_without_credentials():
+    # .invalid never resolves (RFC 6761); a resolver that cannot answer in time is named as such
+    problem = host_problem("rtsp://admin:s3cret@cam7.invalid:554/stream1")
+    assert problem in ("cannot resolve host cam7.invalid", "cannot resolve host cam7.invalid: no answer in 2 s")
+
+
+@pytest.mark.parametrize("url", ["rtsp://10.0.0.5:554/s", "rtsp://[fe80::1%25eth0]:554/s", "udp://@239.0.0.1:1234",
+                                 "rtsp://localhost:8554/s", "srt://:9000?mode=listener", "/dev/video0",
+                                 "rtsp://admin:pa/ss@cam7.invalid/x"])
+def test_addresses_known_hosts_and_hosts_that_may_be_a_password_are_no_problem(url):
+    assert host_problem(url) is None

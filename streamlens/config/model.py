@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, WithJsonSchema,
                       field_validator, model_validator)
 
-from ..urls import is_url, mask_url
+from ..urls import is_url, mask_url, port_problem
 from .problems import invalid, show
 
 #: the ceiling of every integer key without one of its own: a C int, what ZeroMQ, OpenCV and FFmpeg take
@@ -185,6 +185,8 @@ class SourceConfig(_Keys):
             if scheme is not None and scheme not in LIVE_SCHEMES:
                 raise invalid(f"unsupported URL scheme {scheme!r} in {mask_url(uri)} "
                               f"(one of: {', '.join(LIVE_SCHEMES)})")
+            if scheme is not None and (problem := port_problem(uri)):  # FFmpeg would retry it for ever
+                raise invalid(problem)
             return uri
         path = resolve(_base(info), uri)
         if not path.exists():
