@@ -51,7 +51,10 @@ def show(value: Any) -> str:
     """A value as the file would spell it, at most 60 characters."""
     if isinstance(value, float) and not math.isfinite(value):
         return ".nan" if math.isnan(value) else ".inf" if value > 0 else "-.inf"
-    text = repr(value) if isinstance(value, str) else yaml.safe_dump(value, default_flow_style=True).strip()
+    try:
+        text = repr(value) if isinstance(value, str) else yaml.safe_dump(value, default_flow_style=True).strip()
+    except ValueError:  # an integer past Python's digit limit (sys.get_int_max_str_digits)
+        return "an integer too large to write"
     text = text.removesuffix("\n...").strip()
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -64,7 +67,7 @@ def from_validation(error: ValidationError, root: type[BaseModel], problems: Pro
         if kind == "streamlens":
             if ctx.get("keys"):
                 for name, message in ctx["keys"].items():
-                    problems.add(_join(path, name), message)
+                    problems.add(join_key(path, name), message)
             else:
                 problems.add(path, ctx["message"])
         elif kind == "extra_forbidden":
@@ -73,7 +76,7 @@ def from_validation(error: ValidationError, root: type[BaseModel], problems: Pro
             problems.add(path, "missing")
         elif kind in ("union_tag_invalid", "union_tag_not_found"):
             name = ctx["discriminator"].strip("'")
-            problems.add(_join(path, name), "missing" if kind == "union_tag_not_found" else
+            problems.add(join_key(path, name), "missing" if kind == "union_tag_not_found" else
                          f"unknown {show(ctx['tag'])} ({_choices(ctx['expected_tags'])})")
         elif kind == "literal_error":
             problems.add(path, f"unknown {show(value)} ({_choices(ctx['expected'])})")
@@ -98,7 +101,7 @@ def _choices(expected: str) -> str:
     return ", ".join(quoted or re.findall(r"-?\d+(?:\.\d+)?", expected))
 
 
-def _join(path: str, key: str) -> str:
+def join_key(path: str, key: str) -> str:
     """`path` and a key below it; a key that is an index (`[2]`) takes no dot."""
     return f"{path}{key}" if key.startswith("[") or not path else f"{path}.{key}"
 
@@ -117,7 +120,7 @@ def _walk(root: type[BaseModel], loc: tuple) -> tuple[str, type[BaseModel] | Non
             args = typing.get_args(node)
             node = _kind(args[0]) if typing.get_origin(node) is list and args else None
         else:
-            path = _join(path, str(part))
+            path = join_key(path, str(part))
             parent = node if isinstance(node, type) and issubclass(node, BaseModel) else None
             field = parent.model_fields.get(part) if parent is not None else None
             node = None if field is None else _kind(field.annotation, field.discriminator)

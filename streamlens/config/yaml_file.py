@@ -2,20 +2,23 @@
 
 The file is bounded while it is read, before anything walks the tree: at most `MAX_FILE_BYTES`,
 `MAX_DEPTH` levels deep, and `MAX_VALUES` values once its YAML aliases are expanded. Each refusal
-is one line naming the file and, where it has one, the line and column.
+is one line naming the file and, where it has one, the line and column. A value that YAML parses
+but Python cannot hold (an integer of more digits than Python converts, `sys.get_int_max_str_digits`;
+a `2024-13-45` date; `!!float abc`) is one line naming the file and its key path.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..errors import ConfigError
-from .problems import Problems
+from .problems import Problems, join_key
 
 #: bounds on the pipeline file itself, checked while it is read, before anything walks the tree
 MAX_FILE_BYTES = 1 << 20
@@ -62,6 +65,7 @@ class _PipelineLoader(yaml.SafeLoader):
 
     def __init__(self, stream: str):
         super().__init__(stream)
+        self.bad: list[_Bad] = []  # scalars that could not be read, in the order they were met
         self._open: list[str | None] = []  # the anchor (or None) of each node being composed
         self._values: dict[int, int] = {}  # id(node) -> values it holds, aliases expanded
 
@@ -87,11 +91,89 @@ class _PipelineLoader(yaml.SafeLoader):
         self._values[id(node)] = values
         return node
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """PyYAML's value of `node`, or a `_Bad` in its place where a scalar's constructor fails
+        (`int()` past Python's digit limit, a date of month 13) or gives an integer Python cannot
+        write back as text: gathered in `bad`, reported with their key paths once the file is read."""
+        if node in self.constructed_objects:
+            return self.constructed_objects[node]  # an alias of a node read already (a _Bad once only)
+        deep_before = self.deep_construct
+        try:
+            value = super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+            if not isinstance(node, yaml.ScalarNode):
+                raise
+            self.recursive_objects.pop(node, None)  # what PyYAML leaves behind when a constructor raises
+            self.deep_construct = deep_before
+            value = _Bad(node, _unreadable(node, e))
+        else:
+            if isinstance(value, int) and not _writable(value):
+                value = _Bad(node, f"integer too large: more than {sys.get_int_max_str_digits()} digits")
+        if isinstance(value, _Bad):
+            self.constructed_objects[node] = value
+            self.bad.append(value)
+        return value
+
+
+class _Bad:
+    """A scalar that could not be read (`reason`), in the tree in place of its value until reported."""
+
+    def __init__(self, node: yaml.ScalarNode, reason: str):
+        self.node, self.reason = node, reason
+
+
+def _writable(value: int) -> bool:
+    """Whether Python can write `value` as decimal text (every message, a JSON line, needs to)."""
+    if value.bit_length() <= 2000:  # at most 603 digits: within any limit Python may set (640 at least)
+        return True
+    try:
+        str(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _unreadable(node: yaml.ScalarNode, error: Exception) -> str:
+    """Why PyYAML could not construct the scalar `node`, in the file's words."""
+    text = node.value.replace("_", "")
+    if re.fullmatch(r"[-+]?[0-9]+", text) and node.tag.endswith(":int"):
+        return f"integer too large: {len(text.lstrip('+-'))} digits, at most {sys.get_int_max_str_digits()}"
+    kind = node.tag.rsplit(":", 1)[-1]
+    shown = node.value if len(node.value) <= 40 else node.value[:37] + "..."
+    detail = f" ({error})" if kind == "timestamp" and isinstance(error, ValueError) else ""  # month must be in 1..12
+    return f"not a valid {kind}: {shown!r}{detail}"
+
+
+def _key_paths(root: yaml.Node) -> dict[int, str]:
+    """The key path (`sources[0].uri`) of every node of a composed file, by `id(node)`, where it is
+    first written; a mapping's key node has the path of its mapping."""
+    paths: dict[int, str] = {}
+
+    def walk(node: yaml.Node, path: str) -> None:
+        if id(node) in paths:
+            return  # an alias: reported where its anchor is written
+        paths[id(node)] = path
+        if isinstance(node, yaml.SequenceNode):
+            for i, child in enumerate(node.value):
+                walk(child, f"{path}[{i}]")
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                paths.setdefault(id(key), path)
+                name = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                walk(value, join_key(path, name if len(name) <= 40 else name[:37] + "..."))
+
+    walk(root, "")
+    return paths
+
 
 def read_yaml(path: str | Path, display: str | None = None) -> Any:
     """The YAML tree of a pipeline file (or another YAML file a pipeline names: a class names
     file), read with the bounds of `_PipelineLoader` and at most `MAX_FILE_BYTES` long; raises
-    `ConfigError` with one line naming the file (and line)."""
+    `ConfigError` with one line naming the file (and line), or one line per value YAML parses but
+    Python cannot hold (an integer past Python's digit limit, a date of month 13), each naming the
+    value's key path and line."""
     display = str(path) if display is None else display
     try:
         with open(path, "rb") as f:
@@ -105,7 +187,15 @@ def read_yaml(path: str | Path, display: str | None = None) -> Any:
         raise ConfigError([f"{display}: cannot read: {getattr(e, 'strerror', None) or e}"]) from None
     loader = _PipelineLoader(text)
     try:
-        return loader.get_single_data()
+        root = loader.get_single_node()
+        data = loader.construct_document(root) if root is not None else None
+        if loader.bad:
+            problems, paths = Problems(display), _key_paths(root)
+            for bad in sorted(loader.bad, key=lambda b: (b.node.start_mark.line, b.node.start_mark.column)):
+                where = paths.get(id(bad.node), "")
+                problems.add(where, f"{bad.reason} (line {bad.node.start_mark.line + 1})")
+            raise ConfigError(problems.lines)
+        return data
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
