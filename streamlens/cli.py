@@ -70,9 +70,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_validate(args) -> int:
-    """The file's keys, then what a run would check before it starts: paths, ports, the model."""
+    """The file's keys, then what a run would check before it starts: paths, ports, each input file
+    opened as its source opens it, the model. Each mistake is a line `FILE: key.path: ...` on stderr
+    and the exit code is 2. What may fail but need not (a camera's host that does not resolve now:
+    DNS or the camera may be down while validating) is a line `FILE: key.path: warning: ...` on
+    stderr, and leaves the exit code 0."""
+    from .config.preflight import input_problems, preflight_warnings
+
     cfg = load_pipeline(args.pipeline)
-    problems = preflight_problems(cfg)
+    problems = preflight_problems(cfg) + input_problems(cfg)
     if not problems:
         try:  # the model loads (and an ONNX model's shape is checked) as a run would load it
             from .detect import build_detector
@@ -80,7 +86,7 @@ def _cmd_validate(args) -> int:
             build_detector(cfg.detector).close()
         except StreamlensError as e:
             problems.append(str(e))
-    for line in problems:
+    for line in problems + preflight_warnings(cfg):
         print(line, file=sys.stderr)
     if problems:
         return EXIT_USAGE

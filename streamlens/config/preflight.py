@@ -1,5 +1,7 @@
 """What a run needs from this machine, checked before it starts: files to read, folders to
-write, ports to listen on (`preflight_problems`)."""
+write, ports to listen on (`preflight_problems`); what `streamlens validate` checks beside: each
+input file opened as its source opens it (`input_problems`), and what may fail but need not, as a
+warning (`preflight_warnings`: a camera whose host does not resolve now)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,10 @@ import ipaddress
 import os
 import re
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ..urls import RESOLVE_TIMEOUT_S, host_problem
 from .model import PipelineConfig, SinkConfig, SourceConfig
 from .problems import Problems
 
@@ -86,6 +90,45 @@ def preflight_problems(cfg: PipelineConfig) -> list[str]:
     return problems.lines
 
 
+def input_problems(cfg: PipelineConfig) -> list[str]:
+    """Each file source opened as a run opens it (`sources.file.open_file`: FFmpeg with the source's
+    `options`, a video stream needed), one line `FILE: sources[i].uri: ...` for each that the run
+    would refuse, in the run's own words: `/x/tone.m4a: has no video stream`, `/x/noise.mp4: not a
+    video FFmpeg can read (Invalid data found when processing input)`, `/x/a.mp4: cannot open
+    (Input/output error)`. A file that is missing or unreadable is left to `preflight_problems`.
+
+    `streamlens validate` prints these beside `preflight_problems`' lines; a run finds the same
+    when it opens its sources (`streamlens: error: /x/tone.m4a: has no video stream`, exit 1), so
+    this is not run twice.
+    """
+    problems = Problems(cfg.display or str(cfg.path))
+    for i, src in enumerate(cfg.sources):
+        path = Path(src.uri)
+        if src.is_file and path.is_file() and os.access(path, os.R_OK):
+            _check_opens(src, f"sources[{i}].uri", problems)
+    return problems.lines
+
+
+def preflight_warnings(cfg: PipelineConfig, timeout: float = RESOLVE_TIMEOUT_S) -> list[str]:
+    """What may make a run of `cfg` fail but need not, as lines `FILE: key.path: warning: ...`.
+
+    A camera whose host does not resolve now (`urls.host_problem`, all cameras looked up at once,
+    at most `timeout` seconds in all): the name may resolve by the time the camera is up, and DNS
+    may be what is down, so this is no mistake in the file, and a run retries the camera as it
+    retries one that does not answer. `streamlens validate` prints these and still ends with 0.
+    """
+    problems = Problems(cfg.display or str(cfg.path))
+    cameras = [(i, src.uri) for i, src in enumerate(cfg.sources) if not src.is_file]
+    if not cameras:
+        return []
+    with ThreadPoolExecutor(max_workers=min(32, len(cameras)), thread_name_prefix="resolve") as pool:
+        found = list(pool.map(lambda uri: host_problem(uri, timeout), [uri for _, uri in cameras]))
+    for (i, _), problem in zip(cameras, found):
+        if problem is not None:
+            problems.add(f"sources[{i}].uri", f"warning: {problem} (a run retries the camera until it connects)")
+    return problems.lines
+
+
 def _check_readable(path: Path, where: str, problems: Problems, *, folder_ok: bool = False) -> None:
     """Report `path` unless it is a readable file (or, with `folder_ok`, a folder)."""
     if not path.exists():
@@ -94,6 +137,18 @@ def _check_readable(path: Path, where: str, problems: Problems, *, folder_ok: bo
         problems.add(where, f"not a file: {path}")
     elif not os.access(path, os.R_OK):
         problems.add(where, f"cannot read {path}: permission denied")
+
+
+def _check_opens(src: SourceConfig, where: str, problems: Problems) -> None:
+    """Open a file source as a run opens it (`sources.file.open_file`: FFmpeg with the source's
+    `options`, a video stream needed) and report what the run would refuse it for, in its words."""
+    from ..errors import SourceError
+    from ..sources.file import FileSpec, open_file
+
+    try:
+        open_file(FileSpec(src.uri, src.display_uri, dict(src.options))).close()
+    except SourceError as e:
+        problems.add(where, str(e))
 
 
 def _output_files(sink: SinkConfig, sources: list[SourceConfig]) -> list[Path]:
