@@ -66,7 +66,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..frame import Frame
-from ..urls import mask_url
+from ..urls import host_problem, mask_url
 from .backoff import Backoff
 from .base import Source
 from .host_memory import HostMemory
@@ -89,6 +89,9 @@ HEALTHY_S = 5.0
 #: wait, and otherwise the same failure again at most every REPEAT_LOG_S seconds
 LOGGED_ATTEMPTS = 5
 REPEAT_LOG_S = 60.0
+#: how long a failed connection's line may wait for its host's name to be looked up (seconds); only
+#: lines that are logged look (kept short: a stop is honoured within a second)
+RESOLVE_WAIT_S = 0.5
 
 
 @dataclass
@@ -257,6 +260,10 @@ class LiveSource(Source):
                     # the first attempts, then only news (a new error, a longer wait) or once a minute
                     due = repeat.should_log(self.last_error)
                     if due or self.backoff.failures <= LOGGED_ATTEMPTS or not self.backoff.capped:
+                        if outcome.reason == "open_failed":  # FFmpeg says "Input/output error" for an unknown host
+                            problem = host_problem(self.uri, timeout=RESOLVE_WAIT_S)
+                            if problem:
+                                self.last_error = f"{problem}; {self.last_error}"
                         log.warning("%s: cannot connect to %s (%s); retrying in %.1f s (attempt %d)", self.name,
                                     self.display_uri, self.last_error, wait, self.backoff.failures)
                 if wait:
