@@ -1,6 +1,7 @@
 """`runtime.cluster`: the engines as Ray actors on a two-node Ray cluster of this machine (Ray's
-own test helper starts it, and ends it after the test). Subscribers keep one endpoint; an actor's process killed
-is restarted by Ray, and its streams deliver again past the seq they had reached."""
+own test helper starts it, and ends it after the test). Subscribers keep one endpoint; an actor starts its
+streams' decode worker processes; an actor's process killed is restarted by Ray, and its streams deliver again
+past the seq they had reached."""
 
 from __future__ import annotations
 
@@ -43,7 +44,9 @@ def actor_processes() -> list[psutil.Process]:
 
 def test_six_streams_over_three_actors_survive_a_killed_actor(cluster, tmp_path):
     port = free_port()
-    sources = "\n".join(f"  - {{uri: {SAMPLE}, name: {name}, live: true, loop: true}}" for name in STREAMS)
+    # s0 and s1 (on actors 0 and 1) decode in worker processes, as cameras do: an actor starts its own
+    sources = "\n".join(f"  - {{uri: {SAMPLE}, name: {name}, live: true, loop: true"
+                        f"{', decode: process' if name in ('s0', 's1') else ''}}}" for name in STREAMS)
     path = write_pipeline(tmp_path, f"""
 sources:
 {sources}
