@@ -3,7 +3,9 @@
 A source only decodes. Between it and the engine, each stream's frames pass one `Admission`, run
 on that stream's own thread so that its work overlaps the engine's and the other streams':
 
-1. the budget controller may shed the frame (counted as `shed`);
+1. a live frame already too old to be published within the budget (its source fell behind) goes
+   no further (`Lane.too_old`, counted as `stale`), and the budget controller may shed the frame
+   (counted as `shed`);
 2. the keyframe decision. A file (and a live stream with its own schedule) asks its scheduler,
    which reads the stream's tracking signals as they were when the lane last had no keyframe with
    the detector: while one is there, its result is not in the signals yet, and asking for another
@@ -60,7 +62,11 @@ class Admission:
         self._previous: int | None = None  # the index of the frame admitted before
 
     def __call__(self, frame: Frame) -> bool:
-        """Make `frame` ready for the engine; False when it is shed and goes no further."""
+        """Make `frame` ready for the engine; False when it goes no further: too old already (a
+        source that fell behind: counted in `Lane.late_from_source`), or shed."""
+        if self.lane.too_old(frame):
+            self.lane.late_from_source += 1
+            return False
         if self.shed is not None and self.shed():
             return False
         if self._cuts_only:

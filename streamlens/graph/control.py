@@ -1,10 +1,16 @@
 """The budget controller: it holds the live streams' p95 latency within `runtime.budget_ms`.
 
-Latency here is end to end: from a frame becoming available (`Frame.ts`) to every sink having
-published its result. Once a second the controller looks at each live stream's last second: its
-p95, and any frame dropped without its say (a full queue, a frame too stale, a decoder that fell
-behind). When a stream is over budget or dropping, it climbs one rung of this ladder, then gives the
-step `settle_s` (2 s) to take effect (a full queue takes a moment to drain) before the next:
+Latency here is end to end: from a frame becoming available (`Frame.clock`) to every sink having
+published its result. Two parts hold it:
+
+- a hard limit, in the engine: a live frame that has already waited `max_wait_ms` (by default
+  `WAIT_SHARE` of the budget) when the engine comes to it can no longer meet the budget and is
+  dropped there (counted `stale`), whatever the controller's rung. Nothing queues past the budget,
+  and the engine drops by age, in arrival order, so the streams lose alike;
+- the ladder below, climbed by the controller once a second (`tick`): it looks at the live streams'
+  last second (each stream's p95, and the frames dropped without its say: too old for the engine,
+  a full queue, a decoder that fell behind) and, when a stream is over budget or frames were
+  dropped, climbs one rung, then gives the step until the next tick (`settle_s`) to take effect:
 
 0. (live streams sharing one keyframe schedule, `keyframe_wait`) keyframes no longer wait for their
    detections: each goes out by motion at once and its detections are applied when they come (the
@@ -15,8 +21,14 @@ step `settle_s` (2 s) to take effect (a full queue takes a moment to drain) befo
    less detector work, the cheapest thing to give up, since the tracker carries objects between;
 2. batch for throughput: the detector fills its batches up to `max_batch` instead of cutting them
    short to keep each keyframe's latency (keyframes then come back later; frames do not wait);
-3. drop frames from the stream furthest behind (highest p95): 1 in 8, then 1 in 4, then 1 in 2,
-   evenly spaced; the next rung goes to whichever stream is then furthest behind.
+3. drop frames: one share for every live stream alike (`SHED_STEPS`: 1 in 8, 1 in 4, 1 in 3,
+   1 in 2, 2 in 3, 3 in 4, 5 in 6, 7 in 8, 9 in 10), evenly spaced within each stream and staggered
+   between streams, before the frames cost the engine anything. When frames were dropped outside
+   the controller in the last second, this rung does not climb one step at a time: it goes at once
+   to the first share that would have carried that second's load (the frames published, over those
+   published and dropped), so that the engine's own drops, which come in bursts, turn into even
+   shedding within a tick or two. Keyframes keep their spacing in time (the schedules count the
+   frames shed), so shedding costs frames, not detections.
 
 Every frame it drops is counted (`shed`, part of `dropped`) in stats, metrics and the summary.
 When every live stream has stayed under 60% of the budget, without drops, for `calm_s`, it comes
@@ -25,15 +37,17 @@ the next one wait twice as long (up to a minute), so a load at the edge does not
 
 Example:
     >>> t = [0.0]
-    >>> c = BudgetController(33, ["cam1", "cam2"], max_stretch=2, settle_s=1, clock=lambda: t[0])
-    >>> def second(ms):
+    >>> c = BudgetController(33, ["cam1", "cam2"], max_stretch=2, clock=lambda: t[0])
+    >>> def second(ms, drops={"cam1": 0, "cam2": 0}):   # drops: counts so far, outside the controller
     ...     t[0] += 1.0
     ...     for stream in ("cam1", "cam2"): c.observe(stream, ms[stream])
-    ...     return c.tick({})
+    ...     return c.tick(drops)
     >>> [second({"cam1": 50, "cam2": 20}) for _ in range(4)]
-    ['keyframe intervals x1.5', 'keyframe intervals x2', 'batching for throughput', 'cam1: dropping 1 in 8']
+    ['keyframe intervals x1.5', 'keyframe intervals x2', 'batching for throughput', 'dropping 1 in 8']
     >>> c.shedders["cam1"].fraction, c.shedders["cam2"].fraction
-    (0.125, 0.0)
+    (0.125, 0.125)
+    >>> second({"cam1": 20, "cam2": 20}, {"cam1": 2, "cam2": 2})   # 4 frames lost, 2 published
+    'dropping 3 in 4'
 """
 
 from __future__ import annotations
@@ -42,30 +56,46 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from fractions import Fraction
 
 from ..metrics import nearest_rank
 
 #: keyframe interval factors, in the order the controller tries them
 STRETCHES = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0)
-#: shares of a stream's frames dropped, in the order the controller tries them
-SHED_STEPS = (0.0, 0.125, 0.25, 0.5)
+#: shares of every live stream's frames dropped, in the order the controller tries them
+SHED_STEPS = (0.0, 1 / 8, 1 / 4, 1 / 3, 1 / 2, 2 / 3, 3 / 4, 5 / 6, 7 / 8, 9 / 10)
 #: a stream whose p95 stays under this share of the budget is calm
 CALM_SHARE = 0.6
+#: the share of the budget a live frame may have waited when the engine comes to it (see the docs)
+WAIT_SHARE = 0.6
 #: the longest wait between two steps down, seconds
 MAX_CALM_S = 60.0
 
 
-class Shedder:
-    """Drops an even `fraction` of one stream's frames: `drop()` once per frame, in order."""
+def shed_name(fraction: float) -> str:
+    """A share of frames as the controller names it: `shed_name(2 / 3)` is "2 in 3"."""
+    share = Fraction(fraction).limit_denominator(16)
+    return f"{share.numerator} in {share.denominator}"
 
-    def __init__(self) -> None:
+
+class Shedder:
+    """Drops an even `fraction` of one stream's frames: `drop()` once per frame, in order. `phase`
+    (0 to 1) shifts where the drops fall, so streams with the same fraction drop different ticks.
+
+    Example:
+        >>> s = Shedder(phase=0.5)
+        >>> s.fraction = 0.25
+        >>> [s.drop() for _ in range(8)]
+        [False, True, False, False, False, True, False, False]
+    """
+
+    def __init__(self, phase: float = 0.0) -> None:
         self.fraction = 0.0
         self.dropped = 0
-        self._credit = 0.0
+        self._credit = phase % 1.0
 
     def drop(self) -> bool:
         if self.fraction <= 0.0:
-            self._credit = 0.0
             return False
         self._credit += self.fraction
         if self._credit >= 1.0:
@@ -81,18 +111,20 @@ class BudgetController:
     `observe(stream, ms)` (any thread) takes each published frame's end-to-end latency; `tick(drops)`
     (one thread, about once a second) takes each stream's count of frames dropped so far outside
     the controller, decides, and returns what it did (or None). The runtime reads `stretch`,
-    `throughput` and `shedders[stream]` and applies them."""
+    `wait`, `throughput`, `max_wait_s` and `shedders[stream]` and applies them."""
 
     def __init__(self, budget_ms: float, streams: list[str], *, max_stretch: float = 4.0,
-                 window_s: float = 1.0, calm_s: float = 5.0, settle_s: float = 2.0, keyframe_wait: bool = False,
-                 clock: Callable[[], float] = time.monotonic):
+                 window_s: float = 1.0, calm_s: float = 5.0, settle_s: float = 0.75, keyframe_wait: bool = False,
+                 wait_share: float = WAIT_SHARE, clock: Callable[[], float] = time.monotonic):
         self.budget_ms = float(budget_ms)
         self.stretches = tuple(s for s in STRETCHES if s <= max(1.0, max_stretch))
         self.window_s = window_s
         self.settle_s = settle_s
         self.calm_s = calm_s
         self.clock = clock
-        self.shedders = {name: Shedder() for name in streams}
+        #: how long a live frame may have waited when the engine comes to it (seconds)
+        self.max_wait_s = self.budget_ms * wait_share / 1000
+        self.shedders = {name: Shedder(i / len(streams)) for i, name in enumerate(streams)}
         self.throughput = False
         #: whether live keyframes wait for their detections (rung 0; always True without `keyframe_wait`)
         self.wait = True
@@ -102,6 +134,7 @@ class BudgetController:
         #: every step taken, up or down (`actions` keeps the last 64 of them)
         self.steps = 0
         self._stretch_index = 0
+        self._shed_index = 0
         self._samples = {name: deque() for name in streams}
         self._lock = threading.Lock()
         self._drops: dict[str, int] = {}
@@ -115,10 +148,14 @@ class BudgetController:
         return self.stretches[self._stretch_index]
 
     @property
+    def shed(self) -> float:
+        """The share of every live stream's frames dropped (0.0: none)."""
+        return SHED_STEPS[self._shed_index]
+
+    @property
     def level(self) -> int:
         """Rungs climbed: 0 is the pipeline as configured."""
-        return (self._stretch_index + self.throughput + (not self.wait)
-                + sum(SHED_STEPS.index(s.fraction) for s in self.shedders.values()))
+        return self._stretch_index + self.throughput + (not self.wait) + self._shed_index
 
     def observe(self, stream: str, ms: float) -> None:
         samples = self._samples.get(stream)
@@ -136,12 +173,13 @@ class BudgetController:
         now = self.clock()
         with self._lock:
             for samples in self._samples.values():
-                while samples and samples[0][0] < now - self.window_s:
+                while samples and samples[0][0] <= now - self.window_s:
                     samples.popleft()
+            published = sum(len(samples) for samples in self._samples.values())
         p95 = {name: self.p95(name) for name in self._samples}
-        dropping = {name for name, n in drops.items() if n > self._drops.get(name, n)}
+        lost = sum(max(0, n - self._drops.get(name, n)) for name, n in drops.items() if name in self._samples)
         self._drops.update(drops)
-        over = {name for name, ms in p95.items() if ms is not None and ms > self.budget_ms} | dropping
+        over = lost > 0 or any(ms is not None and ms > self.budget_ms for ms in p95.values())
         if over:
             self._calm_since = None
             if self._last_down is not None and now - self._last_down < self.calm_s:
@@ -150,7 +188,7 @@ class BudgetController:
             if self._last_up is not None and now - self._last_up < self.settle_s:
                 return None  # the last step has not had its time yet
             self._last_up = now
-            return self._note(self._step_up(p95, over))
+            return self._note(self._step_up(lost / (lost + published) if lost else 0.0))
         calm = all(ms is None or ms < CALM_SHARE * self.budget_ms for ms in p95.values())
         if not calm or self.level == 0:
             self._calm_since = None
@@ -160,7 +198,7 @@ class BudgetController:
         if now - self._calm_since < self.calm_s:
             return None
         self._calm_since, self._last_down = now, now
-        return self._note(self._step_down(p95))
+        return self._note(self._step_down())
 
     def _note(self, action: str | None) -> str | None:
         if action:
@@ -168,7 +206,9 @@ class BudgetController:
             self.steps += 1
         return action
 
-    def _step_up(self, p95: dict[str, float | None], over: set[str]) -> str | None:
+    def _step_up(self, lost_share: float) -> str | None:
+        """One rung up; on the shedding rung, as far as `lost_share` (of the frames that reached
+        the engine, the share dropped there) says is needed."""
         if self._wait_rung and self.wait:
             self.wait = False
             return "keyframes no longer wait"
@@ -178,23 +218,17 @@ class BudgetController:
         if not self.throughput:
             self.throughput = True
             return "batching for throughput"
-        # the stream furthest behind that can still give up frames; those dropping come first
-        candidates = [n for n in self.shedders if self.shedders[n].fraction < SHED_STEPS[-1]]
-        if not candidates:
+        if self._shed_index + 1 == len(SHED_STEPS):
             return None
-        worst = max(candidates, key=lambda n: (n in over, p95[n] if p95[n] is not None else 0.0))
-        shedder = self.shedders[worst]
-        shedder.fraction = SHED_STEPS[SHED_STEPS.index(shedder.fraction) + 1]
-        return f"{worst}: dropping 1 in {round(1 / shedder.fraction)}"
+        needed = 1.0 - (1.0 - self.shed) * (1.0 - lost_share)  # the share that would have carried it
+        index = self._shed_index + 1
+        while index + 1 < len(SHED_STEPS) and SHED_STEPS[index] < needed - 1e-9:
+            index += 1
+        return self._set_shed(index)
 
-    def _step_down(self, p95: dict[str, float | None]) -> str:
-        shed = [n for n, s in self.shedders.items() if s.fraction > 0]
-        if shed:  # give frames back first to the stream with the most room
-            best = min(shed, key=lambda n: p95[n] if p95[n] is not None else 0.0)
-            shedder = self.shedders[best]
-            shedder.fraction = SHED_STEPS[SHED_STEPS.index(shedder.fraction) - 1]
-            return f"{best}: " + (f"dropping 1 in {round(1 / shedder.fraction)}" if shedder.fraction
-                                  else "no longer dropping")
+    def _step_down(self) -> str:
+        if self._shed_index:
+            return self._set_shed(self._shed_index - 1)
         if self.throughput:
             self.throughput = False
             return "batching for latency"
@@ -203,6 +237,12 @@ class BudgetController:
             return f"keyframe intervals x{self.stretch:g}"
         self.wait = True
         return "keyframes wait again"
+
+    def _set_shed(self, index: int) -> str:
+        self._shed_index = index
+        for shedder in self.shedders.values():
+            shedder.fraction = self.shed
+        return f"dropping {shed_name(self.shed)}" if self.shed else "no longer dropping"
 
     def state(self, stream: str) -> dict:
         """What the controller does to `stream` now, for its stats."""

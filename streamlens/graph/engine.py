@@ -72,7 +72,10 @@ class DetectWorker:
     `low_priority` (Linux) runs that thread at nice `DETECTOR_NICE`: a detector on the CPU then takes
     the cores only when decoding, tracking and publishing leave them idle, so a busy machine makes
     keyframes late (their frames go out by motion) instead of making every frame late. (With
-    onnxruntime that covers the inference when it runs on the calling thread, `threads: 1`.)"""
+    onnxruntime that covers the inference when it runs on the calling thread, `threads: 1`.) Once
+    the budget controller sheds frames, accuracy has given all it gives: `yield_cores(False)` puts
+    the thread back at the process's own priority, where the system allows it, so that the
+    detector's share is taken from frames (shed evenly) rather than keyframes starving."""
 
     def __init__(self, detector, deliver: Callable[[Detected], bool], *, max_batch: int,
                  max_wait_ms: float, budget_ms: float | None, low_priority: bool = False):
@@ -86,6 +89,9 @@ class DetectWorker:
         self.batcher = Batcher(self._jobs, max_batch=max_batch, max_wait_ms=max_wait_ms, budget_ms=budget_ms)
         self.budget_ms = budget_ms  # as configured (the budget controller may lift it: `Engine.apply_control`)
         self._thread = threading.Thread(target=self._run, name="detector", daemon=True)
+        self._tid: int | None = None  # the thread's id for the system's scheduler, once it runs
+        #: whether the thread runs at nice `DETECTOR_NICE` now
+        self.yielding = False
 
     def start(self) -> None:
         self._thread.start()
@@ -132,12 +138,22 @@ class DetectWorker:
         """Whether the detector's thread is still running (inside a batch, after a timed-out close)."""
         return self._thread.is_alive()
 
+    def yield_cores(self, low: bool) -> None:
+        """Run the detector's thread at nice `DETECTOR_NICE` (`low`) or at the process's priority;
+        nothing without `low_priority`, off Linux, or where the system refuses (raising a thread's
+        priority needs the right to)."""
+        if not self.low_priority or self._tid is None or low == self.yielding:
+            return
+        try:
+            os.setpriority(os.PRIO_PROCESS, self._tid, DETECTOR_NICE if low else os.getpriority(os.PRIO_PROCESS, 0))
+        except OSError:
+            return
+        self.yielding = low
+
     def _run(self) -> None:
         if self.low_priority and sys.platform.startswith("linux"):
-            try:
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), DETECTOR_NICE)
-            except OSError:
-                pass
+            self._tid = threading.get_native_id()
+            self.yield_cores(True)
         while True:
             try:
                 batch = self.batcher.next_batch().items
@@ -179,16 +195,24 @@ class Lane:
     #: live keyframes put off because the stream's previous keyframe was still with the detector
     #: (shared schedule: times the stream went past its interval and waited for the detector)
     deferred_keyframes: int = 0
-    #: a live frame that waited longer than this for the engine is dropped (None: never)
+    #: a live frame that waited longer than this for the engine is dropped (None: never): the
+    #: source's `max_staleness_ms`, and the budget controller's `max_wait_s` (`Engine.apply_control`)
     max_staleness_s: float | None = None
+    max_wait_s: float | None = None
     #: seconds between the stream's frames (the shared schedule waits this long for its next one)
     period_s: float = 1 / 30
+    #: live frames dropped for their age (`too_old`): those that grew old waiting for the engine
+    #: (the engine did not keep up: the budget controller sheds for them), and those that came late
+    #: from their source, dropped by the stream's admission (graph/admit.py) or by the engine
     stale_dropped: int = 0
+    late_from_source: int = 0
     #: late keyframes whose detections came back older than the tracker's history (not applied)
     discarded_detections: int = 0
     #: live keyframes not waited for at all: the detector's learnt speed said they could not be back in time
     unwaited: int = 0
     seq: int = 0
+    #: the index of the newest frame the engine took (None: none yet)
+    last_index: int | None = None
     in_flight: int = 0  # keyframes with the detector now
     since_keyframe: int = 0
     #: the index of the newest keyframe whose detections the tracker has applied (None: none yet)
@@ -199,6 +223,15 @@ class Lane:
     in_order: bool = False
     published_index: int = -1
     turn: threading.Condition = field(default_factory=threading.Condition)
+
+    def too_old(self, frame: Frame, now: float | None = None) -> bool:
+        """Whether a frame of this lane is too old to go on: a live frame past the source's
+        `max_staleness_ms` or the budget controller's `max_wait_s` (it could no longer be published
+        within the budget)."""
+        if not self.live:
+            return False
+        limits = [limit for limit in (self.max_staleness_s, self.max_wait_s) if limit is not None]
+        return bool(limits) and (time.monotonic() if now is None else now) - frame.clock > min(limits)
 
 
 class Engine:
@@ -227,15 +260,20 @@ class Engine:
         self._wait_s = late_after_s  # as configured
         self._gaps = {lane.name: lane.interval for lane in lanes}  # as configured
 
-    def apply_control(self, stretch: float, wait: bool, throughput: bool) -> None:
+    def apply_control(self, stretch: float, wait: bool, throughput: bool, max_wait_s: float | None = None,
+                      shedding: bool = False) -> None:
         """The budget controller's rung (graph/control.py), applied to what the engine owns: its
         live lanes' longest gap and the shared schedule (x `stretch`), whether live keyframes wait
-        for their detections, and whether the detector batches for throughput (budget lifted)."""
+        for their detections, whether the detector batches for throughput (budget lifted), how
+        long a live frame may have waited when the engine comes to it (`Lane.max_wait_s`), and
+        whether frames are shed (the detector then stops yielding the cores: `yield_cores`)."""
+        self.worker.yield_cores(not shedding)
         if self.chooser is not None:
             self.chooser.stretch = stretch
         for lane in self.lanes.values():
             if lane.live:
                 lane.interval = max(1, round(self._gaps[lane.name] * stretch))
+                lane.max_wait_s = max_wait_s
         self.late_after_s = self._wait_s if wait else 0.0
         self.worker.batcher.budget_ms = None if throughput else self.worker.budget_ms
 
@@ -276,16 +314,30 @@ class Engine:
     def _on_input(self, item: Frame | EndOfStream) -> None:
         lane = self.lanes[item.stream]
         if isinstance(item, Frame):
-            if lane.max_staleness_s is not None and time.monotonic() - item.clock > lane.max_staleness_s:
-                lane.stale_dropped += 1  # too old to be worth anything live; the schedule catches up below
+            now = time.perf_counter()
+            queued_s = now - item.timings.pop("_queued", now)
+            if lane.too_old(item):  # too old to be worth anything live; the schedule catches up below
+                # most of its age spent waiting for the engine: the engine did not keep up; otherwise
+                # it came late from its source (a decoder behind its clock)
+                if 2 * queued_s >= time.monotonic() - item.clock:
+                    lane.stale_dropped += 1
+                else:
+                    lane.late_from_source += 1
                 return
-            item.timings["queue"] = (time.perf_counter() - item.timings.pop("_queued", time.perf_counter())) * 1000
+            # the frames between this one and the lane's last (dropped on the way, or shed) count
+            # towards its next keyframe: keyframes keep their spacing in time when frames are shed
+            skipped = max(0, item.index - lane.last_index - 1) if lane.last_index is not None else 0
+            lane.last_index = item.index
+            item.timings["queue"] = queued_s * 1000
             if lane.live and self.chooser is not None:
                 item.keyframe = bool(self.chooser.offer(
-                    lane.name, lane.tracker.signals, cut=item.scene_cut, start_in_s=self.worker.start_in_s()))
+                    lane.name, lane.tracker.signals, cut=item.scene_cut, start_in_s=self.worker.start_in_s(),
+                    skipped=skipped))
                 lane.deferred_keyframes = self.chooser.deferred(lane.name)
             else:
                 scheduled = item.keyframe
+                if lane.live:
+                    lane.since_keyframe += skipped
                 # a live stream may have dropped the scheduled keyframe: detect on this one instead
                 if not scheduled and lane.since_keyframe >= lane.interval:
                     item.keyframe = True

@@ -349,15 +349,20 @@ class KeyframeChooser:
         return (s.since + 1) / s.results.current * s.urgency
 
     def offer(self, name: str, signals=None, *, cut: bool = False, start_in_s: float = 0.0,
-              now: float | None = None) -> str:
+              now: float | None = None, skipped: int = 0) -> str:
         """Whether the stream's frame now arriving is a keyframe: why it is ("first", "scene_cut",
         "interval" when due, "spare" before its time), or "" when it is not. `signals`: the stream's
         tracking signals (None: no tracker); `start_in_s`: seconds until the detector could start
-        on a keyframe given now (`math.inf`: it cannot take one). The other streams are judged by
-        their signals at their own last offer."""
+        on a keyframe given now (`math.inf`: it cannot take one); `skipped`: the stream's frames
+        since its last offer that were never offered (shed by the budget controller, or dropped on
+        the way): they count as frames since its last keyframe, so shedding frames leaves the
+        keyframes as far apart in time as they were. The other streams are judged by their signals
+        at their own last offer."""
         now = time.monotonic() if now is None else now
         s = self._streams[name]
         s.seen = now
+        if s.since is not None:
+            s.since += skipped
         if signals is not None:
             self._learn(s, signals)
         worth = self.worth(name)

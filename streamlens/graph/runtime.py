@@ -375,15 +375,17 @@ class Pipeline:
         """What each stream lost, by cause: packets the decoder rejected (`corrupt`), frames a decode
         worker dropped (`decoder`), pictures refused (`refused`: larger than `max_pixels`, or no room
         in shared memory for them), the oldest frames of a full inbox (`inbox`), frames too old for
-        the source's reader or the engine (`stale`), and frames the budget controller gave up
-        (`shed`). `dropped` is every frame lost before publication: all of them but `corrupt`."""
+        the source's reader or the engine (`stale`: past the source's `max_staleness_ms`, or past the
+        budget controller's `max_wait_s`: they could no longer be published within the budget), and
+        frames the budget controller gave up (`shed`). `dropped` is every frame lost before
+        publication: all of them but `corrupt`."""
         shedders = self.controller.shedders if self.controller else {}
         for st in self.stats.values():
             src, lane = self._sources.get(st.name), self._lanes.get(st.name)
             found = src.losses() if src is not None else {}
             lost = {"corrupt": found.get("corrupt", 0), "decoder": found.get("decoder", 0),
                     "refused": found.get("refused", 0), "inbox": self._inbox.dropped[st.name],
-                    "stale": found.get("stale", 0) + (lane.stale_dropped if lane else 0),
+                    "stale": found.get("stale", 0) + (lane.stale_dropped + lane.late_from_source if lane else 0),
                     "shed": shedders[st.name].dropped if st.name in shedders else 0}
             st.lost = lost
             st.shed = lost["shed"]
@@ -397,13 +399,17 @@ class Pipeline:
         control = self.controller
         if control is None:
             return
-        control.tick({st.name: st.dropped - st.shed for st in self.stats.values() if st.name in control.shedders})
+        # what the engine could not carry: every frame lost but those shed, and those that came too
+        # late from their source (a decoder behind its clock: shedding after it would not help)
+        control.tick({st.name: st.dropped - st.shed - getattr(self._lanes.get(st.name), "late_from_source", 0)
+                      for st in self.stats.values() if st.name in control.shedders})
         if self._chooser is None:
             for name in control.shedders:
                 if name in self._schedules:
                     self._schedules[name].stretch = control.stretch
         if self._engine is not None:
-            self._engine.apply_control(control.stretch, control.wait, control.throughput)
+            self._engine.apply_control(control.stretch, control.wait, control.throughput, control.max_wait_s,
+                                       shedding=control.shed > 0)
 
     def _publish_stats(self, streams: list[str] | None = None) -> None:
         """Hand each stream's `stats` (or those of `streams`) to the sinks that want it, never

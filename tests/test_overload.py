@@ -1,0 +1,208 @@
+"""Overload: past what the machine carries, latency holds, keyframes give way first, then frames,
+shed alike across the live streams, every one counted. Crafted lane states, crafted latencies and
+a fake clock: nothing here depends on the machine's speed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from streamlens.config import TrackerConfig
+from streamlens.detect.motion import MotionDetector
+from streamlens.frame import EndOfStream, Frame, FrameResult
+from streamlens.graph.admit import Admission
+from streamlens.graph.channel import Channel
+from streamlens.graph.control import SHED_STEPS, WAIT_SHARE, BudgetController, Shedder
+from streamlens.graph.engine import DetectWorker, Engine, Lane
+from streamlens.graph.keyframes import KeyframeChooser, SceneCutDetector
+from streamlens.track import build_tracker
+
+from .test_budget import Clock, feed
+
+CALM = SimpleNamespace(confidence=1.0, untracked_motion=0.0, births=1, losses=0, keyframe=None)
+
+
+# -- the controller --------------------------------------------------------------------------------
+
+
+def test_the_order_of_steps_is_keyframes_then_batching_then_frames_for_every_stream_alike():
+    clock = Clock()
+    streams = [f"cam{i}" for i in range(6)]
+    c = BudgetController(33, streams, max_stretch=4, clock=clock, keyframe_wait=True)
+    # one stream far over budget, the others well within: the whole ladder is climbed in order
+    ms = {name: 10.0 for name in streams} | {"cam3": 80.0}
+    actions = feed(c, clock, ms, seconds=9)
+    assert actions == ["keyframes no longer wait", "keyframe intervals x1.5", "keyframe intervals x2",
+                       "keyframe intervals x3", "keyframe intervals x4", "batching for throughput",
+                       "dropping 1 in 8", "dropping 1 in 4", "dropping 1 in 3"]
+    # the same share for every live stream: the stream over budget is not singled out
+    assert {s.fraction for s in c.shedders.values()} == {1 / 3} and c.shed == 1 / 3
+    assert all(c.state(name)["shed_fraction"] == 1 / 3 for name in streams)
+
+
+def test_frames_lost_in_the_engine_make_shedding_jump_to_the_share_that_carries_the_load():
+    clock = Clock()
+    c = BudgetController(33, ["a", "b"], max_stretch=1, clock=clock)
+    drops = {"a": 0, "b": 0}
+    assert feed(c, clock, {"a": 40, "b": 40}, drops) == ["batching for throughput"]
+    # a second in which 64 frames were published (32 a stream) and 64 lost in the engine: half the
+    # load was too much; shedding goes at once to the first share that would have carried it
+    assert feed(c, clock, {"a": 20, "b": 20}, {"a": 32, "b": 32}) == ["dropping 1 in 2"]
+    # with 1 in 2 shed, a third of what still came was lost: 1 - (1/2)(2/3) = 2/3
+    assert feed(c, clock, {"a": 20, "b": 20}, {"a": 48, "b": 48}) == ["dropping 2 in 3"]
+    assert [s.fraction for s in c.shedders.values()] == [2 / 3, 2 / 3]
+    # nothing lost and within budget: it holds (the step down waits for calm)
+    assert feed(c, clock, {"a": 25, "b": 25}, {"a": 48, "b": 48}, seconds=3) == [None] * 3
+
+
+def test_shedding_climbs_to_its_last_rung_and_no_further():
+    clock = Clock()
+    c = BudgetController(33, ["a"], max_stretch=1, clock=clock)
+    feed(c, clock, {"a": 40}, {"a": 0})
+    assert feed(c, clock, {"a": 20}, {"a": 10_000}) == ["dropping 9 in 10"]
+    assert c.shed == SHED_STEPS[-1]
+    assert feed(c, clock, {"a": 20}, {"a": 20_000}) == [None]  # nothing left to give here: the engine
+    # still drops what it cannot carry in time
+
+
+def test_steps_down_one_rung_at_a_time_in_the_reverse_order():
+    clock = Clock()
+    c = BudgetController(33, ["a", "b"], max_stretch=1.5, clock=clock, calm_s=2, keyframe_wait=True)
+    feed(c, clock, {"a": 20, "b": 20}, {"a": 0, "b": 0})
+    feed(c, clock, {"a": 50, "b": 20}, {"a": 0, "b": 0}, seconds=3)  # wait, x1.5, batching
+    assert feed(c, clock, {"a": 20, "b": 20}, {"a": 32, "b": 32}) == ["dropping 1 in 2"]
+    actions = [a for a in feed(c, clock, {"a": 5, "b": 5}, {"a": 32, "b": 32}, seconds=20) if a]
+    assert actions == ["dropping 1 in 3", "dropping 1 in 4", "dropping 1 in 8", "no longer dropping",
+                       "batching for latency", "keyframe intervals x1", "keyframes wait again"]
+    assert c.level == 0 and all(s.fraction == 0 for s in c.shedders.values())
+
+
+def test_the_wait_limit_is_a_share_of_the_budget():
+    c = BudgetController(40, ["a"])
+    assert c.max_wait_s == pytest.approx(40 * WAIT_SHARE / 1000)
+
+
+def test_streams_shedding_the_same_share_drop_the_same_frames_count_on_staggered_ticks():
+    shedders = [Shedder(phase=i / 5) for i in range(5)]
+    for s in shedders:
+        s.fraction = 1 / 3
+    pattern = np.array([[s.drop() for s in shedders] for _ in range(300)])  # 300 frames of each stream
+    assert pattern.sum(axis=0).tolist() == [100] * 5  # exactly a third of each stream's frames
+    # never all streams on the same frame: the engine's load stays even from frame to frame
+    assert pattern.sum(axis=1).max() < 5
+    # evenly spaced within a stream: never two dropped in a row at a third
+    assert not (pattern[1:] & pattern[:-1]).any()
+
+
+# -- the engine and admission ---------------------------------------------------------------------
+
+
+def frames_of(stream: str, n: int, *, age_s: float = 0.0, first: int = 0) -> list[Frame]:
+    """`n` small frames of `stream` (indices from `first`) that became available `age_s` ago."""
+    clock = time.monotonic() - age_s
+    return [Frame(stream, first + i, (first + i) / 30, 0.0, np.zeros((16, 16, 3), np.uint8), clock=clock)
+            for i in range(n)]
+
+
+def run_engine(lanes: list[Lane], items: list, max_wait_s: float | None, chooser=None) -> list[FrameResult]:
+    """Put `items` in the inbox, then run an engine over them to the end of every lane."""
+    inbox = Channel(1 << 12)
+    detections = Channel(1 << 20, "detections", share=inbox)
+    worker = DetectWorker(MotionDetector(), detections.put, max_batch=4, max_wait_ms=1, budget_ms=None)
+    published = []
+    engine = Engine(inbox, detections, lanes, worker, published.append, late_after_s=0.0, chooser=chooser)
+    engine.apply_control(1.0, False, False, max_wait_s)
+    for item in items:
+        inbox.put(item, key=item.stream)
+    for lane in lanes:
+        inbox.put(EndOfStream(lane.name, 0), key=lane.name)
+    runner = threading.Thread(target=engine.run)
+    runner.start()
+    runner.join(30)
+    assert not runner.is_alive()
+    return [r for r in published if isinstance(r, FrameResult)]
+
+
+def live_lane(name: str) -> Lane:
+    return Lane(name, build_tracker(TrackerConfig(motion=None), 30), True, 3)
+
+
+def test_the_engine_drops_live_frames_that_can_no_longer_meet_the_budget_and_counts_them():
+    lanes = [live_lane("a"), live_lane("b")]
+    # interleaved as cameras deliver them: old frames (waited 10 s in the inbox), then fresh ones
+    old = [f for pair in zip(frames_of("a", 6, age_s=10.0), frames_of("b", 6, age_s=10.0)) for f in pair]
+    fresh = [f for pair in zip(frames_of("a", 6, first=6), frames_of("b", 6, first=6)) for f in pair]
+    for f in old:
+        f.timings["_queued"] = time.perf_counter() - 10.0  # its age spent in the inbox: the engine's fault
+    published = run_engine(lanes, old + fresh, max_wait_s=2.0)
+    assert sorted((r.frame.stream, r.frame.index) for r in published) == \
+        sorted((s, i) for s in "ab" for i in range(6, 12))
+    assert [(lane.stale_dropped, lane.late_from_source) for lane in lanes] == [(6, 0), (6, 0)]
+
+
+def test_a_frame_that_came_late_from_its_source_is_counted_apart():
+    lane = live_lane("a")
+    late = frames_of("a", 4, age_s=10.0)  # old already when it was queued: its decoder fell behind
+    for f in late:
+        f.timings["_queued"] = time.perf_counter()
+    published = run_engine([lane], late + frames_of("a", 2, first=4), max_wait_s=2.0)
+    assert [r.frame.index for r in published] == [4, 5]
+    assert (lane.stale_dropped, lane.late_from_source) == (0, 4)
+
+
+def test_without_a_wait_limit_or_for_files_nothing_is_dropped_for_its_age():
+    live, file = live_lane("a"), Lane("f", build_tracker(TrackerConfig(motion=None), 30), False, 3)
+    items = frames_of("a", 4, age_s=10.0) + frames_of("f", 4, age_s=10.0)
+    for f in items[4:]:
+        f.keyframe = f.index == 0
+    assert len(run_engine([live], items[:4], max_wait_s=None)) == 4
+    assert len(run_engine([file], items[4:], max_wait_s=2.0)) == 4
+
+
+def test_admission_drops_a_frame_too_old_before_any_work_and_before_shedding():
+    lane = live_lane("a")
+    lane.max_wait_s = 2.0
+    shed_asked = []
+    admit = Admission(lane, SceneCutDetector(), shed=lambda: shed_asked.append(1) or False)
+    old, fresh = frames_of("a", 1, age_s=10.0)[0], frames_of("a", 1, first=1)[0]
+    assert not admit(old) and lane.late_from_source == 1 and not shed_asked
+    assert admit(fresh) and shed_asked == [1]
+
+
+def test_keyframes_keep_their_spacing_in_frames_when_frames_are_shed():
+    """The shared schedule counts the frames never offered (shed, or dropped on the way): with 1 in 2
+    shed, keyframes still come every `interval` frames of the source, not every `interval` offered."""
+    def keyframes(offered: list[int]) -> list[int]:
+        chooser = KeyframeChooser(interval=4, min_interval=4)
+        chooser.add("a", period_s=1 / 30)
+        keys, previous = [], None
+        for n, index in enumerate(offered):
+            skipped = 0 if previous is None else index - previous - 1
+            if chooser.offer("a", CALM, now=n / 30, skipped=skipped, start_in_s=0.0):
+                keys.append(index)
+                chooser.detected("a")
+            previous = index
+        return keys
+
+    assert keyframes(list(range(24))) == [0, 4, 8, 12, 16, 20]
+    assert keyframes(list(range(0, 24, 2))) == [0, 4, 8, 12, 16, 20]
+
+
+def test_the_engine_tells_the_shared_schedule_how_many_frames_never_came():
+    class Recording(KeyframeChooser):
+        def __init__(self):
+            super().__init__(interval=4)
+            self.skipped = []
+
+        def offer(self, name, signals=None, **kwargs):
+            self.skipped.append(kwargs.get("skipped"))
+            return super().offer(name, signals, **kwargs)
+
+    chooser = Recording()
+    items = [f for f in frames_of("a", 24) if f.index % 3 != 1]  # 0, 2, 3, 5, 6, ...: one in three shed
+    run_engine([live_lane("a")], items, max_wait_s=None, chooser=chooser)
+    assert chooser.skipped == [0] + [1 if f.index % 3 == 2 else 0 for f in items[1:]]
