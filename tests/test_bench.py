@@ -70,7 +70,21 @@ def test_warm_up_frames_are_not_counted_and_gaps_are_drops():
     assert m["streams"]["s0"]["frames"] == 7 and m["streams"]["s0"]["kept"] == 1.0   # frames 3..9
     assert m["streams"]["s1"]["frames"] == 5 and m["streams"]["s1"]["expected"] == 7
     assert m["kept_min"] == round(5 / 7, 4) and m["kept"] == round(12 / 14, 4)
+    assert m["kept_max"] == 1.0 and m["kept_spread"] == round(1 - 5 / 7, 4)  # between streams, for --curve
     assert m["latency_ms"]["p50"] == pytest.approx(10.0, abs=0.01)
+
+
+def test_an_overload_curve_passes_on_latency_and_the_spread_between_streams():
+    from streamlens.bench.trial import passes
+
+    even = {"frames": 100, "latency_ms": {"p95": 30.0}, "kept_min": 0.40, "kept_spread": 0.06,
+            "accuracy": {"f1_min": 0.2}}
+    assert passes(even, 33, 1.0, 0.85, curve=True)  # few frames kept and a low F1: still graceful
+    assert not passes(even, 33, 1.0, 0.85)  # but not within capacity
+    assert not passes({**even, "kept_spread": 0.15}, 33, 1.0, 0.85, curve=True)  # one stream pays
+    assert passes({**even, "kept_spread": 0.15}, 33, 1.0, 0.85, curve=True, max_spread=0.2)
+    assert not passes({**even, "latency_ms": {"p95": 40.0}}, 33, 1.0, 0.85, curve=True)
+    assert not passes({**even, "frames": 0}, 33, 1.0, 0.85, curve=True)
 
 
 def test_frames_after_the_window_and_silent_streams():
@@ -91,7 +105,7 @@ def test_two_trials_on_the_quickstart_pipeline(tmp_path):
                       str(tmp_path / "cache"), "--out", str(out), timeout=180)
     assert done.returncode == 0, done.stderr
     table = [line.split() for line in done.stdout.splitlines()]
-    assert ["K", "kept", "kept", "min", "p50", "ms", "p95", "ms", "p99", "ms"] in [r[:10] for r in table]
+    assert ["K", "kept", "kept", "min", "spread", "p50", "ms", "p95", "ms", "p99", "ms"] in [r[:11] for r in table]
     rows = [r for r in table if r[:1] in (["1"], ["2"]) and r[-1] in ("pass", "fail")]
     assert [r[0] for r in rows] == ["1", "2"]
     assert "decode-only limit:" in done.stdout and "baseline: skipped: --no-baseline" in done.stdout

@@ -19,6 +19,10 @@ same video, and prints a table; everything measured goes to `--out` as JSON.
   and `frames` settings). Its detector, keyframes, tracker and runtime settings are used as they
   are, except that `runtime.mode` is always realtime and the `/metrics` server is off.
 - `--workers N` runs the pipeline over N engine processes (`runtime.workers`, streamlens/scale).
+- `--curve` measures overload instead of capacity: every K of `--streams` is tried whatever the
+  results, and a trial passes when its p95 is within the budget and every stream kept within
+  `--max-spread` (default 0.10) of the others' share of frames; kept (all streams, the worst, the
+  spread) and F1 are reported beside it, not judged. Use it up to the decode-only limit.
 - The budget (`--budget-ms`) defaults to the pipeline's `runtime.budget_ms` (33 ms unless set).
 - Accuracy (`streamlens.bench.accuracy`): the reference is the pipeline's own detector (same model,
   resize mode, conf, classes) on every frame of one pass of the video, made once per video and
@@ -55,7 +59,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import ConfigError, StreamlensError
-from .search import StreamSearch, streams_argument
+from .search import StreamSearch, curve_plan, streams_argument
 
 #: the kept fraction reported beside the strict answer: the target of a real-time deployment
 KEPT_TARGET = 0.97
@@ -100,6 +104,10 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=_positive(int), metavar="N",
                    help="engine processes the streams are split over (runtime.workers; default: the file's)")
     p.add_argument("--no-hold", action="store_true", help="skip the plain detect-newest-and-hold baseline")
+    p.add_argument("--curve", action="store_true",
+                   help="the overload curve: try every K given, pass on p95 <= budget and kept spread <= --max-spread")
+    p.add_argument("--max-spread", type=_fraction, default=0.10, metavar="F",
+                   help="with --curve: the most a stream's kept share may lie below another's (default 0.10)")
     p.add_argument("--out", default="bench.json", metavar="FILE", help="where to write the JSON results (default bench.json)")
     p.add_argument("--baseline-model", metavar="PATH",
                    help="model for the Ultralytics baseline (default: the pipeline's, if its backend is ultralytics)")
@@ -175,14 +183,14 @@ def _f1(value) -> str:
 
 def format_table(trials: list[dict]) -> str:
     """The trials as a fixed-width table, one row each, in the order they ran: kept frames (all
-    streams, and the worst stream), latency percentiles, F1 against detecting every frame (all
+    streams, the worst stream, and the spread between streams in points), latency percentiles, F1 against detecting every frame (all
     streams, and the worst), p95 detection delay, p95 frames a new object waits for its box, the
     fraction of measured frames published with their detections (`keyframe: true`), the fraction
     whose detections reached the subscriber at all (in time or late: the detector's rate), and over
     the whole run, keyframes published before their detections came (late) and frames dropped in the
     pipeline."""
-    head = ("K", "kept", "kept min", "p50 ms", "p95 ms", "p99 ms", "F1", "F1 min", "delay p95", "new wait",
-            "keyframes", "detected", "late kf", "dropped", "result")
+    head = ("K", "kept", "kept min", "spread", "p50 ms", "p95 ms", "p99 ms", "F1", "F1 min", "delay p95",
+            "new wait", "keyframes", "detected", "late kf", "dropped", "result")
     rows = [head]
     for t in trials:
         lat = t.get("latency_ms") or {}
@@ -190,7 +198,9 @@ def format_table(trials: list[dict]) -> str:
         delay = (t.get("detection_delay_ms") or {}).get("p95")
         wait = (acc.get("new_object_wait_frames") or {}).get("p95")
         result = "error" if t["status"] != "ok" else ("pass" if t["passed"] else "fail")
-        rows.append((str(t["k"]), _pct(t.get("kept")), _pct(t.get("kept_min")), _ms(lat.get("p50")),
+        spread = t.get("kept_spread")
+        rows.append((str(t["k"]), _pct(t.get("kept")), _pct(t.get("kept_min")),
+                     "-" if spread is None else f"{100 * spread:.1f}", _ms(lat.get("p50")),
                      _ms(lat.get("p95")), _ms(lat.get("p99")), _f1(acc.get("f1")), _f1(acc.get("f1_min")),
                      _ms(delay), "-" if wait is None else f"{wait:g}", _pct(t.get("keyframe_rate")),
                      _pct(t.get("detected_rate")), _count(t.get("late_keyframes")), _count(t.get("dropped")), result))
@@ -236,7 +246,8 @@ def _write(path: str, document: dict) -> None:
 
 def _summary(trial: dict) -> str:
     lat, acc = trial["latency_ms"], trial.get("accuracy") or {}
-    return (f"kept {_pct(trial['kept'])} (min {_pct(trial['kept_min'])}), p95 {_ms(lat['p95'])} ms, "
+    return (f"kept {_pct(trial['kept'])} (min {_pct(trial['kept_min'])}, spread "
+            f"{100 * trial.get('kept_spread', 0.0):.1f} points), p95 {_ms(lat['p95'])} ms, "
             f"F1 {_f1(acc.get('f1'))} (min {_f1(acc.get('f1_min'))}): {'pass' if trial['passed'] else 'fail'}")
 
 
@@ -276,7 +287,8 @@ def _run(args) -> int:
         "command": shlex.join(["streamlens", *sys.argv[1:]]),
         "machine": machine(), "versions": versions(), "pipeline": str(Path(args.pipeline).resolve()),
         "video": info, "budget_ms": budget, "min_kept": args.min_kept, "min_f1": args.min_f1, "warmup_s": args.warmup,
-        "seconds": args.seconds, "detector": config.detector.backend,
+        "seconds": args.seconds, "curve": args.curve, "max_spread": args.max_spread if args.curve else None,
+        "detector": config.detector.backend,
         "model": str(config.detector.model) if config.detector.model else None,
         "keyframes": {"interval": config.keyframes.interval, "adaptive": config.keyframes.adaptive,
                       "max_interval": config.keyframes.max_interval},
@@ -320,13 +332,14 @@ def _run(args) -> int:
 
     trials: list[dict] = []
     hold: list[dict] | None = None if args.no_hold else []
-    search = StreamSearch(args.streams)
+    search = StreamSearch(curve_plan(args.streams) if args.curve else args.streams)
     while (k := search.next()) is not None:
         print(f"trial: {k} stream(s), {args.warmup:g} s warm-up + {args.seconds:g} s ...", file=out, flush=True)
         try:
             trial = run_trial(args.pipeline, video, k, warmup=args.warmup, seconds=args.seconds, budget_ms=budget,
                               min_kept=args.min_kept, min_f1=args.min_f1, reference=reference,
-                              sink_options=sink_options, workers=args.workers, debug=args.debug)
+                              sink_options=sink_options, workers=args.workers, debug=args.debug,
+                              curve=args.curve, max_spread=args.max_spread)
         except TrialFailed as e:
             print(f"streamlens bench: error: {e}", file=sys.stderr, flush=True)
             trial = {"k": k, "status": "error", "error": str(e), "passed": False}
@@ -374,8 +387,13 @@ def _run(args) -> int:
         print(format_table(hold), file=out)
     print("", file=out)
     best, near = result["max_streams"], result[f"max_streams_kept_{round(KEPT_TARGET * 100)}"]
-    print(f"largest K passing (kept >= {args.min_kept:g}, p95 <= {budget:g} ms, F1 >= {args.min_f1:g}): "
-          f"{best if best else 'none'}", file=out)
+    if args.curve:
+        failed_k = [t["k"] for t in trials if t["status"] == "ok" and not t["passed"]]
+        print(f"overload curve (p95 <= {budget:g} ms, kept spread <= {100 * args.max_spread:g} points): "
+              + ("every K passes" if not failed_k else f"fails at K = {', '.join(map(str, failed_k))}"), file=out)
+    else:
+        print(f"largest K passing (kept >= {args.min_kept:g}, p95 <= {budget:g} ms, F1 >= {args.min_f1:g}): "
+              f"{best if best else 'none'}", file=out)
     print(f"largest K with kept >= {KEPT_TARGET:g}, p95 <= {budget:g} ms and F1 >= {args.min_f1:g}: "
           f"{near if near else 'none'}", file=out)
     if hold:

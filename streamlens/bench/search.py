@@ -60,6 +60,23 @@ def parse_streams(spec: str) -> StreamPlan:
                          "or a range to search (1-16), all at least 1") from None
 
 
+def curve_plan(plan: StreamPlan) -> StreamPlan:
+    """The plan of an overload curve (`--curve`), which tries every K whatever the results: a list
+    as it is, a range as its doubling ladder up to its upper bound.
+
+    Example:
+        >>> curve_plan(parse_streams("1-30")).values, curve_plan(parse_streams("4,6")).values
+        ((1, 2, 4, 8, 16, 30), (4, 6))
+    """
+    if not plan.searched:
+        return plan
+    ladder, k = [], plan.low
+    while k < plan.high:
+        ladder.append(k)
+        k *= 2
+    return StreamPlan(values=tuple(ladder + [plan.high]))
+
+
 def streams_argument(spec: str) -> StreamPlan:
     """`parse_streams` for argparse: a bad spec is a usage error."""
     try:
@@ -115,4 +132,4 @@ class StreamSearch:
             self._done = True
 
 
-__all__ = ["StreamPlan", "StreamSearch", "parse_streams", "streams_argument"]
+__all__ = ["StreamPlan", "StreamSearch", "curve_plan", "parse_streams", "streams_argument"]

@@ -33,6 +33,10 @@ Example:
     ...                 k=1, warmup=1.0, seconds=10.0)
     >>> trial["kept_min"], trial["frames"], trial["keyframe_rate"]
     (0.75, 3, 0.3333)
+
+`curve=True` judges a trial by what overload must keep instead (`passes`): p95 within the budget
+and every stream within `max_spread` of the others in frames kept (`kept_spread`: the best stream's
+kept less the worst's), whatever it lost and whatever its F1.
 """
 
 from __future__ import annotations
@@ -108,7 +112,8 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
     also the accuracy of each stream and of all (`streamlens.bench.accuracy`)."""
     firsts = [s["ts"][0] for s in streams.values() if s["ts"]]
     if not firsts:
-        return {"frames": 0, "kept": 0.0, "kept_min": 0.0, "latency_ms": _percentiles(np.empty(0)),
+        return {"frames": 0, "kept": 0.0, "kept_min": 0.0, "kept_max": 0.0, "kept_spread": 0.0,
+                "latency_ms": _percentiles(np.empty(0)),
                 "keyframe_rate": None, "streams": {},
                 "accuracy": None if reference is None else combine({}),
                 "detection_delay_ms": None}
@@ -144,7 +149,8 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
                                                         [s["boxes"][i] for i in picked], reference)
     kept = [per_stream.get(name, {"kept": 0.0})["kept"] for name in stream_names(k)] if k else [0.0]
     out = {"frames": received, "kept": round(received / spans, 4) if spans else 0.0,
-           "kept_min": min(kept), "latency_ms": _percentiles(np.concatenate(latencies)),
+           "kept_min": min(kept), "kept_max": max(kept), "kept_spread": round(max(kept) - min(kept), 4),
+           "latency_ms": _percentiles(np.concatenate(latencies)),
            "keyframe_rate": round(keys / received, 4) if received else None,
            "detected_rate": round(detected / received, 4) if received and methods else None, "streams": per_stream}
     if reference is not None:
@@ -234,10 +240,16 @@ def _run_with_listener(k: int, command: list[str], what: str, deadline: float) -
     return report, heard
 
 
-def passes(trial: dict, budget_ms: float, min_kept: float, min_f1: float) -> bool:
+def passes(trial: dict, budget_ms: float, min_kept: float, min_f1: float, *, curve: bool = False,
+           max_spread: float = 0.10) -> bool:
     """The pass rule: frames came, p95 latency within the budget, every stream kept at least
-    `min_kept` of its frames and, when the trial was scored, every stream's F1 is at least `min_f1`."""
+    `min_kept` of its frames and, when the trial was scored, every stream's F1 is at least `min_f1`.
+    With `curve` (an overload curve): frames came, p95 within the budget and the kept spread between
+    streams at most `max_spread`."""
     p95 = trial["latency_ms"]["p95"]
+    if curve:
+        return bool(trial["frames"] > 0 and p95 is not None and p95 <= budget_ms
+                    and trial.get("kept_spread", 0.0) <= max_spread + 1e-9)
     f1 = (trial.get("accuracy") or {}).get("f1_min", 1.0)
     return bool(trial["frames"] > 0 and p95 is not None and p95 <= budget_ms and trial["kept_min"] >= min_kept
                 and (f1 is None or f1 >= min_f1))
@@ -256,13 +268,21 @@ def _result(k: int, heard: dict, report: dict, warmup: float, seconds: float, re
         entry["eos"] = heard["streams"].get(name, {}).get("eos")
         entry["pipeline"] = counters
     result["dropped"] = sum(c.get("dropped", 0) or 0 for c in report.get("streams", []))
+    # by cause, over the whole run (each stream's eos, or its last stats): shed, stale, inbox ...
+    causes: dict[str, int] = {}
+    for entry in result["streams"].values():
+        lost = (entry.get("eos") or {}).get("lost") or (entry.get("stats") or {}).get("lost") or {}
+        for cause, n in lost.items():
+            causes[cause] = causes.get(cause, 0) + (n or 0)
+    result["lost_by_cause"] = causes
     result["late_keyframes"] = sum(c.get("late_keyframes", 0) or 0 for c in report.get("streams", []))
     return result
 
 
 def run_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds: float, budget_ms: float,
               min_kept: float, min_f1: float = 0.0, reference=None, sink_options: dict | None = None,
-              workers: int | None = None, debug: bool = False) -> dict:
+              workers: int | None = None, debug: bool = False, curve: bool = False,
+              max_spread: float = 0.10) -> dict:
     """Run one trial with `k` streams; its figures as a dict (see `measure`), with `passed`.
     Raises `TrialFailed` when the pipeline process fails; KeyboardInterrupt ends both children."""
     overrides = trial_overrides(video, k, "{endpoint}", sink_options, workers)
@@ -271,7 +291,7 @@ def run_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds: floa
     report, heard = _run_with_listener(k, command + (["--debug"] if debug else []), "pipeline",
                                        STARTUP_S + warmup + seconds + DRAIN_S)
     result = _result(k, heard, report, warmup, seconds, reference)
-    result["passed"] = passes(result, budget_ms, min_kept, min_f1)
+    result["passed"] = passes(result, budget_ms, min_kept, min_f1, curve=curve, max_spread=max_spread)
     return result
 
 
