@@ -423,7 +423,7 @@ def test_a_camera_back_after_a_short_outage_was_retried_quickly_and_streams_agai
 def test_losses_count_each_cause_and_frames_carry_the_workers_decode_clock():
     # A file read as fast as it decodes stands in for a camera; the consumer takes 50 ms a frame.
     source = LiveSource("clip", str(SAMPLE), max_staleness_ms=40)
-    assert source.losses() == {"corrupt": 0, "decoder": 0, "stale": 0}
+    assert source.losses() == {"corrupt": 0, "decoder": 0, "stale": 0, "refused": 0}
     stop = threading.Event()
     for frame in source.frames(stop):
         age = time.monotonic() - frame.clock
@@ -568,24 +568,28 @@ def test_the_check_reads_a_real_tmpfs(small_tmpfs):
 
 
 _SMALL_SHM_RUN = """
-import threading
-from streamlens.errors import SourceError
+import threading, time
 from streamlens.sources.live import LiveSource
-source = LiveSource("cam1", {sample!r})
+source = LiveSource("cam1", {sample!r}, backoff_initial_s=0.1, backoff_max_s=0.2)
 stop = threading.Event()
-try:
-    for frame in source.frames(stop):  # the ring's slots all written: the worker touched every page
-        if frame.index == 20:
-            stop.set()
-    print("FRAMES", source.stats())
-except SourceError as error:
-    print("ERROR", error)
+
+def watch():  # stop once the camera has been refused twice (a second attempt), or after a minute
+    deadline = time.monotonic() + 60
+    while source.losses()["refused"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+
+threading.Thread(target=watch, daemon=True).start()
+frames = sum(1 for _ in source.frames(stop))  # retried until stopped: it never raises for this
+print("FRAMES", frames, source.losses()["refused"], source.reconnects)
+print("ERROR", source.last_error)
 """
 
 
-def test_a_camera_whose_ring_does_not_fit_in_dev_shm_fails_with_one_line_instead_of_sigbus(tmp_path):
+def test_a_camera_whose_ring_does_not_fit_in_dev_shm_is_refused_with_one_line_instead_of_sigbus(tmp_path):
     """/dev/shm shrunk to 1 MiB in a mount namespace of its own; a 640x360 ring needs 1.4 MiB (4 slots
-    of I420 and its scene-cut sample)."""
+    of I420 and its scene-cut sample). The camera delivers nothing, says why, counts each picture it
+    refused and is retried (its trouble is its own: sources/live.py); no worker dies of SIGBUS."""
     if shutil.which("unshare") is None:
         pytest.skip("unshare (util-linux) is not installed")
     probe = subprocess.run(["unshare", "--mount", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
@@ -594,8 +598,10 @@ def test_a_camera_whose_ring_does_not_fit_in_dev_shm_fails_with_one_line_instead
         pytest.skip(f"cannot mount a small /dev/shm in a mount namespace here ({probe.stderr.strip()})")
     script = _SMALL_SHM_RUN.format(sample=str(SAMPLE))
     done = subprocess.run(["unshare", "--mount", "sh", "-c", 'mount -t tmpfs -o size=1m tmpfs /dev/shm && exec "$@"',
-                           "sh", sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+                           "sh", sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    line = done.stdout.strip()
+    counts, line = done.stdout.strip().splitlines()
+    _, frames, refused, _ = counts.split()
+    assert frames == "0" and int(refused) >= 2, counts  # refused at each attempt, retried
     assert line.startswith("ERROR cam1: not enough shared memory"), line
     assert "needs 1419328 bytes, /dev/shm has" in line and "--shm-size=" in line

@@ -97,7 +97,7 @@ tracker: none
         stats, eos = mine[-2], mine[-1]
         assert stats["type"] == "stats" and stats["frames"] == frames and stats["dropped"] == 0
         assert eos == {"v": 1, "type": "eos", "stream": name, "seq": frames, "frames": frames, "reason": "end",
-                       "lost": {"corrupt": 0, "decoder": 0, "inbox": 0, "stale": 0, "shed": 0},
+                       "lost": {"corrupt": 0, "decoder": 0, "refused": 0, "inbox": 0, "stale": 0, "shed": 0},
                        "expected": SAMPLE_FRAMES if name == "cam1" else None, "detail": None}
 
 

@@ -8,9 +8,7 @@ line naming it, the others go on losing nothing, and nothing is left behind."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import resource
 import signal
 import subprocess
 import sys
@@ -22,36 +20,17 @@ import psutil
 import pytest
 
 from .conftest import REPO, tmpfs
-from .rtsp_server import GstRtspServer, annexb_copy, free_port, gst_missing
+from .rtsp_server import GstRtspServer, free_port, gst_missing
+from .test_live_pipeline import _by_stream, _wait_for
+from .test_live_pipeline import _frames as _lines
 
 SAMPLE = REPO / "samples" / "traffic.mp4"  # 300 frames, 640x360, 30 fps
 SHM = Path("/dev/shm")
 
 
-def _lines(path: Path) -> list[dict]:
-    """The whole lines of a JSONL file that may still be being written."""
-    if not path.exists():
-        return []
-    text = path.read_text()
-    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines()]
-
-
 def _frames(path: Path) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for m in _lines(path):
-        if m["type"] == "frame":
-            out.setdefault(m["stream"], []).append(m)
-    return out
-
-
-def _wait_for(check, timeout: float, proc: subprocess.Popen, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"the pipeline exited ({proc.returncode}) while waiting for {what}"
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    """The frame messages of a JSONL file that may still be being written, by stream."""
+    return _by_stream(_lines(path))
 
 
 def _start(tmp_path: Path, pipeline: str, prefix: list[str] | None = None) -> tuple[subprocess.Popen, Path]:
