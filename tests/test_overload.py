@@ -4,6 +4,8 @@ a fake clock: nothing here depends on the machine's speed."""
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -16,8 +18,8 @@ from streamlens.detect.motion import MotionDetector
 from streamlens.frame import EndOfStream, Frame, FrameResult
 from streamlens.graph.admit import Admission
 from streamlens.graph.channel import Channel
-from streamlens.graph.control import SHED_STEPS, WAIT_SHARE, BudgetController, Shedder
-from streamlens.graph.engine import DetectWorker, Engine, Lane
+from streamlens.graph.control import MIN_WAIT_SHARE, SHED_STEPS, WAIT_SHARE, BudgetController, Shedder
+from streamlens.graph.engine import DETECTOR_NICE, DetectWorker, Engine, Lane
 from streamlens.graph.keyframes import KeyframeChooser, SceneCutDetector
 from streamlens.track import build_tracker
 
@@ -81,9 +83,20 @@ def test_steps_down_one_rung_at_a_time_in_the_reverse_order():
     assert c.level == 0 and all(s.fraction == 0 for s in c.shedders.values())
 
 
-def test_the_wait_limit_is_a_share_of_the_budget():
-    c = BudgetController(40, ["a"])
-    assert c.max_wait_s == pytest.approx(40 * WAIT_SHARE / 1000)
+def test_the_wait_limit_is_a_share_of_the_budget_that_gives_way_once_frames_are_shed():
+    clock = Clock()
+    c = BudgetController(40, ["a"], max_stretch=1, clock=clock)
+    assert c.max_wait_s == pytest.approx(40 * WAIT_SHARE / 1000)  # 24 ms
+    feed(c, clock, {"a": 50}, {"a": 0}, seconds=2)  # over budget: batching, then 1 in 8
+    assert c.max_wait_s == pytest.approx(0.024)  # nothing shed yet in those seconds: as it was
+    feed(c, clock, {"a": 50})  # 10 ms over while shedding: 10 ms off the limit
+    assert c.max_wait_s == pytest.approx(0.014)
+    feed(c, clock, {"a": 60})
+    assert c.max_wait_s == pytest.approx(40 * MIN_WAIT_SHARE / 1000)  # no lower than 10 ms
+    feed(c, clock, {"a": 30})  # within budget: half the slack back
+    assert c.max_wait_s == pytest.approx(0.015)
+    feed(c, clock, {"a": 10}, seconds=3)
+    assert c.max_wait_s == pytest.approx(0.024)  # never past where it started
 
 
 def test_streams_shedding_the_same_share_drop_the_same_frames_count_on_staggered_ticks():
@@ -206,3 +219,26 @@ def test_the_engine_tells_the_shared_schedule_how_many_frames_never_came():
     items = [f for f in frames_of("a", 24) if f.index % 3 != 1]  # 0, 2, 3, 5, 6, ...: one in three shed
     run_engine([live_lane("a")], items, max_wait_s=None, chooser=chooser)
     assert chooser.skipped == [0] + [1 if f.index % 3 == 2 else 0 for f in items[1:]]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread priorities are set on Linux only")
+def test_the_detector_stops_yielding_the_cores_once_frames_are_shed():
+    inbox = Channel(8)
+    detections = Channel(1 << 20, "detections", share=inbox)
+    worker = DetectWorker(MotionDetector(), detections.put, max_batch=4, max_wait_ms=1, budget_ms=None,
+                          low_priority=True)
+    engine = Engine(inbox, detections, [live_lane("a")], worker, lambda item: None, late_after_s=0.0)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 10
+        while worker._tid is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        nice = lambda: os.getpriority(os.PRIO_PROCESS, worker._tid)  # noqa: E731
+        assert worker.yielding and nice() == DETECTOR_NICE
+        engine.apply_control(4.0, False, True, 0.02, shedding=True)
+        # back at the process's priority, or still at nice 10 where the system refuses it: as it says
+        assert nice() == (DETECTOR_NICE if worker.yielding else os.getpriority(os.PRIO_PROCESS, 0))
+        engine.apply_control(4.0, False, True, 0.02, shedding=False)
+        assert worker.yielding and nice() == DETECTOR_NICE
+    finally:
+        worker.close(5)

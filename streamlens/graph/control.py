@@ -3,10 +3,13 @@
 Latency here is end to end: from a frame becoming available (`Frame.clock`) to every sink having
 published its result. Two parts hold it:
 
-- a hard limit, in the engine: a live frame that has already waited `max_wait_ms` (by default
-  `WAIT_SHARE` of the budget) when the engine comes to it can no longer meet the budget and is
-  dropped there (counted `stale`), whatever the controller's rung. Nothing queues past the budget,
-  and the engine drops by age, in arrival order, so the streams lose alike;
+- a hard limit, in the engine: a live frame that has already waited `max_wait_s` (`WAIT_SHARE` of
+  the budget) when the engine comes to it can no longer meet the budget and is dropped there
+  (counted `stale`), whatever the controller's rung. Nothing queues past the budget, and the engine
+  drops by age, in arrival order, so the streams lose alike. Once frames are shed, a second over
+  budget also takes its excess off this limit (down to `MIN_WAIT_SHARE` of the budget: the rest of
+  a frame's way, tracking and publishing, has become slower), and a second within budget gives
+  half its slack back (up to `WAIT_SHARE`);
 - the ladder below, climbed by the controller once a second (`tick`): it looks at the live streams'
   last second (each stream's p95, and the frames dropped without its say: too old for the engine,
   a full queue, a decoder that fell behind) and, when a stream is over budget or frames were
@@ -68,6 +71,8 @@ SHED_STEPS = (0.0, 1 / 8, 1 / 4, 1 / 3, 1 / 2, 2 / 3, 3 / 4, 5 / 6, 7 / 8, 9 / 1
 CALM_SHARE = 0.6
 #: the share of the budget a live frame may have waited when the engine comes to it (see the docs)
 WAIT_SHARE = 0.6
+#: ... and the least share that limit is taken down to
+MIN_WAIT_SHARE = 0.25
 #: the longest wait between two steps down, seconds
 MAX_CALM_S = 60.0
 
@@ -123,7 +128,7 @@ class BudgetController:
         self.calm_s = calm_s
         self.clock = clock
         #: how long a live frame may have waited when the engine comes to it (seconds)
-        self.max_wait_s = self.budget_ms * wait_share / 1000
+        self.max_wait_s = self._most_wait_s = self.budget_ms * wait_share / 1000
         self.shedders = {name: Shedder(i / len(streams)) for i, name in enumerate(streams)}
         self.throughput = False
         #: whether live keyframes wait for their detections (rung 0; always True without `keyframe_wait`)
@@ -180,6 +185,7 @@ class BudgetController:
         lost = sum(max(0, n - self._drops.get(name, n)) for name, n in drops.items() if name in self._samples)
         self._drops.update(drops)
         over = lost > 0 or any(ms is not None and ms > self.budget_ms for ms in p95.values())
+        self._adjust_wait(max((ms for ms in p95.values() if ms is not None), default=None))
         if over:
             self._calm_since = None
             if self._last_down is not None and now - self._last_down < self.calm_s:
@@ -199,6 +205,16 @@ class BudgetController:
             return None
         self._calm_since, self._last_down = now, now
         return self._note(self._step_down())
+
+    def _adjust_wait(self, worst_ms: float | None) -> None:
+        """The hard limit follows the worst p95 of the second while frames are shed (see the docs)."""
+        if worst_ms is None:
+            return
+        if worst_ms > self.budget_ms and self.shed > 0:
+            least = min(self._most_wait_s, MIN_WAIT_SHARE * self.budget_ms / 1000)
+            self.max_wait_s = max(least, self.max_wait_s - (worst_ms - self.budget_ms) / 1000)
+        elif worst_ms <= self.budget_ms:
+            self.max_wait_s = min(self._most_wait_s, self.max_wait_s + (self.budget_ms - worst_ms) / 2000)
 
     def _note(self, action: str | None) -> str | None:
         if action:

@@ -24,6 +24,11 @@ keyframes as frames arrive: whenever the detector can start one within a frame p
 (`DetectWorker.start_in_s`: idle, or about to end the work it has), the stream whose next
 keyframe is worth most gets it, so the detector stays busy on the streams that need it, and
 no keyframe waits in its queue longer than a frame period.
+A live frame older than its lane's limit when the engine comes to it (`Lane.too_old`: the
+source's `max_staleness_ms`, or the budget controller's `max_wait_s`) is dropped before any work
+and counted: as the engine's (`stale_dropped`: it grew old waiting here) or its source's
+(`late_from_source`). The frames between two a lane takes (shed, or dropped on the way) count
+towards its next keyframe, so keyframes keep their spacing in the source's frames.
 Files wait for every keyframe: their results are exact and the same on every run.
 """
 

@@ -286,6 +286,10 @@ class KeyframeChooser:
     in a busy one's queue longer than a frame period (it would come back stale): a stream past its
     interval waits for its turn (counted in `deferred`).
 
+    Frames of a stream that were never offered (shed by the budget controller, or dropped on the
+    way: `offer(..., skipped=n)`) count as frames since its last keyframe, so shedding frames leaves
+    its keyframes as far apart in the source's frames (in time) as they were.
+
     `stretch` (set by the budget controller when the machine falls behind) multiplies both bounds:
     a stream is due after `interval x stretch` frames and gets no keyframe before
     `min_interval x stretch` (at least 2 frames apart once stretched), so the detector's load falls
