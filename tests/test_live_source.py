@@ -605,3 +605,57 @@ def test_a_camera_whose_ring_does_not_fit_in_dev_shm_is_refused_with_one_line_in
     assert frames == "0" and int(refused) >= 2, counts  # refused at each attempt, retried
     assert line.startswith("ERROR cam1: not enough shared memory"), line
     assert "needs 1419328 bytes, /dev/shm has" in line and "--shm-size=" in line
+
+
+_RING_REFUSED_THEN_SMALL = """
+import sys
+from streamlens.sources.host_memory import HostMemory
+from streamlens.sources.session import SessionSpec
+from streamlens.sources.worker import Ended, FrameReady, ProcessWorker
+
+def session(worker, number, uri, frames):
+    worker.open(number, SessionSpec(uri))
+    got = 0
+    while True:
+        event = worker.poll(30)
+        if isinstance(event, FrameReady):
+            event.take(HostMemory(False))
+            got += 1
+            if got == frames:
+                worker.abort(number)
+        elif isinstance(event, Ended) and event.session == number:
+            return got, event
+        elif event is not None and not hasattr(event, "info"):
+            return got, event
+
+worker = ProcessWorker("cam1")
+worker.start()
+small, large = sys.argv[1], sys.argv[2]
+print(*session(worker, 1, small, 5)[:1])
+got, end = session(worker, 2, large, 5)
+print(got, end.reason, end.detail.get("refused"))
+print(*session(worker, 3, small, 5)[:1])
+worker.close()
+"""
+
+
+def test_a_worker_whose_larger_ring_was_refused_asks_for_a_new_one_next_session(tmp_path):
+    """A 3 MiB /dev/shm: a 320x240 session, then a 1280x720 one (its ring has no room: refused), then
+    320x240 again. The refusal retired the small ring too, so the third session must get a ring of its
+    own (it once sent frames of the retired ring, which ended the stream with KeyError)."""
+    if shutil.which("unshare") is None or ffmpeg_missing():
+        pytest.skip("unshare (util-linux) or ffmpeg is not installed")
+    probe = subprocess.run(["unshare", "--mount", "sh", "-c", "mount -t tmpfs -o size=3m tmpfs /dev/shm"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a small /dev/shm in a mount namespace here ({probe.stderr.strip()})")
+    sizes = {}
+    for w, h in ((320, 240), (1280, 720)):
+        sizes[w] = tmp_path / f"{w}.mp4"
+        subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-i", str(SAMPLE), "-t", "1", "-an", "-vf",
+                        f"scale={w}:{h}", "-c:v", "libx264", "-preset", "ultrafast", str(sizes[w])], check=True)
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", 'mount -t tmpfs -o size=3m tmpfs /dev/shm && exec "$@"',
+                           "sh", sys.executable, "-c", _RING_REFUSED_THEN_SMALL, str(sizes[320]), str(sizes[1280])],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:3] == ["5", "0 refused 1", "5"], done.stdout + done.stderr[-2000:]

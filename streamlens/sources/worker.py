@@ -265,6 +265,9 @@ class _Control:
             self.ring, self.ring_id = FrameRing.attach(name, slots, slot_bytes), ring_id
         elif kind == "no_ring" and message[1] == self.session:
             self.refusal = message[2]
+            if self.ring is not None:  # the owner has retired it: the next session asks for a new one
+                self.ring.close()
+                self.ring = None
 
     def should_stop(self) -> bool:
         while self.conn.poll(0):
