@@ -670,6 +670,7 @@ def main() -> int:
     summary = judge(rows, events, sub, scores, args, started_wall)
     summary.update(exit_code=proc.returncode, password_in_stderr="not-for-logs" in err,
                    traceback_in_stderr="Traceback" in err, shm_after=shm_after,
+                   python_warnings=[ln.strip() for ln in err.splitlines() if "Warning:" in ln],
                    leftover_processes=leftover, restart_lines=[ln for ln in err.splitlines() if "restarting it in" in ln],
                    clip_fits=fits, names=names, engine_streams=engine_streams, engine_of=sub.engine_of)
     print_summary(summary)
@@ -874,7 +875,9 @@ def write_report(args, s: dict, rows: list[dict], events: list[dict], began: dat
                  f"{args.settle:g} s after a kill of the engine carrying the stream; repeats: "
                  f"{sum(g['repeat'] for g in s['seq_gaps'])} | {_verdict(ok_gaps)} |")
     lines += ["", f"Exit code {s['exit_code']} after Ctrl-C (130 expected); traceback in stderr: "
-              f"{s['traceback_in_stderr']}; the camera password (given through `${{SOAK_PASSWORD}}`) in stderr: "
+              f"{s['traceback_in_stderr']}; Python warnings in stderr: {len(s['python_warnings'])}"
+              + (f" (the first: `{s['python_warnings'][0][:200]}`)" if s["python_warnings"] else "")
+              + "; the camera password (given through `${SOAK_PASSWORD}`) in stderr: "
               f"{s['password_in_stderr']}; processes of the run left 5 s after it: {len(s['leftover_processes'])}"
               + (f" ({'; '.join(s['leftover_processes'])})" if s["leftover_processes"] else "") + ".", ""]
     lat, kept, f1 = s.get("latency") or {}, s.get("kept") or {}, s.get("f1") or {}
@@ -923,7 +926,7 @@ def write_report(args, s: dict, rows: list[dict], events: list[dict], began: dat
         lines.append(f"| {r['t_s']} | {r['rss_mb']} | {r['pss_mb']} | {r['fds']} | {r['procs']} ({r['engines']}, "
                      f"{r['forkservers']}, {r['decode_workers']}, {r['trackers']}) | {r['shm_entries']}, {r['shm_mb']} | "
                      f"{_cell(r['sub_p95_ms'])} | {_cell(r['cam_behind_p95_ms'], '.0f')} | {_cell(r['kept'], '.3f')} | {_cell(r['f1'], '.3f')} | "
-                     f"{_cell(r['engine_restarts'], 'd')} | {r['killed']} |")
+                     f"{_cell(r['engine_restarts'], 'g')} | {r['killed']} |")
     cams = s.get("clip_fits") or {}
     if cams:
         lines += ["", "Cameras' clip frames (for F1): connections found, their fitted offsets and agreement "
