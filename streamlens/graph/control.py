@@ -12,8 +12,10 @@ published its result. Two parts hold it:
   half its slack back (up to `WAIT_SHARE`);
 - the ladder below, climbed by the controller once a second (`tick`): it looks at the live streams'
   last second (each stream's p95, and the frames dropped without its say: too old for the engine,
-  a full queue, a decoder that fell behind) and, when a stream is over budget or frames were
-  dropped, climbs one rung, then gives the step until the next tick (`settle_s`) to take effect:
+  a full queue, a decoder worker's full ring) and, when a stream is over budget or more than
+  `TAIL_SHARE` of the frames were dropped (the wait limit trims a tail of frames that would have
+  been late anyway: that is the p95's 5%, not overload), climbs one rung, then gives the step until
+  the next tick (`settle_s`) to take effect:
 
 0. (live streams sharing one keyframe schedule, `keyframe_wait`) keyframes no longer wait for their
    detections: each goes out by motion at once and its detections are applied when they come (the
@@ -34,7 +36,8 @@ published its result. Two parts hold it:
    frames shed), so shedding costs frames, not detections.
 
 Every frame it drops is counted (`shed`, part of `dropped`) in stats, metrics and the summary.
-When every live stream has stayed under 60% of the budget, without drops, for `calm_s`, it comes
+When every live stream has stayed under 60% of the budget, without losing more than that tail, for
+`calm_s`, it comes
 down one rung, in the reverse order. A step down that had to be taken back within `calm_s` makes
 the next one wait twice as long (up to a minute), so a load at the edge does not see-saw.
 
@@ -70,7 +73,10 @@ SHED_STEPS = (0.0, 1 / 8, 1 / 4, 1 / 3, 1 / 2, 2 / 3, 3 / 4, 5 / 6, 7 / 8, 9 / 1
 #: a stream whose p95 stays under this share of the budget is calm
 CALM_SHARE = 0.6
 #: the share of the budget a live frame may have waited when the engine comes to it (see the docs)
-WAIT_SHARE = 0.6
+WAIT_SHARE = 0.75
+#: frames the engine may lose in a second (of those it published and lost) before that counts as
+#: overload: the budget is a p95, and the wait limit trims a tail that would have been late anyway
+TAIL_SHARE = 0.05
 #: ... and the least share that limit is taken down to
 MIN_WAIT_SHARE = 0.25
 #: the longest wait between two steps down, seconds
@@ -184,7 +190,8 @@ class BudgetController:
         p95 = {name: self.p95(name) for name in self._samples}
         lost = sum(max(0, n - self._drops.get(name, n)) for name, n in drops.items() if name in self._samples)
         self._drops.update(drops)
-        over = lost > 0 or any(ms is not None and ms > self.budget_ms for ms in p95.values())
+        lost_share = lost / (lost + published) if lost else 0.0
+        over = lost_share > TAIL_SHARE or any(ms is not None and ms > self.budget_ms for ms in p95.values())
         self._adjust_wait(max((ms for ms in p95.values() if ms is not None), default=None))
         if over:
             self._calm_since = None
@@ -194,7 +201,7 @@ class BudgetController:
             if self._last_up is not None and now - self._last_up < self.settle_s:
                 return None  # the last step has not had its time yet
             self._last_up = now
-            return self._note(self._step_up(lost / (lost + published) if lost else 0.0))
+            return self._note(self._step_up(lost_share))
         calm = all(ms is None or ms < CALM_SHARE * self.budget_ms for ms in p95.values())
         if not calm or self.level == 0:
             self._calm_since = None
