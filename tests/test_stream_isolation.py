@@ -130,6 +130,7 @@ sinks: [{{type: jsonl, path: out.jsonl}}]
     assert "engine 1 (cam2, file2) died (killed by signal 9); restarting it in 1 s (restart 1)" in err, err
     assert "engine 1 (cam2, file2) died (killed by signal 9); restarting it in 2 s (restart 2)" in err, err
     assert "Traceback" not in err
+    assert "resource_tracker" not in err, err  # a dead engine's rings were removed, and untracked, by the run
     streams = _frames(out)
     for name in ("cam1", "file1"):  # engine 0: nothing lost
         seq = [m["seq"] for m in streams[name]]

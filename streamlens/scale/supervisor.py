@@ -179,7 +179,7 @@ class _Processes:
                 how = (f"killed by signal {-process.exitcode}" if process.exitcode and process.exitcode < 0
                        else f"exit code {process.exitcode}")
                 if process.exitcode is not None:
-                    remove_rings_of(process.pid)  # what it could not remove itself
+                    remove_rings_of(process.pid, tracked_here=True)  # what it could not remove itself
                 self._close(engine)
                 events.append((engine, "gone", how))
         if not by_pipe:

@@ -45,7 +45,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-from multiprocessing import shared_memory
+from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
 
@@ -72,9 +72,12 @@ def free_bytes(path: str = SHM_DIR) -> int:
     return st.f_bavail * st.f_frsize
 
 
-def remove_rings_of(pid: int, path: str = SHM_DIR) -> list[str]:
+def remove_rings_of(pid: int, path: str = SHM_DIR, *, tracked_here: bool = False) -> list[str]:
     """Remove the rings that the process `pid` made and left behind (it was killed: it could not
-    remove them itself); returns their names. Only for a process that has ended.
+    remove them itself); returns their names. Only for a process that has ended. `tracked_here`:
+    `pid` registered its rings with this process's resource tracker (a child started by `spawn`
+    shares its parent's), which is told they are gone, so that it does not warn of them as leaked
+    and try to remove them again when this process ends.
 
     Example:
         >>> remove_rings_of(2 ** 22 + 1)   # no such process made any
@@ -91,7 +94,9 @@ def remove_rings_of(pid: int, path: str = SHM_DIR) -> list[str]:
             os.unlink(os.path.join(path, name))
             removed.append(name)
         except OSError:
-            pass
+            continue
+        if tracked_here:
+            resource_tracker.unregister(f"/{name}", "shared_memory")
     return removed
 
 
