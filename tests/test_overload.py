@@ -231,12 +231,11 @@ def test_the_engine_tells_the_shared_schedule_how_many_frames_never_came():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread priorities are set on Linux only")
-def test_the_detector_stops_yielding_the_cores_once_frames_are_shed():
+def test_the_detector_yields_the_cores_and_can_be_put_back_where_the_system_allows_it():
     inbox = Channel(8)
     detections = Channel(1 << 20, "detections", share=inbox)
     worker = DetectWorker(MotionDetector(), detections.put, max_batch=4, max_wait_ms=1, budget_ms=None,
                           low_priority=True)
-    engine = Engine(inbox, detections, [live_lane("a")], worker, lambda item: None, late_after_s=0.0)
     worker.start()
     try:
         deadline = time.monotonic() + 10
@@ -244,10 +243,10 @@ def test_the_detector_stops_yielding_the_cores_once_frames_are_shed():
             time.sleep(0.01)
         nice = lambda: os.getpriority(os.PRIO_PROCESS, worker._tid)  # noqa: E731
         assert worker.yielding and nice() == DETECTOR_NICE
-        engine.apply_control(4.0, False, True, 0.02, shedding=True)
+        worker.yield_cores(False)
         # back at the process's priority, or still at nice 10 where the system refuses it: as it says
         assert nice() == (DETECTOR_NICE if worker.yielding else os.getpriority(os.PRIO_PROCESS, 0))
-        engine.apply_control(4.0, False, True, 0.02, shedding=False)
+        worker.yield_cores(True)
         assert worker.yielding and nice() == DETECTOR_NICE
     finally:
         worker.close(5)

@@ -77,10 +77,11 @@ class DetectWorker:
     `low_priority` (Linux) runs that thread at nice `DETECTOR_NICE`: a detector on the CPU then takes
     the cores only when decoding, tracking and publishing leave them idle, so a busy machine makes
     keyframes late (their frames go out by motion) instead of making every frame late. (With
-    onnxruntime that covers the inference when it runs on the calling thread, `threads: 1`.) Once
-    the budget controller sheds frames, accuracy has given all it gives: `yield_cores(False)` puts
-    the thread back at the process's own priority, where the system allows it, so that the
-    detector's share is taken from frames (shed evenly) rather than keyframes starving."""
+    onnxruntime that covers the inference when it runs on the calling thread, `threads: 1`.)
+    `yield_cores(False)` puts the thread back at the process's own priority where the system allows
+    it (the budget controller does not: the shared schedule keeps the detector as busy as it can be,
+    so at normal priority it took the cores from the frames it should have served; see
+    tools/results/overload.md)."""
 
     def __init__(self, detector, deliver: Callable[[Detected], bool], *, max_batch: int,
                  max_wait_ms: float, budget_ms: float | None, low_priority: bool = False):
@@ -265,14 +266,11 @@ class Engine:
         self._wait_s = late_after_s  # as configured
         self._gaps = {lane.name: lane.interval for lane in lanes}  # as configured
 
-    def apply_control(self, stretch: float, wait: bool, throughput: bool, max_wait_s: float | None = None,
-                      shedding: bool = False) -> None:
+    def apply_control(self, stretch: float, wait: bool, throughput: bool, max_wait_s: float | None = None) -> None:
         """The budget controller's rung (graph/control.py), applied to what the engine owns: its
         live lanes' longest gap and the shared schedule (x `stretch`), whether live keyframes wait
-        for their detections, whether the detector batches for throughput (budget lifted), how
-        long a live frame may have waited when the engine comes to it (`Lane.max_wait_s`), and
-        whether frames are shed (the detector then stops yielding the cores: `yield_cores`)."""
-        self.worker.yield_cores(not shedding)
+        for their detections, whether the detector batches for throughput (budget lifted), and how
+        long a live frame may have waited when the engine comes to it (`Lane.max_wait_s`)."""
         if self.chooser is not None:
             self.chooser.stretch = stretch
         for lane in self.lanes.values():

@@ -408,8 +408,7 @@ class Pipeline:
                 if name in self._schedules:
                     self._schedules[name].stretch = control.stretch
         if self._engine is not None:
-            self._engine.apply_control(control.stretch, control.wait, control.throughput, control.max_wait_s,
-                                       shedding=control.shed > 0)
+            self._engine.apply_control(control.stretch, control.wait, control.throughput, control.max_wait_s)
 
     def _publish_stats(self, streams: list[str] | None = None) -> None:
         """Hand each stream's `stats` (or those of `streams`) to the sinks that want it, never
