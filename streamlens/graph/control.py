@@ -3,13 +3,14 @@
 Latency here is end to end: from a frame becoming available (`Frame.clock`) to every sink having
 published its result. Two parts hold it:
 
-- a hard limit, in the engine: a live frame that has already waited `max_wait_s` (`WAIT_SHARE` of
-  the budget) when the engine comes to it can no longer meet the budget and is dropped there
-  (counted `stale`), whatever the controller's rung. Nothing queues past the budget, and the engine
-  drops by age, in arrival order, so the streams lose alike. Once frames are shed, a second over
-  budget also takes its excess off this limit (down to `MIN_WAIT_SHARE` of the budget: the rest of
-  a frame's way, tracking and publishing, has become slower), and a second within budget gives
-  half its slack back (up to `WAIT_SHARE`);
+- a hard limit, in the engine: a live frame that has already waited `max_wait_s` when the engine
+  comes to it can no longer meet the budget and is dropped there (counted `stale`), whatever the
+  controller's rung. Nothing queues past the budget, and the engine drops by age, in arrival
+  order, so the streams lose alike. The limit starts at the whole budget (`WAIT_SHARE`: a frame
+  that old is late whatever follows); each second whose worst p95 is over budget takes its excess
+  off it (down to `MIN_WAIT_SHARE` of the budget: the rest of a frame's way, tracking and
+  publishing, takes that long now), and each second within budget gives half its slack back, so
+  below capacity it trims nothing a p95 within budget did not need trimmed;
 - the ladder below, climbed by the controller once a second (`tick`): it looks at the live streams'
   last second (each stream's p95, and the frames dropped without its say: too old for the engine,
   a full queue, a decoder worker's full ring) and, when a stream is over budget or more than
@@ -72,8 +73,8 @@ STRETCHES = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0)
 SHED_STEPS = (0.0, 1 / 8, 1 / 4, 1 / 3, 1 / 2, 2 / 3, 3 / 4, 5 / 6, 7 / 8, 9 / 10)
 #: a stream whose p95 stays under this share of the budget is calm
 CALM_SHARE = 0.6
-#: the share of the budget a live frame may have waited when the engine comes to it (see the docs)
-WAIT_SHARE = 0.75
+#: the share of the budget a live frame may have waited when the engine comes to it, at most (see the docs)
+WAIT_SHARE = 1.0
 #: frames the engine may lose in a second (of those it published and lost) before that counts as
 #: overload: the budget is a p95, and the wait limit trims a tail that would have been late anyway
 TAIL_SHARE = 0.05
@@ -214,10 +215,10 @@ class BudgetController:
         return self._note(self._step_down())
 
     def _adjust_wait(self, worst_ms: float | None) -> None:
-        """The hard limit follows the worst p95 of the second while frames are shed (see the docs)."""
+        """The hard limit follows the worst p95 of the second (see the docs)."""
         if worst_ms is None:
             return
-        if worst_ms > self.budget_ms and self.shed > 0:
+        if worst_ms > self.budget_ms:
             least = min(self._most_wait_s, MIN_WAIT_SHARE * self.budget_ms / 1000)
             self.max_wait_s = max(least, self.max_wait_s - (worst_ms - self.budget_ms) / 1000)
         elif worst_ms <= self.budget_ms:
