@@ -24,7 +24,9 @@ the rest of the world see one pipeline:
 An engine that dies (killed, crashed, its node lost) is started again with its live streams,
 whose `seq` goes on past the last one published (a subscriber sees a gap, never a repeat): exactly
 for a process, which marks it in shared memory; for an actor, past the last figure it reported
-plus what the stream could have published since. The wait before a restart backs off: 1 s after
+plus what the stream could have published since; it is started only once every forwarder has
+forwarded what the dead engine had sent (so its old messages never come after the new ones, even
+on a starved machine). The wait before a restart backs off: 1 s after
 the first death, doubling at each death up to 30 s, and back to 1 s once the engine has run for
 a minute. A file it was reading ends with reason `error` (started again it would repeat its
 output); the other streams go on and the run exits 1 at its end, naming it. Each restart is
@@ -126,6 +128,7 @@ class _Engine:
     restart_at: float | None = None
     first_seq: dict[str, int] = field(default_factory=dict)
     started_at: float = 0.0  # time.monotonic() at its last start
+    died_at: float = 0.0  # time.monotonic() when its death was seen
     restarts: int = 0
     restart_delay: float = 0.0  # the last wait before a restart (0: none yet, or reset)
     pid: int | None = None  # its process's, while known (a process engine)
@@ -367,7 +370,7 @@ class Supervisor:
         for engine in self._engines:
             if engine.restart_at is not None and self._stopping:
                 engine.restart_at = None
-            elif engine.restart_at is not None and time.monotonic() >= engine.restart_at:
+            elif engine.restart_at is not None and time.monotonic() >= engine.restart_at and self._drained(engine):
                 try:
                     self._start(engine)
                 except OSError as error:  # no processes or file descriptors left now: try again later
@@ -400,9 +403,15 @@ class Supervisor:
         engine.streams = live
         self._schedule_restart(engine, f"died ({how})")
 
+    def _drained(self, engine: _Engine) -> bool:
+        """Whether every forwarder has forwarded what `engine` sent before it died (it has had nothing
+        left to read since): only then may its restart publish, so that a subscriber never sees the
+        old engine's last messages after the new one's first (a `seq` going back)."""
+        return all(f.caught_up_at > engine.died_at for f in self._forwarders.values())
+
     def _schedule_restart(self, engine: _Engine, what: str) -> None:
         """Start `engine` again after the next wait of its backoff; logged once, counted."""
-        now = time.monotonic()
+        now = engine.died_at = time.monotonic()
         if not engine.restart_delay or now - engine.started_at >= HEALTHY_RUN_S:
             engine.restart_delay = RESTART_DELAY_S
         else:
@@ -498,6 +507,10 @@ class _Forwarder:
         self.dropped = 0
         #: the line that says why the sink written here failed (then what comes is dropped), or None
         self.error: str | None = None
+        #: the last time (time.monotonic()) nothing was left to forward: whatever a dead engine had
+        #: sent before then has been forwarded, and its restart may publish without its messages
+        #: coming out interleaved with the old ones
+        self.caught_up_at = 0.0
         self._auth = None
         self._sink = None  # a sink written here
         self._joined: dict[int, str] = {}  # engine -> the endpoint its share comes from
@@ -562,7 +575,11 @@ class _Forwarder:
                         self._failed(error)
                 else:
                     self.dropped += 1  # the sink has failed: taken, so that no engine waits on it
-            elif self._finishing.is_set():
+                if not self.front.poll(0):
+                    self.caught_up_at = time.monotonic()
+            else:
+                self.caught_up_at = time.monotonic()
+            if self.front not in events and self._finishing.is_set():
                 idle_since = idle_since or time.monotonic()
                 if time.monotonic() - idle_since >= DRAIN_IDLE_S:
                     return
