@@ -4,8 +4,6 @@ a fake clock: nothing here depends on the machine's speed."""
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -19,7 +17,7 @@ from streamlens.frame import EndOfStream, Frame, FrameResult
 from streamlens.graph.admit import Admission
 from streamlens.graph.channel import Channel
 from streamlens.graph.control import MIN_WAIT_SHARE, SHED_STEPS, WAIT_SHARE, BudgetController, Shedder
-from streamlens.graph.engine import DETECTOR_NICE, DetectWorker, Engine, Lane
+from streamlens.graph.engine import DetectWorker, Engine, Lane
 from streamlens.graph.keyframes import KeyframeChooser, SceneCutDetector
 from streamlens.track import build_tracker
 
@@ -227,24 +225,3 @@ def test_the_engine_tells_the_shared_schedule_how_many_frames_never_came():
     run_engine([live_lane("a")], items, max_wait_s=None, chooser=chooser)
     assert chooser.skipped == [0] + [1 if f.index % 3 == 2 else 0 for f in items[1:]]
 
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread priorities are set on Linux only")
-def test_the_detector_yields_the_cores_and_can_be_put_back_where_the_system_allows_it():
-    inbox = Channel(8)
-    detections = Channel(1 << 20, "detections", share=inbox)
-    worker = DetectWorker(MotionDetector(), detections.put, max_batch=4, max_wait_ms=1, budget_ms=None,
-                          low_priority=True)
-    worker.start()
-    try:
-        deadline = time.monotonic() + 10
-        while worker._tid is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        nice = lambda: os.getpriority(os.PRIO_PROCESS, worker._tid)  # noqa: E731
-        assert worker.yielding and nice() == DETECTOR_NICE
-        worker.yield_cores(False)
-        # back at the process's priority, or still at nice 10 where the system refuses it: as it says
-        assert nice() == (DETECTOR_NICE if worker.yielding else os.getpriority(os.PRIO_PROCESS, 0))
-        worker.yield_cores(True)
-        assert worker.yielding and nice() == DETECTOR_NICE
-    finally:
-        worker.close(5)

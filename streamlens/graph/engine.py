@@ -77,11 +77,10 @@ class DetectWorker:
     `low_priority` (Linux) runs that thread at nice `DETECTOR_NICE`: a detector on the CPU then takes
     the cores only when decoding, tracking and publishing leave them idle, so a busy machine makes
     keyframes late (their frames go out by motion) instead of making every frame late. (With
-    onnxruntime that covers the inference when it runs on the calling thread, `threads: 1`.)
-    `yield_cores(False)` puts the thread back at the process's own priority where the system allows
-    it (the budget controller does not: the shared schedule keeps the detector as busy as it can be,
-    so at normal priority it took the cores from the frames it should have served; see
-    tools/results/overload.md)."""
+    onnxruntime that covers the inference when it runs on the calling thread, `threads: 1`.) It
+    stays there while the budget controller sheds frames: back at normal priority, the shared
+    schedule kept it as busy as it could be and it took the cores from the frames it should have
+    served (tools/results/overload.md)."""
 
     def __init__(self, detector, deliver: Callable[[Detected], bool], *, max_batch: int,
                  max_wait_ms: float, budget_ms: float | None, low_priority: bool = False):
@@ -95,9 +94,6 @@ class DetectWorker:
         self.batcher = Batcher(self._jobs, max_batch=max_batch, max_wait_ms=max_wait_ms, budget_ms=budget_ms)
         self.budget_ms = budget_ms  # as configured (the budget controller may lift it: `Engine.apply_control`)
         self._thread = threading.Thread(target=self._run, name="detector", daemon=True)
-        self._tid: int | None = None  # the thread's id for the system's scheduler, once it runs
-        #: whether the thread runs at nice `DETECTOR_NICE` now
-        self.yielding = False
 
     def start(self) -> None:
         self._thread.start()
@@ -144,22 +140,12 @@ class DetectWorker:
         """Whether the detector's thread is still running (inside a batch, after a timed-out close)."""
         return self._thread.is_alive()
 
-    def yield_cores(self, low: bool) -> None:
-        """Run the detector's thread at nice `DETECTOR_NICE` (`low`) or at the process's priority;
-        nothing without `low_priority`, off Linux, or where the system refuses (raising a thread's
-        priority needs the right to)."""
-        if not self.low_priority or self._tid is None or low == self.yielding:
-            return
-        try:
-            os.setpriority(os.PRIO_PROCESS, self._tid, DETECTOR_NICE if low else os.getpriority(os.PRIO_PROCESS, 0))
-        except OSError:
-            return
-        self.yielding = low
-
     def _run(self) -> None:
         if self.low_priority and sys.platform.startswith("linux"):
-            self._tid = threading.get_native_id()
-            self.yield_cores(True)
+            try:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), DETECTOR_NICE)
+            except OSError:
+                pass
         while True:
             try:
                 batch = self.batcher.next_batch().items
