@@ -13,7 +13,8 @@ published its result. Two parts hold it:
   below capacity it trims nothing a p95 within budget did not need trimmed;
 - the ladder below, climbed by the controller once a second (`tick`): it looks at the live streams'
   last second (each stream's p95, and the frames dropped without its say: too old for the engine,
-  a full queue, a decoder worker's full ring) and, when a stream is over budget or more than
+  a full queue, a decoder worker's full ring; not those that came late from their source, which
+  shedding after the decoder would not help: the runtime leaves them out) and, when a stream is over budget or more than
   `TAIL_SHARE` of the frames were dropped (the wait limit trims a tail of frames that would have
   been late anyway: that is the p95's 5%, not overload), climbs one rung, then gives the step until
   the next tick (`settle_s`) to take effect:
@@ -38,8 +39,7 @@ published its result. Two parts hold it:
 
 Every frame it drops is counted (`shed`, part of `dropped`) in stats, metrics and the summary.
 When every live stream has stayed under 60% of the budget, without losing more than that tail, for
-`calm_s`, it comes
-down one rung, in the reverse order. A step down that had to be taken back within `calm_s` makes
+`calm_s`, it comes down one rung, in the reverse order. A step down that had to be taken back within `calm_s` makes
 the next one wait twice as long (up to a minute), so a load at the edge does not see-saw.
 
 Example:
