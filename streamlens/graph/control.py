@@ -38,9 +38,8 @@ published its result. Two parts hold it:
    frames shed), so shedding costs frames, not detections.
 
 Every frame it drops is counted (`shed`, part of `dropped`) in stats, metrics and the summary.
-It comes down one rung, in the reverse order, after `calm_s` of seconds that asked for nothing: while
-frames are shed, seconds within budget that lost no more than that tail (a step down too far shows at
-the next tick); below that, seconds with every live stream under 60% of the budget and that tail. A step down that had to be taken back within `calm_s` makes
+When every live stream has stayed under 60% of the budget, without losing more than that tail, for
+`calm_s`, it comes down one rung, in the reverse order. A step down that had to be taken back within `calm_s` makes
 the next one wait twice as long (up to a minute), so a load at the edge does not see-saw.
 
 Example:
@@ -204,9 +203,7 @@ class BudgetController:
                 return None  # the last step has not had its time yet
             self._last_up = now
             return self._note(self._step_up(lost_share))
-        # shedding is given back as soon as seconds within budget, losing no more than the tail, say
-        # it may be (a step too far is taken back at the next tick); the other rungs wait for room
-        calm = self._shed_index > 0 or all(ms is None or ms < CALM_SHARE * self.budget_ms for ms in p95.values())
+        calm = all(ms is None or ms < CALM_SHARE * self.budget_ms for ms in p95.values())
         if not calm or self.level == 0:
             self._calm_since = None
             return None
