@@ -126,16 +126,17 @@ def run_pipeline(tmp_path, body: str, sinks: str) -> tuple[object, list[dict]]:
     return report, [json.loads(line) for line in out.read_text().splitlines()]
 
 
-def test_an_impossible_budget_sheds_frames_and_every_one_is_counted(tmp_path):
+def test_an_impossible_budget_loses_frames_and_every_one_is_counted(tmp_path):
     sources = "".join(f"  - {{name: cam{i}, uri: {SAMPLE}, live: true}}\n" for i in range(2))
     report, lines = run_pipeline(
         tmp_path,
         f"sources:\n{sources}detector: {{backend: motion}}\nkeyframes: {{interval: 2}}\ntracker: {{motion: kalman}}\n"
         "runtime: {budget_ms: 1, max_stretch: 2}\n", "")
-    assert report.control_actions[:4] == ["keyframes no longer wait", "keyframe intervals x1.5", "keyframe intervals x2",
-                                          "batching for throughput"]
-    assert any("dropping" in a for a in report.control_actions)
-    assert sum(st.shed for st in report.streams) > 0
+    # a 1 ms budget no frame can meet: frames are lost (shed, or dropped for their age: which of the two
+    # depends on where this machine's time goes; the order of the controller's steps is pinned on
+    # crafted states in test_overload.py), the controller acted, and every loss is counted
+    assert report.control_actions and report.control_actions[0] == "keyframes no longer wait"
+    assert sum(st.dropped for st in report.streams) > 0
     for st in report.streams:
         frames = [m for m in lines if m["type"] == "frame" and m["stream"] == st.name]
         assert st.dropped >= st.shed
