@@ -131,7 +131,6 @@ class _Engine:
     died_at: float = 0.0  # time.monotonic() when its death was seen
     restarts: int = 0
     restart_delay: float = 0.0  # the last wait before a restart (0: none yet, or reset)
-    pid: int | None = None  # its process's, while known (a process engine)
 
 
 class _Processes:
@@ -159,7 +158,6 @@ class _Processes:
             orders_read.close()
             up_write.close()
         engine.handle = (process, orders_write, up_read, marks)
-        engine.pid = process.pid
 
     def tell(self, engine: _Engine, order: str) -> None:
         try:
