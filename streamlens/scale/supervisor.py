@@ -86,6 +86,22 @@ _POLL_MS = 100
 WRITTEN_HERE = ("jsonl", "mqtt", "webhook")
 
 
+def restart_delay(last_s: float, ran_s: float) -> float:
+    """The wait before an engine that died after running `ran_s` seconds is started again, when the
+    wait before its last restart was `last_s` (0: none yet): the first wait, doubled at each death up
+    to the longest, and the first again once it ran `HEALTHY_RUN_S`.
+
+    Example:
+        >>> [restart_delay(last, 5.0) for last in (0.0, 1.0, 2.0, 16.0, 30.0)]
+        [1.0, 2.0, 4.0, 30.0, 30.0]
+        >>> restart_delay(30.0, 61.0)
+        1.0
+    """
+    if not last_s or ran_s >= HEALTHY_RUN_S:
+        return RESTART_DELAY_S
+    return min(RESTART_MAX_S, 2 * last_s)
+
+
 def worker_count(config: PipelineConfig) -> int:
     """How many engines `runtime.workers` asks for, at most one per source (`auto`: one per two
     cores here; in a cluster, one per source)."""
@@ -410,10 +426,7 @@ class Supervisor:
     def _schedule_restart(self, engine: _Engine, what: str) -> None:
         """Start `engine` again after the next wait of its backoff; logged once, counted."""
         now = engine.died_at = time.monotonic()
-        if not engine.restart_delay or now - engine.started_at >= HEALTHY_RUN_S:
-            engine.restart_delay = RESTART_DELAY_S
-        else:
-            engine.restart_delay = min(RESTART_MAX_S, 2 * engine.restart_delay)
+        engine.restart_delay = restart_delay(engine.restart_delay, now - engine.started_at)
         engine.restart_at = now + engine.restart_delay
         engine.restarts += 1
         self.restarts += 1
@@ -637,4 +650,4 @@ class _Forwarder:
             self.ctx.term()
 
 
-__all__ = ["Supervisor", "worker_count", "supervised", "runner_for"]
+__all__ = ["Supervisor", "worker_count", "supervised", "runner_for", "restart_delay"]
