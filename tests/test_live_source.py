@@ -21,6 +21,7 @@ import pytest
 
 from streamlens.errors import SourceError
 from streamlens.frame import YuvPicture, thumbnail_step, to_bgr
+from streamlens.sources.decode import CatchUp
 from streamlens.sources.backoff import FAST_FOR_S, FAST_S, Backoff, retry_delay
 from streamlens.sources.file import FileSource
 from streamlens.sources.live import LiveSource
@@ -253,6 +254,47 @@ def test_a_decode_worker_that_dies_is_replaced_and_the_stream_goes_on(gst_server
         count = len(rec.frames)
         assert rec.wait_frames(count + 10, 10), f"no frames after the worker died: {source.stats()}"
     assert source.reconnects == 1 and "decode worker ended" in source.last_error
+
+
+def test_a_decoder_that_fell_behind_its_camera_skips_to_a_keyframe_instead_of_handing_over_old_frames(gst_server):
+    # The decode worker is frozen for 4 s (as a CPU-starved one would be) while the camera goes on
+    # sending: when it runs again, the packets waiting for it are seconds old. It skips them, counts
+    # them, and decodes again from a keyframe read near the camera's present.
+    source = LiveSource("cam1", gst_server.url("cam1"), transport="tcp", timeout_s=10, stall_s=30)
+    with _Recorder(source) as rec:
+        assert rec.wait_frames(30, 15), f"no frames: {source.stats()}"
+        (worker,) = [p for p in multiprocessing.active_children() if p.name == "streamlens-decode-cam1"]
+        os.kill(worker.pid, signal.SIGSTOP)
+        try:
+            time.sleep(4.0)
+        finally:
+            os.kill(worker.pid, signal.SIGCONT)
+        count = len(rec.frames)
+        assert rec.wait_frames(count + 60, 15), f"no frames after the freeze: {source.stats()}"
+    frames = [f for _, f in rec.frames]
+    behind = [f.ts - f.pts for f in frames]
+    lag = [b - min(behind) for b in behind]
+    assert source.reconnects == 0 and source.losses()["decoder"] >= 30, (source.stats(), source.losses())
+    # nothing handed over was decoded from packets more than a second (BEHIND_S) and a little behind
+    assert max(lag) < 1.5, [round(x, 2) for x in lag]
+    assert all(b.pts > a.pts for a, b in zip(frames, frames[1:]))
+
+
+def test_catch_up_follows_a_camera_clock_slower_than_the_hosts_and_lets_jitter_be():
+    # an hour of a 30 fps camera whose clock runs 0.1% slow (3.6 s an hour), each packet read up to
+    # 0.4 s late (network jitter): never skipped; then the decoder freezes for 3 s: skipped up to a
+    # keyframe read within half a second of the camera
+    rng = np.random.default_rng(7)
+    catch_up = CatchUp(behind_s=1.0)
+    for k in range(30 * 3600):
+        assert not catch_up.skip(k / 30 * 0.999, 1000 + k / 30 + rng.uniform(0, 0.4), k % 60 == 0), k
+    start = 1000 + 3600 + 3.0
+    skipped = [catch_up.skip((30 * 3600 + j) / 30 * 0.999, start + j * 0.001, j % 60 == 0) for j in range(120)]
+    assert skipped[:60] == [True] * 60 and skipped[60:] == [True] * 60  # still 3 s behind: no keyframe taken
+    now = start + 0.2
+    later = [catch_up.skip((30 * 3600 + 120 + j) / 30 * 0.999, now + j / 30, j % 60 == 0) for j in range(200)]
+    resumed = later.index(False)
+    assert resumed % 60 == 0 and not any(later[resumed:])
 
 
 def _first_frame(worker) -> FrameReady:

@@ -1,9 +1,11 @@
 """Decoding rules shared by the file source (`file.py`) and the live inputs' decode sessions
-(`session.py`): presentation times made strictly increasing, and a frame-rate cap."""
+(`session.py`): presentation times made strictly increasing, a frame-rate cap, and a live decoder's
+catch-up when it falls behind its camera."""
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from fractions import Fraction
 
 import av
@@ -84,3 +86,52 @@ class FrameRateCap:
             return False
         self.last_slot = slot
         return True
+
+
+class CatchUp:
+    """Whether a live decoder has fallen behind its camera, and so skips to a keyframe.
+
+    A camera sends frames at its own pace whether or not they are decoded in time. A decoder short
+    of CPU falls behind: the packets wait in socket buffers, and every frame it hands over is older
+    than the one before. Latency counted from decoding does not show it (each frame was decoded a
+    moment ago), nor does any queue of the graph. Here it is measured by the packets' own clock:
+    `lag` is how much later, on this host's clock, a packet is read than the most punctual packet of
+    the last `window_s` seconds would put it (`offset = read time - packet time`, minus the least
+    offset of the window). Past `behind_s`, packets are skipped, not decoded (demuxing costs a tenth
+    of decoding), up to the first keyframe read with less than half of `behind_s` of lag, which is
+    decoded: the decoder is back at the camera's present, at the cost of the frames skipped
+    (counted as the worker's drops). The window lets the least offset follow a camera whose clock
+    runs slower than this host's, or a network path that got longer.
+
+    Example:
+        >>> catch_up = CatchUp(behind_s=1.0)
+        >>> [catch_up.skip(pts, now, key) for pts, now, key in
+        ...  [(0.0, 100.0, True), (0.5, 100.5, False), (1.0, 102.5, False), (1.5, 102.6, False),
+        ...   (2.0, 102.7, True), (2.5, 102.8, False), (4.0, 104.1, True), (4.5, 104.5, False)]]
+        [False, False, True, True, True, True, False, False]
+    """
+
+    def __init__(self, behind_s: float, window_s: float = 30.0):
+        self.behind_s = behind_s
+        self.window_s = window_s
+        self.skipping = False
+        #: (read time, offset) with offsets increasing: the least offset of the window is the first
+        self._least: deque[tuple[float, float]] = deque()
+
+    def skip(self, pts: float | None, now: float, keyframe: bool) -> bool:
+        """True if the packet with presentation time `pts` (seconds; None: unknown), read at `now`
+        (`time.monotonic()`), is to be skipped rather than decoded."""
+        if pts is None:  # no clock to go by: decoded, unless it is part of a skipped stretch
+            return self.skipping
+        offset = now - pts
+        while self._least and self._least[-1][1] >= offset:
+            self._least.pop()
+        self._least.append((now, offset))
+        while self._least[0][0] < now - self.window_s:
+            self._least.popleft()
+        lag = offset - self._least[0][1]
+        if self.skipping:
+            self.skipping = not (keyframe and lag < self.behind_s / 2)
+        else:
+            self.skipping = lag > self.behind_s
+        return self.skipping

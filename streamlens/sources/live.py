@@ -32,7 +32,8 @@ planes (`Frame(decoded=YuvPicture)`), converted to BGR when something first read
   picture larger than `max_pixels`, or one whose frame ring has no room in shared memory (a camera
   that switched to a larger size; see worker.py). Each ends the attempt with one line naming the
   stream, and the source backs off and tries again; it never raises for them.
-- `losses()`: frames the worker dropped (`decoder`, its ring full), frames dropped for staleness
+- `losses()`: frames the worker dropped (`decoder`: its ring full, or skipped to catch up with the
+  camera, see decode.py `CatchUp`), frames dropped for staleness
   (`stale`), pictures refused (`refused`: too large, or no room for them) and packets its decoder
   rejected (`corrupt`), counted across reconnects and workers.
 - Credentials in the URL never leave this module unmasked: every log line, error and stats value
@@ -70,7 +71,7 @@ from ..urls import host_problem, mask_url
 from .backoff import Backoff
 from .base import Source
 from .host_memory import HostMemory
-from .session import SessionSpec, input_options
+from .session import SessionSpec, behind_limit, input_options
 from .worker import Died, Ended, FrameReady, Opened, ProcessWorker, ThreadWorker
 
 log = logging.getLogger("streamlens.sources")
@@ -138,7 +139,7 @@ class LiveSource(Source):
             uri=uri,
             options=input_options(uri, transport=transport, timeout_s=timeout_s, user=dict(options or {})),
             format="v4l2" if uri.startswith("/dev/video") else None,
-            max_fps=max_fps, export_mvs=export_mvs, max_pixels=max_pixels)
+            max_fps=max_fps, export_mvs=export_mvs, max_pixels=max_pixels, behind_s=behind_limit(uri))
         self.fps: float | None = None
         self.total_frames = None
         self.on_state: Callable[[str, str], None] | None = None

@@ -37,6 +37,23 @@ from ..urls import mask_url
 #: measured against GStreamer's RTSP server here (1.3 s to the first frame, 0.3 s with these). The
 #: decoder learns what the probe did not from the stream itself.
 LIVE_DEFAULT_OPTIONS = {"probesize": "32768", "analyzeduration": "500000"}
+#: a live decoder this far (seconds) behind its camera's clock skips to a keyframe (decode.py
+#: `CatchUp`): a second is thirty frames of a 30 fps camera, more than any queue of the graph holds
+BEHIND_S = 1.0
+#: the protocols whose packets arrive as the camera sends them, and so show a decoder behind its
+#: camera; HLS and other HTTP streams come in segments, bursts seconds apart by design
+STEADY_SCHEMES = ("rtsp", "rtsps", "rtmp", "rtmps", "rtp", "srt", "udp", "tcp")
+
+
+def behind_limit(uri: str) -> float | None:
+    """`BEHIND_S` for an input that streams steadily (see `STEADY_SCHEMES`), else None (no catch-up).
+
+    Example:
+        >>> behind_limit("rtsp://10.0.0.7/stream1"), behind_limit("https://cdn.example/live.m3u8")
+        (1.0, None)
+    """
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    return BEHIND_S if scheme in STEADY_SCHEMES else None
 
 
 def input_options(uri: str, *, transport: str, timeout_s: float, user: dict[str, str]) -> dict[str, str]:
@@ -73,6 +90,9 @@ class SessionSpec:
     #: the largest picture (width x height) taken; a larger one ends the session as `refused`
     #: (None: no limit; a pipeline file's sources have one, `sources[i].max_pixels`)
     max_pixels: int | None = None
+    #: how far (seconds) decoding may fall behind the camera's clock before it skips to a keyframe
+    #: (decode.py `CatchUp`; `behind_limit` chooses it for a URL); None: never skip
+    behind_s: float | None = None
 
     #: a camera never waits for its owner: a frame with no free slot is dropped
     lossless = False
@@ -138,6 +158,10 @@ class SessionOutput:
         """A decoded picture this host does not take (see `too_large`): counted, then the session ends."""
         raise NotImplementedError
 
+    def skipped(self) -> None:
+        """A packet not decoded: the decoder had fallen behind the camera (decode.py `CatchUp`)."""
+        raise NotImplementedError
+
 
 def reason_of(error: BaseException, uri: str) -> str:
     """FFmpeg's own words for an error, with the URL and its credentials kept out."""
@@ -165,7 +189,7 @@ def run_session(spec: SessionSpec, out: SessionOutput, should_stop: Callable[[],
 
 
 def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tuple[str, str]:
-    from .decode import FrameRateCap, PresentationTimes  # the file source's rules too
+    from .decode import CatchUp, FrameRateCap, PresentationTimes  # the file source's rules too
     from .motion_vectors import ReferenceDistance, frame_motion_vectors
 
     stream = container.streams.video[0]
@@ -182,6 +206,8 @@ def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tu
     times = PresentationTimes(stream.time_base or Fraction(1, 90000), 1.0 / (fps or 30.0))
     cap = FrameRateCap(spec.max_fps) if spec.max_fps else None
     anchors = ReferenceDistance()
+    catch_up = CatchUp(spec.behind_s) if spec.behind_s else None
+    tick = float(stream.time_base or Fraction(1, 90000))
     decoded = 0
     packets = container.demux(stream)
     while True:
@@ -193,6 +219,11 @@ def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tu
             return "eof", "the stream ended"
         except (av.error.FFmpegError, OSError) as error:
             return "error", reason_of(error, spec.uri)
+        if catch_up is not None and packet.size:
+            ticks = packet.dts if packet.dts is not None else packet.pts
+            if catch_up.skip(None if ticks is None else ticks * tick, time.monotonic(), packet.is_keyframe):
+                out.skipped()
+                continue
         started = time.perf_counter()  # decode time only: waiting for the network is not decoding
         try:
             frames = packet.decode()

@@ -24,7 +24,8 @@ over a file, its loops included; `spec.run()` is the loop, `spec.lossless` how f
 worker's credits (`RING_SLOTS` of them): a frame spends one, and the owner gives it back when it has
 copied the frame out.
 - A camera's worker never waits for the owner: when every slot is full it drops the frame it holds
-  (counted in `FrameReady.worker_drops`; packets its decoder rejected in `FrameReady.corrupt`; both
+  (counted in `FrameReady.worker_drops`, with the packets it skipped to catch up with a camera it
+  fell behind: session.py `BEHIND_S`; packets its decoder rejected in `FrameReady.corrupt`; both
   counters also come with `Ended`, and restart with each worker).
 - A file's worker (a lossless session) waits instead: out of credits, it says `("waiting",)` and
   blocks on its pipe. The owner answers `("credit",)` as soon as it reads that: it has freed every
@@ -309,8 +310,9 @@ def serve(conn, make_output) -> None:
             control.ring.close()
 
 
-class _RingOutput(SessionOutput):
-    """A process worker's output: pixels into the shared ring, a small message on the pipe."""
+class _Output(SessionOutput):
+    """What both workers' outputs count the same way: rejected packets (`corrupt`), refused
+    pictures, and packets skipped to catch up with a camera (counted with the drops)."""
 
     def __init__(self, conn, control: _Control, spec):
         self.conn, self.control, self.spec = conn, control, spec
@@ -323,6 +325,13 @@ class _RingOutput(SessionOutput):
 
     def refused(self) -> None:
         self.control.refused += 1
+
+    def skipped(self) -> None:
+        self.control.drops += 1
+
+
+class _RingOutput(_Output):
+    """A process worker's output: pixels into the shared ring, a small message on the pipe."""
 
     def frame(self, picture, pts, ts, clock, decode_ms, motion_vectors, position=None) -> None:
         control = self.control
@@ -638,20 +647,8 @@ class _QueueEnd:
         return self._held.popleft() if self._held else self._inbox.get()
 
 
-class _DirectOutput(SessionOutput):
+class _DirectOutput(_Output):
     """A thread worker's output: the packed picture itself, at most `RING_SLOTS` frames in flight."""
-
-    def __init__(self, conn, control: _Control, spec):
-        self.conn, self.control = conn, control
-
-    def opened(self, info: StreamInfo) -> None:
-        self.conn.send(("opened", self.control.session, info))
-
-    def rejected(self) -> None:
-        self.control.corrupt += 1
-
-    def refused(self) -> None:
-        self.control.refused += 1
 
     def frame(self, picture, pts, ts, clock, decode_ms, motion_vectors, position=None) -> None:
         control = self.control
