@@ -16,7 +16,8 @@ from streamlens.detect.motion import MotionDetector
 from streamlens.frame import EndOfStream, Frame, FrameResult
 from streamlens.graph.admit import Admission
 from streamlens.graph.channel import Channel
-from streamlens.graph.control import MIN_WAIT_SHARE, SHED_STEPS, WAIT_SHARE, BudgetController, Shedder
+from streamlens.graph.control import (MIN_WAIT_SHARE, PROBE_CALMS, SHED_STEPS, WAIT_SHARE, BudgetController,
+                                      Shedder)
 from streamlens.graph.engine import DetectWorker, Engine, Lane
 from streamlens.graph.keyframes import KeyframeChooser, SceneCutDetector
 from streamlens.track import build_tracker
@@ -88,6 +89,38 @@ def test_steps_down_one_rung_at_a_time_in_the_reverse_order():
     assert actions == ["dropping 1 in 3", "dropping 1 in 4", "dropping 1 in 8", "no longer dropping",
                        "batching for latency", "keyframe intervals x1", "keyframes wait again"]
     assert c.level == 0 and all(s.fraction == 0 for s in c.shedders.values())
+
+
+def test_a_passing_load_leaves_no_rung_behind_when_the_streams_run_within_budget_but_not_calm():
+    # Overload for a while (another program on the machine), then the streams run at 25 ms of a
+    # 33 ms budget: within it, never under the calm 60%. The controller tries a rung down every
+    # PROBE_CALMS * calm_s, and is back to the pipeline as configured.
+    clock = Clock()
+    c = BudgetController(33, ["a", "b"], max_stretch=1.5, clock=clock, calm_s=2)
+    feed(c, clock, {"a": 20, "b": 20}, {"a": 0, "b": 0})
+    feed(c, clock, {"a": 50, "b": 50}, {"a": 0, "b": 0}, seconds=3)  # x1.5, batching, 1 in 8
+    assert c.level == 3
+    probe = PROBE_CALMS * 2
+    actions = feed(c, clock, {"a": 25, "b": 25}, {"a": 0, "b": 0}, seconds=3 * probe + 1)
+    steps = {i: a for i, a in enumerate(actions) if a}
+    assert steps == {probe: "no longer dropping", 2 * probe: "batching for latency",
+                     3 * probe: "keyframe intervals x1"}
+    assert c.level == 0
+
+
+def test_a_step_down_taken_back_makes_the_next_wait_twice_as_long_and_one_that_holds_halves_it():
+    clock = Clock()
+    c = BudgetController(33, ["a"], max_stretch=1, clock=clock, calm_s=2)
+    feed(c, clock, {"a": 20}, {"a": 0})
+    feed(c, clock, {"a": 50}, {"a": 0}, seconds=2)  # batching, 1 in 8
+    assert feed(c, clock, {"a": 5}, {"a": 0}, seconds=3) == [None, None, "no longer dropping"]
+    assert feed(c, clock, {"a": 50}, {"a": 0}) == ["dropping 1 in 8"]  # taken back at once
+    assert c.calm_s == 4
+    actions = feed(c, clock, {"a": 5}, {"a": 0}, seconds=9)
+    # calm from the first of these seconds: down after 4 s; the next 4 s later, and as the one
+    # before it held, the wait is halved
+    assert {i: a for i, a in enumerate(actions) if a} == {4: "no longer dropping", 8: "batching for latency"}
+    assert c.calm_s == 2
 
 
 def test_the_wait_limit_follows_the_worst_p95_between_a_share_of_the_budget_and_all_of_it():

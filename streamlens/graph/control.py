@@ -39,8 +39,13 @@ published its result. Two parts hold it:
 
 Every frame it drops is counted (`shed`, part of `dropped`) in stats, metrics and the summary.
 When every live stream has stayed under 60% of the budget, without losing more than that tail, for
-`calm_s`, it comes down one rung, in the reverse order. A step down that had to be taken back within `calm_s` makes
-the next one wait twice as long (up to a minute), so a load at the edge does not see-saw.
+`calm_s`, it comes down one rung, in the reverse order. A load within the budget but above that
+(a machine that carries its streams with little room) comes down too, after `PROBE_CALMS` times
+as long: the only way to know whether a rung is still needed is to try without it, and without
+that try a passing load (a backup, another program) would leave frames shed for good. A step down
+that had to be taken back within `calm_s` makes the next one wait twice as long (up to a minute),
+so a load at the edge does not see-saw; one that held halves the wait again (down to `calm_s`
+as configured).
 
 Example:
     >>> t = [0.0]
@@ -82,6 +87,8 @@ TAIL_SHARE = 0.05
 MIN_WAIT_SHARE = 0.25
 #: the longest wait between two steps down, seconds
 MAX_CALM_S = 60.0
+#: a load within the budget but not calm steps down after this many times the calm wait
+PROBE_CALMS = 3
 
 
 def shed_name(fraction: float) -> str:
@@ -132,7 +139,7 @@ class BudgetController:
         self.stretches = tuple(s for s in STRETCHES if s <= max(1.0, max_stretch))
         self.window_s = window_s
         self.settle_s = settle_s
-        self.calm_s = calm_s
+        self.calm_s = self._least_calm_s = calm_s
         self.clock = clock
         #: how long a live frame may have waited when the engine comes to it (seconds)
         self.max_wait_s = self._most_wait_s = self.budget_ms * wait_share / 1000
@@ -150,7 +157,8 @@ class BudgetController:
         self._samples = {name: deque() for name in streams}
         self._lock = threading.Lock()
         self._drops: dict[str, int] = {}
-        self._calm_since: float | None = None
+        self._calm_since: float | None = None  # every stream calm since
+        self._steady_since: float | None = None  # every stream within the budget since
         self._last_up: float | None = None
         self._last_down: float | None = None
 
@@ -195,7 +203,7 @@ class BudgetController:
         over = lost_share > TAIL_SHARE or any(ms is not None and ms > self.budget_ms for ms in p95.values())
         self._adjust_wait(max((ms for ms in p95.values() if ms is not None), default=None))
         if over:
-            self._calm_since = None
+            self._calm_since = self._steady_since = None
             if self._last_down is not None and now - self._last_down < self.calm_s:
                 self.calm_s = min(MAX_CALM_S, 2 * self.calm_s)  # that step down was one too many
             self._last_down = None
@@ -203,15 +211,22 @@ class BudgetController:
                 return None  # the last step has not had its time yet
             self._last_up = now
             return self._note(self._step_up(lost_share))
+        if self.level == 0:
+            self._calm_since = self._steady_since = None
+            return None
         calm = all(ms is None or ms < CALM_SHARE * self.budget_ms for ms in p95.values())
-        if not calm or self.level == 0:
+        if self._steady_since is None:
+            self._steady_since = now
+        if not calm:
             self._calm_since = None
-            return None
-        if self._calm_since is None:
+        elif self._calm_since is None:
             self._calm_since = now
-        if now - self._calm_since < self.calm_s:
+        if ((self._calm_since is None or now - self._calm_since < self.calm_s)
+                and now - self._steady_since < PROBE_CALMS * self.calm_s):
             return None
-        self._calm_since, self._last_down = now, now
+        if self._last_down is not None:  # the last step down held: the next may come sooner
+            self.calm_s = max(self._least_calm_s, self.calm_s / 2)
+        self._calm_since = self._steady_since = self._last_down = now
         return self._note(self._step_down())
 
     def _adjust_wait(self, worst_ms: float | None) -> None:
