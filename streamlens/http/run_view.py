@@ -52,5 +52,6 @@ class RunView(Protocol):
         ...
 
     def secondary_stats(self) -> dict:
-        """The secondary models' figures by model name (and `cache`)."""
+        """The secondary models' figures by `secondary` entry, the cache's own under `cache`; empty
+        where none run in this process."""
         ...
