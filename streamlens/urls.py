@@ -1,5 +1,6 @@
 """URL helpers: tell a camera URL from a file path, hide credentials before anything is printed,
-check a URL's port (`port_problem`) and say when its host does not resolve (`host_problem`).
+check a URL's port (`port_problem`), say when its host does not resolve (`host_problem`) and
+whether a listening host keeps a server to this machine (`is_loopback`).
 
 Example:
     >>> mask_url("rtsp://admin:s3cret@10.0.0.5:554/stream1")
@@ -109,6 +110,27 @@ def port_problem(uri: str) -> str | None:
     shown = shown if port.isascii() and port.isdigit() else repr(shown)
     hint = " (an IPv6 address is written in brackets: [fe80::1]:554)" if not bracketed and ":" in port else ""
     return f"port must be a number from 1 to 65535, got {shown}: {url}{hint}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether listening on `host` keeps the server to this machine: 127.0.0.0/8, ::1, or a name
+    that resolves to those alone. `""` and `0.0.0.0` listen everywhere.
+
+    Example:
+        >>> [is_loopback(h) for h in ("127.0.0.1", "::1", "localhost", "0.0.0.0", "", "10.0.0.5")]
+        [True, True, True, False, False, False]
+    """
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    return bool(found) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in found)
 
 
 def host_problem(uri: str, timeout: float = RESOLVE_TIMEOUT_S) -> str | None:

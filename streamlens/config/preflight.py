@@ -12,7 +12,7 @@ import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..urls import RESOLVE_TIMEOUT_S, host_problem
+from ..urls import RESOLVE_TIMEOUT_S, host_problem, is_loopback
 from .model import PipelineConfig, SinkConfig, SourceConfig
 from .problems import Problems
 
@@ -59,7 +59,7 @@ def preflight_problems(cfg: PipelineConfig) -> list[str]:
     http_host = {"": "0.0.0.0", "localhost": "127.0.0.1"}.get(cfg.runtime.http_host, cfg.runtime.http_host)
     if cfg.runtime.http_port and _is_ipv4(http_host):  # other host names are not looked up
         _check_port((socket.AF_INET, http_host, cfg.runtime.http_port), "runtime.http.port", listeners, problems)
-    if cfg.runtime.http_port is not None and not _loopback(cfg.runtime.http_host):
+    if cfg.runtime.http_port is not None and not is_loopback(cfg.runtime.http_host):
         _check_env(cfg.runtime.http.token_env, "runtime.http.token_env", problems,
                    f"listening on {cfg.runtime.http_host or 'every address'} (not a loopback address), every route "
                    "but /healthz needs the access token it holds; set it, or listen on 127.0.0.1")
@@ -174,12 +174,6 @@ def _unwritable(target: Path) -> str | None:
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"cannot write in folder {folder}: permission denied"
     return None
-
-
-def _loopback(host: str) -> bool:
-    from ..http.server import is_loopback
-
-    return is_loopback(host)
 
 
 def _check_env(name: str, where: str, problems: Problems, why: str) -> None:

@@ -152,7 +152,11 @@ def _live_switch_interval(hold: bool) -> None:
 
 
 class Pipeline:
-    """A pipeline built from a `PipelineConfig`; `run()` it once."""
+    """A pipeline built from a `PipelineConfig`; `run()` it once. Its HTTP server reads it as a
+    `streamlens.http.run_view.RunView`."""
+
+    #: the live page shows this run's frames: they pass through this process (`preview`)
+    shows_frames = True
 
     def __init__(self, config: PipelineConfig, *, sinks: list[Sink] | None = None,
                  first_seq: dict[str, int] | None = None, stats_extra: dict | None = None):

@@ -74,11 +74,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import json
 import logging
 import os
-import socket
 import threading
 import time
 from collections import deque
@@ -89,11 +87,11 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 from ..errors import StreamlensError
-from ..urls import mask_url
+from ..urls import is_loopback, mask_url
 from ..wire.codec import finite, json_bytes
 
 if TYPE_CHECKING:
-    from ..graph.runtime import Pipeline
+    from .run_view import RunView
 
 log = logging.getLogger("streamlens.http")
 
@@ -103,7 +101,7 @@ UNHEALTHY_STREAM_STATES = ("stalled", "backing_off", "reconnecting", "connecting
 DELIVERING_STATES = ("running", "streaming")
 
 
-def pipeline_state(pipeline: Pipeline) -> str:
+def pipeline_state(pipeline: RunView) -> str:
     """starting, running, degraded or stopping, from the streams' states."""
     states = [st.state for st in pipeline.stats.values()]
     if pipeline.stopping:
@@ -118,7 +116,7 @@ def pipeline_state(pipeline: Pipeline) -> str:
 class _Collector:
     """Turns the pipeline's stats into Prometheus metric families at scrape time."""
 
-    def __init__(self, pipeline: Pipeline):
+    def __init__(self, pipeline: RunView):
         self.pipeline = pipeline
 
     def collect(self):
@@ -243,33 +241,12 @@ VIEWER_SLACK = 0.8
 IDLE_TIMEOUT_S = 15
 
 
-def is_loopback(host: str) -> bool:
-    """Whether listening on `host` keeps the server to this machine: 127.0.0.0/8, ::1, or a name
-    that resolves to those alone. `""` and `0.0.0.0` listen everywhere.
-
-    Example:
-        >>> [is_loopback(h) for h in ("127.0.0.1", "::1", "localhost", "0.0.0.0", "", "10.0.0.5")]
-        [True, True, True, False, False, False]
-    """
-    if not host:
-        return False
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        pass
-    try:
-        found = {info[4][0] for info in socket.getaddrinfo(host, None)}
-    except OSError:
-        return False
-    return bool(found) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in found)
-
-
 class _History:
     """Once a second, each stream's p95 end to end (None when it published nothing that second)
     with its counters of frames and of keyframes sent to the detector (in time or late): the page's
     latency plot and the rates of `/api/stats`."""
 
-    def __init__(self, pipeline):
+    def __init__(self, pipeline: RunView):
         self.pipeline = pipeline
         self.samples: deque = deque(maxlen=HISTORY_KEEP)  # (number, wall time, {stream: (frames, keyframes, p95)})
         self.count = 0
@@ -371,7 +348,7 @@ def _int(query: dict, key: str, default: int | None = None) -> int | None:
 class _Api:
     """The page and its API over one pipeline (a `Pipeline` or a `Supervisor`): each route's answer."""
 
-    def __init__(self, pipeline, preview_fps: float):
+    def __init__(self, pipeline: RunView, preview_fps: float):
         self.pipeline = pipeline
         self.preview_fps = preview_fps
         self.history = _History(pipeline)
@@ -390,11 +367,8 @@ class _Api:
     # -- /api/streams ---------------------------------------------------------------------------
 
     def _frames_note(self) -> str | None:
-        """Why this run shows no live frames, or None where it does (a `Pipeline`, whose preview
-        sink is made just after this server starts)."""
-        from ..graph.runtime import Pipeline
-
-        if getattr(self.pipeline, "preview", None) is not None or isinstance(self.pipeline, Pipeline):
+        """Why this run shows no live frames, or None where it does."""
+        if self.pipeline.shows_frames:
             return None
         return "live frames are not available with several engines (runtime.workers > 1): figures only"
 
@@ -541,7 +515,7 @@ def _page_files() -> set[str]:
         return set()
 
 
-def _http_config(pipeline):
+def _http_config(pipeline: RunView):
     """The pipeline's `runtime.http` section (defaults where it has none)."""
     from ..config.model import HttpConfig
 
@@ -555,7 +529,7 @@ class MetricsServer:
 
     `port=0` picks a free port (read `.port` after `start()`)."""
 
-    def __init__(self, pipeline: Pipeline, host: str = "127.0.0.1", port: int = 9464):
+    def __init__(self, pipeline: RunView, host: str = "127.0.0.1", port: int = 9464):
         from prometheus_client import CollectorRegistry
 
         self.pipeline = pipeline

@@ -225,7 +225,8 @@ class _Processes:
 class Supervisor:
     """Runs `config` (from the tree `data`, as read from the file) over `worker_count` engines;
     `run()` it once, `stop()` and `abort()` as a `Pipeline`. It offers what the progress display
-    and `/metrics` read of a pipeline: `stats`, `stopping`, `controller`, `queue_depth`, `control_of`."""
+    and `/metrics` read of a pipeline: `stats`, `stopping`, `controller`, `queue_depth`, `control_of`
+    (a `streamlens.http.run_view.RunView`)."""
 
     def __init__(self, config: PipelineConfig, data: dict, *, log_level: int = logging.WARNING):
         self.config = config
@@ -281,6 +282,7 @@ class Supervisor:
 
     #: the live page's frames stay in the engines: the page a supervisor serves shows figures only
     preview = None
+    shows_frames = False
 
     def secondary_stats(self) -> dict:
         """The secondary models run in the engines: their figures are in each engine's `stats`

@@ -1,0 +1,57 @@
+"""What the HTTP server reads of a run: `RunView`, met by `graph.runtime.Pipeline` (one process) and
+`scale.supervisor.Supervisor` (several engines).
+
+The server names this protocol rather than either class because both runs start the server: it
+importing them would tie the HTTP side to the whole runtime in an import cycle."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ..config.model import PipelineConfig
+    from ..graph.control import BudgetController
+    from ..graph.stats import StreamStats
+    from .preview import PreviewSink
+
+
+class RunView(Protocol):
+    """A run as `/metrics`, `/healthz` and the live page see it. A run over several engines also has
+    `engine_restarts` ({engine: restarts so far}), exported to /metrics where present."""
+
+    #: the pipeline file: its sources, `runtime.budget_ms` and `runtime.http`
+    config: PipelineConfig
+    #: the live page's view of the frames (None: not made yet, or the frames are elsewhere)
+    preview: PreviewSink | None
+    #: the budget controller of this process (None: none here)
+    controller: BudgetController | None
+
+    @property
+    def stats(self) -> dict[str, StreamStats]:
+        """Each stream's figures by name, as they are now."""
+        ...
+
+    @property
+    def stopping(self) -> bool:
+        """True once the run was told to end."""
+        ...
+
+    @property
+    def shows_frames(self) -> bool:
+        """Whether the live page can show this run's frames: they pass through this process (its
+        preview sink may be made only after the server starts)."""
+        ...
+
+    def queue_depth(self, stream: str) -> int:
+        """Frames of `stream` waiting to be processed."""
+        ...
+
+    def control_of(self, stream: str) -> tuple[float, bool, float] | None:
+        """The budget controller's hold on `stream`: (interval stretch, whether keyframes wait for
+        their detections, share of frames shed); None where none watches it."""
+        ...
+
+    def secondary_stats(self) -> dict:
+        """The secondary models' figures by `secondary` entry, the cache's own under `cache`; empty
+        where none run in this process."""
+        ...

@@ -1,0 +1,180 @@
+"""The package's shape: no import cycle between its modules.
+
+A cycle counts every import statement, the type-only ones under `if TYPE_CHECKING:` and those inside
+functions included: each still ties the two modules together (a reader of one needs the other, and a lazy
+import only moves the cycle to run time), so none may close a loop."""
+
+from __future__ import annotations
+
+import ast
+from collections import deque
+from importlib.util import resolve_name
+from itertools import pairwise
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "streamlens"
+
+
+def modules(package: Path = PACKAGE) -> dict[str, Path]:
+    """Every module of `package` by dotted name; a package's `__init__.py` is the package itself."""
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def owner(name: str, known: dict[str, Path]) -> str | None:
+    """The module `name` lives in: itself, or the nearest enclosing module (`pkg.mod.Class` -> `pkg.mod`)."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports(name: str, known: dict[str, Path]) -> list[tuple[str, int]]:
+    """The package modules that module `name` imports, each with the line of its statement.
+
+    `from pkg import x` is `pkg.x` when that is a module, else `pkg`; relative imports resolve against the
+    module's package (itself for an `__init__`)."""
+    path = known[name]
+    here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = resolve_name("." * node.level + (node.module or ""), here) if node.level else node.module
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                       for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            module = owner(target, known)
+            if module is not None:
+                found.append((module, node.lineno))
+    return found
+
+
+def graph(known: dict[str, Path]) -> dict[str, dict[str, int]]:
+    """module -> {imported module: first line importing it}, among the package's modules.
+
+    A module's own enclosing packages are left out: Python runs them before the module whichever way the
+    import goes, so an edge to them closes no loop of ours."""
+    edges: dict[str, dict[str, int]] = {}
+    for name in known:
+        mine = edges.setdefault(name, {})
+        for target, line in sorted(imports(name, known), key=lambda hit: hit[1]):
+            if target != name and not name.startswith(target + "."):
+                mine.setdefault(target, line)
+    return edges
+
+
+def components(edges: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's, without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root, out in edges.items():
+        if root in index:
+            continue
+        work = [(root, iter(out))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, rest = work[-1]
+            child = next(rest, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(edges[child])))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def shortest_cycle(start: str, edges: dict[str, dict[str, int]]) -> list[str]:
+    """The shortest loop from `start` back to itself: what a failure names, one edge per line."""
+    came_from: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for child in edges[node]:
+            if child == start:
+                path = [node]
+                while path[-1] != start:
+                    path.append(came_from[path[-1]])
+                return [start, *reversed(path[:-1]), start]
+            if child not in came_from:
+                came_from[child] = node
+                queue.append(child)
+    return []
+
+
+def describe(cycle: list[str], edges: dict[str, dict[str, int]], known: dict[str, Path]) -> str:
+    """One line per edge of `cycle`: the two modules and where the first imports the second."""
+    return "\n".join(f"  {a} -> {b}  ({known[a]}:{edges[a][b]})" for a, b in pairwise(cycle))
+
+
+def test_imports_count_type_only_and_function_local_ones_and_resolve_relative_ones(tmp_path):
+    """The reading itself, on a small package whose every loop is known."""
+    package = tmp_path / "pkg"
+    files = {
+        "__init__.py": "from .a import A\n",
+        "a.py": ("from typing import TYPE_CHECKING\n"
+                 "if TYPE_CHECKING:\n"
+                 "    from .b import B\n"
+                 "class A:\n"
+                 "    def f(self):\n"
+                 "        from pkg.sub import thing\n"
+                 "        import pkg.sub.deep\n"),
+        "b.py": "import os\nfrom . import a\nfrom pkg import A\nclass B: ...\n",
+        "sub/__init__.py": "from .. import b\nthing = 1\n",
+        "sub/deep.py": "from ..a import A\n",
+        "c.py": "from .sub.deep import A\n",
+    }
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    known = modules(package)
+    assert sorted(known) == ["pkg", "pkg.a", "pkg.b", "pkg.c", "pkg.sub", "pkg.sub.deep"]
+    assert sorted(imports("pkg.a", known)) == [("pkg.b", 3), ("pkg.sub", 6), ("pkg.sub.deep", 7)]
+    assert sorted(imports("pkg.b", known)) == [("pkg", 3), ("pkg.a", 2)]  # `os` is not ours
+    assert imports("pkg.sub", known) == [("pkg.b", 1)]  # relative to the package an __init__ is
+    assert imports("pkg.c", known) == [("pkg.sub.deep", 1)]
+    edges = graph(known)
+    assert edges["pkg.b"] == {"pkg.a": 2}  # its own package left out
+    assert components(edges) == [["pkg.a", "pkg.b", "pkg.sub", "pkg.sub.deep"]]
+    assert shortest_cycle("pkg.b", edges) == ["pkg.b", "pkg.a", "pkg.b"]
+
+
+def test_no_import_cycle():
+    """streamlens has none; a failure names each loop's modules and one shortest path around it."""
+    known = modules()
+    edges = graph(known)
+    loops = components(edges)
+    assert not loops, "import cycle(s) among the package's modules:\n" + "\n\n".join(
+        f"{len(loop)} modules: {', '.join(loop)}; one way round:\n"
+        + describe(shortest_cycle(loop[0], edges), edges, known) for loop in loops)
+
+
+# The 500-line check on module length comes here once the branches splitting config/model.py,
+# sources/worker.py and sinks/mqtt.py have landed: until then those modules are still over it.
