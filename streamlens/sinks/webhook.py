@@ -62,7 +62,7 @@ from collections import Counter, deque
 from typing import Any
 
 from ..analytics.build import MediaClock
-from ..config.model import EVENT_KINDS
+from ..config.sinks import EVENT_KINDS
 from ..errors import SinkError
 from ..frame import FrameResult, StreamEnd
 from ..urls import mask_url

@@ -1,0 +1,65 @@
+"""The `runtime` section: queues, mode, the budget, HTTP, workers and the cluster."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, WithJsonSchema
+
+from .common import _ENV_NAME, MAX_MS, MAX_QUEUE_SIZE, MAX_THREADS, MAX_WORKERS, _Keys
+from .problems import invalid, show
+from .secondary import CacheConfig
+
+
+class HttpConfig(_Keys):
+    """`/metrics`, `/healthz`, the live page at `/` and its JSON API over HTTP (streamlens/http)."""
+
+    host: str = Field("127.0.0.1", description="the address listened on (off loopback, every route but "
+                                               "/healthz asks for the token)")
+    port: int | None = Field(None, ge=0, le=65535, description="the port (0: any free one; default: no HTTP server)")
+    page: bool = Field(True, description="serve the live page at / and its API under /api")
+    preview_fps: float = Field(5.0, gt=0, le=60, description="frames per second a viewer's preview gets, at most")
+    token_env: str = Field("STREAMLENS_HTTP_TOKEN", pattern=_ENV_NAME,
+                           description="the environment variable holding the access token (host off loopback)")
+
+
+def _workers(value: Any) -> Any:
+    if value == "auto" or isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_WORKERS:
+        return value
+    raise invalid(f"expected an integer from 1 to {MAX_WORKERS} or auto, got {show(value)}")
+
+
+class ClusterConfig(_Keys):
+    """`runtime.cluster`: the engines as Ray actors (see streamlens/scale/ray.py)."""
+
+    address: str | None = Field(None, description="the Ray cluster's address: HOST:PORT of its head, or auto (the "
+                                                  "cluster this machine is part of); default: --cluster, else a "
+                                                  "cluster of this machine alone, which Ray starts")
+    cpus: float = Field(1.0, gt=0, le=MAX_THREADS, description="CPUs each engine asks for")
+    gpus: float = Field(0.0, ge=0, le=MAX_THREADS, description="GPUs each engine asks for (a fraction shares one)")
+
+
+class RuntimeConfig(_Keys):
+    """The `runtime` section."""
+
+    queue_size: int = Field(8, ge=1, le=MAX_QUEUE_SIZE, description="frames queued per stream before the engine")
+    mode: Literal["realtime", "bulk"] = Field("realtime", description="bulk: archives as fast as the machine goes")
+    http: HttpConfig = Field(default_factory=HttpConfig)
+    budget_ms: float = Field(33.0, ge=1, le=MAX_MS, description="the p95 the budget controller holds for live "
+                                                                "streams: frame available to result published")
+    control: bool = Field(True, description="the budget controller on live streams")
+    max_stretch: float = Field(4.0, ge=1, le=16, description="how far the controller may widen keyframe intervals")
+    workers: Annotated[int | Literal["auto"], BeforeValidator(_workers), WithJsonSchema(
+        {"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_WORKERS}, {"const": "auto"}]})] = Field(
+        1, description="engine processes the streams are split over, each with its own detector (auto: one per "
+                       "two CPU cores, at most one per stream); see streamlens/scale")
+    cluster: ClusterConfig | None = Field(None, description="run the engines as Ray actors on this cluster")
+    cache: CacheConfig = Field(default_factory=CacheConfig, description="the secondary models' cache")
+
+    @property
+    def http_host(self) -> str:
+        return self.http.host
+
+    @property
+    def http_port(self) -> int | None:
+        return self.http.port

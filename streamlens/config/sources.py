@@ -1,0 +1,151 @@
+"""The `sources` section: video files, and camera URLs and devices."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+
+from ..urls import is_url, mask_url, port_problem
+from .common import MAX_MS, MAX_SECONDS, _base, _Keys, _misplaced_keys, _only, resolve
+from .problems import invalid
+
+#: the default `sources[i].max_pixels`: 8K UHD (7680 x 4320, 33.2 Mpx)
+MAX_PIXELS = 7680 * 4320
+#: the URL schemes a live source accepts
+LIVE_SCHEMES = ("rtsp", "rtsps", "http", "https", "rtmp", "rtmps", "rtmpt", "rtmpts", "udp", "tcp", "srt",
+                "rtp")
+#: stream names: ASCII letters, digits, '_' and '-' (they go into ZeroMQ topics and file names)
+_NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
+
+_CAMERA = "camera URLs and devices (rtsp://, http://, /dev/videoN, ...)"
+
+
+def _is_camera(uri: Any) -> bool:
+    return isinstance(uri, str) and (is_url(uri) or uri.startswith("/dev/"))
+
+
+def _options(value: Any) -> Any:
+    """`options`: FFmpeg's, every value a string (a number is written as one)."""
+    if not isinstance(value, dict):
+        return value
+    bad = {str(k): "wrong type: expected a string or a number" for k, v in value.items()
+           if not isinstance(v, (str, int, float)) or isinstance(v, bool)}
+    if bad:
+        raise invalid("wrong values", **bad)
+    return {str(k): str(v) for k, v in value.items()}
+
+
+class SourceConfig(_Keys):
+    """One entry of `sources`: a video file, or a camera URL or device."""
+
+    uri: str = Field(description="a video file (relative to the pipeline file) or a camera URL or device")
+    name: str = Field("", description="the stream's name (default cam1, cam2, ... by position): "
+                                      "letters, digits, '_' and '-'")
+    live: bool | None = Field(None, description="treat as a camera: pace a file at its own rate "
+                                                "(default: true for URLs and devices)")
+    loop: bool = Field(False, description="a file starts again at its end")
+    max_fps: float | None = Field(None, gt=0, description="at most this many frames a second (decided on pts)")
+    options: Annotated[dict[str, str], BeforeValidator(_options)] = Field(
+        default_factory=dict, description="FFmpeg options for the demuxer and decoder")
+    transport: Literal["tcp", "udp", "udp_multicast", "http", "https"] = Field(
+        "tcp", description="RTSP transport", json_schema_extra=_only(_CAMERA))
+    timeout_s: float = Field(5.0, ge=0.1, le=MAX_SECONDS, json_schema_extra=_only(_CAMERA),
+                             description="FFmpeg's network timeout (connect and every read)")
+    stall_s: float = Field(5.0, ge=0.1, le=MAX_SECONDS, json_schema_extra=_only(_CAMERA),
+                           description="no frame for this long and the connection is reopened")
+    backoff_initial_s: float = Field(0.5, ge=0.01, le=MAX_SECONDS, json_schema_extra=_only(_CAMERA),
+                                     description="the first wait after a failed connection")
+    backoff_max_s: float = Field(5.0, ge=0.01, le=MAX_SECONDS, json_schema_extra=_only(_CAMERA),
+                                 description="the longest wait between connection attempts")
+    max_staleness_ms: float | None = Field(None, ge=1, le=MAX_MS, description="a live frame older than this "
+                                           "when it reaches the graph is dropped (counted)")
+    decode: Literal["process", "thread"] | None = Field(
+        None, description="where the source decodes: a CPU worker process, or a thread of the engine's process "
+                          "(default: process for cameras, thread for files)")
+    max_pixels: int = Field(MAX_PIXELS, ge=1, le=1 << 31, description=(
+        "the largest picture (width x height) the source takes; a larger one is refused, counted and retried "
+        "like a lost connection (a file ends with error); default 8K UHD, 7680 x 4320"))
+
+    @classmethod
+    def _keys_checked(cls, data: dict) -> dict:
+        camera = _is_camera(data.get("uri"))
+        misplaced = _misplaced_keys(cls, data, {k for k, f in cls.model_fields.items()
+                                                if camera or not f.json_schema_extra})
+        if misplaced:
+            raise invalid("misplaced keys", **misplaced)
+        return data
+
+    @field_validator("uri")
+    @classmethod
+    def _uri(cls, uri: str, info: ValidationInfo) -> str:
+        if _is_camera(uri):
+            scheme = uri.split("://", 1)[0].lower() if is_url(uri) else None
+            if scheme is not None and scheme not in LIVE_SCHEMES:
+                raise invalid(f"unsupported URL scheme {scheme!r} in {mask_url(uri)} "
+                              f"(one of: {', '.join(LIVE_SCHEMES)})")
+            if scheme is not None and (problem := port_problem(uri)):  # FFmpeg would retry it for ever
+                raise invalid(problem)
+            return uri
+        path = resolve(_base(info), uri)
+        if not path.exists():
+            raise invalid(f"file not found: {path}")
+        if not path.is_file():
+            raise invalid(f"not a file: {path}")
+        return str(path)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not _NAME_RE.fullmatch(name):
+            raise invalid(f"{name!r}: use letters, digits, '_' and '-' only")
+        return name
+
+    @field_validator("transport")
+    @classmethod
+    def _transport(cls, transport: str, info: ValidationInfo) -> str:
+        if not str(info.data.get("uri", "rtsp")).lower().startswith(("rtsp://", "rtsps://")):
+            raise invalid("only for rtsp:// and rtsps:// sources")
+        return transport
+
+    @field_validator("backoff_max_s")
+    @classmethod
+    def _backoff(cls, value: float, info: ValidationInfo) -> float:
+        initial = info.data.get("backoff_initial_s", 0.5)
+        if value < initial:
+            raise invalid(f"must be >= backoff_initial_s ({initial:g})")
+        return value
+
+    @field_validator("max_staleness_ms")
+    @classmethod
+    def _staleness(cls, value: float, info: ValidationInfo) -> float:
+        live = info.data.get("live")
+        if not (live if live is not None else _is_camera(info.data.get("uri"))):
+            raise invalid("only for live sources (cameras, or files with live: true)")
+        return value
+
+    @model_validator(mode="after")
+    def _defaults(self) -> SourceConfig:
+        if self.live is None:
+            self.live = _is_camera(self.uri)
+        if self.decode is None:
+            self.decode = "process" if _is_camera(self.uri) else "thread"
+        return self
+
+    @property
+    def is_file(self) -> bool:
+        return not _is_camera(self.uri)
+
+    @property
+    def display_uri(self) -> str:
+        """The URI safe to print: passwords masked."""
+        return mask_url(self.uri)
+
+
+def _named_sources(value: Any) -> Any:
+    """Each source without a name is named by its place: cam1, cam2, ..."""
+    if not isinstance(value, list):
+        return value
+    return [{**item, "name": item.get("name") or f"cam{i + 1}"} if isinstance(item, dict) and item.get("name") is None
+            else item for i, item in enumerate(value)]
