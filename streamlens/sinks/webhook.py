@@ -21,9 +21,9 @@ but `url`):
   still not taken then is counted in `failed`. Any other answer but 2xx (a 4xx other than 429, a
   redirect, which is not followed) is not retried and is counted in `refused`.
 - `queue_size` (1000): events held for posting. `write()` runs on the engine's thread and never
-  waits: it puts the event into this queue and returns; when the queue is full the oldest event
-  is dropped and counted in `dropped`. One worker thread posts, in order, over one keep-alive
-  connection (a `requests.Session`).
+  waits: it puts the event into this queue (a `streamlens.sinks.background.Publisher`) and
+  returns; when the queue is full the oldest event is dropped and counted in `dropped`. One worker
+  thread posts, in order, over one keep-alive connection (a `requests.Session`).
 - `token_env`: the environment variable whose value is sent as `Authorization: Bearer <value>`;
   read at `open()`, which fails with one line naming the key when the variable is not set. Basic
   auth can go in the URL (`https://user:${PASS}@host/in`). Neither is ever logged: log lines show
@@ -56,9 +56,8 @@ from __future__ import annotations
 import http.client
 import logging
 import os
-import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from typing import Any
 
 from ..analytics.build import MediaClock
@@ -66,6 +65,7 @@ from ..config.sinks import EVENT_KINDS
 from ..errors import SinkError
 from ..frame import FrameResult, StreamEnd
 from ..urls import mask_url
+from .background import Publisher
 from .base import Sink
 
 log = logging.getLogger("streamlens.sinks.webhook")
@@ -112,19 +112,14 @@ class WebhookSink(Sink):
         self.failed: Counter[str] = Counter()
         self.refused: Counter[str] = Counter()
         self.skipped: Counter[str] = Counter()
-        self.dropped: Counter[str] = Counter()
-        self._cond = threading.Condition()  # guards the queue, the counters and what follows
-        self._queue: deque[tuple[str, bytes]] = deque()
-        self._current: str | None = None  # the stream of the event the worker is posting
-        self._closing = False  # close(): the worker ends once the queue is empty
-        self._stop = threading.Event()  # the worker ends now; backoff waits end
-        self._aborted = False  # interrupt(): close() does not wait
+        # (stream, payload) queued; `taken`: the one the worker is posting; `stop` ends backoff waits
+        self._pub = Publisher(queue_size)
+        self.dropped = self._pub.dropped
+        self._cond = self._pub.cond  # guards the queue, the counters and what follows
         self._windows: dict[tuple, float] = {}  # (stream, rule, kind) -> media time its window opened
         self._clocks: dict[str, MediaClock] = {}
         self._failing = False
         self._lost_before = 0  # events lost when posting began to fail
-        self._thread: threading.Thread | None = None
-        self._open = False
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -147,9 +142,7 @@ class WebhookSink(Sink):
                 raise SinkError(f"{self.key('token_env')}: the environment variable {self.token_env} is not set "
                                 "(it holds the webhook's bearer token)")
             session.auth = _Bearer(token)  # an auth of its own: a ~/.netrc entry does not replace it
-        self._open = True
-        self._thread = threading.Thread(target=self._work, args=(session,), name="webhook", daemon=True)
-        self._thread.start()
+        self._pub.start(self._work, "webhook", session)
 
     def write(self, item: FrameResult | StreamEnd, message: dict[str, Any], payload: bytes) -> None:
         """Queue an event for posting (frames and stream ends are ignored), unless its kind is not
@@ -157,7 +150,7 @@ class WebhookSink(Sink):
         its oldest event (counted in `dropped`)."""
         if message.get("type") != "event":
             return
-        if not self._open:
+        if not self._pub.open:
             raise SinkError(f"webhook sink {self.display_url}: not open")
         kind, stream = message.get("event"), message["stream"]
         if self.events is not None and kind not in self.events:
@@ -174,45 +167,22 @@ class WebhookSink(Sink):
                     self.skipped[stream] += 1
                     return
                 self._windows[key] = t
-            if len(self._queue) >= self.queue_size:
-                self.dropped[self._queue.popleft()[0]] += 1
-            self._queue.append((stream, payload))
+            self._pub.put((stream, payload))
             self._cond.notify_all()
 
     def interrupt(self) -> None:
         """Stop posting now: no further try or backoff wait; `close()` then waits for nothing and
         drops what is queued (counted)."""
-        with self._cond:
-            self._aborted = True
-            self._stop.set()
-            self._cond.notify_all()
+        self._pub.interrupt()
 
     def close(self) -> None:
         """Post what is queued for at most max(`timeout_s`, `CLOSE_MIN_S`) seconds (not at all after
         `interrupt()`), then drop the rest, counted; log what was lost. Safe to call twice."""
-        if self._thread is None:
+        if self._pub.thread is None:
             return
-        deadline = time.monotonic() + (0.0 if self._aborted else max(self.timeout_s, CLOSE_MIN_S))
-        with self._cond:
-            self._closing = True
-            self._cond.notify_all()
-            while (self._queue or self._current is not None) and self._thread.is_alive():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._cond.wait(left)
-            self._stop.set()
-            abandoned = len(self._queue) + (self._current is not None)
-            for stream, _ in self._queue:
-                self.dropped[stream] += 1
-            self._queue.clear()
-            if self._current is not None:  # in flight: the worker counts it no more
-                self.dropped[self._current] += 1
-                self._current = None
-            self._open = False
-            self._cond.notify_all()
-        self._thread.join(0.0 if abandoned else 1.0)  # it ends after its request, on its own
-        self._thread = None
+        # the worker ends once the queue is empty; past the deadline what is left is given up, counted as
+        # dropped (an event being posted too: the worker ends after its request, on its own)
+        abandoned = self._pub.close(max(self.timeout_s, CLOSE_MIN_S), then_s=1.0)
         self._report(abandoned)
 
     # -- counters -----------------------------------------------------------------------------
@@ -222,7 +192,7 @@ class WebhookSink(Sink):
         and dropped (queue full, or left at close) so far, every stream together; `queued` now."""
         with self._cond:
             out = {name: sum(getattr(self, name).values()) for name in COUNTERS}
-            out["queued"] = len(self._queue) + (self._current is not None)
+            out["queued"] = len(self._pub.queue) + len(self._pub.taken)
         return out
 
     def drops(self) -> dict[str, int]:
@@ -256,33 +226,24 @@ class WebhookSink(Sink):
     def _work(self, session) -> None:
         """The worker: post the queue's events in order until closed or stopped."""
         try:
-            while True:
-                with self._cond:
-                    while not self._queue and not self._closing and not self._stop.is_set():
-                        self._cond.wait()
-                    if self._stop.is_set() or not self._queue:
-                        return
-                    stream, payload = self._queue.popleft()
-                    self._current = stream
-                outcome = self._deliver(session, payload)
-                with self._cond:
-                    if self._current is not None:  # else close() gave it up and counted it
-                        getattr(self, outcome or "dropped")[stream] += 1
-                        self._current = None
-                        if outcome == "posted" and self._failing:
-                            self._failing = False
-                            log.warning("webhook sink %s: posting works again (%d event(s) dropped, failed or "
-                                        "refused meanwhile)", self.display_url, self._lost() - self._lost_before)
-                    self._cond.notify_all()
+            self._pub.drain(lambda item: self._deliver(session, item[1]), self._settle)
         finally:
             session.close()
+
+    def _settle(self, item: tuple[str, bytes], outcome: str | None) -> None:
+        """An event's outcome, counted (under the lock): None is a post cut short by `interrupt()`."""
+        getattr(self, outcome or "dropped")[item[0]] += 1
+        if outcome == "posted" and self._failing:
+            self._failing = False
+            log.warning("webhook sink %s: posting works again (%d event(s) dropped, failed or refused meanwhile)",
+                        self.display_url, self._lost() - self._lost_before)
 
     def _deliver(self, session, payload: bytes) -> str | None:
         """Post one event, retrying what may pass: `posted`, `failed`, `refused`, or None when
         stopped before it was delivered."""
         delay = BACKOFF_S
         for attempt in range(self.retries + 1):
-            if self._stop.is_set():
+            if self._pub.stop.is_set():
                 return None
             status, why, retry_after = self._post(session, payload)
             if status is not None and 200 <= status < 300:
@@ -297,7 +258,7 @@ class WebhookSink(Sink):
                 break
             pause = min(max(delay, retry_after or 0.0), BACKOFF_MAX_S)
             delay *= 2
-            if self._stop.wait(pause):
+            if self._pub.stop.wait(pause):
                 return None
         return "failed"
 
