@@ -33,13 +33,14 @@ def test_a_frame_whose_vectors_were_read_is_freed_by_its_last_reference():
     try:
         container, frames = _decoded(export_mvs=True)
         read = 0
-        for frame in frames:
+        for k, frame in enumerate(frames):
             untouched = sys.getrefcount(frame)
             vectors = frame_motion_vectors(frame)
             read += vectors is not None and len(vectors) > 0
             # no side data object or container holds the frame any more: the cycle is broken
             assert sys.getrefcount(frame) == untouched
-            assert not [r for r in gc.get_referrers(frame) if "SideData" in type(r).__name__]
+            if k % 25 == 1:  # a walk of the whole heap: on a sample of the frames (the count is every frame's)
+                assert not [r for r in gc.get_referrers(frame) if "SideData" in type(r).__name__]
             assert frame.side_data.get("MOTION_VECTORS") is None  # read once, then let go
         container.close()
         assert read > 200 and not motion_vectors.SIDE_DATA_CYCLE
