@@ -290,7 +290,7 @@ class FileSource(Source):
 @dataclass(frozen=True)
 class FileSpec:
     """What one run over a file needs, on this thread or in a decode worker, where it is the session
-    kind for files (see worker.py). Picklable (it crosses to the worker)."""
+    kind for files (see protocol.py). Picklable (it crosses to the worker)."""
 
     path: str
     display_path: str

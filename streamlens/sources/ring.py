@@ -6,7 +6,7 @@ what; the parent copies the pixels out (one memcpy) and frees the slot at once. 
 pickled.
 
 Layout: one flag byte per slot (0 free, 1 full), padded to 64 bytes, then the slots. A slot holds
-the picture (I420 planes and a grey sample, or BGR for other pixel formats: see worker.py) and,
+the picture (I420 planes and a grey sample, or BGR for other pixel formats: see pixels.py) and,
 after it, the frame's motion vectors when they fit. Each flag has one writer per transition: the
 worker sets it to 1 after it filled the slot, the parent sets it to 0 after it copied the slot out,
 so no lock is needed. The parent frees a slot as soon as it has copied it, so a worker rarely finds

@@ -7,38 +7,14 @@ default there) and a file (`FileSource(decode="process")`). A `ThreadWorker` run
 a thread of the graph's process (`decode: thread`): no process to start, but the decode holds the
 GIL and a thread stuck in FFmpeg can only be left to end on its own (FFmpeg's timeout bounds it).
 
-Both speak the same small protocol with their owner, one session at a time. A session is what a
-spec says: a `SessionSpec` (session.py) is one connection to a camera, a `FileSpec` (file.py) one run
-over a file, its loops included; `spec.run()` is the loop, `spec.lossless` how full slots are met.
-
-    owner -> worker:  ("open", session, spec)   ("abort", session)   ("quit",)
-                      ("ring", ring_id, name, slots, slot_bytes)      (process only: a new ring)
-                      ("no_ring", session, line)                      (process only: no room for it)
-                      ("credit",)                                     (process only: the answer to waiting)
-    worker -> owner:  ("opened", session, StreamInfo)   ("frame", session, ...)
-                      ("ended", session, reason, message, drops, corrupt, detail)
-                      ("need_ring", session, slot_bytes)   ("waiting",)   ("crashed", message)
+Both speak the protocol of protocol.py with their owner, one session at a time; the loop a worker
+runs, in its process or on its thread, is worker_loop.py's, and how a picture crosses is pixels.py's.
 
 `poll()` turns what arrives into `Opened`, `FrameReady`, `Ended` or `Died`. A `FrameReady` must be
 `take()`n or `discard()`ed before the next `poll()`: that frees its slot. The free slots are the
 worker's credits (`RING_SLOTS` of them): a frame spends one, and the owner gives it back when it has
-copied the frame out.
-- A camera's worker never waits for the owner: when every slot is full it drops the frame it holds
-  (counted in `FrameReady.worker_drops`, with the packets it skipped to catch up with a camera it
-  fell behind: session.py `BEHIND_S`; packets its decoder rejected in `FrameReady.corrupt`; both
-  counters also come with `Ended`, and restart with each worker).
-- A file's worker (a lossless session) waits instead: out of credits, it says `("waiting",)` and
-  blocks on its pipe. The owner answers `("credit",)` as soon as it reads that: it has freed every
-  frame sent before by then, since it frees each one before it reads the next message. So a file
-  loses no frame to a slow consumer, the slots bound what is decoded ahead of it, and while the
-  owner keeps up no message is spent on credits. An abort or quit ends the wait too.
-
-A picture crosses as the decoder made it: yuv420p and yuvj420p as I420 planes (Y, then U, then V,
-tightly packed: half the bytes of BGR), followed by the scene-cut grey sample (`thumbnail_step`),
-made here so the graph need not; the owner gets a `YuvPicture` (frame.py), converted to BGR only
-when something reads `Frame.image`. Other pixel formats are converted to BGR here and cross as
-such. The decoder's motion vectors travel in the same slot, after the picture (or in the message
-when they do not fit).
+copied the frame out. A camera's worker never waits for one: out of credits, it drops the frame it
+holds (`FrameReady.worker_drops`); a file's waits (protocol.py says how).
 
 A worker process is ended by its owner only: it ignores SIGINT and SIGTERM, which a terminal's
 Ctrl-C, `docker stop` or systemd send to the whole process group, so that the owner can end its
@@ -46,7 +22,7 @@ sessions in order. It exits by itself when the owner's process is gone (its life
 even while blocked inside FFmpeg or waiting for a credit. The owner checks, before it makes a ring,
 that shared memory has room for it, and reserves the ring's memory at once: a full /dev/shm is never
 a worker killed by SIGBUS when it writes a frame. When there is no room (a camera that switched to a
-larger picture, a small Docker /dev/shm), the owner says `no_ring` with one clear line, and the
+larger picture, a small Docker /dev/shm), the owner says `NoRing` with one clear line, and the
 session ends as `refused` with that line: the source's own trouble, which it retries (a camera) or
 ends with (a file); the other streams never notice. A picture larger than the source's
 `max_pixels` ends its session the same way (session.py `too_large`). Refused pictures are counted
@@ -67,23 +43,24 @@ from __future__ import annotations
 import collections
 import itertools
 import multiprocessing
-import os
 import queue
 import signal
-import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..errors import SourceError
-from ..frame import I420_FORMATS, YuvPicture, i420_bytes, thumbnail_step, to_bgr
+from ..frame import YuvPicture
 from ..urls import mask_url
 from .host_memory import HostMemory
+from .pixels import Buffers, layout_bytes, unpack
+from .protocol import (CREDIT, QUIT, WAITING, Abort, Crashed, FrameSent, NeedRing, NewRing, NoRing, Open,
+                       SessionEnded, SessionOpened)
 from .ring import SHM_DIR, FrameRing, NoRoom, free_bytes, ring_bytes
-from .session import SessionOutput, StreamInfo
+from .session import StreamInfo
+from .worker_loop import DirectOutput, serve, worker_process_main
 
 #: slots in a process worker's ring (and frames in flight from a thread worker)
 RING_SLOTS = 4
@@ -155,265 +132,7 @@ class FrameReady:
             release()
 
 
-# -- how a picture crosses ------------------------------------------------------------------------
-
-def picture_layout(picture) -> tuple:
-    """What crosses for a decoded PyAV `VideoFrame`: `("i420", width, height, format, colorspace,
-    color_range, sample_step)` for the formats that cross as planes, else `("bgr", width, height)`."""
-    width, height = picture.width, picture.height
-    name = picture.format.name
-    if name in I420_FORMATS:
-        return "i420", width, height, name, int(picture.colorspace), int(picture.color_range), thumbnail_step(width)
-    return "bgr", width, height
-
-
-def layout_bytes(layout: tuple) -> int:
-    """Bytes a picture of `layout` takes in a slot: I420 and its grey sample, or BGR."""
-    if layout[0] == "bgr":
-        return layout[1] * layout[2] * 3
-    rows, columns = _sample_shape(layout)
-    return i420_bytes(layout[1], layout[2]) + rows * columns
-
-
-def _sample_shape(layout: tuple) -> tuple[int, int]:
-    width, height, step = layout[1], layout[2], layout[6]
-    return -(-height // step), -(-width // step)
-
-
-def _pack(picture, layout: tuple, out: np.ndarray) -> None:
-    """Write `picture` into `out` (1-D uint8, `layout_bytes(layout)` long) as `layout` says."""
-    if layout[0] == "bgr":
-        # one swscale thread: decode workers run side by side, one process per camera or file
-        np.copyto(out.reshape(layout[2], layout[1], 3), to_bgr(picture, threads=1))
-        return
-    planes = i420_bytes(layout[1], layout[2])
-    YuvPicture.pack(picture, out[:planes])
-    step = layout[6]
-    luma = out[:layout[1] * layout[2]].reshape(layout[2], layout[1])
-    np.copyto(out[planes:].reshape(_sample_shape(layout)), luma[::step, ::step])
-
-
-def _unpack(layout: tuple, data: np.ndarray, host: HostMemory) -> YuvPicture | np.ndarray:
-    """The picture `_pack` wrote into `data`, which it keeps (no copy): a `YuvPicture` whose planes
-    and sample are views of `data`, or the BGR image."""
-    if layout[0] == "bgr":
-        return data.reshape(layout[2], layout[1], 3)
-    _, width, height, name, colorspace, color_range, step = layout
-    planes = i420_bytes(width, height)
-    return YuvPicture(data[:planes], width, height, name, colorspace, color_range,
-                      sample=(step, data[planes:].reshape(_sample_shape(layout))),
-                      allocate=host.empty if host.pinned else None)
-
-
-class _Buffers:
-    """Buffers that pictures are copied out of a ring into, each used again once it is free: when
-    nothing but this list holds it (a `YuvPicture`, its planes and every view of them are views of
-    its buffer, and hold it). A fresh buffer per frame would be new memory whose pages fault when
-    first written: measured up to 1000 faults, 2.5 ms of CPU, per 1080p frame, as the allocator's
-    history had it. At most `keep` free buffers stay; one of another size is let go when free."""
-
-    def __init__(self, keep: int):
-        self.keep = keep
-        self._buffers: list[np.ndarray] = []
-
-    def get(self, size: int) -> np.ndarray:
-        chosen, spare, kept = None, 0, []
-        for buffer in self._buffers:
-            # references while free: the list, `buffer` here and getrefcount's own argument
-            if sys.getrefcount(buffer) > 3:
-                kept.append(buffer)
-            elif buffer.size == size and (chosen is None or spare < self.keep):
-                if chosen is None:
-                    chosen = buffer
-                else:
-                    spare += 1
-                kept.append(buffer)
-        if chosen is None:
-            chosen = np.empty(size, np.uint8)
-            kept.append(chosen)
-        self._buffers = kept
-        return chosen
-
-
-# -- the loop a worker runs (in its process or thread) --------------------------------------------
-
-class _Control:
-    """The worker's view of its owner's commands while a session runs."""
-
-    def __init__(self, conn):
-        self.conn = conn
-        self.session = 0
-        self.aborted = False
-        self.quit = False
-        self.ring: FrameRing | None = None
-        self.ring_id = 0
-        self.drops = 0
-        self.corrupt = 0
-        #: pictures this session refused (too large, or no room for their ring), and why it ends so
-        self.refused = 0
-        self.refusal: str | None = None
-
-    def handle(self, message: tuple) -> None:
-        kind = message[0]
-        if kind == "abort" and message[1] == self.session:
-            self.aborted = True
-        elif kind == "quit":
-            self.quit = True
-        elif kind == "ring":
-            _, ring_id, name, slots, slot_bytes = message
-            if self.ring is not None:
-                self.ring.close()
-            self.ring, self.ring_id = FrameRing.attach(name, slots, slot_bytes), ring_id
-        elif kind == "no_ring" and message[1] == self.session:
-            self.refusal = message[2]
-            if self.ring is not None:  # the owner has retired it: the next session asks for a new one
-                self.ring.close()
-                self.ring = None
-
-    def should_stop(self) -> bool:
-        while self.conn.poll(0):
-            self.handle(self.conn.recv())
-        return self.aborted or self.quit or self.refusal is not None
-
-    def wait_for_credit(self) -> bool:
-        """Say that every slot is full and block until the owner answers with a credit (its slots are
-        free then); False if the session is to end instead. No timer: an abort or quit is a message
-        too, and an owner that is gone closes the pipe (and the lifeline ends the process)."""
-        self.conn.send(("waiting",))
-        while not (self.aborted or self.quit):
-            message = self.conn.recv()
-            if message[0] == "credit":
-                return True
-            self.handle(message)
-        return False
-
-
-def serve(conn, make_output) -> None:
-    """Run sessions as the owner asks, until it says quit or goes away (`conn` closes)."""
-    control = _Control(conn)
-    try:
-        while not control.quit:
-            message = conn.recv()
-            if message[0] != "open":
-                control.handle(message)
-                continue
-            _, control.session, spec = message
-            control.aborted, control.refused, control.refusal = False, 0, None
-            reason, text, detail = spec.run(make_output(conn, control, spec), control.should_stop)
-            if control.refusal is not None:  # the owner had no room for its pictures
-                reason, text = "refused", control.refusal
-            if control.refused:
-                detail = {**detail, "refused": control.refused}
-            conn.send(("ended", control.session, reason, text, control.drops, control.corrupt, detail))
-    finally:
-        if control.ring is not None:
-            control.ring.close()
-
-
-class _Output(SessionOutput):
-    """What both workers' outputs count the same way: rejected packets (`corrupt`), refused
-    pictures, and packets skipped to catch up with a camera (counted with the drops)."""
-
-    def __init__(self, conn, control: _Control, spec):
-        self.conn, self.control, self.spec = conn, control, spec
-
-    def opened(self, info: StreamInfo) -> None:
-        self.conn.send(("opened", self.control.session, info))
-
-    def rejected(self) -> None:
-        self.control.corrupt += 1
-
-    def refused(self) -> None:
-        self.control.refused += 1
-
-    def skipped(self) -> None:
-        self.control.drops += 1
-
-
-class _RingOutput(_Output):
-    """A process worker's output: pixels into the shared ring, a small message on the pipe."""
-
-    def frame(self, picture, pts, ts, clock, decode_ms, motion_vectors, position=None) -> None:
-        control = self.control
-        started = time.perf_counter()
-        layout = picture_layout(picture)
-        size = layout_bytes(layout)
-        need = size + (_mv_budget(layout[1], layout[2]) if self.spec.export_mvs else 0)
-        if control.ring is None or control.ring.slot_bytes < need:
-            if not self._wait_for_ring(need):
-                if control.refusal is not None:
-                    control.refused += 1
-                return
-        slot = control.ring.claim()
-        while slot is None and self.spec.lossless:
-            waited = time.perf_counter()
-            if not control.wait_for_credit():
-                return
-            started += time.perf_counter() - waited  # waiting for the owner is not decoding
-            slot = control.ring.claim()
-        if slot is None:
-            control.drops += 1
-            return
-        _pack(picture, layout, control.ring.view(slot, size))
-        mvs = None
-        if motion_vectors is not None:
-            if control.ring.write_extra(slot, size, motion_vectors):
-                mvs = ("slot", motion_vectors.dtype, motion_vectors.shape)
-            else:
-                mvs = ("inline", motion_vectors)
-        control.ring.publish(slot)
-        decode_ms += (time.perf_counter() - started) * 1000.0
-        self.conn.send(("frame", control.session, control.ring_id, slot, layout, pts, ts, clock, decode_ms,
-                        mvs, control.drops, control.corrupt, position))
-
-    def _wait_for_ring(self, slot_bytes: int) -> bool:
-        """Ask the owner for a ring whose slots hold `slot_bytes`; False if the session ends first."""
-        control = self.control
-        asked = control.ring_id
-        self.conn.send(("need_ring", control.session, slot_bytes))
-        while control.ring_id == asked:
-            if control.aborted or control.quit or control.refusal is not None:
-                return False
-            if self.conn.poll(0.1):
-                control.handle(self.conn.recv())
-        return True
-
-
-def _mv_budget(width: int, height: int) -> int:
-    """Bytes kept in a slot for motion vectors (`Frame.motion_vectors`: float32 rows of 4): one row
-    per 8x8 block; H.264 exports one per 16x16 macroblock or partition, and more than this goes in
-    the message instead."""
-    return (width // 8 + 1) * (height // 8 + 1) * 16
-
-
-def worker_process_main(conn, lifeline) -> None:
-    """A decode worker process's entry point. `lifeline`: the reading end of a pipe that only the
-    owner's process holds open; when it closes, the owner is gone and the worker exits at once."""
-    # Ctrl-C in a terminal, `docker stop` and systemd signal the whole process group: the owner
-    # decides when a worker ends, after its own shutdown has ended the connections in order
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    threading.Thread(target=_exit_with_owner, args=(lifeline,), name="lifeline", daemon=True).start()
-    try:
-        serve(conn, _RingOutput)
-    except (EOFError, OSError):  # the owner went away
-        pass
-    except BaseException as error:  # noqa: BLE001 - report in one line, never a traceback with a URL
-        try:
-            conn.send(("crashed", mask_url(f"{type(error).__name__}: {error}")))
-        except (OSError, ValueError):
-            pass
-
-
-def _exit_with_owner(lifeline) -> None:
-    """Wait for the owner's end of the lifeline to close, then end this process at once: the main
-    thread may be inside FFmpeg for up to its timeout (an orphan would hold the camera that long)."""
-    try:
-        lifeline.recv_bytes()  # nothing is ever sent: this returns only by EOF
-    except (EOFError, OSError):
-        pass
-    os._exit(0)
-
+# -- the owner's side -----------------------------------------------------------------------------
 
 def check_shared_memory(stream: str, needed: int, free: int | None = None, path: str = SHM_DIR) -> None:
     """Raise a `SourceError` naming `stream` when a ring of `needed` bytes does not fit in the shared
@@ -440,8 +159,6 @@ def _no_room(stream: str, needed: int, free: int, path: str) -> str:
             f"or shm_size in compose; each stream like this one takes {needed / mib:.1f} MiB) or run fewer or "
             f"smaller cameras or files")
 
-
-# -- the owner's side -----------------------------------------------------------------------------
 
 _context_lock = threading.Lock()
 
@@ -470,7 +187,7 @@ class ProcessWorker:
         self._lifeline = None
         self._rings: dict[int, FrameRing] = {}
         self._ring_ids = itertools.count(1)
-        self._buffers = _Buffers(keep=RING_SLOTS)
+        self._buffers = Buffers(keep=RING_SLOTS)
         self._dead = False
 
     def start(self) -> None:
@@ -506,10 +223,10 @@ class ProcessWorker:
 
     def open(self, session: int, spec) -> None:
         """Start a session of `spec` (a `SessionSpec` or a `FileSpec`)."""
-        self._send(("open", session, spec))
+        self._send(Open(session, spec))
 
     def abort(self, session: int) -> None:
-        self._send(("abort", session))
+        self._send(Abort(session))
 
     def _send(self, message: tuple) -> None:
         try:
@@ -529,22 +246,21 @@ class ProcessWorker:
         except (EOFError, OSError):
             self._dead = True
             return Died(self._death_note())
-        kind = message[0]
-        if kind == "frame":
-            return self._frame_ready(message)
-        if kind == "opened":
-            return Opened(message[1], message[2])
-        if kind == "ended":
-            return Ended(*message[1:])
-        if kind == "need_ring":
-            self._new_ring(message[1], message[2])
+        if type(message) is tuple:  # a frame: the one message that is a plain tuple (protocol.py)
+            return self._frame_ready(FrameSent._make(message))
+        if isinstance(message, SessionOpened):
+            return Opened(message.session, message.info)
+        if isinstance(message, SessionEnded):
+            return Ended(*message)
+        if isinstance(message, NeedRing):
+            self._new_ring(message.session, message.slot_bytes)
             return None
-        if kind == "waiting":  # every frame it sent before was freed before this was read
-            self._send(("credit",))
+        if message == WAITING:  # every frame it sent before was freed before this was read
+            self._send(CREDIT)
             return None
-        if kind == "crashed":
+        if isinstance(message, Crashed):
             self._dead = True
-            return Died(f"decode worker failed: {message[1]}")
+            return Died(f"decode worker failed: {message.message}")
         return None
 
     def _new_ring(self, session: int, slot_bytes: int) -> None:
@@ -560,31 +276,32 @@ class ProcessWorker:
             check_shared_memory(self.name, needed)
             ring = FrameRing.create(RING_SLOTS, slot_bytes)
         except SourceError as error:
-            self._send(("no_ring", session, str(error)))
+            self._send(NoRing(session, str(error)))
             return
         except NoRoom as error:  # taken meanwhile (other cameras start at the same time)
-            self._send(("no_ring", session, _no_room(self.name, needed, error.free, SHM_DIR)))
+            self._send(NoRing(session, _no_room(self.name, needed, error.free, SHM_DIR)))
             return
         self._rings[ring_id] = ring
-        self._send(("ring", ring_id, ring.name, ring.slots, ring.slot_bytes))
+        self._send(NewRing(ring_id, ring.name, ring.slots, ring.slot_bytes))
 
-    def _frame_ready(self, message: tuple) -> FrameReady:
-        _, session, ring_id, slot, layout, pts, ts, clock, decode_ms, mvs, drops, corrupt, position = message
-        ring = self._rings[ring_id]
+    def _frame_ready(self, message: FrameSent) -> FrameReady:
+        layout, mvs, slot = message.layout, message.mvs, message.slot
+        ring = self._rings[message.ring_id]
         size = layout_bytes(layout)
 
         def take(host: HostMemory):
             # one copy out of the slot: BGR straight into `host` memory, planes into a buffer used again
             data = host.empty((size,)) if layout[0] == "bgr" else self._buffers.get(size)
             ring.read_image(slot, data)
-            picture = _unpack(layout, data, host)
+            picture = unpack(layout, data, host)
             if mvs is None:
                 return picture, None
             if mvs[0] == "slot":
                 return picture, ring.read_extra(slot, size, mvs[1], mvs[2])
             return picture, mvs[1]
 
-        return FrameReady(session, pts, ts, clock, decode_ms, (layout[1], layout[2]), drops, corrupt, position,
+        return FrameReady(message.session, message.pts, message.ts, message.clock, message.decode_ms,
+                          (layout[1], layout[2]), message.worker_drops, message.corrupt, message.position,
                           take, lambda: ring.release(slot))
 
     def _death_note(self) -> str:
@@ -606,7 +323,7 @@ class ProcessWorker:
         """End the worker: ask, wait `grace_s`, then kill. Safe to call twice."""
         if self._process is not None:
             if not self._dead:
-                self._send(("quit",))
+                self._send(QUIT)
             self._process.join(grace_s)
             if self._process.is_alive():
                 self._process.kill()
@@ -647,23 +364,6 @@ class _QueueEnd:
         return self._held.popleft() if self._held else self._inbox.get()
 
 
-class _DirectOutput(_Output):
-    """A thread worker's output: the packed picture itself, at most `RING_SLOTS` frames in flight."""
-
-    def frame(self, picture, pts, ts, clock, decode_ms, motion_vectors, position=None) -> None:
-        control = self.control
-        if not control.slots.acquire(blocking=False):
-            control.drops += 1
-            return
-        started = time.perf_counter()
-        layout = picture_layout(picture)
-        data = control.buffers.get(layout_bytes(layout))
-        _pack(picture, layout, data)
-        decode_ms += (time.perf_counter() - started) * 1000.0
-        self.conn.send(("frame", control.session, layout, data, pts, ts, clock, decode_ms, motion_vectors,
-                        control.drops, control.corrupt))
-
-
 class ThreadWorker:
     """A camera's decode loop on a daemon thread of this process (`decode: thread`). Camera
     sessions only: a file decoded in this process needs no worker (`FileSource(decode="thread")`)."""
@@ -679,17 +379,17 @@ class ThreadWorker:
         to_worker, to_owner = queue.SimpleQueue(), queue.SimpleQueue()
         self._conn = _QueueEnd(to_owner, to_worker)
         worker_end = _QueueEnd(to_worker, to_owner)
-        slots, buffers = self._slots, _Buffers(keep=RING_SLOTS)
+        slots, buffers = self._slots, Buffers(keep=RING_SLOTS)
 
         def output(conn, control, spec):
             control.slots, control.buffers = slots, buffers
-            return _DirectOutput(conn, control, spec)
+            return DirectOutput(conn, control, spec)
 
         def main() -> None:
             try:
                 serve(worker_end, output)
             except BaseException as error:  # noqa: BLE001
-                worker_end.send(("crashed", mask_url(f"{type(error).__name__}: {error}")))
+                worker_end.send(Crashed(mask_url(f"{type(error).__name__}: {error}")))
 
         self._thread = threading.Thread(target=main, name=f"streamlens-decode-{self.name}", daemon=True)
         self._thread.start()
@@ -702,10 +402,10 @@ class ThreadWorker:
         if spec.lossless:
             raise ValueError(f"{self.name}: a thread worker drops frames when its slots are full; "
                              f"a lossless session needs a ProcessWorker")
-        self._conn.send(("open", session, spec))
+        self._conn.send(Open(session, spec))
 
     def abort(self, session: int) -> None:
-        self._conn.send(("abort", session))
+        self._conn.send(Abort(session))
 
     def poll(self, timeout: float):
         if self._dead:
@@ -713,32 +413,34 @@ class ThreadWorker:
         if not self._conn.poll(timeout):
             return None
         message = self._conn.recv()
-        kind = message[0]
-        if kind == "frame":
-            _, session, layout, data, pts, ts, clock, decode_ms, mvs, drops, corrupt = message
+        if type(message) is tuple:  # a frame (protocol.py)
+            message = FrameSent._make(message)
+            layout, data = message.layout, message.data
+            mvs = None if message.mvs is None else message.mvs[1]
 
             def take(host: HostMemory):
                 if layout[0] == "bgr" and host.pinned:
                     pinned = host.empty(data.shape)
                     np.copyto(pinned, data)
-                    return _unpack(layout, pinned, host), mvs
-                return _unpack(layout, data, host), mvs
+                    return unpack(layout, pinned, host), mvs
+                return unpack(layout, data, host), mvs
 
-            return FrameReady(session, pts, ts, clock, decode_ms, (layout[1], layout[2]), drops, corrupt, None,
+            return FrameReady(message.session, message.pts, message.ts, message.clock, message.decode_ms,
+                              (layout[1], layout[2]), message.worker_drops, message.corrupt, None,
                               take, self._slots.release)
-        if kind == "opened":
-            return Opened(message[1], message[2])
-        if kind == "ended":
-            return Ended(*message[1:])
-        if kind == "crashed":
+        if isinstance(message, SessionOpened):
+            return Opened(message.session, message.info)
+        if isinstance(message, SessionEnded):
+            return Ended(*message)
+        if isinstance(message, Crashed):
             self._dead = True
-            return Died(f"decode thread failed: {message[1]}")
+            return Died(f"decode thread failed: {message.message}")
         return None
 
     def close(self, grace_s: float = CLOSE_GRACE_S) -> None:
         """Ask the thread to end and wait at most `grace_s`; a thread blocked inside FFmpeg is left
         to end on its own when FFmpeg's timeout fires (it is a daemon thread)."""
         if self._thread is not None and not self._dead:
-            self._conn.send(("quit",))
+            self._conn.send(QUIT)
             self._thread.join(grace_s)
         self._dead = True
