@@ -26,7 +26,7 @@ from streamlens.sources.backoff import FAST_FOR_S, FAST_S, Backoff, retry_delay
 from streamlens.sources.file import FileSource
 from streamlens.sources.live import LiveSource
 from streamlens.sources.ring import free_bytes
-from streamlens.sources.session import SessionSpec
+from streamlens.sources.session import BEHIND_S, SessionSpec
 from streamlens.sources.worker import (Died, Ended, FrameReady, Opened, ProcessWorker, ThreadWorker,
                                        check_shared_memory)
 from streamlens.sources.host_memory import HostMemory
@@ -275,8 +275,10 @@ def test_a_decoder_that_fell_behind_its_camera_skips_to_a_keyframe_instead_of_ha
     behind = [f.ts - f.pts for f in frames]
     lag = [b - min(behind) for b in behind]
     assert source.reconnects == 0 and source.losses()["decoder"] >= 30, (source.stats(), source.losses())
-    # nothing handed over was decoded from packets more than a second (BEHIND_S) and a little behind
-    assert max(lag) < 1.5, [round(x, 2) for x in lag]
+    # nothing handed over came from the 4 s backlog: at most BEHIND_S behind when read, plus what
+    # decoding and handing over took (a wide margin: a busy machine is slow, and the backlog's
+    # frames would read 4 s)
+    assert max(lag) < BEHIND_S + 1.5, [round(x, 2) for x in lag]
     assert all(b.pts > a.pts for a, b in zip(frames, frames[1:]))
 
 

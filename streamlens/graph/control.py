@@ -14,10 +14,10 @@ published its result. Two parts hold it:
 - the ladder below, climbed by the controller once a second (`tick`): it looks at the live streams'
   last second (each stream's p95, and the frames dropped without its say: too old for the engine,
   a full queue, a decoder worker's full ring; not those that came late from their source, which
-  shedding after the decoder would not help: the runtime leaves them out) and, when a stream is over budget or more than
-  `TAIL_SHARE` of the frames were dropped (the wait limit trims a tail of frames that would have
-  been late anyway: that is the p95's 5%, not overload), climbs one rung, then gives the step until
-  the next tick (`settle_s`) to take effect:
+  shedding after the decoder would not help: the runtime leaves them out) and, when a stream is
+  over budget or more than `TAIL_SHARE` of the frames were dropped (the wait limit trims a tail of
+  frames that would have been late anyway: that is the p95's 5%, not overload), climbs one rung,
+  then gives the step until the next tick (`settle_s`) to take effect:
 
 0. (live streams sharing one keyframe schedule, `keyframe_wait`) keyframes no longer wait for their
    detections: each goes out by motion at once and its detections are applied when they come (the

@@ -52,14 +52,18 @@ def behind_limit(uri: str) -> float | None:
         >>> behind_limit("rtsp://10.0.0.7/stream1"), behind_limit("https://cdn.example/live.m3u8")
         (1.0, None)
     """
-    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
-    return BEHIND_S if scheme in STEADY_SCHEMES else None
+    return BEHIND_S if _scheme(uri) in STEADY_SCHEMES else None
+
+
+def _scheme(uri: str) -> str:
+    """`uri`'s scheme in lower case; "" for a path or a device."""
+    return uri.split("://", 1)[0].lower() if "://" in uri else ""
 
 
 def input_options(uri: str, *, transport: str, timeout_s: float, user: dict[str, str]) -> dict[str, str]:
     """The FFmpeg options to open `uri` with: live defaults, the timeout its protocol honours, the
     RTSP transport, then the user's own options on top."""
-    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    scheme = _scheme(uri)
     options = dict(LIVE_DEFAULT_OPTIONS) if scheme else {}
     micros = str(int(timeout_s * 1_000_000))
     if scheme in ("rtsp", "rtsps"):
