@@ -323,6 +323,54 @@ def test_redis_is_shared_between_two_pipeline_processes(tmp_path, colour_model):
     assert second["cached"] > 0 and second["computed"] < first["computed"]
 
 
+def test_foreign_values_in_a_shared_redis_are_counted_and_computed_again(tmp_path, colour_model):
+    """Another program (or a hostile one) wrote under the stage's keys in a shared Redis: values that
+    are not this model's outputs for one crop are counted as foreign and computed again, never raised,
+    and the answer is the model's own."""
+    import redis
+
+    from streamlens.secondary.cache import KEY_PREFIX, MAX_VALUE_BYTES, RedisCache, pack
+    from .redis_server import RedisServer, redis_missing
+
+    if redis_missing():
+        pytest.skip(redis_missing())
+    boxes, colours = [[20, 20, 80, 80]], [(0, 0, 230)]  # red
+
+    def classify() -> tuple[str, dict]:
+        stage = SecondaryStage([entry(colour_model)], RedisCache(server.url, timeout_s=2.0))
+        stage.start()
+        try:
+            frame, det = scene(0, boxes, colours)
+            offer(stage, frame, det)  # the track's first keyframe
+            offer(stage, frame, det)
+            result = answered(stage, lambda k: scene(k + 1, boxes, colours))
+            return result.attributes[0]["colour"]["label"], stage.stats()["colour"]
+        finally:
+            stage.close()
+
+    header = b"SLSC" + bytes([1]) + (1).to_bytes(2, "little")
+    forged = {
+        "absurd sides": header + bytes([0, 3]) + b"".join(n.to_bytes(4, "little") for n in (0, 2**32 - 1, 2**32 - 1)),
+        "an empty array": pack([np.zeros((0,), np.float32)]),
+        "another shape": pack([np.zeros((7,), np.float32)]),
+        "another dtype": pack([np.zeros((3,), np.int64)]),
+        "not a number": pack([np.array([np.nan, 0.0, 1.0], np.float32)]),
+        "too large": pack([np.zeros((MAX_VALUE_BYTES // 4 + 1,), np.float32)]),
+        "random bytes": bytes(range(24)),
+    }
+    with RedisServer(tmp_path / "redis") as server:
+        assert classify()[0] == "red"  # computes, and stores its outputs under the crop's key
+        client = redis.Redis.from_url(server.url)
+        (key,) = client.keys(KEY_PREFIX + "*")
+        for what, value in forged.items():
+            client.set(key, value)
+            label, stats = classify()
+            assert label == "red", what
+            assert (stats["computed"], stats["cached"]) == (1, 0), what
+        client.close()
+        assert classify()[1]["cached"] == 1  # what the last run put back is read again
+
+
 def test_secondary_keys_are_checked(tmp_path, colour_model):
     from streamlens.errors import ConfigError
 

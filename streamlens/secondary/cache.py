@@ -10,7 +10,10 @@ images recur).
   shape, and its bytes (C order). Equal pixels on any frame give one key; one changed pixel, another
   shape or another model gives another.
 - `pack` / `unpack`: one crop's outputs (a few numeric arrays) as compact bytes, versioned; numbers
-  only, no pickle, so bytes read back from a shared Redis cannot run code.
+  only, no pickle, so bytes read back from a shared Redis cannot run code. `unpack` reads values of at
+  most `MAX_VALUE_BYTES` and raises `CacheFormatError` for anything else it cannot read whole; the
+  stage then checks the arrays against its model's outputs (`CropModel.fits`), so a foreign value in a
+  shared Redis is counted and computed again, never raised.
 - `MemoryCache`: a bounded LRU in this process, thread-safe.
 - `RedisCache`: the same interface on a Redis server that several pipelines or engine processes
   share, with a `MemoryCache` in front (hits there never touch Redis). One round trip per batch: MGET
@@ -71,6 +74,9 @@ _DTYPES = ("float32", "float16", "float64", "int8", "int16", "int32", "int64", "
            "uint64", "bool")
 _CODE = {np.dtype(name): code for code, name in enumerate(_DTYPES)}
 _MAX_NDIM = 32
+#: the largest value `unpack` reads (bytes): one crop's outputs are a few kilobytes (an embedding of
+#: 1,024 floats is 4 KB); anything far larger in a shared cache is not ours
+MAX_VALUE_BYTES = 1 << 20
 
 
 class CacheFormatError(ValueError):
@@ -122,10 +128,19 @@ def pack(outputs: list[np.ndarray]) -> bytes:
     return b"".join(parts)
 
 
-def unpack(data: bytes) -> list[np.ndarray]:
+def unpack(data: bytes, max_bytes: int = MAX_VALUE_BYTES) -> list[np.ndarray]:
     """The arrays `pack` made these bytes of (new, writable, native byte order); `CacheFormatError`
-    for anything else."""
+    for anything else, values over `max_bytes` included.
+
+    Example:
+        >>> unpack(_HEADER.pack(_MAGIC, _VERSION, 1) + _ARRAY.pack(0, 3) + struct.pack("<3I", 0, 2**32 - 1, 2**32 - 1))
+        Traceback (most recent call last):
+        ...
+        streamlens.secondary.cache.CacheFormatError: cached outputs: array 0 has an impossible shape (0, 4294967295, 4294967295)
+    """
     view = memoryview(data)
+    if len(view) > max_bytes:
+        raise CacheFormatError(f"cached outputs: {len(view)} bytes, more than the {max_bytes} a value may have")
     if len(view) < _HEADER.size:
         raise CacheFormatError(f"cached outputs: {len(view)} bytes, shorter than the {_HEADER.size}-byte header")
     magic, version, count = _HEADER.unpack_from(view, 0)
@@ -145,7 +160,10 @@ def unpack(data: bytes) -> list[np.ndarray]:
             size = math.prod(shape) * dtype.itemsize
             if at + size > len(view):
                 raise CacheFormatError(f"cached outputs: array {i} needs {size} bytes, {len(view) - at} are left")
-            array = np.frombuffer(view[at:at + size], dtype).reshape(shape)
+            try:
+                array = np.frombuffer(view[at:at + size], dtype).reshape(shape)
+            except ValueError:  # an empty array whose other sides no memory could hold
+                raise CacheFormatError(f"cached outputs: array {i} has an impossible shape {shape}") from None
             arrays.append(array.astype(dtype.newbyteorder("="), copy=True))
             at += size
     except struct.error:
@@ -392,4 +410,4 @@ def build_cache(items: int, redis: str | None = None, ttl_s: float | None = None
 
 
 __all__ = ["crop_key", "pack", "unpack", "CacheFormatError", "Cache", "MemoryCache", "RedisCache", "build_cache",
-           "KEY_PREFIX"]
+           "KEY_PREFIX", "MAX_VALUE_BYTES"]

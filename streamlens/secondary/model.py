@@ -70,7 +70,8 @@ class CropModel:
         else:
             self._load_onnx(imgsz, threads)
         self.id = model_id(self.path, self.imgsz)
-        self.run([np.zeros((self.imgsz, self.imgsz, 3), np.uint8)])  # checks the outputs, warms it up
+        # checks the outputs, warms it up, and learns what one crop's outputs look like
+        self.row_shapes = [out.shape[1:] for out in self.run([np.zeros((self.imgsz, self.imgsz, 3), np.uint8)])]
 
     def _load_onnx(self, imgsz: int | None, threads: int | None) -> None:
         import onnxruntime as ort
@@ -137,6 +138,14 @@ class CropModel:
             return self.outputs.index(output)
         raise DetectorError(f"{where or self.where}: {self.path.name} has no output {output!r} (it has {self.outputs})")
 
+    def fits(self, outputs: list[np.ndarray]) -> bool:
+        """Whether `outputs` (read from a cache) are what `run` gives for one crop: as many arrays, each
+        float32 of the model's shape, every number finite; a value of another model or another program
+        is not (see secondary/cache.py)."""
+        return (len(outputs) == len(self.row_shapes)
+                and all(o.dtype == np.float32 and o.shape == shape and np.isfinite(o).all()
+                        for o, shape in zip(outputs, self.row_shapes)))
+
     def prepare(self, crop: np.ndarray) -> np.ndarray:
         """A BGR crop as the model's input: its side, RGB (HxWx3 uint8)."""
         size = self.imgsz
@@ -151,7 +160,7 @@ class CropModel:
         images = np.stack([self.prepare(c) for c in crops])
         if self._ultralytics is not None:
             results = self._ultralytics.predict(list(images[..., ::-1]), imgsz=self.imgsz, verbose=False)
-            return [np.stack([r.probs.data.cpu().numpy() for r in results])]
+            return [np.stack([r.probs.data.cpu().numpy() for r in results]).astype(np.float32)]
         batch = np.ascontiguousarray(images.transpose(0, 3, 1, 2), dtype=self._dtype) / self._dtype(255)
         step = self.fixed_batch or len(batch)
         parts = []

@@ -415,8 +415,12 @@ class SecondaryStage:
             for i, found in enumerate(self.cache.get_many(keys)):
                 if found is not None:
                     try:
-                        outputs[i] = unpack(found)
-                    except CacheFormatError:  # not ours (a shared Redis): computed again
+                        arrays = unpack(found)
+                    except CacheFormatError:
+                        arrays = None
+                    if arrays is not None and model.fits(arrays):
+                        outputs[i] = arrays
+                    else:  # not ours (a shared Redis): counted, computed again
                         self.foreign += 1
         todo = [i for i, o in enumerate(outputs) if o is None]
         if todo:
