@@ -1,5 +1,5 @@
-"""URL helpers: tell a camera URL from a file path, hide credentials before anything is printed,
-check a URL's port (`port_problem`), say when its host does not resolve (`host_problem`) and
+"""URL helpers: tell a camera URL from a file path, hide secrets before anything is printed
+(`mask_url` for every URL shown, `url_origin` for one whose path is its secret, `hide_in`), check a URL's port (`port_problem`), say when its host does not resolve (`host_problem`) and
 whether a listening host keeps a server to this machine (`is_loopback`).
 
 Example:
@@ -7,6 +7,8 @@ Example:
     'rtsp://***@10.0.0.5:554/stream1'
     >>> mask_url("rtsp://admin:p@ss/w:rd@[fe80::1]:554/s")
     'rtsp://***@[fe80::1]:554/s'
+    >>> mask_url("rtsp://cam/x?user=admin&password=secret&channel=1")
+    'rtsp://cam/x?user=admin&password=***&channel=1'
     >>> is_url("clips/a.mp4"), is_url("rtsp://cam/1")
     (False, True)
 """
@@ -21,6 +23,11 @@ import threading
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 #: in free text, a URL ends at white space or a quote; its credentials end at its last '@'
 _CREDENTIALS_IN_TEXT_RE = re.compile(r"(?<=://)[^\s'\"<>]*@")
+#: a query (or fragment) parameter whose name holds one of these words has a secret value: password,
+#: passwd, passphrase, pass, pwd, token (access_token, x-auth-token), key (api_key, apikey), secret,
+#: auth, sig (signature), credential; case-insensitive. A harmless one (`keyframe=1`) is hidden too.
+_SECRET_PARAM_RE = re.compile(r"([?&;#][^=&;#\s'\"<>]*?(?:pass|pwd|token|key|secret|auth|sig|credential)"
+                              r"[^=&;#\s'\"<>]*=)[^&;#\s'\"<>]*", re.IGNORECASE)
 #: how long `host_problem` waits for the system's resolver (one that cannot reach its DNS server may
 #: take 5 s per try and server)
 RESOLVE_TIMEOUT_S = 2.0
@@ -32,21 +39,68 @@ def is_url(text: str) -> bool:
 
 
 def mask_url(text: str) -> str:
-    """`text` with the credentials of every URL in it (`user:password@`, `user@`) replaced by `***@`.
+    """`text` with the secrets of every URL in it hidden: credentials (`user:password@`, `user@`)
+    become `***@`, and the value of a query parameter whose name looks secret (password, pass, pwd,
+    token, key, secret, passphrase, auth, ...: `_SECRET_PARAM_RE`) becomes `***`.
 
     Everything from `://` to the URL's last `@` is hidden, so no part of a password shows
     whatever it holds (`@`, `/`, `:`, `#`, `%40`); the price is that an `@` later in a URL (in
     its path or query) hides the host as well. A `text` that is one URL is that URL to its end
-    (white space included); in other text a URL ends at white space or a quote.
+    (white space included); in other text a URL ends at white space or a quote. A secret in a URL's
+    path (a Slack or Discord webhook) is not seen here: show such a URL with `url_origin`.
 
     Example:
         >>> mask_url("cannot open 'rtsp://u:a@b@cam/1': 401 Unauthorized")
         "cannot open 'rtsp://***@cam/1': 401 Unauthorized"
+        >>> mask_url("GET /api/streams?token=abc123&x=1 answered 200")
+        'GET /api/streams?token=***&x=1 answered 200'
     """
     scheme = _SCHEME_RE.match(text)
     if scheme is not None and text.rfind("@") >= scheme.end():
-        return text[:scheme.end()] + "***" + text[text.rindex("@"):]
-    return _CREDENTIALS_IN_TEXT_RE.sub("***@", text)
+        text = text[:scheme.end()] + "***" + text[text.rindex("@"):]
+    else:
+        text = _CREDENTIALS_IN_TEXT_RE.sub("***@", text)
+    return _SECRET_PARAM_RE.sub(r"\1***", text)
+
+
+def url_origin(url: str) -> str:
+    """`scheme://host[:port]` of `url`, without credentials, path or query: how a URL whose path may
+    be its secret (a webhook's) is shown. Text that is no URL is shown as `mask_url` shows it.
+
+    Example:
+        >>> url_origin("https://hooks.slack.com/services/T000/B000/XXXXSECRET?x=1")
+        'https://hooks.slack.com'
+        >>> url_origin("http://user:pw@[::1]:8080/hook")
+        'http://[::1]:8080'
+    """
+    split = host_and_port(url)
+    if split is None or _authority_may_hold_credentials(url):
+        return mask_url(url) if split is None else url[:_SCHEME_RE.match(url).end()] + "***"
+    host, port, bracketed = split
+    host = f"[{host}]" if bracketed else host
+    return url[:_SCHEME_RE.match(url).end()] + host + (f":{port}" if port is not None else "")
+
+
+def hide_in(text: str, url: str) -> str:
+    """`text` (an error message about `url`) with `url`'s path, query and credentials hidden wherever
+    they appear, whole or in part as HTTP libraries quote them (`with url: /services/...`), and
+    every other URL masked (`mask_url`).
+
+    Example:
+        >>> hide_in("Max retries exceeded with url: /services/T0/B0/SECRET (Caused by timeout)",
+        ...         "https://hooks.slack.com/services/T0/B0/SECRET")
+        'Max retries exceeded with url: /*** (Caused by timeout)'
+    """
+    scheme = _SCHEME_RE.match(url)
+    if scheme is not None:
+        rest = url[scheme.end():]
+        cut = re.search(r"[/?#]", rest.rpartition("@")[2])
+        tail = rest.rpartition("@")[2][cut.start():] if cut else ""
+        text = text.replace(url, url_origin(url))
+        for part in sorted({tail, tail.split("#")[0], tail.split("?")[0]}, key=len, reverse=True):
+            if len(part) > 1:
+                text = text.replace(part, "/***" if part.startswith("/") else "***")
+    return mask_url(text)
 
 
 def host_and_port(uri: str) -> tuple[str, str | None, bool] | None:

@@ -4,8 +4,10 @@ and `host_problem` name a URL's port and host as FFmpeg reads them, and never it
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from streamlens.urls import host_and_port, host_problem, is_url, mask_url, port_problem
+from streamlens.urls import hide_in, host_and_port, host_problem, is_url, mask_url, port_problem, url_origin
 
 
 @pytest.mark.parametrize("url, password, shown", [
@@ -105,3 +107,86 @@ def test_an_unknown_host_is_named_without_credentials():
                                  "rtsp://admin:pa/ss@cam7.invalid/x"])
 def test_addresses_known_hosts_and_hosts_that_may_be_a_password_are_no_problem(url):
     assert host_problem(url) is None
+
+
+# -- secrets outside user:password@ (issue 25, point 4) -------------------------------------------
+
+@pytest.mark.parametrize("url, shown", [
+    ("rtsp://cam/x?user=admin&password=secret", "rtsp://cam/x?user=admin&password=***"),
+    ("rtsp://cam/x?pwd=secret&channel=1", "rtsp://cam/x?pwd=***&channel=1"),
+    ("http://cam/snap.jpg?api_key=secret", "http://cam/snap.jpg?api_key=***"),
+    ("https://cam/live.m3u8?Access_Token=secret;x=1", "https://cam/live.m3u8?Access_Token=***;x=1"),
+    ("srt://cam:9000?passphrase=secret&mode=caller", "srt://cam:9000?passphrase=***&mode=caller"),
+    ("https://cam/v?auth=secret#sig=secret", "https://cam/v?auth=***#sig=***"),
+    ("rtsp://u:pw@cam/x?secret=s", "rtsp://***@cam/x?secret=***"),
+    ("rtsp://cam/x?size=720&fps=30", "rtsp://cam/x?size=720&fps=30"),
+])
+def test_secret_looking_query_values_are_hidden(url, shown):
+    assert mask_url(url) == shown
+    assert mask_url(f"cannot open '{url}': 404") == f"cannot open '{shown}': 404"
+
+
+@pytest.mark.parametrize("url, origin", [
+    ("https://hooks.slack.com/services/T000/B000/XXXXSECRET", "https://hooks.slack.com"),
+    ("https://discord.com/api/webhooks/123/SECRET?wait=true", "https://discord.com"),
+    ("http://bot:pw@10.0.0.9:8080/in", "http://10.0.0.9:8080"),
+    ("http://[::1]:9/hook", "http://[::1]:9"),
+    ("http://u:p/w@host/hook", "http://***"),
+])
+def test_a_webhook_url_is_shown_as_its_origin(url, origin):
+    assert url_origin(url) == origin
+
+
+def test_an_http_librarys_error_shows_no_part_of_the_webhooks_path():
+    url = "https://hooks.slack.com/services/T0/B0/SECRET?x=KEY"
+    error = ("HTTPSConnectionPool(host='hooks.slack.com', port=443): Max retries exceeded with url: "
+             "/services/T0/B0/SECRET?x=KEY (Caused by NewConnectionError('refused'))")
+    shown = hide_in(error, url)
+    assert "SECRET" not in shown and "KEY" not in shown and "hooks.slack.com" in shown
+    assert hide_in(f"cannot post to {url}", url) == "cannot post to https://hooks.slack.com"
+
+
+#: secrets begin with two capitals, which no host, path or user below holds, so one found in the
+#: output is the secret's own
+_SECRET = st.builds(lambda head, body: head + body, st.text("ABCDEFGHJKLMNPQRSTUVWXYZ", min_size=2, max_size=2),
+                    st.text("ABCDEFGHJKLMNPQRSTUVWXYZ0123456789", min_size=4, max_size=16))
+_HOST = st.builds(lambda name, domain, port: name + domain + port, st.text("abcdefghij", min_size=1, max_size=8),
+                  st.sampled_from(["", ".local", ".example.com"]), st.sampled_from(["", ":554", ":8080"]))
+_PATH = st.lists(st.text("abcxyz0189._-", min_size=1, max_size=6), max_size=3).map(
+    lambda parts: "".join("/" + p for p in parts))
+_SCHEME = st.sampled_from(["rtsp", "rtsps", "http", "https", "rtmp", "srt", "redis"])
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(scheme=_SCHEME, host=_HOST, path=_PATH, secret=_SECRET, user=st.text("abcdef", max_size=6),
+       extra=st.text("ABCXYZ019@:/#?%!$&()*+,;=-._~' \"", max_size=8))
+def test_no_password_survives_mask_url(scheme, host, path, secret, extra, user):
+    password = secret + extra  # any character a password may hold, '@', '/', ':', '#' included
+    url = f"{scheme}://{user}:{password}@{host}{path}"
+    assert secret not in mask_url(url)
+    if not set(extra) & set(" '\""):  # in a message, a URL ends at white space or a quote
+        assert secret not in mask_url(f"cannot open {url}: 401 Unauthorized")
+        assert secret not in mask_url(f"cannot open '{url}': 401 Unauthorized")
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(scheme=_SCHEME, host=_HOST, path=_PATH, secret=_SECRET,
+       word=st.sampled_from(["password", "passwd", "pass", "pwd", "token", "key", "secret", "passphrase", "auth",
+                             "signature", "credential"]),
+       prefix=st.sampled_from(["", "api_", "x-", "access_", "my"]), suffix=st.sampled_from(["", "_v2", "id", "s"]),
+       upper=st.booleans(), before=st.sampled_from(["", "a=1&", "channel=2;"]), after=st.sampled_from(["", "&b=2", "#f"]))
+def test_no_secret_query_value_survives_mask_url(scheme, host, path, secret, word, prefix, suffix, upper, before, after):
+    name = prefix + (word.upper() if upper else word) + suffix
+    url = f"{scheme}://{host}{path}?{before}{name}={secret}{after}"
+    assert secret not in mask_url(url)
+    assert secret not in mask_url(f"GET {url} failed: 'timed out'")
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(host=_HOST, path=_PATH, secret=_SECRET, query=st.sampled_from(["", "?wait=true", "?x=1&y=2"]))
+def test_no_webhook_path_secret_survives_url_origin_or_hide_in(host, path, secret, query):
+    url = f"https://{host}{path}/{secret}{query}"
+    assert secret not in url_origin(url)
+    message = f"HTTPSConnectionPool(host='{host}'): Max retries exceeded with url: {path}/{secret}{query} (refused)"
+    assert secret not in hide_in(message, url)
+    assert secret not in hide_in(f"cannot post to '{url}'", url)

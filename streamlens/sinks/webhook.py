@@ -45,8 +45,8 @@ that goes down later.
 
 Example:
     >>> sink = WebhookSink("https://bot:s3cret@hooks.example/in", events=["line_cross"], cooldown_s=30)
-    >>> sink.display_url
-    'https://***@hooks.example/in'
+    >>> sink.display_url  # its path may be its secret (Slack, Discord): the origin alone is shown
+    'https://hooks.example'
     >>> rule_of({"event": "line_cross", "line": "gate"}), rule_of({"event": "object_end", "object": {"label": "car"}})
     ('gate', 'car')
 """
@@ -64,7 +64,7 @@ from ..analytics.build import MediaClock
 from ..config.sinks import EVENT_KINDS
 from ..errors import SinkError
 from ..frame import FrameResult, StreamEnd
-from ..urls import mask_url
+from ..urls import hide_in, url_origin
 from .background import Publisher
 from .base import Sink
 
@@ -101,7 +101,7 @@ class WebhookSink(Sink):
     def __init__(self, url: str, *, events: list[str] | None = None, cooldown_s: float = 0.0,
                  timeout_s: float = 5.0, retries: int = 3, queue_size: int = 1000, token_env: str | None = None):
         self.url = url
-        self.display_url = mask_url(url)
+        self.display_url = url_origin(url)
         self.events = None if events is None else frozenset(events)
         self.cooldown_s = cooldown_s
         self.timeout_s = timeout_s
@@ -132,7 +132,7 @@ class WebhookSink(Sink):
         try:
             requests.Request("POST", self.url).prepare()
         except requests.RequestException as e:
-            raise SinkError(f"{self.key('url')}: cannot post to {self.display_url!r}: {mask_url(str(e))}") from None
+            raise SinkError(f"{self.key('url')}: cannot post to {self.display_url!r}: {hide_in(str(e), self.url)}") from None
         session = requests.Session()
         session.headers.update({"Content-Type": "application/json", "User-Agent": "streamlens-webhook"})
         if self.token_env is not None:
@@ -275,7 +275,7 @@ class WebhookSink(Sink):
         except requests.Timeout:
             return None, f"no answer within {self.timeout_s:g} s", None
         except requests.RequestException as e:
-            return None, _why(e), None
+            return None, hide_in(_why(e), self.url), None
         status = answer.status_code
         why = f"HTTP {status} {answer.reason or ''}".rstrip()
         if 300 <= status < 400:
@@ -338,7 +338,7 @@ def _why(error: BaseException) -> str:
             return e.strerror
         stack += [c for c in (getattr(e, "reason", None), e.__cause__, e.__context__, *e.args)
                   if isinstance(c, BaseException)]
-    return mask_url(f"{type(error).__name__}: {error}")
+    return f"{type(error).__name__}: {error}"
 
 
 __all__ = ["WebhookSink", "rule_of", "BACKOFF_S", "BACKOFF_MAX_S", "CLOSE_MIN_S"]
