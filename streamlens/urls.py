@@ -81,6 +81,17 @@ def url_origin(url: str) -> str:
     return url[:_SCHEME_RE.match(url).end()] + host + (f":{port}" if port is not None else "")
 
 
+def url_host(url: str) -> str:
+    """The host of `url` as FFmpeg and HTTP libraries read it (no brackets), or "" for no URL.
+
+    Example:
+        >>> url_host("http://bot:pw@[::1]:8080/hook"), url_host("https://hooks.example/in"), url_host("x.mp4")
+        ('::1', 'hooks.example', '')
+    """
+    split = host_and_port(url)
+    return split[0] if split is not None else ""
+
+
 def hide_in(text: str, url: str) -> str:
     """`text` (an error message about `url`) with `url`'s path, query and credentials hidden wherever
     they appear, whole or in part as HTTP libraries quote them (`with url: /services/...`), and

@@ -585,3 +585,20 @@ def test_qos_1_and_2_are_acknowledged_before_they_count_as_sent(broker, qos):
     finally:
         sink.close()
         sub.close()
+
+
+@pytest.mark.parametrize("host, tls, warned", [
+    ("192.0.2.7", False, True),  # another machine, no TLS: the password in clear
+    ("192.0.2.7", True, False),
+    ("127.0.0.1", False, False),  # this machine
+])
+def test_a_password_without_tls_to_another_machine_is_warned_of(host, tls, warned, monkeypatch, caplog):
+    monkeypatch.setenv("STREAMLENS_MQTT_USERNAME", "cam")
+    monkeypatch.setenv("STREAMLENS_MQTT_PASSWORD", "s3cret-pw")
+    sink = MqttSink(host, free_port(), tls=tls)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        sink.open()  # never waits for the broker
+        sink.close()
+    said = [r.getMessage() for r in caplog.records if "without TLS" in r.getMessage()]
+    assert len(said) == int(warned), said
+    assert "s3cret-pw" not in caplog.text

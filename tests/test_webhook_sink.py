@@ -10,7 +10,9 @@ import http.server
 import inspect
 import json
 import logging
+import socket
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -308,3 +310,104 @@ def test_the_short_form_validates_and_builds_and_a_wrong_url_is_one_line(tmp_pat
         load_pipeline(path)
     assert len(info.value.problems) == 1
     assert info.value.problems[0].startswith(f"{path}: sinks[0].url: "), info.value.problems
+
+
+class _Trickler:
+    """A raw HTTP endpoint on 127.0.0.1 that reads a request and then answers one byte of its status
+    line every 0.2 s, for ever (`body_mb`: answers 200 at once, then a body of that many megabytes,
+    sent as long as the client reads). Counts the connections it accepted and the bytes it sent."""
+
+    def __init__(self, body_mb: int = 0):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}/hook"
+        self.body_mb = body_mb
+        self.accepted = 0
+        self.sent = 0
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                if self.body_mb:
+                    conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {self.body_mb << 20}\r\n\r\n".encode())
+                    chunk = b"x" * 65536
+                    for _ in range((self.body_mb << 20) // len(chunk)):
+                        conn.sendall(chunk)
+                        self.sent += len(chunk)
+                    return
+                for byte in b"HTTP/1.1 200 OK\r\n" * 1000:
+                    if self.stop.wait(0.2):
+                        return
+                    conn.sendall(bytes([byte]))
+            except OSError:
+                return  # the client went
+
+    def close(self) -> None:
+        self.stop.set()
+        self.server.close()
+
+
+def test_an_endpoint_that_trickles_its_answer_is_cut_at_the_deadline(caplog):
+    """Each byte comes well within `timeout_s`, so only a deadline on the whole try ends it."""
+    caplog.set_level(logging.DEBUG, "streamlens.sinks.webhook")
+    endpoint = _Trickler()
+    sink = WebhookSink(endpoint.url, timeout_s=1, retries=1)
+    try:
+        sink.open()
+        sink.write(*event("line_cross", 0, 0.0, line="gate"))
+        sink.write(*event("line_cross", 1, 1.0, line="gate"))
+        deadline = time.monotonic() + WAIT_S
+        while sink.counters()["failed"] < 2:  # both tries of both events were cut
+            assert time.monotonic() < deadline, sink.counters()
+            time.sleep(0.05)
+        assert endpoint.accepted == 4
+        assert any("no answer within 1 s in all" in r.getMessage() for r in caplog.records)
+        assert closed(sink)
+    finally:
+        endpoint.close()
+
+
+def test_a_huge_answer_is_not_read():
+    endpoint = _Trickler(body_mb=512)
+    sink = WebhookSink(endpoint.url, timeout_s=WAIT_S, retries=0)
+    try:
+        sink.open()
+        sink.write(*event("line_cross", 0, 0.0, line="gate"))
+        sink.write(*event("line_cross", 1, 1.0, line="gate"))
+        deadline = time.monotonic() + WAIT_S
+        while sink.counters()["posted"] < 2:  # 200 is the answer; its body is not waited for
+            assert time.monotonic() < deadline, sink.counters()
+            time.sleep(0.05)
+        assert closed(sink)
+        assert endpoint.accepted == 2  # each connection was closed, not kept with a body half read
+        assert endpoint.sent < 64 << 20  # what the kernel's buffers took, far from 512 MB each
+    finally:
+        endpoint.close()
+
+
+@pytest.mark.parametrize("url, warned", [
+    ("http://192.0.2.7/hook", True),  # plain http to another machine: the token in clear
+    ("https://192.0.2.7/hook", False),
+    ("http://127.0.0.1:9/hook", False),  # this machine
+])
+def test_a_bearer_token_over_plain_http_is_warned_of(url, warned, monkeypatch, caplog):
+    monkeypatch.setenv("HOOK_TOKEN", "s3cret-token")
+    sink = WebhookSink(url, token_env="HOOK_TOKEN")
+    with caplog.at_level(logging.WARNING, "streamlens.sinks.webhook"):
+        sink.open()  # does not contact the endpoint
+    sink.interrupt()
+    assert closed(sink)
+    said = [r.getMessage() for r in caplog.records if "plain http://" in r.getMessage()]
+    assert len(said) == int(warned), said
+    assert not any("s3cret-token" in r.getMessage() for r in caplog.records)

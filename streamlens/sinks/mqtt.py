@@ -39,7 +39,8 @@ within about `FLUSH_S + CLOSE_S`; what never went out is counted in `drops()` an
 
 TLS (`tls: true`) checks the broker's certificate against the system's CAs, or `ca_file`, and its
 host name. The user name and password come from the environment variables that `username_env` and
-`password_env` name, read by `open()` and never logged; a password without a user name is an error.
+`password_env` name, read by `open()` and never logged; a password without a user name is an error,
+and one sent without TLS to a broker on another machine is warned of once, at `open()`.
 
 Example:
     >>> sink = MqttSink("127.0.0.1", 1883, topic="home/cams")
@@ -58,6 +59,7 @@ from typing import Any
 
 from ..errors import SinkError
 from ..frame import FrameResult, StatsReport, StreamEnd
+from ..urls import is_loopback
 from ..wire.schema import dumps
 from .base import Sink
 from .mqtt_client import (BATCH_S, CLOSE_S, CONNACK_TIMEOUT_S, LATEST_S, MAX_INFLIGHT, MAX_INFLIGHT_ACKED, RETRY_S,
@@ -139,6 +141,9 @@ class MqttSink(MqttClientLoop, Sink):
         client.max_queued_messages_set(self._window)
         if user is not None:
             client.username_pw_set(user, password)
+            if password is not None and not self.tls and not is_loopback(self.host):
+                log.warning("%s: the MQTT password in $%s goes to %s:%d without TLS, readable by anyone on the "
+                            "way; set tls: true", self.key("password_env"), self.password_env, self.host, self.port)
         if self.tls:
             try:
                 client.tls_set(ca_certs=str(self.ca_file) if self.ca_file else None)

@@ -13,8 +13,9 @@ but `url`):
   time is held back as it would be live, and a run gives the same posts every time; a stream
   without `pts` reads the wall clock. The first event of a key opens its window (whether or not
   it is then delivered); the ones skipped do not lengthen it.
-- `timeout_s` (5): how long connecting may take, and how long the server may keep silent while
-  answering (requests' connect and read timeouts).
+- `timeout_s` (5): how long one try may take in all, from connecting to the answer's status and
+  headers (`streamlens.sinks.deadline`: an endpoint that trickles its answer is cut at this
+  deadline). The answer's body is never read.
 - `retries` (3): tries after a failure that may pass (no connection, a timeout, HTTP 5xx and 429),
   waiting `BACKOFF_S` (0.5 s) before the first, twice as long before each next one, at most
   `BACKOFF_MAX_S` (8 s; longer when the server's `Retry-After` asks, up to that cap). An event
@@ -23,11 +24,12 @@ but `url`):
 - `queue_size` (1000): events held for posting. `write()` runs on the engine's thread and never
   waits: it puts the event into this queue (a `streamlens.sinks.background.Publisher`) and
   returns; when the queue is full the oldest event is dropped and counted in `dropped`. One worker
-  thread posts, in order, over one keep-alive connection (a `requests.Session`).
+  thread posts, in order, over one keep-alive connection (a `DeadlineSession`).
 - `token_env`: the environment variable whose value is sent as `Authorization: Bearer <value>`;
-  read at `open()`, which fails with one line naming the key when the variable is not set. Basic
-  auth can go in the URL (`https://user:${PASS}@host/in`). Neither is ever logged: log lines show
-  the URL with its credentials masked.
+  read at `open()`, which fails with one line naming the key when the variable is not set, and
+  warns once when the URL is plain `http://` to another machine (the token would travel in clear).
+  Basic auth can go in the URL (`https://user:${PASS}@host/in`). Neither is ever logged: log lines
+  show the URL's origin alone (`https://hooks.example`), since a webhook's path may be its secret.
 
 Counters, per stream: `posted`, `failed`, `refused`, `skipped` (cooldown), `dropped` (queue full,
 or still queued when `close()` gave up); `counters()` sums them. `drops()`, which the runtime
@@ -64,7 +66,8 @@ from ..analytics.build import MediaClock
 from ..config.sinks import EVENT_KINDS
 from ..errors import SinkError
 from ..frame import FrameResult, StreamEnd
-from ..urls import hide_in, url_origin
+from ..urls import hide_in, is_loopback, url_host, url_origin
+from .deadline import DeadlineSession, Overdue
 from .background import Publisher
 from .base import Sink
 
@@ -133,7 +136,7 @@ class WebhookSink(Sink):
             requests.Request("POST", self.url).prepare()
         except requests.RequestException as e:
             raise SinkError(f"{self.key('url')}: cannot post to {self.display_url!r}: {hide_in(str(e), self.url)}") from None
-        session = requests.Session()
+        session = DeadlineSession()
         session.headers.update({"Content-Type": "application/json", "User-Agent": "streamlens-webhook"})
         if self.token_env is not None:
             token = os.environ.get(self.token_env)
@@ -142,6 +145,9 @@ class WebhookSink(Sink):
                 raise SinkError(f"{self.key('token_env')}: the environment variable {self.token_env} is not set "
                                 "(it holds the webhook's bearer token)")
             session.auth = _Bearer(token)  # an auth of its own: a ~/.netrc entry does not replace it
+            if self.url.lower().startswith("http://") and not is_loopback(url_host(self.url)):
+                log.warning("%s: the bearer token in %s goes over plain http:// to %s, readable by anyone on the "
+                            "way; use https://", self.key("token_env"), self.token_env, self.display_url)
         self._pub.start(self._work, "webhook", session)
 
     def write(self, item: FrameResult | StreamEnd, message: dict[str, Any], payload: bytes) -> None:
@@ -268,8 +274,9 @@ class WebhookSink(Sink):
         import requests
 
         try:
-            answer = session.post(self.url, data=payload, allow_redirects=False,
-                                  timeout=(self.timeout_s, self.timeout_s))
+            answer = session.post(self.url, data=payload, allow_redirects=False, deadline_s=self.timeout_s)
+        except Overdue:
+            return None, f"no answer within {self.timeout_s:g} s in all", None
         except requests.ConnectTimeout:
             return None, f"no connection within {self.timeout_s:g} s", None
         except requests.Timeout:
@@ -281,7 +288,7 @@ class WebhookSink(Sink):
         if 300 <= status < 400:
             why += " (redirects are not followed: give the final URL)"
         retry_after = answer.headers.get("Retry-After", "")
-        answer.close()
+        answer.close()  # its body unread: the connection goes, not back to the pool
         return status, why, float(retry_after) if retry_after.strip().isdigit() else None
 
     def _fails(self, why: str, retriable: bool) -> None:
