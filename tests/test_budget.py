@@ -184,9 +184,9 @@ def test_results_and_stats_carry_latency_per_stage_and_percentiles(tmp_path):
     # published end to end is never less than the hand-off to the sinks
     assert st.latency.count == len(results) and st.latency.sum_ms >= sum(r.frame.timings["total"] for r in results) - 1
     assert sink.stats and {"latency_ms", "stages_ms", "shed", "deferred_keyframes", "control"} <= set(sink.stats[-1])
-    # a light load needs next to nothing from the controller (one step at most: a busy test machine
-    # can push a second's p95 over 33 ms once)
-    assert sink.stats[-1]["control"]["level"] <= 1
+    # what the controller did is in every stats message (how far it went depends on how busy the
+    # machine is; its steps are tested on crafted lane states in test_overload.py)
+    assert {"level"} <= set(sink.stats[-1]["control"])
 
 
 def test_a_file_frame_is_converted_to_bgr_only_when_read():

@@ -156,9 +156,14 @@ keyframes: {{interval: 5}}
     report = pipeline.run(on_tick=step, tick_s=0.05)
     assert stepped and report.exit_code == 0
     frames = [m for m in sink.messages if m["type"] == "frame"]
-    assert len(frames) == SAMPLE_FRAMES and report.streams[0].dropped == 0
+    # every frame is published or counted; a clock step judged as age would have dropped all of the
+    # 270 after it (a busy machine may shed a few for the budget, which is not what is checked here)
+    assert len(frames) + report.streams[0].dropped == SAMPLE_FRAMES
+    assert len([m for m in frames if m["frame"] >= 30]) > (SAMPLE_FRAMES - 30) // 2
     assert all(0 <= m["latency_ms"]["total"] < 60_000 for m in frames)
-    assert sum(m["keyframe"] for m in frames) >= SAMPLE_FRAMES // 10  # keyframes still waited for
+    # keyframes still detected after the step: every 5th frame, or every 20th where the budget's
+    # controller stretched the interval as far as it goes (4x) on a busy machine
+    assert sum(m["keyframe"] for m in frames if m["frame"] >= 30) >= (SAMPLE_FRAMES - 30) // 25
 
 
 def test_a_start_that_fails_leaves_the_last_runs_output_alone(tmp_path):
