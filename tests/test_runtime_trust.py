@@ -161,9 +161,9 @@ keyframes: {{interval: 5}}
     assert len(frames) + report.streams[0].dropped == SAMPLE_FRAMES
     assert len([m for m in frames if m["frame"] >= 30]) > (SAMPLE_FRAMES - 30) // 2
     assert all(0 <= m["latency_ms"]["total"] < 60_000 for m in frames)
-    # keyframes still detected after the step: every 5th frame, or every 20th where the budget's
-    # controller stretched the interval as far as it goes (4x) on a busy machine
-    assert sum(m["keyframe"] for m in frames if m["frame"] >= 30) >= (SAMPLE_FRAMES - 30) // 25
+    # the detector's answers still arrive after the step (on time as keyframes, or, on a busy machine
+    # whose controller stopped keyframes waiting, a few frames later: `detected_frame` tells)
+    assert max(m["detected_frame"] for m in frames) >= 60
 
 
 def test_a_start_that_fails_leaves_the_last_runs_output_alone(tmp_path):
