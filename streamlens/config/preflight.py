@@ -15,6 +15,7 @@ from pathlib import Path
 from ..urls import RESOLVE_TIMEOUT_S, host_problem, is_loopback
 from .model import PipelineConfig, SinkConfig, SourceConfig
 from .problems import Problems
+from .sinks import STREAM, video_path
 
 
 def preflight_problems(cfg: PipelineConfig) -> list[str]:
@@ -155,9 +156,10 @@ def _output_files(sink: SinkConfig, sources: list[SourceConfig]) -> list[Path]:
     """The files a jsonl or video sink writes: a video path's `{stream}` becomes each source's
     name (other streams of a path without it go beside it, in the same folder)."""
     path: Path = sink.options["path"]
-    if sink.type == "video" and "{stream}" in str(path):
-        return list(dict.fromkeys(Path(str(path).replace("{stream}", s.name)) for s in sources))
-    return [path]
+    if sink.type != "video":
+        return [path]
+    named = sources if STREAM in str(path) else sources[:1]
+    return list(dict.fromkeys(video_path(path, s.name, i == 0) for i, s in enumerate(named)))
 
 
 def _unwritable(target: Path) -> str | None:
