@@ -53,10 +53,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
 
+from ..config.common import section
+from ..config.sources import SourceConfig
 from ..errors import SourceError
 from ..frame import Frame, YuvPicture
 from ..urls import is_url, mask_url
@@ -75,7 +78,6 @@ MAX_LIVE_LAG_S = 1.0
 #: keeps an index off by a sample or two (a muxer's trailing entry) from failing a run, and a file cut
 #: within its last two frames lost nothing worth reporting
 TRUNCATION_SLACK = 2
-DECODE_MODES = ("thread", "process")
 #: how often a file decoded in a worker looks at the stop event while it waits for a frame (seconds)
 POLL_S = 0.1
 
@@ -119,22 +121,21 @@ class FileSource(Source):
         ...         stop.set()
     """
 
-    def __init__(self, name: str, path: str | Path, *, live: bool = False, loop: bool = False,
-                 max_fps: float | None = None, options: dict[str, str] | None = None,
-                 export_mvs: bool = False, decode: str = "thread", max_pixels: int | None = None):
-        if max_fps is not None and not max_fps > 0:
-            raise ValueError(f"{name}: max_fps must be a positive number, got {max_fps!r}")
-        if decode not in DECODE_MODES:
-            raise ValueError(f"{name}: decode must be thread or process, got {decode!r}")
-        self.name = name
-        self.path = str(path)
+    def __init__(self, name: str | SourceConfig, path: str | Path | None = None, *, export_mvs: bool = False,
+                 **keys: Any):
+        """`FileSource(cfg)` with the source's typed section, or `FileSource(name, path, **keys)`
+        with keys of `SourceConfig`, checked as the pipeline file's are (`ValueError`)."""
+        cfg = name if isinstance(name, SourceConfig) else section(
+            SourceConfig, str(name), {"source": "file"}, name=name, uri=str(path), **keys)
+        self.name = cfg.name
+        self.path = cfg.uri
         self.display_path = mask_url(self.path)
-        self.live = live
-        self.loop = loop
-        self.max_fps = max_fps
-        self.options = dict(options or {})
+        self.live = cfg.live
+        self.loop = cfg.loop
+        self.max_fps = cfg.max_fps
+        self.options = dict(cfg.options)
         self.export_mvs = export_mvs
-        self.decode = decode
+        self.decode = cfg.decode
         #: packets the decoder rejected and that were skipped
         self.corrupt_packets = 0
         #: why the current (or last) pass stopped reading before the end of the file, or None (with
@@ -146,18 +147,18 @@ class FileSource(Source):
         self._passes: FilePasses | None = None
         self._worker = None
 
-        spec = FileSpec(self.path, self.display_path, self.options, live=live, loop=loop, max_fps=max_fps,
-                        export_mvs=export_mvs, max_pixels=max_pixels)
+        spec = FileSpec(self.path, self.display_path, self.options, live=cfg.live, loop=cfg.loop,
+                        max_fps=cfg.max_fps, export_mvs=export_mvs, max_pixels=cfg.max_pixels)
         container = open_file(spec)
         stream = container.streams.video[0]
         rate = stream.average_rate or stream.guessed_rate
         self.fps = float(rate) if rate else None
         #: frames the container says it holds (0: it does not say)
         self.declared_frames = max(0, stream.frames)
-        self.total_frames = None if loop else self.declared_frames or None
+        self.total_frames = None if cfg.loop else self.declared_frames or None
         #: what a run over the file needs, here or in a worker
         self.spec = dataclasses.replace(spec, fps=self.fps, declared_frames=self.declared_frames)
-        if decode == "process":  # the worker opens the file itself
+        if cfg.decode == "process":  # the worker opens the file itself
             container.close()
             container = None
         self._container: av.container.InputContainer | None = container
