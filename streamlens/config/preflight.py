@@ -92,7 +92,7 @@ def preflight_problems(cfg: PipelineConfig) -> list[str]:
 
 
 def input_problems(cfg: PipelineConfig) -> list[str]:
-    """Each file source opened as a run opens it (`sources.file.open_file`: FFmpeg with the source's
+    """Each file source opened as a run opens it (`sources.file_passes.open_file`: FFmpeg with the source's
     `options`, a video stream needed), one line `FILE: sources[i].uri: ...` for each that the run
     would refuse, in the run's own words: `/x/tone.m4a: has no video stream`, `/x/noise.mp4: not a
     video FFmpeg can read (Invalid data found when processing input)`, `/x/a.mp4: cannot open
@@ -141,10 +141,10 @@ def _check_readable(path: Path, where: str, problems: Problems, *, folder_ok: bo
 
 
 def _check_opens(src: SourceConfig, where: str, problems: Problems) -> None:
-    """Open a file source as a run opens it (`sources.file.open_file`: FFmpeg with the source's
+    """Open a file source as a run opens it (`sources.file_passes.open_file`: FFmpeg with the source's
     `options`, a video stream needed) and report what the run would refuse it for, in its words."""
     from ..errors import SourceError
-    from ..sources.file import FileSpec, open_file
+    from ..sources.file_passes import FileSpec, open_file
 
     try:
         open_file(FileSpec(src.uri, src.display_uri, dict(src.options))).close()
