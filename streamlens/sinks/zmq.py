@@ -20,8 +20,8 @@ Two modes:
   the sink's queue fills and the pipeline slows to the consumer's pace (a file source waits; a
   live source drops its oldest frames at the input, counted in `dropped`). With several PULL
   consumers each message goes to one of them (round robin): a work queue, not a fan-out.
-  A send waits at most `send_timeout_s` (default `DEFAULT_SEND_TIMEOUT_S`, 10 s): a message no consumer took by then is dropped and counted, a warning says that the
-  sink drops from now on, and until a consumer takes a message again every message that finds no
+  A send waits at most `send_timeout_s` (default `DEFAULT_SEND_TIMEOUT_S`, 10 s): a message no
+  consumer took by then is dropped and counted, a warning says that the sink drops from now on, and until a consumer takes a message again every message that finds no
   room is dropped at once (counted) instead of waiting. A consumer that is gone or stuck thus
   holds up the pipeline once, for `send_timeout_s`, never for ever. Messages already queued to a
   consumer that then disconnects are lost with it (ZeroMQ does not say how many).
