@@ -143,11 +143,12 @@ def _cmd_run(args) -> int:
         config = load_pipeline(args.pipeline, overrides=overrides)
         if args.cluster:
             given = config.runtime.cluster
-            config.runtime.cluster = ClusterConfig(address=args.cluster, **(
-                {"cpus": given.cpus, "gpus": given.gpus} if given else {}))
+            cluster = ClusterConfig(address=args.cluster,
+                                    **({"cpus": given.cpus, "gpus": given.gpus} if given else {}))
+            config = config.model_copy(update={"runtime": config.runtime.model_copy(update={"cluster": cluster})})
         display = None if args.quiet else ProgressDisplay()
         # runtime.workers, runtime.cluster: the streams over several engines, supervised
-        pipeline = runner_for(config, args.pipeline, overrides, log_level=logging.getLogger().level)
+        pipeline = runner_for(config, log_level=logging.getLogger().level)
         report = pipeline.run(on_tick=display)
     finally:
         for s, handler in old.items():

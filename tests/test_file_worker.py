@@ -213,7 +213,7 @@ def test_a_file_gone_since_it_was_opened_fails_naming_it(tmp_path):
 
 
 def test_decode_must_be_thread_or_process():
-    with pytest.raises(ValueError, match="decode must be thread or process"):
+    with pytest.raises(ValueError, match=r"^cam1: decode: unknown 'gpu' \(process, thread\)$"):  # as in a file
         FileSource("cam1", SAMPLE, decode="gpu")
 
 

@@ -311,11 +311,11 @@ def test_engines_of_one_machine_share_its_cores():
         detector = {"backend": "onnx", "model": str(model), **({"threads": threads} if threads else {})}
         data = {"sources": [{"uri": str(SAMPLE)}, {"uri": str(SAMPLE)}], "detector": detector,
                 "runtime": {"workers": 2}}
-        supervisor = Supervisor(parse_pipeline(data, REPO / "p.yaml"), data)
-        trees = [supervisor._engine_tree(engine) for engine in supervisor._engines]
+        supervisor = Supervisor(parse_pipeline(data, REPO / "p.yaml"))
+        configs = [supervisor._engine_config(engine) for engine in supervisor._engines]
         shutil.rmtree(supervisor._dir)  # never run: its folder for sockets goes now
-        assert [t["detector"].get("threads") for t in trees] == [expected, expected]
-        assert [len(t["sources"]) for t in trees] == [1, 1] and trees[0]["runtime"]["workers"] == 1
+        assert [c.detector.threads for c in configs] == [expected, expected]
+        assert [len(c.sources) for c in configs] == [1, 1] and configs[0].runtime.workers == 1
 
 
 def test_a_supervisor_offers_the_http_server_all_a_pipeline_does():
@@ -328,7 +328,7 @@ def test_a_supervisor_offers_the_http_server_all_a_pipeline_does():
 
     data = {"sources": [{"uri": str(SAMPLE)}, {"uri": str(SAMPLE)}], "detector": {"backend": "motion"},
             "runtime": {"workers": 2}}
-    supervisor = Supervisor(parse_pipeline(data, REPO / "p.yaml"), data)
+    supervisor = Supervisor(parse_pipeline(data, REPO / "p.yaml"))
     shutil.rmtree(supervisor._dir)  # never run: its folder for sockets goes now
     pipeline = Pipeline(parse_pipeline(data, REPO / "p.yaml"))
     members = {*RunView.__annotations__, *(name for name in vars(RunView) if not name.startswith("_"))}

@@ -183,7 +183,8 @@ def test_push_mode_never_waits_for_ever_it_drops_and_counts(sink_factory, caplog
     """No consumer: the first send waits `send_timeout_s`, then every message is dropped at once
     (counted) until a consumer takes one; from then on nothing is lost again."""
     assert ZmqSink("tcp://127.0.0.1:*", mode="push").send_timeout_s == DEFAULT_SEND_TIMEOUT_S
-    assert ZmqSink("tcp://127.0.0.1:*", mode="push", send_timeout_s=0).send_timeout_s == DEFAULT_SEND_TIMEOUT_S
+    with pytest.raises(ValueError, match=r"^zmq sink: send_timeout_s: must be > 0, got 0$"):  # as in a file
+        ZmqSink("tcp://127.0.0.1:*", mode="push", send_timeout_s=0)
     sink = sink_factory(mode="push", send_timeout_s=0.3)  # nobody connects yet
     with caplog.at_level(logging.WARNING, logger="streamlens"):
         for seq in range(5):

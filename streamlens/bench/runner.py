@@ -52,7 +52,7 @@ def run(path: str, overrides: dict, warmup: float, seconds: float, startup_s: fl
     from ..scale.supervisor import runner_for
 
     config = load_pipeline(path, overrides=overrides)
-    pipeline = runner_for(config, path, overrides)
+    pipeline = runner_for(config)
     signals = 0
 
     def on_signal(signum, _frame) -> None:

@@ -60,34 +60,36 @@ def parse_pipeline(data: Any, path: Path, display: str | None = None,
         raise ConfigError(problems.lines) from None
     if problems.lines:  # an unset variable, its key still valid as ""
         raise ConfigError(problems.lines)
-    cfg = PipelineConfig.model_construct(**dict(file), path=path, display=problems.file)
-    if cfg.runtime.mode == "bulk":
-        apply_bulk_mode(cfg, data, problems)
+    if file.runtime.mode == "bulk":
+        file = bulk_mode(file, problems)
     if problems.lines:
         raise ConfigError(problems.lines)
-    return cfg
+    return PipelineConfig.model_construct(**dict(file), path=path, display=problems.file)
 
 
-def apply_bulk_mode(cfg: PipelineConfig, data: dict, problems: Problems) -> None:
-    """`runtime.mode: bulk` (or `streamlens run --bulk`): archives as fast as the machine goes.
+def bulk_mode(file: PipelineFile, problems: Problems) -> PipelineFile:
+    """`file` as `runtime.mode: bulk` (or `streamlens run --bulk`) runs it, a new config: archives as
+    fast as the machine goes. What bulk mode cannot take (a camera, `loop`) goes into `problems`.
 
     Files only, never paced or looped; the detector on every frame (keyframes.interval 1), no
     latency budget, batches of `max_batch` (32 unless the file says), and room in the inbox for
     two batches per stream, so decoding runs ahead of inference (and so does preprocessing, on the
     source threads, when the detector runs on an accelerator: `Detector.prepare_ahead`).
     """
-    for i, src in enumerate(cfg.sources):
+    for i, src in enumerate(file.sources):
         if not src.is_file:
             problems.add(f"sources[{i}].uri", "runtime.mode bulk reads files; a camera or URL is live")
         if src.loop:
             problems.add(f"sources[{i}].loop", "runtime.mode bulk reads each file once; remove loop")
-        src.live = False
-    cfg.keyframes.interval, cfg.keyframes.adaptive, cfg.keyframes.min_interval = 1, False, 1
-    if "max_batch" not in cfg.detector.model_fields_set:
-        cfg.detector.max_batch = BULK_MAX_BATCH
-    cfg.detector.budget_ms = None
-    cfg.runtime.control = False
-    cfg.runtime.queue_size = max(cfg.runtime.queue_size, 2 * cfg.detector.max_batch)
+    batch = {} if "max_batch" in file.detector.model_fields_set else {"max_batch": BULK_MAX_BATCH}
+    detector = file.detector.model_copy(update={**batch, "budget_ms": None})
+    return file.model_copy(update={
+        "sources": [src.model_copy(update={"live": False}) for src in file.sources],
+        "keyframes": file.keyframes.model_copy(update={"interval": 1, "adaptive": False, "min_interval": 1}),
+        "detector": detector,
+        "runtime": file.runtime.model_copy(update={
+            "control": False, "queue_size": max(file.runtime.queue_size, 2 * detector.max_batch)}),
+    })
 
 
 def load_pipeline(path: str | Path, env: dict[str, str] | None = None,

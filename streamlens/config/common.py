@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationInfo, WithJsonSchema, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo, WithJsonSchema,
+                      model_validator)
 
-from .problems import invalid, show
+from .problems import Problems, from_validation, invalid, show
 
 #: the ceiling of every integer key without one of its own: a C int, what ZeroMQ, OpenCV and FFmpeg take
 INT_MAX = 2**31 - 1
@@ -43,13 +44,36 @@ class _Keys(BaseModel):
             return data  # pydantic says what it should be
         if info.context is not None:  # from a file; in code, None is None
             data = {k: v for k, v in data.items() if v is not None}
-        return cls._keys_checked(data)
+        return cls._keys_checked(data, info.context or {})
 
     @classmethod
-    def _keys_checked(cls, data: dict) -> dict:
+    def _keys_checked(cls, data: dict, context: dict) -> dict:
         """`data` with its keys checked before its values are: a mapping whose keys depend on one of
         its values (a source's `uri`, the detector's `backend`) says here which it takes."""
         return data
+
+
+Section = TypeVar("Section", bound=_Keys)
+
+
+def section(model: type[Section], label: str, context: dict | None = None, **keys: Any) -> Section:
+    """`model` checked from `keys`: how a sink, source or detector made in code, from keyword
+    arguments rather than its typed section, gets the pipeline file's checks. A mistake raises
+    `ValueError`, one line each, `label: key: what is wrong`.
+
+    Example:
+        >>> from streamlens.config import ZmqSinkConfig
+        >>> section(ZmqSinkConfig, "zmq sink", type="zmq", endpoint="tcp://127.0.0.1:5555", hwm=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: zmq sink: hwm: must be >= 1, got 0
+    """
+    try:
+        return model.model_validate(keys, context=context)
+    except ValidationError as e:
+        problems = Problems(label)
+        from_validation(e, model, problems)
+        raise ValueError("\n".join(problems.lines)) from None
 
 
 def _base(info: ValidationInfo) -> Path:

@@ -108,7 +108,7 @@ class DetectorConfig(_Keys):
                                description="frames before the first detections")
 
     @classmethod
-    def _keys_checked(cls, data: dict) -> dict:
+    def _keys_checked(cls, data: dict, context: dict) -> dict:
         backend = data.get("backend")
         if backend not in ("onnx", "ultralytics", "motion"):
             return {"backend": backend} if "backend" in data else {}  # the backend alone is the mistake
@@ -146,6 +146,6 @@ class DetectorConfig(_Keys):
 
     @property
     def options(self) -> dict[str, Any]:
-        """The motion detector's settings that the file gives (`MotionDetector(**options)`)."""
+        """The motion detector's keys that the file gives, by name."""
         return {k: getattr(self, k) for k, f in type(self).model_fields.items()
                 if f.json_schema_extra == _only(_MOTION) and getattr(self, k) is not None}

@@ -15,6 +15,7 @@ from pathlib import Path
 from ..urls import RESOLVE_TIMEOUT_S, host_problem, is_loopback
 from .model import PipelineConfig, SinkConfig, SourceConfig
 from .problems import Problems
+from .sinks import STREAM, video_path
 
 
 def preflight_problems(cfg: PipelineConfig) -> list[str]:
@@ -91,7 +92,7 @@ def preflight_problems(cfg: PipelineConfig) -> list[str]:
 
 
 def input_problems(cfg: PipelineConfig) -> list[str]:
-    """Each file source opened as a run opens it (`sources.file.open_file`: FFmpeg with the source's
+    """Each file source opened as a run opens it (`sources.file_passes.open_file`: FFmpeg with the source's
     `options`, a video stream needed), one line `FILE: sources[i].uri: ...` for each that the run
     would refuse, in the run's own words: `/x/tone.m4a: has no video stream`, `/x/noise.mp4: not a
     video FFmpeg can read (Invalid data found when processing input)`, `/x/a.mp4: cannot open
@@ -140,10 +141,10 @@ def _check_readable(path: Path, where: str, problems: Problems, *, folder_ok: bo
 
 
 def _check_opens(src: SourceConfig, where: str, problems: Problems) -> None:
-    """Open a file source as a run opens it (`sources.file.open_file`: FFmpeg with the source's
+    """Open a file source as a run opens it (`sources.file_passes.open_file`: FFmpeg with the source's
     `options`, a video stream needed) and report what the run would refuse it for, in its words."""
     from ..errors import SourceError
-    from ..sources.file import FileSpec, open_file
+    from ..sources.file_passes import FileSpec, open_file
 
     try:
         open_file(FileSpec(src.uri, src.display_uri, dict(src.options))).close()
@@ -155,9 +156,10 @@ def _output_files(sink: SinkConfig, sources: list[SourceConfig]) -> list[Path]:
     """The files a jsonl or video sink writes: a video path's `{stream}` becomes each source's
     name (other streams of a path without it go beside it, in the same folder)."""
     path: Path = sink.options["path"]
-    if sink.type == "video" and "{stream}" in str(path):
-        return list(dict.fromkeys(Path(str(path).replace("{stream}", s.name)) for s in sources))
-    return [path]
+    if sink.type != "video":
+        return [path]
+    named = sources if STREAM in str(path) else sources[:1]
+    return list(dict.fromkeys(video_path(path, s.name, i == 0) for i, s in enumerate(named)))
 
 
 def _unwritable(target: Path) -> str | None:

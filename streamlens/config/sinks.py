@@ -16,7 +16,7 @@ from .problems import invalid
 class _Sink(_Keys):
     @property
     def options(self) -> dict[str, Any]:
-        """The sink's settings the file gives or defaults, as its constructor takes them."""
+        """The sink's keys the file gives or defaults, but `type`, by name (None left out)."""
         values = {k: getattr(self, k) for k in type(self).model_fields if k != "type"}
         return {k: v.model_dump() if isinstance(v, BaseModel) else v for k, v in values.items() if v is not None}
 
@@ -26,6 +26,26 @@ class JsonlSinkConfig(_Sink):
 
     type: Literal["jsonl"]
     path: PathKey = Field(description="the file (relative to the pipeline file)")
+
+
+#: what a video sink's path holds for each stream's name
+STREAM = "{stream}"
+
+
+def video_path(path: Path, stream: str, first: bool) -> Path:
+    """The file a video sink of `path` writes `stream` to: `{stream}` in `path` becomes its name;
+    without it, the first stream is written to `path` itself and each other to
+    `<stem>-<stream><suffix>` beside it.
+
+    Example:
+        >>> [video_path(Path("out/a.mp4"), s, s == "cam1").name for s in ("cam1", "cam2")]
+        ['a.mp4', 'a-cam2.mp4']
+        >>> str(video_path(Path("out/{stream}/a.mp4"), "cam2", False))
+        'out/cam2/a.mp4'
+    """
+    if STREAM in str(path):
+        return Path(str(path).replace(STREAM, stream))
+    return path if first else path.with_name(f"{path.stem}-{stream}{path.suffix}")
 
 
 class VideoSinkConfig(_Sink):

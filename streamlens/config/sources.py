@@ -26,6 +26,11 @@ def _is_camera(uri: Any) -> bool:
     return isinstance(uri, str) and (is_url(uri) or uri.startswith("/dev/"))
 
 
+def _camera(uri: Any, context: dict | None) -> bool:
+    """Whether a source is taken as a camera: its `uri` is one, or a `LiveSource` makes it."""
+    return _is_camera(uri) or (context or {}).get("source") == "live"
+
+
 def _options(value: Any) -> Any:
     """`options`: FFmpeg's, every value a string (a number is written as one)."""
     if not isinstance(value, dict):
@@ -38,7 +43,12 @@ def _options(value: Any) -> Any:
 
 
 class SourceConfig(_Keys):
-    """One entry of `sources`: a video file, or a camera URL or device."""
+    """One entry of `sources`: a video file, or a camera URL or device.
+
+    Made in code by a source from its keyword arguments (`FileSource(name, uri, **keys)`), the
+    validation context names that source (`{"source": "file"}` or `"live"`): the source opens the
+    file and says itself what is wrong with it, and a `LiveSource` takes the camera keys whatever
+    its `uri`."""
 
     uri: str = Field(description="a video file (relative to the pipeline file) or a camera URL or device")
     name: str = Field("", description="the stream's name (default cam1, cam2, ... by position): "
@@ -69,8 +79,8 @@ class SourceConfig(_Keys):
         "like a lost connection (a file ends with error); default 8K UHD, 7680 x 4320"))
 
     @classmethod
-    def _keys_checked(cls, data: dict) -> dict:
-        camera = _is_camera(data.get("uri"))
+    def _keys_checked(cls, data: dict, context: dict) -> dict:
+        camera = _camera(data.get("uri"), context)
         misplaced = _misplaced_keys(cls, data, {k for k, f in cls.model_fields.items()
                                                 if camera or not f.json_schema_extra})
         if misplaced:
@@ -89,6 +99,8 @@ class SourceConfig(_Keys):
                 raise invalid(problem)
             return uri
         path = resolve(_base(info), uri)
+        if (info.context or {}).get("source"):  # made by a source, which opens it
+            return str(path)
         if not path.exists():
             raise invalid(f"file not found: {path}")
         if not path.is_file():
@@ -121,16 +133,17 @@ class SourceConfig(_Keys):
     @classmethod
     def _staleness(cls, value: float, info: ValidationInfo) -> float:
         live = info.data.get("live")
-        if not (live if live is not None else _is_camera(info.data.get("uri"))):
+        if not (live if live is not None else _camera(info.data.get("uri"), info.context)):
             raise invalid("only for live sources (cameras, or files with live: true)")
         return value
 
     @model_validator(mode="after")
-    def _defaults(self) -> SourceConfig:
+    def _defaults(self, info: ValidationInfo) -> SourceConfig:
+        camera = _camera(self.uri, info.context)
         if self.live is None:
-            self.live = _is_camera(self.uri)
+            self.live = camera
         if self.decode is None:
-            self.decode = "process" if _is_camera(self.uri) else "thread"
+            self.decode = "process" if camera else "thread"
         return self
 
     @property

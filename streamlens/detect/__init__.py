@@ -22,7 +22,7 @@ def build_detector(cfg: DetectorConfig) -> Detector:
     if cfg.backend == "motion":
         from .motion import MotionDetector
 
-        return MotionDetector(**cfg.options)
+        return MotionDetector(cfg)
     if cfg.model is None:
         raise DetectorError(f"detector.model: missing (backend {cfg.backend} needs a model file)")
     common = dict(imgsz=cfg.imgsz, conf=cfg.conf, iou=cfg.iou, classes=cfg.classes, names=cfg.names,

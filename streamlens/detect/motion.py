@@ -39,11 +39,14 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import cv2
 import numpy as np
 import supervision as sv
 
+from ..config.common import section
+from ..config.detector import DetectorConfig
 from ..frame import Frame, empty_detections
 from .base import Detector
 
@@ -66,6 +69,9 @@ BACKGROUND_RATIO = 0.7
 background. A colour that stays on a pixel becomes background after about -ln(ratio) x history
 frames: OpenCV's default 0.9 takes 0.1 x history (21 frames at history 200, 0.7 s at 30 fps, so a slow,
 plain-coloured truck loses its middle); 0.7 takes 0.36 x history (71 frames, 2.4 s)."""
+
+#: the settings of `MotionDetector` a `detector` section leaves out (see its parameters)
+DEFAULTS = {"min_area": 0.0005, "history": 200, "var_threshold": 25.0, "work_width": 320, "warmup": 5}
 
 SCENE_CHANGE_FRACTION = 0.5
 """When more than this fraction of a frame is foreground, the scene changed rather than something
@@ -144,29 +150,18 @@ class MotionDetector(Detector):
 
     names = {MOTION_CLASS_ID: MOTION_CLASS_NAME}
 
-    def __init__(
-        self,
-        min_area: float = 0.0005,
-        history: int = 200,
-        var_threshold: float = 25.0,
-        work_width: int = 320,
-        warmup: int = 5,
-    ):
-        if not 0.0 <= min_area < 1.0:
-            raise ValueError(f"min_area={min_area!r}: expected a fraction of the frame's area in [0, 1)")
-        if history < 1:
-            raise ValueError(f"history={history!r}: expected at least 1 frame")
-        if var_threshold <= 0:
-            raise ValueError(f"var_threshold={var_threshold!r}: expected a positive number")
-        if work_width < 16:
-            raise ValueError(f"work_width={work_width!r}: expected at least 16 pixels")
-        if warmup < 1:
-            raise ValueError(f"warmup={warmup!r}: expected 1 or more calls (the first frame is the background)")
-        self.min_area = float(min_area)
-        self.history = int(history)
-        self.var_threshold = float(var_threshold)
-        self.work_width = int(work_width)
-        self.warmup = int(warmup)
+    def __init__(self, cfg: DetectorConfig | None = None, **keys: Any):
+        """`MotionDetector(cfg)` with the `detector` section (backend motion), or
+        `MotionDetector(**keys)` with its keys, checked as the pipeline file's are (`ValueError`);
+        a key not given takes its default (`DEFAULTS`)."""
+        if cfg is None:
+            cfg = section(DetectorConfig, "motion detector", backend="motion", **keys)
+        settings = {**DEFAULTS, **cfg.options}
+        self.min_area = float(settings["min_area"])
+        self.history = settings["history"]
+        self.var_threshold = float(settings["var_threshold"])
+        self.work_width = settings["work_width"]
+        self.warmup = settings["warmup"]
         self._backgrounds: dict[str, _StreamBackground] = {}
 
     def detect(self, frames: list[Frame]) -> list[sv.Detections]:

@@ -1,7 +1,8 @@
 """One engine of `runtime.workers: N`: a whole pipeline over its share of the streams.
 
-The supervisor (supervisor.py) hands each engine an `EngineSpec`: the pipeline file's tree with
-only this engine's sources and its sinks pointed at the supervisor, and the `seq` each stream
+The supervisor (supervisor.py) hands each engine an `EngineSpec`: the pipeline's typed config with
+only this engine's sources and its sinks pointed at the supervisor (engine_config.py), built and
+checked there, and the `seq` each stream
 starts from (a restarted engine goes on past what its streams had published: subscribers see a
 gap, never a repeat). `EngineRun` runs it and tells, in a `Snapshot`, how it goes: every stream's
 figures, the last `seq` published per stream, and where its zmq sinks listen.
@@ -29,8 +30,8 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from ..config import PipelineConfig
 from ..errors import StreamlensError
 from ..frame import FrameResult
 from ..sinks.base import Sink
@@ -44,11 +45,8 @@ class EngineSpec:
     """What an engine runs (picklable)."""
 
     index: int
-    #: the pipeline file's path (relative paths resolve against its folder) and its name in messages
-    path: str
-    display: str
-    #: the pipeline file's tree, with this engine's sources and sinks
-    data: dict
+    #: the pipeline as this engine runs it: its sources and sinks (engine_config.py)
+    config: PipelineConfig
     #: the stream names, in the order of the marks
     streams: list[str]
     first_seq: dict[str, int] = field(default_factory=dict)
@@ -106,13 +104,11 @@ class EngineRun:
 
     def run(self, on_tick=None) -> tuple[str, object]:
         """("report", RunReport) once the run has ended, or ("failed", line) if it could not start."""
-        from ..config import parse_pipeline
         from ..graph.runtime import Pipeline
 
         spec = self.spec
         try:
-            config = parse_pipeline(spec.data, Path(spec.path), spec.display)
-            self._pipeline = Pipeline(config, sinks=[self._marks], first_seq=spec.first_seq,
+            self._pipeline = Pipeline(spec.config, sinks=[self._marks], first_seq=spec.first_seq,
                                       stats_extra={"engine": spec.index, "engine_restarts": spec.restarts})
             if self._stopped.is_set():
                 self._pipeline.stop()

@@ -26,6 +26,7 @@ import signal
 import time
 from typing import Any
 
+from ..config import SinkConfig
 from .engine import SNAPSHOT_EVERY_S, EngineRun, EngineSpec
 
 #: an actor's restart: how much longer than the time since its last figures a stream may have
@@ -43,7 +44,7 @@ class EngineActor:
         import ray
 
         host = ray.util.get_node_ip_address()
-        spec.data = {**spec.data, "sinks": [_on_node(s, host) for s in spec.data.get("sinks", [])]}
+        spec.config = spec.config.model_copy(update={"sinks": [_on_node(s, host) for s in spec.config.sinks]})
         self._engine = EngineRun(spec, host=host)
         return self._engine.run()
 
@@ -64,14 +65,15 @@ class EngineActor:
         return os.getpid()
 
 
-def _on_node(sink: dict, host: str) -> dict:
-    """A sink of an actor's tree bound on its node's address (`{node}` in the endpoint)."""
-    endpoint = sink.get("endpoint")
-    return {**sink, "endpoint": endpoint.replace("{node}", host)} if isinstance(endpoint, str) else sink
+def _on_node(sink: SinkConfig, host: str) -> SinkConfig:
+    """A sink of an actor's config bound on its node's address (`{node}` in a zmq endpoint)."""
+    if sink.type != "zmq":
+        return sink
+    return sink.model_copy(update={"endpoint": sink.endpoint.replace("{node}", host)})
 
 
 class RayActors:
-    """The supervisor's launcher for engines as Ray actors (see supervisor.py `_Processes`)."""
+    """The supervisor's launcher for engines as Ray actors (see processes.py `Processes`)."""
 
     remote = True
 

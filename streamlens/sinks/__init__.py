@@ -9,29 +9,29 @@ from .base import Sink
 
 
 def build_sink(cfg: SinkConfig, stream_fps: Mapping[str, float], where: str | None = None) -> Sink:
-    """The sink for one `sinks[i]` entry. `stream_fps` gives each stream's frame rate (in the
+    """The sink for one `sinks[i]` entry, made from its typed section (checked once, when the file
+    was read). `stream_fps` gives each stream's frame rate (in the
     pipeline's order); `where` names the entry in the sink's errors (`sinks[1]`)."""
     if cfg.type == "jsonl":
         from .jsonl import JsonlSink
 
-        sink: Sink = JsonlSink(cfg.options["path"])
+        sink: Sink = JsonlSink(cfg)
     elif cfg.type == "video":
         from .video import VideoSink
 
-        opts = {k: v for k, v in cfg.options.items() if k != "path"}
-        sink = VideoSink(cfg.options["path"], stream_fps=stream_fps, **opts)
+        sink = VideoSink(cfg, stream_fps=stream_fps)
     elif cfg.type == "zmq":
         from .zmq import ZmqSink
 
-        sink = ZmqSink(**cfg.options)
+        sink = ZmqSink(cfg)
     elif cfg.type == "mqtt":
         from .mqtt import MqttSink
 
-        sink = MqttSink(**cfg.options)
+        sink = MqttSink(cfg)
     elif cfg.type == "webhook":
         from .webhook import WebhookSink
 
-        sink = WebhookSink(**cfg.options)
+        sink = WebhookSink(cfg)
     else:
         raise ValueError(f"unknown sink type {cfg.type!r}")
     sink.where = where

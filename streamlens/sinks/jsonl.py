@@ -33,6 +33,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..config.common import section
+from ..config.sinks import JsonlSinkConfig
 from ..errors import SinkError
 from ..frame import FrameResult, StreamEnd
 from .base import Sink, os_reason
@@ -54,8 +56,11 @@ class JsonlSink(Sink):
 
     name = "jsonl"
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
+    def __init__(self, path: str | Path | JsonlSinkConfig):
+        """`JsonlSink(cfg)` with the sink's typed section, or `JsonlSink(path)`."""
+        cfg = path if isinstance(path, JsonlSinkConfig) else section(JsonlSinkConfig, "jsonl sink", type="jsonl",
+                                                                     path=path)
+        self.path = cfg.path
         self._file: Any = None  # unbuffered: each OS write is one or more whole lines
         self._pending: list[bytes] = []
         self._pending_bytes = 0

@@ -52,11 +52,11 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
-from pathlib import Path
 from typing import Any
 
+from ..config.common import section
+from ..config.sinks import MqttSinkConfig
 from ..errors import SinkError
 from ..frame import FrameResult, StatsReport, StreamEnd
 from ..urls import is_loopback
@@ -78,47 +78,26 @@ class MqttSink(MqttClientLoop, Sink):
     name = "mqtt"
     inline = True
 
-    def __init__(
-        self,
-        host: str = "127.0.0.1",
-        port: int = 1883,
-        *,
-        topic: str = "streamlens",
-        qos: int = 0,
-        client_id: str | None = None,
-        keepalive_s: int = 30,
-        tls: bool = False,
-        ca_file: str | Path | None = None,
-        username_env: str = "STREAMLENS_MQTT_USERNAME",
-        password_env: str = "STREAMLENS_MQTT_PASSWORD",
-        queue_size: int = 10_000,
-        retain: bool = True,
-        frames: bool = False,
-        stats: bool = True,
-        snapshots: bool = True,
-    ):
-        if not host:
-            raise ValueError("mqtt sink: host is empty")
-        if not 1 <= int(port) <= 65535:
-            raise ValueError(f"mqtt sink: port must be 1..65535, got {port!r}")
-        if qos not in (0, 1, 2):
-            raise ValueError(f"mqtt sink: qos must be 0, 1 or 2, got {qos!r}")
-        if not topic or re.search(r"[#+\s]", topic):
-            raise ValueError(f"mqtt sink: topic must be non-empty, without #, + or spaces, got {topic!r}")
-        if queue_size < 1 or keepalive_s < 1:
-            raise ValueError("mqtt sink: queue_size and keepalive_s must be at least 1")
-        self.host, self.port, self.topic, self.qos = host, int(port), topic.rstrip("/"), qos
-        self.client_id = client_id
-        self.keepalive_s = keepalive_s
-        self.tls, self.ca_file = tls, ca_file
-        self.username_env, self.password_env = username_env, password_env
-        self.queue_size = queue_size
-        self.retain, self.frames, self.snapshots = retain, frames, snapshots
-        self.wants_stats = stats
-        super().__init__(queue_size, MAX_INFLIGHT if qos == 0 else MAX_INFLIGHT_ACKED)
-        self._topics = Topics(self.topic, retain=retain, frames=frames, snapshots=snapshots)
+    def __init__(self, host: str | MqttSinkConfig | None = None, port: int | None = None, **keys: Any):
+        """`MqttSink(cfg)` with the sink's typed section, or `MqttSink(host, port, **keys)` with its
+        keys, checked as the pipeline file's are (`ValueError`)."""
+        if isinstance(host, MqttSinkConfig):
+            cfg = host
+        else:
+            given = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+            cfg = section(MqttSinkConfig, "mqtt sink", type="mqtt", **given, **keys)
+        self.host, self.port, self.topic, self.qos = cfg.host, cfg.port, cfg.topic.rstrip("/"), cfg.qos
+        self.client_id = cfg.client_id
+        self.keepalive_s = cfg.keepalive_s
+        self.tls, self.ca_file = cfg.tls, cfg.ca_file
+        self.username_env, self.password_env = cfg.username_env, cfg.password_env
+        self.queue_size = cfg.queue_size
+        self.retain, self.frames, self.snapshots = cfg.retain, cfg.frames, cfg.snapshots
+        self.wants_stats = cfg.stats
+        super().__init__(cfg.queue_size, MAX_INFLIGHT if cfg.qos == 0 else MAX_INFLIGHT_ACKED)
+        self._topics = Topics(self.topic, retain=cfg.retain, frames=cfg.frames, snapshots=cfg.snapshots)
         self.available_topic = self._topics.available
-        self._label = f"mqtt sink {host}:{port}"
+        self._label = f"mqtt sink {cfg.host}:{cfg.port}"
 
     # -- life cycle ---------------------------------------------------------------------------
 

@@ -63,12 +63,18 @@ import av
 import cv2
 import numpy as np
 
+from ..config.common import section
+from ..config.sinks import STREAM, VideoSinkConfig, video_path
 from ..errors import SinkError
 from ..frame import FrameResult, StreamEnd
 from . import draw
 from .base import Sink, os_reason
 
 DEFAULT_FPS = 30.0
+#: the encoder, its preset and quality when the sink's keys give none
+DEFAULT_CODEC = "libx264"
+DEFAULT_PRESET = "veryfast"
+DEFAULT_CRF = 23
 #: frames a stream may have waiting for its encoder thread
 QUEUE_FRAMES = 4
 _FINISH = object()  # a stream's queue: no more frames, finish the file
@@ -138,20 +144,18 @@ class VideoSink(Sink):
 
     name = "video"
 
-    def __init__(
-        self,
-        path: str | Path,
-        *,
-        stream_fps: Mapping[str, float] | None = None,
-        codec: str = "libx264",
-        preset: str = "veryfast",
-        crf: int = 23,
-    ):
-        self.path = Path(path)
+    def __init__(self, path: str | Path | VideoSinkConfig, *, stream_fps: Mapping[str, float] | None = None,
+                 **keys: Any):
+        """`VideoSink(cfg)` with the sink's typed section, or `VideoSink(path, **keys)` with its
+        keys, checked as the pipeline file's are (`ValueError`); `stream_fps`: each stream's frame
+        rate, in the pipeline's order."""
+        cfg = path if isinstance(path, VideoSinkConfig) else section(
+            VideoSinkConfig, "video sink", type="video", path=path, **keys)
+        self.path = cfg.path
         self.stream_fps = dict(stream_fps or {})
-        self.codec = codec
-        self.preset = preset
-        self.crf = crf
+        self.codec = cfg.codec or DEFAULT_CODEC
+        self.preset = cfg.preset or DEFAULT_PRESET
+        self.crf = DEFAULT_CRF if cfg.crf is None else cfg.crf
         self.frames_written: dict[str, int] = {}
         self._encoders: dict[str, _Encoder] = {}  # every stream seen, finished or not
         self._paths: dict[str, Path] = {}  # every stream seen, finished or not
@@ -163,8 +167,8 @@ class VideoSink(Sink):
     def open(self) -> None:
         """Make the output folders and check that the file of each known stream can be written
         (each stream's encoder opens on its first frame, when the frame size is known)."""
-        if "{stream}" in str(self.path):  # each known stream's own file; others on their first frame
-            paths = [self._placeholder_path(stream) for stream in self.stream_fps]
+        if STREAM in str(self.path):  # each known stream's own file; others on their first frame
+            paths = [video_path(self.path, _safe(stream), False) for stream in self.stream_fps]
         else:  # the first stream's file; the others' are beside it
             paths = [self.path]
         for path in paths:
@@ -256,22 +260,12 @@ class VideoSink(Sink):
 
         Example:
             >>> sink = VideoSink("out/annotated.mp4")
-            >>> [str(sink.path_for(s)) for s in ("cam1", "cam2", "cam1")]
-            ['out/annotated.mp4', 'out/annotated-cam2.mp4', 'out/annotated.mp4']
+            >>> [sink.path_for(s).name for s in ("cam1", "cam2", "cam1")]
+            ['annotated.mp4', 'annotated-cam2.mp4', 'annotated.mp4']
         """
-        if stream in self._paths:
-            return self._paths[stream]
-        if "{stream}" in str(self.path):
-            path = self._placeholder_path(stream)
-        elif not self._paths:
-            path = self.path
-        else:
-            path = self.path.with_name(f"{self.path.stem}-{_safe(stream)}{self.path.suffix}")
-        self._paths[stream] = path
-        return path
-
-    def _placeholder_path(self, stream: str) -> Path:
-        return Path(str(self.path).replace("{stream}", _safe(stream)))
+        if stream not in self._paths:  # the first stream seen is the first stream
+            self._paths[stream] = video_path(self.path, _safe(stream), not self._paths)
+        return self._paths[stream]
 
     def annotate(self, writer: _StreamWriter, result: FrameResult) -> np.ndarray:
         """The frame with its detections drawn, and its analytics' lines, zones and counts where it

@@ -63,7 +63,8 @@ from collections import Counter
 from typing import Any
 
 from ..analytics.build import MediaClock
-from ..config.sinks import EVENT_KINDS
+from ..config.common import section
+from ..config.sinks import WebhookSinkConfig
 from ..errors import SinkError
 from ..frame import FrameResult, StreamEnd
 from ..urls import hide_in, is_loopback, url_host, url_origin
@@ -101,22 +102,25 @@ class WebhookSink(Sink):
     name = "webhook"
     inline = True  # write() only queues; the worker thread posts
 
-    def __init__(self, url: str, *, events: list[str] | None = None, cooldown_s: float = 0.0,
-                 timeout_s: float = 5.0, retries: int = 3, queue_size: int = 1000, token_env: str | None = None):
-        self.url = url
-        self.display_url = url_origin(url)
-        self.events = None if events is None else frozenset(events)
-        self.cooldown_s = cooldown_s
-        self.timeout_s = timeout_s
-        self.retries = retries
-        self.queue_size = queue_size
-        self.token_env = token_env
+    def __init__(self, url: str | WebhookSinkConfig, **keys: Any):
+        """`WebhookSink(cfg)` with the sink's typed section, or `WebhookSink(url, **keys)` with its
+        keys, checked as the pipeline file's are (`ValueError`)."""
+        cfg = url if isinstance(url, WebhookSinkConfig) else section(
+            WebhookSinkConfig, "webhook sink", type="webhook", url=url, **keys)
+        self.url = cfg.url
+        self.display_url = url_origin(cfg.url)
+        self.events = None if cfg.events is None else frozenset(cfg.events)
+        self.cooldown_s = cfg.cooldown_s
+        self.timeout_s = cfg.timeout_s
+        self.retries = cfg.retries
+        self.queue_size = cfg.queue_size
+        self.token_env = cfg.token_env
         self.posted: Counter[str] = Counter()
         self.failed: Counter[str] = Counter()
         self.refused: Counter[str] = Counter()
         self.skipped: Counter[str] = Counter()
         # (stream, payload) queued; `taken`: the one the worker is posting; `stop` ends backoff waits
-        self._pub = Publisher(queue_size)
+        self._pub = Publisher(cfg.queue_size)
         self.dropped = self._pub.dropped
         self._cond = self._pub.cond  # guards the queue, the counters and what follows
         self._windows: dict[tuple, float] = {}  # (stream, rule, kind) -> media time its window opened
@@ -127,11 +131,10 @@ class WebhookSink(Sink):
     # -- life cycle ---------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Check the settings and the token's variable, then start the worker (the endpoint is not
+        """Check the token's variable, then start the worker (the endpoint is not
         contacted). Raises `SinkError`, one line naming the key, on a mistake."""
         import requests
 
-        self._check()
         try:
             requests.Request("POST", self.url).prepare()
         except requests.RequestException as e:
@@ -210,21 +213,6 @@ class WebhookSink(Sink):
             return {stream: n for stream, n in total.items() if n}
 
     # -- parts --------------------------------------------------------------------------------
-
-    def _check(self) -> None:
-        if not isinstance(self.url, str) or not self.url.lower().startswith(("http://", "https://")):
-            raise SinkError(f"{self.key('url')}: expected an http:// or https:// URL, got {self.display_url!r}")
-        unknown = sorted(set(self.events or ()) - set(EVENT_KINDS))
-        if unknown:
-            raise SinkError(f"{self.key('events')}: unknown event kind {unknown[0]!r} ({', '.join(EVENT_KINDS)})")
-        for key, value, least in (("cooldown_s", self.cooldown_s, 0), ("timeout_s", self.timeout_s, None),
-                                  ("retries", self.retries, 0), ("queue_size", self.queue_size, 1)):
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if key in ("retries", "queue_size"):
-                number = number and isinstance(value, int)
-            if not number or (value < least if least is not None else value <= 0):
-                need = "> 0" if least is None else f">= {least}"
-                raise SinkError(f"{self.key(key)}: must be a number {need}, got {value!r}")
 
     def _lost(self) -> int:
         return sum(sum(getattr(self, name).values()) for name in LOSSES)

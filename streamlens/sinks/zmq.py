@@ -20,9 +20,8 @@ Two modes:
   the sink's queue fills and the pipeline slows to the consumer's pace (a file source waits; a
   live source drops its oldest frames at the input, counted in `dropped`). With several PULL
   consumers each message goes to one of them (round robin): a work queue, not a fan-out.
-  A send waits at most `send_timeout_s` (default `DEFAULT_SEND_TIMEOUT_S`, 10 s; 0 also means the
-  default): a message no consumer took by then is dropped and counted, a warning says that the
-  sink drops from now on, and until a consumer takes a message again every message that finds no
+  A send waits at most `send_timeout_s` (default `DEFAULT_SEND_TIMEOUT_S`, 10 s): a message no
+  consumer took by then is dropped and counted, a warning says that the sink drops from now on, and until a consumer takes a message again every message that finds no
   room is dropped at once (counted) instead of waiting. A consumer that is gone or stuck thus
   holds up the pipeline once, for `send_timeout_s`, never for ever. Messages already queued to a
   consumer that then disconnects are lost with it (ZeroMQ does not say how many).
@@ -80,6 +79,8 @@ from typing import Any
 
 import zmq
 
+from ..config.common import section
+from ..config.sinks import ZmqSinkConfig
 from ..errors import SinkError, StreamlensError
 from ..frame import Event, FrameResult, StatsReport, StreamEnd
 from ..wire import codec, keys
@@ -89,8 +90,6 @@ from .draw import StreamAnnotators, encode_jpeg
 
 log = logging.getLogger("streamlens.sinks.zmq")
 
-MODES = ("pub", "push")
-FRAME_PAYLOADS = ("none", "jpeg")
 #: how long close() lets ZeroMQ deliver what is still queued: short for pub (a stuck subscriber
 #: must not hold up the exit; what is already in the kernel's socket buffers is delivered anyway),
 #: long for push (the consumer must get everything)
@@ -124,43 +123,25 @@ class ZmqSink(Sink):
     name = "zmq"
     wants_stats = True
 
-    def __init__(
-        self,
-        endpoint: str,
-        *,
-        mode: str = "pub",
-        format: str = "json",
-        hwm: int = 1000,
-        wait_subscribers: int = 0,
-        wait_timeout_s: float = 30.0,
-        frames: str = "none",
-        jpeg_quality: int = 80,
-        annotate: bool = True,
-        send_timeout_s: float | None = None,
-        linger_ms: int | None = None,
-        curve: dict[str, Any] | None = None,
-    ):
-        if mode not in MODES:
-            raise ValueError(f"zmq sink: unknown mode {mode!r} ({', '.join(MODES)})")
-        if format not in codec.FORMATS:
-            raise ValueError(f"zmq sink: unknown format {format!r} ({', '.join(codec.FORMATS)})")
-        if frames not in FRAME_PAYLOADS:
-            raise ValueError(f"zmq sink: unknown frames {frames!r} ({', '.join(FRAME_PAYLOADS)})")
-        self.endpoint = endpoint
-        self.mode = mode
-        self.format = format
-        self.hwm = hwm
-        self.wait_subscribers = wait_subscribers
-        self.wait_timeout_s = wait_timeout_s
-        self.frames = frames
+    def __init__(self, endpoint: str | ZmqSinkConfig, **keys: Any):
+        """`ZmqSink(cfg)` with the sink's typed section, or `ZmqSink(endpoint, **keys)` with its
+        keys, checked as the pipeline file's are (`ValueError`)."""
+        cfg = endpoint if isinstance(endpoint, ZmqSinkConfig) else section(
+            ZmqSinkConfig, "zmq sink", type="zmq", endpoint=endpoint, **keys)
+        self.endpoint = cfg.endpoint
+        self.mode = cfg.mode
+        self.format = cfg.format
+        self.hwm = cfg.hwm
+        self.wait_subscribers = cfg.wait_subscribers
+        self.wait_timeout_s = cfg.wait_timeout_s
+        self.frames = cfg.frames
         # a publisher never waits; encoding a JPEG per frame is work for a thread of its own
-        self.inline = mode == "pub" and frames == "none"
-        self.jpeg_quality = jpeg_quality
-        self.annotate = annotate
-        # 0 is what older pipeline files meant by "wait for ever": a wait is never unbounded now
-        self.send_timeout_s = send_timeout_s if send_timeout_s else DEFAULT_SEND_TIMEOUT_S
-        self.linger_ms = DEFAULT_LINGER_MS[mode] if linger_ms is None else linger_ms
-        self.curve = dict(curve or {})
+        self.inline = cfg.mode == "pub" and cfg.frames == "none"
+        self.jpeg_quality = cfg.jpeg_quality
+        self.annotate = cfg.annotate
+        self.send_timeout_s = DEFAULT_SEND_TIMEOUT_S if cfg.send_timeout_s is None else cfg.send_timeout_s
+        self.linger_ms = DEFAULT_LINGER_MS[cfg.mode] if cfg.linger_ms is None else cfg.linger_ms
+        self.curve = cfg.curve.model_dump() if cfg.curve is not None else {}
         #: messages handed to ZeroMQ, and messages the socket refused, per stream
         self.sent: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
@@ -409,4 +390,4 @@ class ZmqSink(Sink):
         return stats
 
 
-__all__ = ["ZmqSink", "MODES", "FRAME_PAYLOADS", "DEFAULT_LINGER_MS", "DEFAULT_SEND_TIMEOUT_S"]
+__all__ = ["ZmqSink", "DEFAULT_LINGER_MS", "DEFAULT_SEND_TIMEOUT_S"]

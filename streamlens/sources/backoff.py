@@ -65,12 +65,11 @@ def retry_delay(failures: int, outage_s: float, initial_s: float, max_s: float, 
 
 class Backoff:
     """The waits of one source's outages: `next()` after each failed attempt, `reset()` once a
-    connection delivered. `clock` (seconds, monotonic) dates the outage."""
+    connection delivered. `clock` (seconds, monotonic) dates the outage. `0 < initial_s <= max_s`:
+    a source's keys are checked so (`SourceConfig`)."""
 
     def __init__(self, initial_s: float, max_s: float, *, factor: float = 2.0, jitter: float = 0.2,
                  rand: Callable[[], float] = random.random, clock: Callable[[], float] = time.monotonic):
-        if not 0 < initial_s <= max_s:
-            raise ValueError(f"backoff needs 0 < initial_s <= max_s, got {initial_s} and {max_s}")
         self.initial_s = initial_s
         self.max_s = max_s
         self.factor = factor

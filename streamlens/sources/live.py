@@ -63,9 +63,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from ..config.common import section
+from ..config.sources import SourceConfig
 from ..frame import Frame
 from ..urls import host_problem, mask_url
 from .backoff import Backoff
@@ -77,8 +80,6 @@ from .worker import Died, Ended, FrameReady, Opened, ProcessWorker, ThreadWorker
 log = logging.getLogger("streamlens.sources")
 
 STATES = ("connecting", "streaming", "stalled", "backing_off", "reconnecting", "stopped")
-DECODE_MODES = ("process", "thread")
-RTSP_TRANSPORTS = ("tcp", "udp", "udp_multicast", "http", "https")
 #: how often waits look at the stop event (seconds)
 POLL_S = 0.1
 #: how long a stalled connection may take to end by itself before its worker is replaced
@@ -112,34 +113,28 @@ class LiveSource(Source):
     change (from the source's thread); `stats()` gives the counters for stats messages.
     """
 
-    def __init__(self, name: str, uri: str, *, transport: str = "tcp", timeout_s: float = 5.0,
-                 stall_s: float = 5.0, backoff_initial_s: float = 0.5, backoff_max_s: float = 5.0,
-                 max_fps: float | None = None, max_staleness_ms: float | None = None,
-                 decode: str = "process", options: dict[str, str] | None = None,
-                 export_mvs: bool = False, pinned: bool | str = "auto", max_pixels: int | None = None):
-        display = mask_url(uri)
-        if transport not in RTSP_TRANSPORTS:
-            raise ValueError(f"{name} ({display}): transport must be one of {', '.join(RTSP_TRANSPORTS)}, "
-                             f"got {transport!r}")
-        if decode not in DECODE_MODES:
-            raise ValueError(f"{name} ({display}): decode must be process or thread, got {decode!r}")
-        for key, value in (("timeout_s", timeout_s), ("stall_s", stall_s)):
-            if not value > 0:
-                raise ValueError(f"{name} ({display}): {key} must be a positive number, got {value!r}")
-        self.name = name
+    def __init__(self, name: str | SourceConfig, uri: str | None = None, *, export_mvs: bool = False,
+                 pinned: bool | str = "auto", **keys: Any):
+        """`LiveSource(cfg)` with the source's typed section, or `LiveSource(name, uri, **keys)` with
+        keys of `SourceConfig`, checked as the pipeline file's are (`ValueError`), `uri` taken as a
+        camera's (a file too: then paced by its own timestamps, as a camera sends them)."""
+        cfg = name if isinstance(name, SourceConfig) else section(
+            SourceConfig, str(name), {"source": "live"}, name=name, uri=uri, **keys)
+        uri = cfg.uri
+        self.name = cfg.name
         self.uri = uri
-        self.display_uri = display
-        self.timeout_s = timeout_s
-        self.stall_s = stall_s
-        self.max_staleness_s = None if max_staleness_ms is None else max_staleness_ms / 1000.0
-        self.decode = decode
+        self.display_uri = mask_url(uri)
+        self.timeout_s = cfg.timeout_s
+        self.stall_s = cfg.stall_s
+        self.max_staleness_s = None if cfg.max_staleness_ms is None else cfg.max_staleness_ms / 1000.0
+        self.decode = cfg.decode
         self.pinned = pinned
-        self.backoff = Backoff(backoff_initial_s, backoff_max_s)
+        self.backoff = Backoff(cfg.backoff_initial_s, cfg.backoff_max_s)
         self.spec = SessionSpec(
             uri=uri,
-            options=input_options(uri, transport=transport, timeout_s=timeout_s, user=dict(options or {})),
+            options=input_options(uri, transport=cfg.transport, timeout_s=cfg.timeout_s, user=dict(cfg.options)),
             format="v4l2" if uri.startswith("/dev/video") else None,
-            max_fps=max_fps, export_mvs=export_mvs, max_pixels=max_pixels, behind_s=behind_limit(uri))
+            max_fps=cfg.max_fps, export_mvs=export_mvs, max_pixels=cfg.max_pixels, behind_s=behind_limit(uri))
         self.fps: float | None = None
         self.total_frames = None
         self.on_state: Callable[[str, str], None] | None = None

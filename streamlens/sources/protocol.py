@@ -1,6 +1,6 @@
 """What a decode worker and its owner say to each other (worker.py: the owner's side, worker_loop.py:
 the worker's), one session at a time. A session is what a spec says: a `SessionSpec` (session.py) is
-one connection to a camera, a `FileSpec` (file.py) one run over a file, its loops included;
+one connection to a camera, a `FileSpec` (file_passes.py) one run over a file, its loops included;
 `spec.run()` is the loop, `spec.lossless` how full slots are met.
 
     owner -> worker:  Open(session, spec)   Abort(session)   QUIT

@@ -1,6 +1,6 @@
 """One connection to a live input: open it with FFmpeg's own timeouts, then demux and decode until it
 ends, fails or is told to stop. This is what a decode worker runs for a camera, once per (re)connect
-(a `SessionSpec`; a file's worker runs a `FileSpec` instead, see file.py). The decoded pictures go to
+(a `SessionSpec`; a file's worker runs a `FileSpec` instead, see file_passes.py). The decoded pictures go to
 the worker's transport as they are: it packs them for the owner (see worker_loop.py).
 
 FFmpeg, not Python, bounds every network wait: `input_options()` sets the option the input's

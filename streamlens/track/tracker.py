@@ -80,7 +80,8 @@ from .base import MIN_BOX_PX, Tracker, clip_to_frame
 from .history import FrameHistory, FrameStep
 from .kalman import BoxKalmanFilter, xywh_to_xyxy, xyxy_to_xywh
 from .kernels import warm_up
-from .matching import box_iou, buffered_iou, match_by_iou
+from .association import Found, match_stages, without_duplicates
+from .matching import box_iou, buffered_iou
 from .motion import MotionModel, build_motion
 from .tracks import CONFIRMED, LOST, REMOVED, TENTATIVE, TrackTable
 
@@ -375,7 +376,7 @@ class KeyframeTracker(Tracker):
     def _correct(self, tracks: TrackTable, detections: sv.Detections, now: float) -> tuple[TrackTable, sv.Detections]:
         """ByteTrack's two-stage association of `detections` with `tracks` at time `now`."""
         tracks = tracks.copy()
-        found = _Found.of(detections)
+        found = Found.of(detections)
         first_keyframe = self._last_corrected is None and len(tracks) == 0
         states = tracks.states
         was_confirmed = states == CONFIRMED
@@ -387,27 +388,8 @@ class KeyframeTracker(Tracker):
         else:  # grown by how long prediction carried the box (see BLIND_BUFFER_PER_S)
             grow = np.where(states == LOST, 0.0, BLIND_BUFFER_PER_S * (now - tracks.last_seen))
             buffered = buffered_iou(boxes, found.boxes, grow) * found.scores[None, :]
-        high = np.flatnonzero(found.scores >= self.high_score)
-        low = np.flatnonzero((found.scores >= self.low_score) & (found.scores < self.high_score))
-
-        # 1. confident detections against confirmed and lost tracks
-        pool = np.flatnonzero(was_confirmed | (states == LOST))
-        pairs, pool_left, high_left = match_by_iou(buffered[np.ix_(pool, high)], self.match_iou)
-        rows, cols = [pool[pairs[:, 0]]], [high[pairs[:, 1]]]
-        # 2. weak detections keep the remaining confirmed tracks alive
-        alive = pool[pool_left][was_confirmed[pool[pool_left]]]
-        pairs, _, _ = match_by_iou(iou[np.ix_(alive, low)], self.low_match_iou)
-        rows.append(alive[pairs[:, 0]])
-        cols.append(low[pairs[:, 1]])
-        # 3. tentative tracks get a second chance against the confident detections left
-        tentative = np.flatnonzero(states == TENTATIVE)
-        high = high[high_left]
-        pairs, _, high_left = match_by_iou(buffered[np.ix_(tentative, high)], self.tentative_match_iou)
-        rows.append(tentative[pairs[:, 0]])
-        cols.append(high[pairs[:, 1]])
-        high = high[high_left]
-
-        rows, cols = np.concatenate(rows), np.concatenate(cols)
+        rows, cols, high = match_stages(states, buffered, iou, found.scores, self.high_score, self.low_score,
+                                        self.match_iou, self.low_match_iou, self.tentative_match_iou)
         hit = np.zeros(len(tracks), bool)
         hit[rows] = True
         missed = ~hit & was_confirmed
@@ -417,12 +399,12 @@ class KeyframeTracker(Tracker):
         self._apply(tracks, rows, found, cols, now)
 
         born = self._start(found, high[found.scores[high] >= self.new_track_score], now, first_keyframe)
-        tracks = self._without_invisible(_without_duplicates(tracks.select(states != REMOVED).append(born)))
+        tracks = self._without_invisible(without_duplicates(tracks.select(states != REMOVED).append(born)))
         self.signals.births, self.signals.losses = len(born), int(missed.sum())
         self._note_motion(tracks, self.signals.untracked_motion)
         return tracks, self.objects_of(tracks, now)
 
-    def _apply(self, tracks: TrackTable, rows: np.ndarray, found: _Found, cols: np.ndarray, now: float) -> None:
+    def _apply(self, tracks: TrackTable, rows: np.ndarray, found: Found, cols: np.ndarray, now: float) -> None:
         """Correct matched tracks with their detections."""
         if len(rows) == 0:
             return
@@ -437,7 +419,7 @@ class KeyframeTracker(Tracker):
         tracks.last_seen[rows] = now
         tracks.motion_quality[rows] = 1.0
 
-    def _start(self, found: _Found, cols: np.ndarray, now: float, confirmed: bool) -> TrackTable:
+    def _start(self, found: Found, cols: np.ndarray, now: float, confirmed: bool) -> TrackTable:
         """New tracks from the detections at `cols`."""
         means, covs = self.kalman.initiate(xyxy_to_xywh(found.boxes[cols]))
         count = len(cols)
@@ -458,46 +440,6 @@ class _Replay:
     previous: FrameStep     # the last step redone (first: the keyframe's)
     later: list[FrameStep]  # every step after the keyframe's, oldest first
     done: int = 0           # how many of `later` are redone
-
-
-@dataclass(slots=True)
-class _Found:
-    """A keyframe's detections as plain arrays."""
-
-    boxes: np.ndarray
-    scores: np.ndarray
-    class_ids: np.ndarray
-    class_names: np.ndarray
-
-    @classmethod
-    def of(cls, detections: sv.Detections) -> _Found:
-        count = len(detections)
-        scores = detections.confidence if detections.confidence is not None else np.ones(count)
-        class_ids = detections.class_id if detections.class_id is not None else np.zeros(count, np.int64)
-        names = detections.data.get("class_name") if detections.data else None
-        if names is None:
-            names = np.array([str(c) for c in class_ids], dtype=object)
-        return cls(boxes=np.asarray(detections.xyxy, np.float64).reshape(-1, 4),
-                   scores=np.asarray(scores, np.float64), class_ids=np.asarray(class_ids, np.int64),
-                   class_names=np.asarray(names, dtype=object))
-
-
-def _without_duplicates(tracks: TrackTable) -> TrackTable:
-    """ByteTrack's clean-up: of a confirmed and a lost track on nearly the same box (IoU > 0.85), the
-    younger one is dropped."""
-    confirmed = np.flatnonzero(tracks.states == CONFIRMED)
-    lost = np.flatnonzero(tracks.states == LOST)
-    if len(confirmed) == 0 or len(lost) == 0:
-        return tracks
-    boxes = xywh_to_xyxy(tracks.means[:, :4])
-    pairs = np.argwhere(box_iou(boxes[confirmed], boxes[lost]) > 0.85)
-    if len(pairs) == 0:
-        return tracks
-    a, b = confirmed[pairs[:, 0]], lost[pairs[:, 1]]
-    drop = np.where(tracks.born[a] > tracks.born[b], a, b)
-    keep = np.ones(len(tracks), bool)
-    keep[drop] = False
-    return tracks.select(keep)
 
 
 def _untracked(detections: sv.Detections) -> sv.Detections:

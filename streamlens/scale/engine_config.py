@@ -1,0 +1,50 @@
+"""What each engine of a supervised run runs: the pipeline's typed config, copied with only its
+own sources and its sinks pointed at the supervisor (`engine_config`). Built and checked once, in
+the supervisor; an engine receives it as it is (pickled across the process boundary)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from ..config import HttpConfig, PipelineConfig, ZmqSinkConfig
+from ..config.sinks import STREAM, video_path
+
+#: the sinks written by the supervisor from what every engine pushes (one file, one MQTT client, one
+#: webhook queue for the whole pipeline); zmq sinks are forwarded, video sinks stay in the engines
+WRITTEN_HERE = ("jsonl", "mqtt", "webhook")
+
+
+def engine_config(config: PipelineConfig, sources: list[int], engines: int,
+                  sink_endpoint: Callable[[int], str], remote: bool) -> PipelineConfig:
+    """`config` as the engine of `sources` (places in the file) runs it, one of `engines`:
+
+    - its sources only (named as in the whole file), one worker, no HTTP server and no cluster;
+    - each zmq sink bound on `sink_endpoint(j)` (sinks[j]; CurveZMQ stays with the supervisor's
+      endpoint), each sink written by the supervisor (`WRITTEN_HERE`) a zmq push sink towards
+      it there, and each video sink kept: a path without `{stream}` gives the file's first
+      stream `path` itself and every other `<stem>-<stream><suffix>` (`video_path`);
+    - on one machine (`remote` False), an onnx detector without `threads` gets its share of the
+      cores: onnxruntime's default (a thread per core) in each engine would put every engine's
+      detector on every core at once.
+    """
+    first = config.sources[0].name in {config.sources[i].name for i in sources}
+    sinks = []
+    for j, sink in enumerate(config.sinks):
+        if sink.type == "zmq":
+            sinks.append(sink.model_copy(update={"endpoint": sink_endpoint(j), "curve": None}))
+        elif sink.type in WRITTEN_HERE:
+            sinks.append(ZmqSinkConfig(type="zmq", mode="push", endpoint=sink_endpoint(j)))
+        elif first or STREAM in str(sink.path):
+            sinks.append(sink)
+        else:
+            sinks.append(sink.model_copy(update={"path": video_path(sink.path, STREAM, False)}))
+    detector = config.detector
+    if not remote and detector.backend == "onnx" and detector.threads is None:
+        detector = detector.model_copy(update={"threads": max(1, (os.cpu_count() or 1) // engines)})
+    runtime = config.runtime.model_copy(update={"workers": 1, "http": HttpConfig(), "cluster": None})
+    return config.model_copy(update={"sources": [config.sources[i] for i in sources], "sinks": sinks,
+                                     "detector": detector, "runtime": runtime})
+
+
+__all__ = ["engine_config", "WRITTEN_HERE"]

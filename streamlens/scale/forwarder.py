@@ -1,0 +1,185 @@
+"""The supervisor's forwarders: each sink of the file (but video sinks) fed by every engine.
+
+A zmq sink's endpoint is bound here, and its forwarder joins the engines' shares into it (pub:
+XSUB to XPUB, subscriptions passed upstream; push: PULL to PUSH, each message waiting for a
+consumer at most the sink's `send_timeout_s`); a jsonl, mqtt or webhook sink is written here from
+what the engines push to it (`WRITTEN_HERE`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+
+import zmq
+
+from ..config import SinkConfig
+from ..frame import Snapshot as EventSnapshot
+from .engine_config import WRITTEN_HERE
+
+log = logging.getLogger("streamlens.scale")
+
+#: once every engine has ended, how long a forwarder goes on until nothing more comes
+DRAIN_IDLE_S = 0.3
+_POLL_MS = 100
+
+
+class _Relayed:
+    """A message an engine pushed, as the `item` a sink written here is given: the snapshot an
+    event carried as its third part, if any (the message itself is the sink's `message`)."""
+
+    __slots__ = ("snapshot",)
+
+    def __init__(self, parts: list[bytes], message: dict):
+        self.snapshot = None
+        shot = message.get("snapshot")
+        if len(parts) > 2 and message.get("type") == "event" and isinstance(shot, dict):
+            self.snapshot = EventSnapshot(parts[2], shot.get("kind", "crop"), shot.get("frame", -1), shot.get("path"))
+
+
+class Forwarder:
+    """One sink of the file, fed by every engine: a zmq endpoint bound here, or a sink written here
+    (jsonl, mqtt, webhook) from what the engines push."""
+
+    def __init__(self, sink: SinkConfig, where: str):
+        self.sink, self.where = sink, where
+        self.ctx = zmq.Context()
+        self.dropped = 0
+        #: the line that says why the sink written here failed (then what comes is dropped), or None
+        self.error: str | None = None
+        #: the last time (time.monotonic()) nothing was left to forward: whatever a dead engine had
+        #: sent before then has been forwarded, and its restart may publish without its messages
+        #: coming out interleaved with the old ones
+        self.caught_up_at = 0.0
+        self._auth = None
+        self._sink = None  # a sink written here
+        self._joined: dict[int, str] = {}  # engine -> the endpoint its share comes from
+        self._joins: queue.SimpleQueue = queue.SimpleQueue()
+        self._finishing = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"forward-{where}", daemon=True)
+        pub = sink.type == "zmq" and sink.mode == "pub"
+        self.front = self.ctx.socket(zmq.XSUB if pub else zmq.PULL)
+        self.back = None
+
+    def join(self, engine: int, endpoint: str) -> None:
+        """Take `engine`'s share from `endpoint` from now on (any thread; a new endpoint replaces its old one)."""
+        self._joins.put((engine, endpoint))
+
+    def start(self) -> None:
+        from ..errors import SinkError, StreamlensError
+
+        sink = self.sink
+        if sink.type in WRITTEN_HERE:
+            from ..sinks import build_sink
+
+            self._sink = build_sink(sink, {}, where=self.where)
+            self._sink.open()
+        else:
+            from ..sinks.zmq import DEFAULT_LINGER_MS, DEFAULT_SEND_TIMEOUT_S, secure
+
+            self.back = self.ctx.socket(zmq.XPUB if sink.mode == "pub" else zmq.PUSH)
+            self.back.sndhwm = sink.hwm
+            self.back.linger = sink.linger_ms if sink.linger_ms is not None else DEFAULT_LINGER_MS[sink.mode]
+            if sink.mode == "pub":
+                self.back.setsockopt(zmq.XPUB_VERBOSER, 1)  # every subscription reaches the engines
+            else:
+                self.back.sndtimeo = int(1000 * (sink.send_timeout_s or DEFAULT_SEND_TIMEOUT_S))
+            try:
+                if sink.curve is not None:
+                    self._auth = secure(self.ctx, self.back, sink.curve.model_dump())
+                self.back.bind(sink.endpoint)
+            except zmq.ZMQError as e:
+                raise SinkError(f"{self.where}.endpoint: cannot bind {sink.endpoint}: {zmq.strerror(e.errno)}") from None
+            except StreamlensError as e:
+                raise SinkError(f"{self.where}.curve: {e}") from None
+        self._thread.start()
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.front, zmq.POLLIN)
+        if self.back is not None and self.sink.mode == "pub":
+            poller.register(self.back, zmq.POLLIN)  # subscriptions, passed upstream
+        idle_since = None
+        while True:
+            self._take_joins()
+            events = dict(poller.poll(_POLL_MS))
+            if self.back is not None and self.back in events:
+                self.front.send_multipart(self.back.recv_multipart())
+            if self.front in events:
+                idle_since = None
+                parts = self.front.recv_multipart()
+                if self.error is None:
+                    try:
+                        self._forward(parts)
+                    except Exception as error:  # noqa: BLE001 - told to the supervisor, which ends the run
+                        self._failed(error)
+                else:
+                    self.dropped += 1  # the sink has failed: taken, so that no engine waits on it
+                if not self.front.poll(0):
+                    self.caught_up_at = time.monotonic()
+            else:
+                self.caught_up_at = time.monotonic()
+            if self.front not in events and self._finishing.is_set():
+                idle_since = idle_since or time.monotonic()
+                if time.monotonic() - idle_since >= DRAIN_IDLE_S:
+                    return
+
+    def _failed(self, error: BaseException) -> None:
+        from ..errors import StreamlensError
+
+        if isinstance(error, StreamlensError):
+            self.error = str(error)
+        else:
+            log.debug("%s failed", self.where, exc_info=error)
+            self.error = f"{self.where} ({self.sink.type}): {type(error).__name__}: {error}"
+
+    def _take_joins(self) -> None:
+        while not self._joins.empty():
+            engine, endpoint = self._joins.get()
+            old = self._joined.get(engine)
+            if old == endpoint:
+                continue
+            if old is not None:
+                self.front.disconnect(old)
+            self.front.connect(endpoint)
+            self._joined[engine] = endpoint
+
+    def _forward(self, parts: list[bytes]) -> None:
+        if self._sink is not None:
+            if parts[0].startswith(b"stats.") and not self._sink.wants_stats:
+                return  # a jsonl file holds results, events and stream ends
+            if self.sink.type == "jsonl":  # a line as it came: nothing to decode
+                self._sink.write(None, None, parts[1])
+                return
+            message = json.loads(parts[1])
+            self._sink.write(_Relayed(parts, message), message, parts[1])
+            return
+        try:
+            self.back.send_multipart(parts, flags=zmq.NOBLOCK if self.sink.mode == "pub" else 0)
+        except zmq.Again:  # pub: no subscriber's queue has room; push: no consumer took it in time
+            self.dropped += 1
+
+    def finish(self) -> None:
+        """Forward what is still coming, then close (once every engine has ended)."""
+        self._finishing.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        try:
+            if self._sink is not None:
+                try:
+                    self._sink.close()
+                except Exception as error:  # noqa: BLE001 - a flush that fails: the run fails, saying so
+                    self._failed(error)
+        finally:
+            self.front.close(linger=0)
+            if self.back is not None:
+                self.back.close()
+            if self._auth is not None:
+                self._auth.stop()
+            self.ctx.term()
+
+
+__all__ = ["Forwarder", "DRAIN_IDLE_S"]

@@ -1,0 +1,50 @@
+"""When the supervisor starts engines: how many (`worker_count`, `supervised`) and how long after
+a death it starts one again (`restart_delay`)."""
+
+from __future__ import annotations
+
+import os
+
+from ..config import PipelineConfig
+
+#: how long after a death an engine is started again: the first wait, doubling at each death up to
+#: the longest, and back to the first once an engine has run `HEALTHY_RUN_S` without dying
+RESTART_DELAY_S = 1.0
+RESTART_MAX_S = 30.0
+HEALTHY_RUN_S = 60.0
+#: how long the supervisor waits for an engine to end after telling it to
+END_WAIT_S = 15.0
+
+
+def restart_delay(last_s: float, ran_s: float) -> float:
+    """The wait before an engine that died after running `ran_s` seconds is started again, when the
+    wait before its last restart was `last_s` (0: none yet): the first wait, doubled at each death up
+    to the longest, and the first again once it ran `HEALTHY_RUN_S`.
+
+    Example:
+        >>> [restart_delay(last, 5.0) for last in (0.0, 1.0, 2.0, 16.0, 30.0)]
+        [1.0, 2.0, 4.0, 30.0, 30.0]
+        >>> restart_delay(30.0, 61.0)
+        1.0
+    """
+    if not last_s or ran_s >= HEALTHY_RUN_S:
+        return RESTART_DELAY_S
+    return min(RESTART_MAX_S, 2 * last_s)
+
+
+def worker_count(config: PipelineConfig) -> int:
+    """How many engines `runtime.workers` asks for, at most one per source (`auto`: one per two
+    cores here; in a cluster, one per source)."""
+    wanted = config.runtime.workers
+    if wanted == "auto":
+        wanted = len(config.sources) if config.runtime.cluster else max(1, (os.cpu_count() or 2) // 2)
+    return max(1, min(int(wanted), len(config.sources)))
+
+
+def supervised(config: PipelineConfig) -> bool:
+    """Whether `config` runs under a `Supervisor` (several engines, or a cluster) rather than one `Pipeline`."""
+    return worker_count(config) > 1 or config.runtime.cluster is not None
+
+
+__all__ = ["restart_delay", "worker_count", "supervised", "RESTART_DELAY_S", "RESTART_MAX_S", "HEALTHY_RUN_S",
+           "END_WAIT_S"]

@@ -1,0 +1,278 @@
+"""One run over a file, the same on the graph's thread and in a decode worker: `FileSpec` (what the
+run needs; picklable), `open_file` (FFmpeg with the source's options, a video stream needed; every
+failure a `SourceError` naming the file) and `FilePasses` (demux, decode, the `max_fps` cap, motion
+vectors, loops). `run_file_session` is a decode worker's session over a file. See file.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+
+from ..errors import SourceError
+from ..frame import YuvPicture
+from ..urls import is_url
+from .decode import FrameRateCap, PresentationTimes
+from .motion_vectors import ReferenceDistance, frame_motion_vectors
+from .session import too_large
+
+#: the frame rate assumed when a file states none (only used to fill in missing timestamps)
+DEFAULT_FPS = 30.0
+#: packets a pass may read short of the frame count its container declares and still count as whole.
+#: The count comes from the container's index, which a whole file's packets match exactly; the slack
+#: keeps an index off by a sample or two (a muxer's trailing entry) from failing a run, and a file cut
+#: within its last two frames lost nothing worth reporting
+TRUNCATION_SLACK = 2
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    """What one run over a file needs, on this thread or in a decode worker, where it is the session
+    kind for files (see protocol.py). Picklable (it crosses to the worker)."""
+
+    path: str
+    display_path: str
+    options: dict[str, str]
+    live: bool = False
+    loop: bool = False
+    max_fps: float | None = None
+    export_mvs: bool = False
+    #: the file's frame rate (None: it states none) and the frames its container declares (0: none)
+    fps: float | None = None
+    declared_frames: int = 0
+    #: the largest picture (width x height) taken: a larger one ends the run over the file with an error
+    max_pixels: int | None = None
+
+    #: a file never loses a frame to a full ring: its worker waits for a free slot
+    lossless = True
+
+    @property
+    def is_file(self) -> bool:
+        """A file on disk (not a URL or a device): it can be paced."""
+        return not is_url(self.path) and not self.path.startswith("/dev/")
+
+    def run(self, out, should_stop: Callable[[], bool]) -> tuple[str, str, dict]:
+        return run_file_session(self, out, should_stop)
+
+
+def open_file(spec: FileSpec) -> av.container.InputContainer:
+    """Open the input and check that it has a video stream; every failure is a `SourceError`, one
+    clear line naming it."""
+    if spec.is_file:
+        path = Path(spec.path)
+        if not path.exists():
+            raise SourceError(f"{spec.display_path}: no such file")
+        if path.is_dir():
+            raise SourceError(f"{spec.display_path}: is a folder, not a video file")
+    try:
+        container = av.open(spec.path, options=spec.options)
+    except av.error.InvalidDataError as error:
+        reason = _reason(error)
+        raise SourceError(f"{spec.display_path}: not a video FFmpeg can read ({reason})") from None
+    except (av.error.FFmpegError, OSError) as error:
+        raise SourceError(f"{spec.display_path}: cannot open ({_reason(error)})") from None
+    if not container.streams.video:
+        container.close()
+        raise SourceError(f"{spec.display_path}: has no video stream")
+    stream = container.streams.video[0]
+    # frame threads decode several frames at once, and the motion vectors FFmpeg exports then
+    # differ from run to run (16 different results in 30 decodes of a clip with B-frames, on a
+    # busy machine): with vectors, slices only, so results on files stay the same on every run
+    stream.thread_type = "SLICE" if spec.live or spec.export_mvs else "AUTO"
+    if spec.export_mvs:
+        stream.codec_context.options = {**stream.codec_context.options, "flags2": "+export_mvs"}
+    return container
+
+
+@dataclass(slots=True, eq=False)
+class Decoded:
+    """One frame out of a run over a file: the picture (PyAV's on this thread; from a worker a
+    `YuvPicture`, or BGR for pixel formats that do not cross as planes), its `index` and `pts`,
+    `media` (seconds since the run began on the file's clock, loops included: when a paced frame is
+    due), the milliseconds spent reading and decoding it, and its motion vectors."""
+
+    picture: av.VideoFrame | YuvPicture | np.ndarray
+    index: int
+    pts: float
+    media: float
+    decode_ms: float
+    vectors: np.ndarray | None
+
+
+class FilePasses:
+    """The passes one run of `FileSource.frames()` makes over a file: demux, decode (a packet the
+    decoder rejects is skipped and told to `rejected()`), the `max_fps` cap, motion vectors, and at
+    the end of the file a loop (seek back, or reopen) or the end of the run. Iterate it for
+    `Decoded` frames. The same code runs on the graph's thread and in a decode worker, so both give
+    the same frames.
+
+    `container`: the file opened already (owned here from then on), else it is opened at the first
+    step. `read_error` is the current pass's; once the run ended by itself, `incomplete` says why a
+    single pass was not whole (see `FileSource`). Raises `SourceError` when the first pass gives no
+    frame because of read or decode errors.
+    """
+
+    def __init__(self, spec: FileSpec, rejected: Callable[[], None],
+                 container: av.container.InputContainer | None = None):
+        self.spec = spec
+        self.rejected = rejected
+        self.container = container
+        self.read_error: str | None = None
+        self.incomplete: str | None = None
+        self._packets = 0  # packets the current pass read from the file
+        self._corrupt = 0  # packets the current pass's decoder rejected
+
+    def close(self) -> None:
+        if self.container is not None:
+            self.container.close()
+            self.container = None
+
+    def __iter__(self) -> Iterator[Decoded]:
+        spec = self.spec
+        frame_duration = 1.0 / (spec.fps or DEFAULT_FPS)
+        index = 0          # decoded frames so far, all passes
+        loop_offset = 0.0  # media time at which the current pass starts, for pacing across loops
+        first_pass = True
+        while True:
+            if self.container is None:
+                self.container = open_file(spec)
+            stream = self.container.streams.video[0]  # a new one when a loop reopened the file
+            self.read_error, self._packets, self._corrupt = None, 0, 0
+            times = PresentationTimes(stream.time_base or Fraction(1, 90000), frame_duration)
+            cap = FrameRateCap(spec.max_fps) if spec.max_fps else None
+            pass_first_pts = pass_last_pts = None
+            anchors = ReferenceDistance()
+            self._check_size(stream.codec_context.width, stream.codec_context.height)
+            for frame, decode_ms in self._decode_pass(stream):
+                self._check_size(frame.width, frame.height)
+                pts = times.seconds(frame)
+                if pass_first_pts is None:
+                    pass_first_pts = pts
+                pass_last_pts = pts
+                frame_index = index
+                index += 1
+                distance = anchors.step(frame.pict_type, frame_index) if spec.export_mvs else 1
+                if cap is not None and not cap.keep(pts):
+                    continue
+                started = time.perf_counter()
+                vectors = frame_motion_vectors(frame, distance) if spec.export_mvs else None
+                decode_ms += (time.perf_counter() - started) * 1000.0
+                yield Decoded(frame, frame_index, pts, loop_offset + pts - pass_first_pts, decode_ms, vectors)
+            if not spec.loop:
+                self.incomplete = _shortfall(index, self._packets, spec.declared_frames, self.read_error)
+            if pass_first_pts is None:  # nothing decoded in this pass: the end, or nothing readable
+                if first_pass and (self._corrupt or self.read_error):
+                    raise SourceError(f"{spec.display_path}: no frame could be decoded "
+                                      f"({_failure_summary(self._corrupt, self.read_error)})")
+                return
+            if not spec.loop:
+                return
+            first_pass = False
+            loop_offset += pass_last_pts - pass_first_pts + frame_duration
+            self._rewind()
+
+    def _check_size(self, width: int, height: int) -> None:
+        """Raise a `SourceError` naming the file when a picture is larger than `max_pixels`."""
+        refusal = too_large(width, height, self.spec.max_pixels)
+        if refusal:
+            raise SourceError(f"{self.spec.display_path}: {refusal}")
+
+    def _rewind(self) -> None:
+        """Go back to the start of the file for the next loop; reopen it if it cannot seek."""
+        try:
+            self.container.seek(0)
+        except av.error.FFmpegError:
+            self.close()
+            self.container = open_file(self.spec)
+
+    def _decode_pass(self, stream: av.video.stream.VideoStream) -> Iterator[tuple[av.VideoFrame, float]]:
+        """Yield `(frame, milliseconds spent reading and decoding it)` for one pass over the file.
+
+        Packets read are counted in `_packets` (the flush packet PyAV adds at the end is not one). A
+        packet the decoder rejects is counted and skipped. A read error ends the pass as if the file
+        ended there (a truncated file): it is kept in `read_error` and the frames still inside the
+        decoder are drained. Time spent while suspended (the consumer's time) is not counted; when
+        one packet releases several frames they share its time.
+        """
+        packets = self.container.demux(stream)
+        started = time.perf_counter()
+        while True:
+            try:
+                packet = next(packets)
+            except StopIteration:
+                return
+            except av.error.FFmpegError as error:
+                self.read_error = _reason(error)
+                packet = None  # drain the decoder: frame threads still hold decoded frames
+            else:
+                self._packets += packet.size > 0 or packet.dts is not None
+            try:
+                frames = stream.codec_context.decode(packet) if packet is None else packet.decode()
+            except av.error.FFmpegError:
+                self._corrupt += 1
+                self.rejected()
+                frames = []
+            if frames:
+                share_ms = (time.perf_counter() - started) * 1000.0 / len(frames)
+                for frame in frames:
+                    yield frame, share_ms
+                started = time.perf_counter()
+            if packet is None:
+                return
+
+
+def run_file_session(spec: FileSpec, out, should_stop: Callable[[], bool]) -> tuple[str, str, dict]:
+    """A decode worker's session over a file (`FileSpec.run`): every frame of `FilePasses` to `out`
+    (the worker's transport, a `SessionOutput`) with its `(index, media)` position. Returns
+    `(reason, message, detail)`: `eof` when the run ended by itself (detail: `incomplete` and
+    `read_error`), `aborted` when told to stop, `failed` with the `SourceError`'s line."""
+    passes = FilePasses(spec, out.rejected)
+    try:
+        for item in passes:
+            if should_stop():
+                return "aborted", "", {}
+            out.frame(item.picture, item.pts, time.time(), time.monotonic(), item.decode_ms, item.vectors,
+                      (item.index, item.media))
+    except SourceError as error:
+        return "failed", str(error), {}
+    finally:
+        passes.close()
+    return "eof", "", {"incomplete": passes.incomplete, "read_error": passes.read_error}
+
+
+def _shortfall(decoded: int, packets: int, declared: int, read_error: str | None) -> str | None:
+    """Why a single pass was not whole, one line, or None: it read fewer packets than the container
+    declares frames, or a read error ended it.
+
+    Example:
+        >>> _shortfall(44, 44, 897, None)
+        'truncated: 44 of 897 frames decoded'
+        >>> _shortfall(748, 750, 750, None) is None, _shortfall(10, 10, 0, "I/O error")
+        (True, 'read error after 10 frames: I/O error')
+    """
+    if declared and packets < declared - TRUNCATION_SLACK:
+        return f"truncated: {decoded} of {declared} frames decoded" + (f" (read error: {read_error})"
+                                                                      if read_error else "")
+    return f"read error after {decoded} frames: {read_error}" if read_error else None
+
+
+def _failure_summary(corrupt_packets: int, read_error: str | None) -> str:
+    """Why a pass gave nothing, e.g. `12 corrupt packets; read error: I/O error`."""
+    parts = [f"{corrupt_packets} corrupt packets"] if corrupt_packets else []
+    if read_error:
+        parts.append(f"read error: {read_error}")
+    return "; ".join(parts)
+
+
+def _reason(error: BaseException) -> str:
+    """FFmpeg's own words for an error, without the errno and file name PyAV adds."""
+    return getattr(error, "strerror", None) or str(error) or type(error).__name__
+
+
+__all__ = ["FileSpec", "FilePasses", "Decoded", "open_file", "run_file_session", "DEFAULT_FPS", "TRUNCATION_SLACK"]

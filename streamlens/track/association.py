@@ -1,0 +1,87 @@
+"""ByteTrack's association on a keyframe (Zhang et al. 2022), on plain arrays: which track takes
+which detection (`match_stages`), a keyframe's detections as arrays (`Found`), and the clean-up of
+a confirmed and a lost track on one box (`without_duplicates`). `KeyframeTracker` (tracker.py)
+moves the tracks before, and applies the matches after."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import supervision as sv
+
+from .kalman import xywh_to_xyxy
+from .matching import box_iou, match_by_iou
+from .tracks import CONFIRMED, LOST, TENTATIVE, TrackTable
+
+
+def match_stages(states: np.ndarray, buffered: np.ndarray, iou: np.ndarray, scores: np.ndarray,
+                 high_score: float, low_score: float, match_iou: float, low_match_iou: float,
+                 tentative_match_iou: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The matches of tracks (their `states`) with detections (their `scores`), in ByteTrack's
+    stages, from two overlap matrices (tracks x detections): `buffered` (weighted by the scores,
+    the boxes of blind tracks grown) and plain `iou`. Returns the matched rows and columns, and the
+    confident detections left (which may start tracks)."""
+    was_confirmed = states == CONFIRMED
+    high = np.flatnonzero(scores >= high_score)
+    low = np.flatnonzero((scores >= low_score) & (scores < high_score))
+
+    # 1. confident detections against confirmed and lost tracks
+    pool = np.flatnonzero(was_confirmed | (states == LOST))
+    pairs, pool_left, high_left = match_by_iou(buffered[np.ix_(pool, high)], match_iou)
+    rows, cols = [pool[pairs[:, 0]]], [high[pairs[:, 1]]]
+    # 2. weak detections keep the remaining confirmed tracks alive
+    alive = pool[pool_left][was_confirmed[pool[pool_left]]]
+    pairs, _, _ = match_by_iou(iou[np.ix_(alive, low)], low_match_iou)
+    rows.append(alive[pairs[:, 0]])
+    cols.append(low[pairs[:, 1]])
+    # 3. tentative tracks get a second chance against the confident detections left
+    tentative = np.flatnonzero(states == TENTATIVE)
+    high = high[high_left]
+    pairs, _, high_left = match_by_iou(buffered[np.ix_(tentative, high)], tentative_match_iou)
+    rows.append(tentative[pairs[:, 0]])
+    cols.append(high[pairs[:, 1]])
+    return np.concatenate(rows), np.concatenate(cols), high[high_left]
+
+
+@dataclass(slots=True)
+class Found:
+    """A keyframe's detections as plain arrays."""
+
+    boxes: np.ndarray
+    scores: np.ndarray
+    class_ids: np.ndarray
+    class_names: np.ndarray
+
+    @classmethod
+    def of(cls, detections: sv.Detections) -> Found:
+        count = len(detections)
+        scores = detections.confidence if detections.confidence is not None else np.ones(count)
+        class_ids = detections.class_id if detections.class_id is not None else np.zeros(count, np.int64)
+        names = detections.data.get("class_name") if detections.data else None
+        if names is None:
+            names = np.array([str(c) for c in class_ids], dtype=object)
+        return cls(boxes=np.asarray(detections.xyxy, np.float64).reshape(-1, 4),
+                   scores=np.asarray(scores, np.float64), class_ids=np.asarray(class_ids, np.int64),
+                   class_names=np.asarray(names, dtype=object))
+
+
+def without_duplicates(tracks: TrackTable) -> TrackTable:
+    """ByteTrack's clean-up: of a confirmed and a lost track on nearly the same box (IoU > 0.85), the
+    younger one is dropped."""
+    confirmed = np.flatnonzero(tracks.states == CONFIRMED)
+    lost = np.flatnonzero(tracks.states == LOST)
+    if len(confirmed) == 0 or len(lost) == 0:
+        return tracks
+    boxes = xywh_to_xyxy(tracks.means[:, :4])
+    pairs = np.argwhere(box_iou(boxes[confirmed], boxes[lost]) > 0.85)
+    if len(pairs) == 0:
+        return tracks
+    a, b = confirmed[pairs[:, 0]], lost[pairs[:, 1]]
+    drop = np.where(tracks.born[a] > tracks.born[b], a, b)
+    keep = np.ones(len(tracks), bool)
+    keep[drop] = False
+    return tracks.select(keep)
+
+
+__all__ = ["match_stages", "Found", "without_duplicates"]
