@@ -18,6 +18,7 @@ import av
 import pytest
 
 from streamlens.errors import SourceError
+import streamlens.sources.file as file_source
 from streamlens.sources.file import FileSource
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -160,20 +161,44 @@ def test_live_paces_frames_at_the_file_rate():
         assert b - a == pytest.approx(1 / 30, abs=2e-3)  # and so is clock, on time.monotonic()
 
 
-def test_live_re_anchors_instead_of_bursting_when_the_consumer_is_slow():
+def test_a_live_file_behind_its_clock_skips_to_a_keyframe_as_a_camera_does():
+    """The consumer holds the stream 1.5 s (a graph short of CPU): what comes next is not every frame
+    late, but the first keyframe near the clock's present, with the frames skipped counted as a
+    camera's decoder losses; their numbers are kept, and the pace goes on from the same clock."""
+    source = FileSource("cam1", clip("highway_720p30.mp4"), live=True)
+    frames = []
+    for frame in source.frames(threading.Event()):
+        frames.append(frame)
+        if len(frames) == 2:
+            time.sleep(1.5)  # more than BEHIND_S behind
+        if len(frames) == 8:
+            break
+    skipped = frames[2].index - frames[1].index - 1
+    assert skipped >= 15 and source.losses()["decoder"] == skipped  # at least BEHIND_S / 2 of frames
+    assert frames[2].pts - frames[1].pts == pytest.approx((skipped + 1) / 30, abs=1e-3)
+    for a, b in zip(frames[2:], frames[3:]):
+        assert b.index == a.index + 1 and b.ts - a.ts == pytest.approx(1 / 30, abs=2e-3)
+    # the clock was kept (no re-anchor): a frame's due time is its media time after the first's
+    assert frames[7].ts - frames[0].ts == pytest.approx(frames[7].pts - frames[0].pts, abs=2e-3)
+
+
+def test_a_live_file_held_past_max_live_lag_re_anchors_instead_of_bursting(monkeypatch):
+    monkeypatch.setattr(file_source, "MAX_LIVE_LAG_S", 0.5)  # a suspended process, made short
+    monkeypatch.setattr(file_source, "BEHIND_S", 60.0)  # the catch-up out of the way
     source = FileSource("cam1", clip("highway_720p30.mp4"), live=True)
     stamps = []
     for frame in source.frames(threading.Event()):
         stamps.append((time.monotonic(), frame.ts))
         if len(stamps) == 2:
-            time.sleep(1.3)  # fall more than a second behind
+            time.sleep(0.8)
         if len(stamps) == 8:
             break
     late_arrival, late_ts = stamps[2]
-    assert late_ts - stamps[1][1] > 1.0  # the late frame is stamped when it came out, not when due
+    assert late_ts - stamps[1][1] > 0.5  # the late frame is stamped when it came out, not when due
     assert stamps[7][0] - late_arrival >= 5 / 30 - 0.01  # then paced again, no burst
     for (_, a), (_, b) in zip(stamps[2:], stamps[3:]):
         assert b - a == pytest.approx(1 / 30, abs=2e-3)
+    assert source.losses()["decoder"] == 0
 
 
 @needs_ffmpeg

@@ -62,11 +62,14 @@ from ..errors import SourceError
 from ..frame import Frame
 from ..urls import mask_url
 from .base import Source
+from .decode import CatchUp
 from .file_passes import Decoded, FilePasses, FileSpec, open_file
 from .host_memory import HostMemory
+from .session import BEHIND_S
 
 #: how far (seconds) a paced live stream may fall behind its clock before the clock is re-anchored
-MAX_LIVE_LAG_S = 1.0
+#: (a process that was suspended, a machine that stalled): a burst of old frames is never released
+MAX_LIVE_LAG_S = 5.0
 #: how often a file decoded in a worker looks at the stop event while it waits for a frame (seconds)
 POLL_S = 0.1
 
@@ -127,6 +130,8 @@ class FileSource(Source):
         self.decode = cfg.decode
         #: packets the decoder rejected and that were skipped
         self.corrupt_packets = 0
+        #: packets of a paced file not decoded to catch up with its clock (`decode="thread"`)
+        self.skipped_packets = 0
         #: why the current (or last) pass stopped reading before the end of the file, or None (with
         #: `decode="process"`: the last pass's, known once `frames()` has ended)
         self.read_error: str | None = None
@@ -169,8 +174,9 @@ class FileSource(Source):
                 self._worker = None
 
     def losses(self) -> dict[str, int]:
-        """Packets the decoder rejected, all passes and all runs of `frames()` together."""
-        return {"corrupt": self.corrupt_packets}
+        """Packets the decoder rejected (`corrupt`) and, for a live (paced) file, packets skipped to
+        catch up with its clock (`decoder`, as a camera's), all passes and runs of `frames()` together."""
+        return {"corrupt": self.corrupt_packets, **({"decoder": self.skipped_packets} if self.live else {})}
 
     # -- frames --------------------------------------------------------------------------------
 
@@ -191,16 +197,20 @@ class FileSource(Source):
         def stopping() -> bool:
             return stop.is_set() or halt.is_set()
 
+        pacer = _LivePacer(MAX_LIVE_LAG_S) if self.live and self.spec.is_file else None
         try:
-            decoded = self._decode_here(stopping) if self.decode == "thread" else self._decode_in_worker(stopping)
-            yield from self._paced(decoded, stop)
+            if self.decode == "thread":
+                decoded = self._decode_here(stopping, pacer.skip if pacer is not None else None)
+            else:
+                decoded = self._decode_in_worker(stopping)
+            yield from self._paced(decoded, stop, pacer)
         finally:
             self.close()
             self._running = False
 
-    def _paced(self, decoded: Iterator[Decoded], stop: threading.Event) -> Iterator[Frame]:
-        """The decoded pictures as `Frame`s, each held back until it is due when `live` (a file only)."""
-        pacer = _LivePacer(MAX_LIVE_LAG_S) if self.live and self.spec.is_file else None
+    def _paced(self, decoded: Iterator[Decoded], stop: threading.Event,
+               pacer: _LivePacer | None) -> Iterator[Frame]:
+        """The decoded pictures as `Frame`s, each held back by `pacer` until it is due (a live file)."""
         for item in decoded:
             if pacer is None:
                 ts, due_monotonic = time.time(), None
@@ -213,10 +223,13 @@ class FileSource(Source):
             yield Frame(stream=self.name, index=item.index, pts=item.pts, ts=ts, image=image, decoded=picture,
                         timings={"decode": item.decode_ms}, motion_vectors=item.vectors, clock=due_monotonic)
 
-    def _decode_here(self, stopping: Callable[[], bool]) -> Iterator[Decoded]:
-        """`FilePasses` on this thread, a step at a time under the lock (close() may come from another)."""
+    def _decode_here(self, stopping: Callable[[], bool],
+                     skip: Callable[[float, bool], bool] | None) -> Iterator[Decoded]:
+        """`FilePasses` on this thread, a step at a time under the lock (close() may come from another);
+        `skip`: the pacer's, for a live file (see `_LivePacer`)."""
+        skipped_before = self.skipped_packets
         with self._lock:
-            passes = self._passes = FilePasses(self.spec, self._rejected, self._container)
+            passes = self._passes = FilePasses(self.spec, self._rejected, self._container, skip)
             self._container = None  # the passes own it now
         steps = iter(passes)
         while True:
@@ -225,6 +238,7 @@ class FileSource(Source):
                     return
                 item = next(steps, None)
                 self.read_error, self.incomplete = passes.read_error, passes.incomplete
+                self.skipped_packets = skipped_before + passes.skipped
             if item is None:
                 return
             yield item
@@ -278,14 +292,19 @@ class FileSource(Source):
 
 
 class _LivePacer:
-    """When each frame of a paced file is due, as a camera would deliver it.
+    """When each frame of a paced file is due, as a camera would deliver it, and what a camera's
+    decoder would skip to catch up.
 
     `schedule(media_time)` gives `(due on time.monotonic(), due on time.time())`: the clock is
-    anchored at the first frame, and a frame is due its media time after it. When the consumer falls
-    more than `max_lag` seconds behind, the clock is re-anchored at now instead of releasing a burst.
+    anchored at the first frame, and a frame is due its media time after it. A live file that falls
+    behind its clock (decoding or the graph short of CPU) catches up as a camera does: `skip(media,
+    keyframe)`, asked before each packet is decoded, skips packets once they are `BEHIND_S` late, up
+    to a keyframe less than half that late (decode.py `CatchUp`, on the packets' media time), so that
+    it goes on delivering fresh frames rather than every frame late. Only past `max_lag` (a process
+    that was suspended) is the clock re-anchored at now, and the catch-up starts afresh.
 
     Example:
-        >>> pacer = _LivePacer(1.0)
+        >>> pacer = _LivePacer(5.0)
         >>> due0, _ = pacer.schedule(10.0)
         >>> due1, _ = pacer.schedule(10.5)
         >>> round(due1 - due0, 3)
@@ -297,6 +316,7 @@ class _LivePacer:
         self.anchor_media: float | None = None
         self.anchor_monotonic = 0.0
         self.anchor_wall = 0.0
+        self._catch_up = CatchUp(BEHIND_S)
 
     def schedule(self, media_time: float) -> tuple[float, float]:
         now = time.monotonic()
@@ -304,7 +324,12 @@ class _LivePacer:
             offset = media_time - self.anchor_media
             if now - (self.anchor_monotonic + offset) <= self.max_lag:
                 return self.anchor_monotonic + offset, self.anchor_wall + offset
+            self._catch_up = CatchUp(BEHIND_S)  # its window's offsets belong to the old anchor
         self.anchor_media = media_time
         self.anchor_monotonic = now
         self.anchor_wall = time.time()
         return self.anchor_monotonic, self.anchor_wall
+
+    def skip(self, media_time: float, keyframe: bool) -> bool:
+        """Whether the packet at `media_time` is to be skipped, undecoded, to catch up."""
+        return self._catch_up.skip(media_time, time.monotonic(), keyframe)

@@ -113,16 +113,25 @@ class FilePasses:
     the same frames.
 
     `container`: the file opened already (owned here from then on), else it is opened at the first
-    step. `read_error` is the current pass's; once the run ended by itself, `incomplete` says why a
+    step. `skip(media, keyframe)`, when given, is asked before each packet is decoded (with the
+    packet's media time, as `Decoded.media` counts it, and whether it is a keyframe) and a True
+    skips it undecoded (a paced file behind its clock catching up, file.py); `skipped` counts them.
+    `read_error` is the current pass's; once the run ended by itself, `incomplete` says why a
     single pass was not whole (see `FileSource`). Raises `SourceError` when the first pass gives no
     frame because of read or decode errors.
     """
 
     def __init__(self, spec: FileSpec, rejected: Callable[[], None],
-                 container: av.container.InputContainer | None = None):
+                 container: av.container.InputContainer | None = None,
+                 skip: Callable[[float, bool], bool] | None = None):
         self.spec = spec
         self.rejected = rejected
         self.container = container
+        self.skip = skip
+        #: packets not decoded because `skip` said so, all passes
+        self.skipped = 0
+        #: (media time at which the current pass starts, its first frame's pts), once it has one
+        self._media_base: tuple[float, float] | None = None
         self.read_error: str | None = None
         self.incomplete: str | None = None
         self._packets = 0  # packets the current pass read from the file
@@ -136,7 +145,7 @@ class FilePasses:
     def __iter__(self) -> Iterator[Decoded]:
         spec = self.spec
         frame_duration = 1.0 / (spec.fps or DEFAULT_FPS)
-        index = 0          # decoded frames so far, all passes
+        self._index = 0    # frames so far, all passes: decoded, and skipped (`skip`) in the file's order
         loop_offset = 0.0  # media time at which the current pass starts, for pacing across loops
         first_pass = True
         while True:
@@ -147,6 +156,7 @@ class FilePasses:
             times = PresentationTimes(stream.time_base or Fraction(1, 90000), frame_duration)
             cap = FrameRateCap(spec.max_fps) if spec.max_fps else None
             pass_first_pts = pass_last_pts = None
+            self._media_base = None
             anchors = ReferenceDistance()
             self._check_size(stream.codec_context.width, stream.codec_context.height)
             for frame, decode_ms in self._decode_pass(stream):
@@ -154,9 +164,10 @@ class FilePasses:
                 pts = times.seconds(frame)
                 if pass_first_pts is None:
                     pass_first_pts = pts
+                    self._media_base = (loop_offset, pts)
                 pass_last_pts = pts
-                frame_index = index
-                index += 1
+                frame_index = self._index
+                self._index += 1
                 distance = anchors.step(frame.pict_type, frame_index) if spec.export_mvs else 1
                 if cap is not None and not cap.keep(pts):
                     continue
@@ -165,7 +176,7 @@ class FilePasses:
                 decode_ms += (time.perf_counter() - started) * 1000.0
                 yield Decoded(frame, frame_index, pts, loop_offset + pts - pass_first_pts, decode_ms, vectors)
             if not spec.loop:
-                self.incomplete = _shortfall(index, self._packets, spec.declared_frames, self.read_error)
+                self.incomplete = _shortfall(self._index, self._packets, spec.declared_frames, self.read_error)
             if pass_first_pts is None:  # nothing decoded in this pass: the end, or nothing readable
                 if first_pass and (self._corrupt or self.read_error):
                     raise SourceError(f"{spec.display_path}: no frame could be decoded "
@@ -212,6 +223,10 @@ class FilePasses:
                 packet = None  # drain the decoder: frame threads still hold decoded frames
             else:
                 self._packets += packet.size > 0 or packet.dts is not None
+                if self.skip is not None and packet.size > 0 and self._skips(packet, stream):
+                    self.skipped += 1
+                    self._index += 1  # the frame it held keeps its number: the next ones keep theirs
+                    continue
             try:
                 frames = stream.codec_context.decode(packet) if packet is None else packet.decode()
             except av.error.FFmpegError:
@@ -225,6 +240,14 @@ class FilePasses:
                 started = time.perf_counter()
             if packet is None:
                 return
+
+
+    def _skips(self, packet: av.Packet, stream: av.video.stream.VideoStream) -> bool:
+        """Whether `skip` skips this packet (never before the pass's first frame, or without a pts)."""
+        if self._media_base is None or packet.pts is None or stream.time_base is None:
+            return False
+        loop_offset, first_pts = self._media_base
+        return self.skip(loop_offset + float(packet.pts * stream.time_base) - first_pts, packet.is_keyframe)
 
 
 def run_file_session(spec: FileSpec, out, should_stop: Callable[[], bool]) -> tuple[str, str, dict]:
