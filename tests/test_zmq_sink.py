@@ -249,3 +249,72 @@ def test_an_endpoint_in_use_is_one_line_naming_it(sink_factory):
     with pytest.raises(SinkError) as info:
         sink_factory(endpoint=sink.endpoint)
     assert str(info.value) == f"zmq sink: cannot bind {sink.endpoint}: Address already in use"
+
+
+# -- what a publisher or relay takes from its subscribers (issue 25, point 3) ---------------------
+
+_PEER = """
+import os, sys, zmq
+from zmq.utils.monitor import recv_monitor_message
+ctx = zmq.Context()
+sock = ctx.socket(zmq.XSUB)  # may send any message upstream, as a raw ZMTP peer can
+monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+sock.connect(sys.argv[1])
+for line in sys.stdin.read().split():
+    sock.send(bytes.fromhex(line))
+said = "kept"
+if monitor.poll(int(os.environ.get("WAIT_MS", "0"))) and recv_monitor_message(monitor)["event"] == zmq.EVENT_DISCONNECTED:
+    said = "disconnected"
+print(said, flush=True)
+os._exit(0)  # libzmq 4.3.5 may crash ending a context whose peer dropped a large message
+"""
+
+
+def peer(endpoint: str, *messages: bytes, wait_ms: int = 0) -> str:
+    """A foreign peer in a process of its own: it connects to `endpoint`, sends `messages`, and says
+    whether the other side closed its connection within `wait_ms`."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _PEER, endpoint], input="\n".join(m.hex() for m in messages),
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "WAIT_MS": str(wait_ms)})
+    return done.stdout.strip()
+
+
+def test_a_publisher_drops_a_peer_that_sends_a_megabyte_and_goes_on(sink_factory):
+    sink = sink_factory()
+    assert peer(sink.endpoint, b"\x01" + b"x" * (1 << 20), wait_ms=10_000) == "disconnected"
+    with Subscriber(sink.endpoint) as good:
+        assert sink.wait_for(1, timeout_s=5)
+        for seq in range(5):
+            send(sink, result(seq))
+        assert [good.recv(timeout=5).seq for _ in range(5)] == list(range(5))
+    assert sink.peers <= 1  # the megabyte never counted as a subscriber
+
+
+def test_a_relay_passes_only_subscriptions_upstream_and_none_over_the_limit(tmp_path):
+    from streamlens.config.sinks import ZmqSinkConfig
+    from streamlens.scale.forwarder import Forwarder
+
+    ctx = zmq.Context()
+    engine = ctx.socket(zmq.XPUB)  # an engine's share, as the supervisor joins it
+    engine.setsockopt(zmq.XPUB_VERBOSER, 1)
+    engine.bind(f"ipc://{tmp_path}/engine-0")
+    relay = Forwarder(ZmqSinkConfig(type="zmq", endpoint="tcp://127.0.0.1:*"), "sinks[0]")
+    try:
+        relay.start()
+        relay.join(0, f"ipc://{tmp_path}/engine-0")
+        endpoint = relay.back.getsockopt_string(zmq.LAST_ENDPOINT)
+        assert peer(endpoint, b"\x01" + b"y" * 4096, wait_ms=10_000) == "disconnected"
+        # on one connection, in order: what came before the subscription was handled before it
+        peer(endpoint, b"\x02not a subscription", b"\x03", b"\x01frame.cam1.", wait_ms=2000)  # sent, then held
+        got = []
+        while b"\x01frame.cam1." not in got:
+            assert engine.poll(10_000), got
+            got.append(engine.recv())
+        assert got == [b"\x01frame.cam1."]
+    finally:
+        relay.finish()
+        engine.close(linger=0)
+        ctx.term()

@@ -1,7 +1,7 @@
 """The supervisor's forwarders: each sink of the file (but video sinks) fed by every engine.
 
 A zmq sink's endpoint is bound here, and its forwarder joins the engines' shares into it (pub:
-XSUB to XPUB, subscriptions passed upstream; push: PULL to PUSH, each message waiting for a
+XSUB to XPUB, subscriptions passed upstream and nothing else, none over `MAX_UPSTREAM_BYTES`; push: PULL to PUSH, each message waiting for a
 consumer at most the sink's `send_timeout_s`); a jsonl, mqtt or webhook sink is written here from
 what the engines push to it (`WRITTEN_HERE`).
 """
@@ -18,6 +18,7 @@ import zmq
 
 from ..config import SinkConfig
 from ..frame import Snapshot as EventSnapshot
+from ..wire.codec import MAX_DOWNSTREAM_BYTES, MAX_UPSTREAM_BYTES, is_subscription
 from .engine_config import WRITTEN_HERE
 
 log = logging.getLogger("streamlens.scale")
@@ -62,6 +63,7 @@ class Forwarder:
         self._thread = threading.Thread(target=self._run, name=f"forward-{where}", daemon=True)
         pub = sink.type == "zmq" and sink.mode == "pub"
         self.front = self.ctx.socket(zmq.XSUB if pub else zmq.PULL)
+        self.front.setsockopt(zmq.MAXMSGSIZE, MAX_DOWNSTREAM_BYTES)
         self.back = None
 
     def join(self, engine: int, endpoint: str) -> None:
@@ -85,6 +87,7 @@ class Forwarder:
             self.back.linger = sink.linger_ms if sink.linger_ms is not None else DEFAULT_LINGER_MS[sink.mode]
             if sink.mode == "pub":
                 self.back.setsockopt(zmq.XPUB_VERBOSER, 1)  # every subscription reaches the engines
+                self.back.setsockopt(zmq.MAXMSGSIZE, MAX_UPSTREAM_BYTES)  # more: the peer is dropped
             else:
                 self.back.sndtimeo = int(1000 * (sink.send_timeout_s or DEFAULT_SEND_TIMEOUT_S))
             try:
@@ -107,7 +110,9 @@ class Forwarder:
             self._take_joins()
             events = dict(poller.poll(_POLL_MS))
             if self.back is not None and self.back in events:
-                self.front.send_multipart(self.back.recv_multipart())
+                upstream = self.back.recv_multipart()
+                if is_subscription(upstream):  # a peer that speaks XSUB may send anything else
+                    self.front.send_multipart(upstream)
             if self.front in events:
                 idle_since = None
                 parts = self.front.recv_multipart()

@@ -172,6 +172,7 @@ class ZmqSink(Sink):
             self._sock.linger = self.linger_ms
             if self.mode == "pub":
                 self._sock.setsockopt(zmq.XPUB_VERBOSER, 1)  # every (un)subscription, for counting
+                self._sock.setsockopt(zmq.MAXMSGSIZE, codec.MAX_UPSTREAM_BYTES)  # more: the peer is dropped
             else:
                 self._monitor = self._sock.get_monitor_socket(
                     zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)

@@ -32,6 +32,23 @@ FORMATS = ("json", "msgpack")
 MESSAGE_TYPES = ("frame", "eos", "stats", "event")
 #: what ends a topic: `<type>.<stream>.`
 TOPIC_END = "."
+#: the largest message a publisher or relay takes from a subscriber (bytes): a subscription is one
+#: byte (1 to subscribe, 0 to leave) and a topic prefix; a peer that sends more is disconnected
+#: (ZeroMQ's MAXMSGSIZE), and nothing but a subscription is passed on to the engines
+MAX_UPSTREAM_BYTES = 1024
+#: the largest message a relay or subscriber takes from a publisher (bytes): a result with an 8K
+#: JPEG frame fits many times over
+MAX_DOWNSTREAM_BYTES = 64 << 20
+
+
+def is_subscription(parts: list[bytes]) -> bool:
+    """Whether a message an XPUB socket received is a (un)subscription: one part, first byte 0 or 1.
+
+    Example:
+        >>> is_subscription([b"\\x01frame.cam1."]), is_subscription([b"\\x02x"]), is_subscription([b"\\x01", b"x"])
+        (True, False, False)
+    """
+    return len(parts) == 1 and parts[0][:1] in (b"\x00", b"\x01")
 
 # one encoder for every message: json.dumps would build a new one per call for these options
 _encode_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode

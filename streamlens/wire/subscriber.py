@@ -151,6 +151,7 @@ class Subscriber:
         try:
             self._sock.rcvhwm = hwm
             self._sock.linger = 0
+            self._sock.setsockopt(zmq.MAXMSGSIZE, codec.MAX_DOWNSTREAM_BYTES)  # more: that publisher is dropped
             if server_key is not None:
                 keys.make_client(self._sock, server_key, client_key)
             elif client_key is not None:
