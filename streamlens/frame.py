@@ -267,6 +267,37 @@ def _planes(data: np.ndarray, width: int, height: int) -> tuple[np.ndarray, np.n
             data[luma + chroma:luma + 2 * chroma].reshape(chroma_h, chroma_w))
 
 
+class MediaClock:
+    """A stream's time, in seconds: its frames' `pts`, made to go on across the loops of a file
+    (where `pts` starts again) and across a camera's gaps; a frame without `pts` reads the
+    monotonic clock of its arrival. Each stream has one, on its engine lane; results carry its
+    reading (`FrameResult.media_s`), which the result stages read.
+
+    Example:
+        >>> clock = MediaClock()
+        >>> [round(clock.at(pts, 0.0), 3) for pts in (0.0, 9.9, 0.0, 0.1)]   # the file looped after 9.9 s
+        [0.0, 9.9, 9.901, 10.001]
+    """
+
+    def __init__(self):
+        self._offset = 0.0
+        self._last: float | None = None
+
+    def __call__(self, frame: Frame) -> float:
+        return self.at(frame.pts, frame.clock)
+
+    def at(self, pts: float | None, otherwise: float) -> float:
+        """The time of a frame (or a message) at `pts`; `otherwise` when it has none."""
+        if pts is None:
+            return otherwise
+        t = pts + self._offset
+        if self._last is not None and t < self._last:  # a loop started again
+            self._offset += self._last - t + 1e-3
+            t = pts + self._offset
+        self._last = t
+        return t
+
+
 @dataclass(slots=True, eq=False)
 class EndOfStream:
     """The last item a source emits. `frames` is how many frames it produced; `reason` is
@@ -278,13 +309,22 @@ class EndOfStream:
     error: str | None = None
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class FrameResult:
     """What the graph produces for one frame: the frame, the objects on it and how it got there.
+    A result is never changed once made: a result stage that adds to it makes a new one
+    (`dataclasses.replace`, with new `detections` where it adds per-object data).
 
     `seq` counts results per stream from 0 with no gaps; `keyframe` says whether the detector ran on
-    this frame; `detections` carries boxes in source pixels, `tracker_id` (-1 when untracked) and the
-    class names in `detections.data["class_name"]`.
+    this frame; `detections` carries boxes in source pixels, `tracker_id` (-1 when untracked), the
+    class names in `detections.data["class_name"]`, and, once the secondary stage has run, what its
+    classifiers know of each object's track in `detections.data["attributes"]`.
+
+    Example:
+        >>> f = Frame("cam1", 0, 2.5, 0.0, np.zeros((2, 4, 3), np.uint8))
+        >>> r = FrameResult(f, 0, True, empty_detections())
+        >>> r.media_s, r.attributes
+        (2.5, None)
     """
 
     frame: Frame
@@ -296,9 +336,21 @@ class FrameResult:
     detected_frame: int | None = None
     #: what `analytics:` found on this frame (`streamlens.analytics.FrameAnalytics`), None without rules
     analytics: object = None
-    #: per object, what the `secondary` classifiers know of its track ({name: {"label", "score"}}, or
-    #: None), None when nothing is known of any
-    attributes: list | None = None
+    #: the stream's media time of this frame, seconds (its lane's `MediaClock`); made without one
+    #: (a test, an embedding program), the frame's `pts`, else its `clock`
+    media_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.media_s is None:
+            pts = self.frame.pts
+            object.__setattr__(self, "media_s", self.frame.clock if pts is None else pts)
+
+    @property
+    def attributes(self) -> list | None:
+        """Per object, what the `secondary` classifiers know of its track ({name: {"label",
+        "score"}}, or None), None when nothing is known of any."""
+        found = self.detections.data.get("attributes") if self.detections is not None else None
+        return None if found is None else list(found)
 
 
 @dataclass(slots=True, eq=False)

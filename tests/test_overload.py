@@ -220,7 +220,7 @@ def test_admission_drops_a_frame_too_old_before_any_work_and_before_shedding():
     shed_asked = []
     admit = Admission(lane, SceneCutDetector(), shed=lambda: shed_asked.append(1) or False)
     old, fresh = frames_of("a", 1, age_s=10.0)[0], frames_of("a", 1, first=1)[0]
-    assert not admit(old) and lane.late_from_source == 1 and not shed_asked
+    assert not admit(old) and admit.late_from_source == 1 and not shed_asked
     assert admit(fresh) and shed_asked == [1]
 
 

@@ -35,12 +35,53 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable
 
-from ..frame import Frame
+from ..errors import StreamlensError
+from ..frame import EndOfStream, Frame
 from .engine import Lane
+from .channel import Channel, Credits
 from .keyframes import SceneCutDetector, thumbnail_step
+
+log = logging.getLogger("streamlens")
+
+
+def run_source(source, admit: Admission, inbox: Channel, credits: Credits | None, stop: threading.Event,
+               live: bool) -> None:
+    """A source thread's body: decode, admit, and queue into the engine's inbox (a live stream
+    drops its oldest frame when its share is full; a file waits), then its `EndOfStream`.
+    `credits`: a file's (None: a live stream's frames take none).
+
+    What goes wrong here is this stream's alone: it ends with reason `error` and one line naming
+    it, the other streams go on, and the run exits non-zero at its end (`RunReport.incomplete`).
+    A camera never gets here for its own trouble: it retries (sources/live.py)."""
+    produced, reason, error = 0, "end", None
+    try:
+        for frame in source.frames(stop):
+            if not admit(frame):
+                continue
+            if credits is not None and not credits.acquire(source.name):
+                break  # aborted: the engine gives back no more credits
+            frame.timings["_queued"] = time.perf_counter()
+            if not inbox.put(frame, key=source.name, drop_oldest=live):
+                break
+            produced += 1
+    except BaseException as e:  # noqa: BLE001 - any failure ends this stream, and only it
+        reason = "error"
+        error = str(e) if isinstance(e, StreamlensError) else f"{type(e).__name__}: {e}"
+        log.warning("%s: %s; the other streams go on", source.name, error,
+                    exc_info=None if isinstance(e, StreamlensError) else e)
+    finally:
+        source.close()
+        if reason == "end" and stop.is_set():
+            reason = "stopped"
+        elif reason == "end" and source.incomplete:
+            # the other streams go on; the run exits non-zero and names this input (RunReport.incomplete)
+            reason, error = "truncated", source.incomplete
+        inbox.put(EndOfStream(source.name, produced, reason, error), key=source.name)
 
 
 class Admission:
@@ -60,12 +101,14 @@ class Admission:
         self._cuts_only = isinstance(schedule, SceneCutDetector)
         lane.in_order = not lane.live and getattr(schedule, "reads_signals", False)  # set here, where it is known
         self._previous: int | None = None  # the index of the frame admitted before
+        #: frames that came too late from the source (`Lane.too_old`) and went no further
+        self.late_from_source = 0
 
     def __call__(self, frame: Frame) -> bool:
         """Make `frame` ready for the engine; False when it goes no further: too old already (a
-        source that fell behind: counted in `Lane.late_from_source`), or shed."""
+        source that fell behind: counted in `late_from_source`), or shed."""
         if self.lane.too_old(frame):
-            self.lane.late_from_source += 1
+            self.late_from_source += 1
             return False
         if self.shed is not None and self.shed():
             return False

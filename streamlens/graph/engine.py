@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 import supervision as sv
 
-from ..frame import EndOfStream, Frame, FrameResult, StreamEnd
+from ..frame import EndOfStream, Frame, FrameResult, MediaClock, StreamEnd
 from ..track import Tracker
 from .batcher import Batcher
 from .channel import Channel, ChannelClosed, get_any
@@ -215,6 +215,8 @@ class Lane:
     in_order: bool = False
     published_index: int = -1
     turn: threading.Condition = field(default_factory=threading.Condition)
+    #: the stream's media time (the one clock of the stream: its results carry it, `FrameResult.media_s`)
+    clock: MediaClock = field(default_factory=MediaClock)
 
     def too_old(self, frame: Frame, now: float | None = None) -> bool:
         """Whether a frame of this lane is too old to go on: a live frame past the source's
@@ -395,7 +397,8 @@ class Engine:
                 detections = lane.tracker.propagate(head)
             head.timings["track"] = (time.perf_counter() - started) * 1000
             head.timings.setdefault("detect", 0.0)
-            self.publish(FrameResult(head, lane.seq, keyframe, detections, lane.detected_frame))
+            self.publish(FrameResult(head, lane.seq, keyframe, detections, lane.detected_frame,
+                                     media_s=lane.clock(head)))
             lane.seq += 1
             if lane.in_order:
                 with lane.turn:
