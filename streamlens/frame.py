@@ -49,6 +49,21 @@ class Frame:
     720p frame. `grey_sample()` reads the luma plane directly, without converting; a worker's picture
     brings the scene-cut sample (`thumbnail_step`) made ahead.
 
+    Who writes each slot. A frame changes hands through the graph's channels (source thread ->
+    inbox -> engine thread -> the detector's channel -> detector thread); each slot has one writer:
+    - `stream`, `index`, `pts`, `ts`, `clock`, `motion_vectors`, `_size`: the source, as it makes
+      the frame;
+    - `scene_cut`, `scheduled` (what the stream's schedule asked), `observed`, `prepared`:
+      admission, on the source thread; then `observed` is taken back by the tracker, and `prepared`
+      dropped by the engine (a deferred keyframe) or by the detector once used: the thread that
+      holds the frame then;
+    - `queued`: the source thread, as it puts the frame into the inbox;
+    - `keyframe` (decided in one place, `Engine._is_keyframe`), `submitted`: the engine thread;
+    - `timings`: the source thread (`decode`) until the inbox, then the engine thread (`queue`,
+      `batch`, `detect`, `track`, `total`);
+    - `_image`, `_decoded`: the picture's cache: whichever thread reads `image` first converts it
+      (and adds that time to `timings["decode"]`); two at once would make the same pixels.
+
     Example:
         >>> f = Frame("cam1", 0, 0.0, 0.0, np.zeros((4, 8, 3), np.uint8))
         >>> (f.width, f.height, f.grey_sample(2).shape)
@@ -56,7 +71,7 @@ class Frame:
     """
 
     __slots__ = ("stream", "index", "pts", "ts", "_image", "_decoded", "_size", "timings", "motion_vectors",
-                 "keyframe", "prepared", "observed", "submitted", "clock", "scene_cut")
+                 "keyframe", "scheduled", "prepared", "observed", "queued", "submitted", "clock", "scene_cut")
 
     def __init__(self, stream: str, index: int, pts: float | None, ts: float, image: np.ndarray | None = None,
                  timings: dict[str, float] | None = None, motion_vectors: np.ndarray | None = None,
@@ -74,7 +89,10 @@ class Frame:
         self.timings = {} if timings is None else timings
         #: the decoder's motion vectors for this frame, when the source exports them (else None)
         self.motion_vectors = motion_vectors
-        #: whether the detector is to run on this frame (set by the keyframe schedule)
+        #: what its stream's keyframe schedule asked for this frame, at admission (live streams of the
+        #: shared schedule: never asked); the engine decides `keyframe` from it
+        self.scheduled = keyframe
+        #: whether the detector runs on this frame: decided by the engine (`Engine._is_keyframe`)
         self.keyframe = keyframe
         #: whether the source found this frame a scene cut (live streams of a shared schedule)
         self.scene_cut = False
@@ -83,6 +101,8 @@ class Frame:
         self.prepared = prepared
         #: what the tracker's motion model keeps of this frame, when `Tracker.prepare` made it ahead
         self.observed = None
+        #: when the frame was put into the engine's inbox (`time.perf_counter()`), else None
+        self.queued: float | None = None
         #: when the engine handed the frame to the detector (`time.perf_counter()`), else None
         self.submitted: float | None = None
 

@@ -34,8 +34,10 @@ Files wait for every keyframe: their results are exact and the same on every run
 
 from __future__ import annotations
 
+import copy
 import math
 import os
+import queue
 import sys
 import threading
 import time
@@ -169,9 +171,48 @@ class DetectWorker:
                     return
 
 
+def too_old(frame: Frame, live: bool, limits: tuple[float | None, ...], now: float | None = None) -> bool:
+    """Whether a live frame has waited longer than the least of `limits` (seconds; None: no limit)."""
+    if not live:
+        return False
+    limits = [limit for limit in limits if limit is not None]
+    return bool(limits) and (time.monotonic() if now is None else now) - frame.clock > min(limits)
+
+
+@dataclass(frozen=True, slots=True)
+class LaneView:
+    """What a stream's admission (on its source thread) reads of its lane: a read-only copy that the
+    engine makes anew (`Lane.publish_view`) whenever one of these changes on its thread.
+    `in_flight`: keyframes with the detector; `signals`: a copy of the tracker's `TrackingSignals`
+    after the newest frame the engine published (None: no tracker signals); `stretch`: the budget
+    controller's factor on the keyframe intervals; `max_staleness_s`, `max_wait_s`: see `Lane`."""
+
+    live: bool
+    in_flight: int = 0
+    signals: object = None
+    stretch: float = 1.0
+    max_staleness_s: float | None = None
+    max_wait_s: float | None = None
+
+    def too_old(self, frame: Frame, now: float | None = None) -> bool:
+        """As `Lane.too_old`, by the limits of this view."""
+        return too_old(frame, self.live, (self.max_staleness_s, self.max_wait_s), now)
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """The budget controller's rung, as the engine applies it (`Engine.apply_control`)."""
+
+    stretch: float
+    wait: bool
+    throughput: bool
+    max_wait_s: float | None = None
+
+
 @dataclass(eq=False)
 class Lane:
-    """One stream inside the engine."""
+    """One stream inside the engine. Every field is written on the engine thread only (`turn`
+    guards what admission waits on); admission reads `view`, which the engine publishes."""
 
     name: str
     tracker: Tracker
@@ -180,9 +221,11 @@ class Lane:
     #: dropped the keyframe, or one was deferred) the next frame becomes one
     interval: int
     waiting: deque = field(default_factory=deque)
+    #: keyframes whose detections are back and not yet applied, by frame index
     ready: dict = field(default_factory=dict)
-    late: set = field(default_factory=set)  # ids of keyframes published before their detections
-    #: live keyframes with the detector: until when each may wait for its detections (time.monotonic())
+    late: set = field(default_factory=set)  # indices of keyframes published before their detections
+    #: live keyframes with the detector: until when each may wait for its detections (time.monotonic()),
+    #: by frame index
     deadlines: dict = field(default_factory=dict)
     #: live keyframes put off because the stream's previous keyframe was still with the detector
     #: (shared schedule: times the stream went past its interval and waited for the detector)
@@ -217,15 +260,25 @@ class Lane:
     turn: threading.Condition = field(default_factory=threading.Condition)
     #: the stream's media time (the one clock of the stream: its results carry it, `FrameResult.media_s`)
     clock: MediaClock = field(default_factory=MediaClock)
+    #: the budget controller's factor on the keyframe intervals (live streams)
+    stretch: float = 1.0
+    #: what admission reads of the lane (`publish_view`)
+    view: LaneView = None
+
+    def __post_init__(self) -> None:
+        self.publish_view()
+
+    def publish_view(self) -> None:
+        """Make `view` anew from the lane as it is now (on the engine thread)."""
+        signals = getattr(self.tracker, "signals", None)
+        self.view = LaneView(self.live, self.in_flight, None if signals is None else copy.copy(signals),
+                             self.stretch, self.max_staleness_s, self.max_wait_s)
 
     def too_old(self, frame: Frame, now: float | None = None) -> bool:
         """Whether a frame of this lane is too old to go on: a live frame past the source's
         `max_staleness_ms` or the budget controller's `max_wait_s` (it could no longer be published
         within the budget)."""
-        if not self.live:
-            return False
-        limits = [limit for limit in (self.max_staleness_s, self.max_wait_s) if limit is not None]
-        return bool(limits) and (time.monotonic() if now is None else now) - frame.clock > min(limits)
+        return too_old(frame, self.live, (self.max_staleness_s, self.max_wait_s), now)
 
 
 class Engine:
@@ -253,26 +306,45 @@ class Engine:
         self.late_after_s = late_after_s
         self._wait_s = late_after_s  # as configured
         self._gaps = {lane.name: lane.interval for lane in lanes}  # as configured
+        self._orders: queue.SimpleQueue = queue.SimpleQueue()  # the budget controller's `Control`s
+
+    def control(self, order: Control) -> None:
+        """The budget controller's rung, from any thread: posted to the engine's mailbox, and applied
+        on the engine thread (`apply_control`) before it takes its next item."""
+        self._orders.put(order)
 
     def apply_control(self, stretch: float, wait: bool, throughput: bool, max_wait_s: float | None = None) -> None:
-        """The budget controller's rung (graph/control.py), applied to what the engine owns: its
-        live lanes' longest gap and the shared schedule (x `stretch`), whether live keyframes wait
-        for their detections, whether the detector batches for throughput (budget lifted), and how
-        long a live frame may have waited when the engine comes to it (`Lane.max_wait_s`)."""
+        """The budget controller's rung (graph/control.py), applied to what the engine owns (on its
+        thread): its live lanes' longest gap and the shared schedule (x `stretch`; a live stream with
+        a schedule of its own reads it in its lane's view), whether live keyframes wait for their
+        detections, whether the detector batches for throughput (budget lifted; the detector's
+        thread reads it), and how long a live frame may have waited when the engine comes to it
+        (`Lane.max_wait_s`)."""
         if self.chooser is not None:
             self.chooser.stretch = stretch
         for lane in self.lanes.values():
             if lane.live:
                 lane.interval = max(1, round(self._gaps[lane.name] * stretch))
-                lane.max_wait_s = max_wait_s
+                lane.stretch, lane.max_wait_s = stretch, max_wait_s
+                lane.publish_view()
         self.late_after_s = self._wait_s if wait else 0.0
         self.worker.batcher.budget_ms = None if throughput else self.worker.budget_ms
+
+    def _take_orders(self) -> None:
+        """Apply the budget controller's orders posted since the last look, in order."""
+        while True:
+            try:
+                order = self._orders.get_nowait()
+            except queue.Empty:
+                return
+            self.apply_control(order.stretch, order.wait, order.throughput, order.max_wait_s)
 
     def run(self) -> None:
         """Until every stream has ended (or the inbox is closed). Raises what the detector raised."""
         self.worker.start()
         try:
             while any(lane.open for lane in self.lanes.values()):
+                self._take_orders()
                 replaying = next((lane for lane in self.lanes.values() if lane.open and lane.tracker.catching_up),
                                  None)
                 try:
@@ -297,16 +369,16 @@ class Engine:
 
     def _wait(self) -> float | None:
         """Seconds until the first live keyframe that waits for its detections becomes late."""
-        deadlines = [lane.deadlines.get(id(lane.waiting[0]), 0.0) for lane in self.lanes.values()
+        deadlines = [lane.deadlines.get(lane.waiting[0].index, 0.0) for lane in self.lanes.values()
                      if lane.live and lane.waiting and isinstance(lane.waiting[0], Frame)
-                     and lane.waiting[0].keyframe and id(lane.waiting[0]) not in lane.ready]
+                     and lane.waiting[0].keyframe and lane.waiting[0].index not in lane.ready]
         return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
 
     def _on_input(self, item: Frame | EndOfStream) -> None:
         lane = self.lanes[item.stream]
         if isinstance(item, Frame):
             now = time.perf_counter()
-            queued_s = now - item.timings.pop("_queued", now)
+            queued_s = now - (item.queued if item.queued is not None else now)
             if lane.too_old(item):  # too old to be worth anything live; the schedule catches up below
                 # most of its age spent waiting for the engine: the engine did not keep up; otherwise
                 # it came late from its source (a decoder behind its clock)
@@ -320,32 +392,41 @@ class Engine:
             skipped = max(0, item.index - lane.last_index - 1) if lane.last_index is not None else 0
             lane.last_index = item.index
             item.timings["queue"] = queued_s * 1000
-            if lane.live and self.chooser is not None:
-                item.keyframe = bool(self.chooser.offer(
-                    lane.name, lane.tracker.signals, cut=item.scene_cut, start_in_s=self.worker.start_in_s(),
-                    skipped=skipped))
-                lane.deferred_keyframes = self.chooser.deferred(lane.name)
-            else:
-                scheduled = item.keyframe
-                if lane.live:
-                    lane.since_keyframe += skipped
-                # a live stream may have dropped the scheduled keyframe: detect on this one instead
-                if not scheduled and lane.since_keyframe >= lane.interval:
-                    item.keyframe = True
-                if item.keyframe and lane.live and lane.in_flight:
-                    item.keyframe = False  # the detector still has this stream's last keyframe
-                    item.prepared = None  # an input made ahead for it is not needed
-                    lane.deferred_keyframes += scheduled
+            item.keyframe = self._is_keyframe(lane, item, skipped)
             lane.since_keyframe = 0 if item.keyframe else lane.since_keyframe + 1
             if item.keyframe:
                 lane.in_flight += 1
+                lane.publish_view()
                 if lane.live:  # wait for the detections only if they can be back in time
                     deadline = item.clock + self.late_after_s
                     in_time = time.monotonic() + self.worker.expected_s() <= deadline
-                    lane.deadlines[id(item)] = deadline if in_time else 0.0
+                    lane.deadlines[item.index] = deadline if in_time else 0.0
                     lane.unwaited += not in_time
                 self.worker.submit(item)
         lane.waiting.append(item)
+
+    def _is_keyframe(self, lane: Lane, frame: Frame, skipped: int) -> bool:
+        """Whether the detector runs on `frame`: the one place this is decided. A live stream of the
+        shared schedule asks the `KeyframeChooser` (`frame.scene_cut`: what admission saw); any
+        other takes what its schedule asked at admission (`frame.scheduled`), and also detects on a
+        frame `interval` frames past its last keyframe (the scheduled one was dropped on the way),
+        but never while a live stream's last keyframe is still with the detector (deferred).
+        `skipped`: the stream's frames since its last that never reached the engine."""
+        if lane.live and self.chooser is not None:
+            chosen = bool(self.chooser.offer(lane.name, lane.tracker.signals, cut=frame.scene_cut,
+                                             start_in_s=self.worker.start_in_s(), skipped=skipped))
+            lane.deferred_keyframes = self.chooser.deferred(lane.name)
+            return chosen
+        scheduled = frame.scheduled
+        if lane.live:
+            lane.since_keyframe += skipped
+        if not (scheduled or lane.since_keyframe >= lane.interval):
+            return False
+        if lane.live and lane.in_flight:  # the detector still has this stream's last keyframe
+            frame.prepared = None  # an input made ahead for it is not needed
+            lane.deferred_keyframes += scheduled
+            return False
+        return True
 
     def _on_detected(self, done: Detected) -> None:
         if done.error is not None:
@@ -356,7 +437,7 @@ class Engine:
             self.chooser.detected(lane.name)
         if self.on_detected is not None:
             self.on_detected(done)
-        key = id(done.frame)
+        key = done.frame.index
         if key in lane.late:  # the tracker rewinds to that frame, applies them; the motion since is replayed
             lane.late.discard(key)  # when the inbox is empty, or by the tracker before this stream's next frame
             stale = getattr(lane.tracker, "stale_updates", 0)
@@ -370,6 +451,7 @@ class Engine:
         elif lane.open:  # not published yet: its timings are still the engine's to fill in
             done.frame.timings["batch"], done.frame.timings["detect"] = done.batch_ms, done.detect_ms
             lane.ready[key] = done.detections
+        lane.publish_view()
 
     def _advance(self, lane: Lane) -> None:
         """Publish the lane's frames in order, as far as their detections allow."""
@@ -379,16 +461,16 @@ class Engine:
                 lane.waiting.popleft()
                 self._end(lane, head)
                 return
-            keyframe = head.keyframe and id(head) in lane.ready
+            keyframe = head.keyframe and head.index in lane.ready
             if head.keyframe and not keyframe:
-                if not (lane.live and time.monotonic() >= lane.deadlines.get(id(head), 0.0)):
+                if not (lane.live and time.monotonic() >= lane.deadlines.get(head.index, 0.0)):
                     return  # wait for the detector
-                lane.late.add(id(head))  # out by motion now; its detections are applied when they come
-            lane.deadlines.pop(id(head), None)
+                lane.late.add(head.index)  # out by motion now; its detections are applied when they come
+            lane.deadlines.pop(head.index, None)
             lane.waiting.popleft()
             started = time.perf_counter()
             if keyframe:
-                found = lane.ready.pop(id(head))
+                found = lane.ready.pop(head.index)
                 detections = lane.tracker.update(head, found)
                 lane.detected_frame = head.index
                 if self.on_keyframe is not None:
@@ -400,6 +482,7 @@ class Engine:
             self.publish(FrameResult(head, lane.seq, keyframe, detections, lane.detected_frame,
                                      media_s=lane.clock(head)))
             lane.seq += 1
+            lane.publish_view()  # the tracker's signals after this frame
             if lane.in_order:
                 with lane.turn:
                     lane.published_index = head.index

@@ -55,7 +55,7 @@ from .admit import Admission, run_source
 from .channel import Channel, Credits
 from .control import BudgetController
 from .drops import Losses
-from .engine import DetectWorker, Engine, Lane
+from .engine import Control, DetectWorker, Engine, Lane
 from .fanout import FanOut
 from .keyframes import SceneCutDetector, build_chooser, build_scheduler, longest_gap, stagger_offsets
 from .process import CycleCollector, live_switch_interval
@@ -132,7 +132,6 @@ class Pipeline:
         self._engine: Engine | None = None
         self._sources: dict[str, Source] = {}
         self._lanes: dict[str, Lane] = {}
-        self._schedules: dict[str, object] = {}
         self._admissions: dict[str, Admission] = {}
         self._losses: Losses | None = None  # every stream's losses by cause, once running
         self._reporter: StatsReporter | None = None  # stats and eos messages, once running
@@ -333,8 +332,9 @@ class Pipeline:
             st.state = state
 
     def _control(self) -> None:
-        """One step of the budget controller, applied by the engine (lanes, shared schedule, keyframe
-        wait, batching) and, for live streams with schedules of their own, to those schedules."""
+        """One step of the budget controller; its rung goes to the engine's mailbox, and the engine
+        applies it on its thread (lanes, shared schedule, keyframe wait, batching; a live stream
+        with a schedule of its own reads the stretch in its lane's view)."""
         control = self.controller
         if control is None:
             return
@@ -342,12 +342,8 @@ class Pipeline:
         # late from their source (a decoder behind its clock: shedding after it would not help)
         control.tick({st.name: st.dropped - st.shed - self._losses.late_from_source(st.name)
                       for st in self.stats.values() if st.name in control.shedders})
-        if self._chooser is None:
-            for name in control.shedders:
-                if name in self._schedules:
-                    self._schedules[name].stretch = control.stretch
-        if self._engine is not None:
-            self._engine.apply_control(control.stretch, control.wait, control.throughput, control.max_wait_s)
+        if self._engine is not None:  # applied on the engine thread, before its next item
+            self._engine.control(Control(control.stretch, control.wait, control.throughput, control.max_wait_s))
 
     def results(self) -> Iterator[FrameResult | StreamEnd]:
         """Run in the background and yield every `FrameResult` and `StreamEnd` as it is made.
@@ -461,11 +457,11 @@ class Pipeline:
         by_name = {c.name: c for c in cfg.sources}
         offsets = stagger_offsets(cfg.keyframes.interval, len(sources))
         # a live stream of the shared schedule only tells scene cuts here: the engine chooses its keyframes
-        self._schedules = {src.name: SceneCutDetector() if self._chooser is not None and by_name[src.name].live
-                           else build_scheduler(cfg.keyframes, off) for src, off in zip(sources, offsets)}
+        schedules = {src.name: SceneCutDetector() if self._chooser is not None and by_name[src.name].live
+                     else build_scheduler(cfg.keyframes, off) for src, off in zip(sources, offsets)}
         prepare = detector.prepare if getattr(detector, "prepare_ahead", False) else None
         shedders = self.controller.shedders if self.controller else {}
-        self._admissions = {src.name: Admission(lane, self._schedules[src.name], prepare,
+        self._admissions = {src.name: Admission(lane, schedules[src.name], prepare,
                                                 getattr(shedders.get(src.name), "drop", None), self._stop_sources)
                             for src, lane in zip(sources, lanes)}
         self._losses = Losses(self._sources, self._lanes, self._admissions, self._inbox, shedders)
