@@ -30,15 +30,17 @@ and counted: as the engine's (`stale_dropped`: it grew old waiting here) or its 
 (`late_from_source`). The frames between two a lane takes (shed, or dropped on the way) count
 towards its next keyframe, so keyframes keep their spacing in the source's frames.
 Files wait for every keyframe: their results are exact and the same on every run.
+
+The engine thread is the only writer of the lanes, their trackers, the `KeyframeChooser` and the
+budget controller's settings. Other threads reach them through it: admission reads each lane's
+`LaneView`, a read-only copy the engine publishes; the controller's rung and any other work
+(`Engine.post`) come through its mailbox, a channel it waits on with the inbox. Results go to
+`publish` (`ResultRoute.publish`, graph/route.py); the detector's thread is in graph/detect_worker.py.
 """
 
 from __future__ import annotations
 
 import copy
-import math
-import os
-import queue
-import sys
 import threading
 import time
 from collections import deque
@@ -49,126 +51,12 @@ import supervision as sv
 
 from ..frame import EndOfStream, Frame, FrameResult, MediaClock, StreamEnd
 from ..track import Tracker
-from .batcher import Batcher
 from .channel import Channel, ChannelClosed, get_any
+from .detect_worker import Detected, DetectWorker
 from .keyframes import KeyframeChooser
 
 #: tracker steps of a late keyframe's replay done at a time while the inbox is empty
 REPLAY_CHUNK = 4
-#: the nice value of the detector's thread when it runs on the CPU beside live streams
-DETECTOR_NICE = 10
-
-
-@dataclass(slots=True, eq=False)
-class Detected:
-    """A keyframe back from the detector: its detections, or the error that stopped it, and how
-    long it waited for its batch and the batch's detector call took (ms). The detector's thread
-    never writes into the frame: a late keyframe is being published on the engine's meanwhile."""
-
-    frame: Frame
-    detections: sv.Detections | None
-    error: BaseException | None = None
-    batch_ms: float = 0.0
-    detect_ms: float = 0.0
-
-
-class DetectWorker:
-    """The detector on a thread of its own: `submit(frame)` never waits; each keyframe comes back
-    through `deliver(Detected(...))`. Batches gather keyframes of every stream.
-
-    `low_priority` (Linux) runs that thread at nice `DETECTOR_NICE`: a detector on the CPU then takes
-    the cores only when decoding, tracking and publishing leave them idle, so a busy machine makes
-    keyframes late (their frames go out by motion) instead of making every frame late. (With
-    onnxruntime that covers the inference when it runs on the calling thread, `threads: 1`.) It
-    stays there while the budget controller sheds frames: back at normal priority, the shared
-    schedule kept it as busy as it could be and it took the cores from the frames it should have
-    served (tools/results/overload.md)."""
-
-    def __init__(self, detector, deliver: Callable[[Detected], bool], *, max_batch: int,
-                 max_wait_ms: float, budget_ms: float | None, low_priority: bool = False):
-        self.detector = detector
-        self.low_priority = low_priority
-        self.deliver = deliver
-        self.batches = 0
-        self._busy = 0  # keyframes in the batch being detected now
-        self._started = 0.0  # when that batch started (time.perf_counter())
-        self._jobs = Channel(capacity=1 << 16, name="keyframes")
-        self.batcher = Batcher(self._jobs, max_batch=max_batch, max_wait_ms=max_wait_ms, budget_ms=budget_ms)
-        self.budget_ms = budget_ms  # as configured (the budget controller may lift it: `Engine.apply_control`)
-        self._thread = threading.Thread(target=self._run, name="detector", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def submit(self, frame: Frame) -> None:
-        frame.submitted = time.perf_counter()
-        self._jobs.put(frame)
-
-    def expected_s(self) -> float:
-        """Seconds until the detections of a keyframe submitted now would be back: the keyframes
-        ahead of it and itself, at the detector's learnt speed (0.0 until it has timed a batch)."""
-        cost = self.batcher.cost
-        return cost.estimate(self._jobs.depth() + self._busy + 1) / 1000 if cost.known else 0.0
-
-    def start_in_s(self) -> float:
-        """Seconds until a keyframe submitted now would start: the rest of the batch in hand and
-        the keyframes waiting, at the detector's learnt speed (0.0 when idle). `math.inf` when
-        `max_batch` keyframes wait already, or while the first batch runs untimed."""
-        waiting, busy = self._jobs.depth(), self._busy
-        if waiting >= self.batcher.max_batch:
-            return math.inf
-        if not (waiting or busy):
-            return 0.0
-        cost = self.batcher.cost
-        if not cost.known:
-            return math.inf
-        left = self._started + cost.estimate(busy) / 1000 - time.perf_counter() if busy else 0.0
-        return max(0.0, left) + (cost.estimate(waiting) / 1000 if waiting else 0.0)
-
-    def close(self, timeout: float | None = None) -> bool:
-        """Finish the batch in hand, then stop; frames not started are dropped. Waits at most
-        `timeout` seconds (None: for the batch to end); returns whether the thread has ended."""
-        self._jobs.close(discard=True)
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    def join(self, timeout: float | None = None) -> None:
-        """Wait up to `timeout` seconds for the detector's thread to end (after `close`)."""
-        self._thread.join(timeout)
-
-    @property
-    def alive(self) -> bool:
-        """Whether the detector's thread is still running (inside a batch, after a timed-out close)."""
-        return self._thread.is_alive()
-
-    def _run(self) -> None:
-        if self.low_priority and sys.platform.startswith("linux"):
-            try:
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), DETECTOR_NICE)
-            except OSError:
-                pass
-        while True:
-            try:
-                batch = self.batcher.next_batch().items
-            except ChannelClosed:
-                return
-            self._started = started = time.perf_counter()
-            self._busy = len(batch)
-            try:
-                found = self.detector.detect(batch)
-            except BaseException as e:  # noqa: BLE001 - handed to the engine, which fails the run
-                self.deliver(Detected(batch[0], None, e))
-                return
-            finally:
-                self._busy = 0
-            ms = (time.perf_counter() - started) * 1000
-            self.batcher.observe(len(batch), ms)
-            self.batches += 1
-            for frame, detections in zip(batch, found):
-                waited = (started - (frame.submitted or started)) * 1000
-                if not self.deliver(Detected(frame, detections, batch_ms=waited, detect_ms=ms)):
-                    return
 
 
 def too_old(frame: Frame, live: bool, limits: tuple[float | None, ...], now: float | None = None) -> bool:
@@ -197,6 +85,13 @@ class LaneView:
     def too_old(self, frame: Frame, now: float | None = None) -> bool:
         """As `Lane.too_old`, by the limits of this view."""
         return too_old(frame, self.live, (self.max_staleness_s, self.max_wait_s), now)
+
+
+@dataclass(frozen=True, slots=True)
+class Mail:
+    """Work posted to the engine thread from another (`Engine.post`): `fn()` runs there."""
+
+    fn: Callable[[], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,13 +176,23 @@ class Lane:
         return too_old(frame, self.live, (self.max_staleness_s, self.max_wait_s), now)
 
 
+def engine_mailbox(inbox: Channel) -> Channel:
+    """The engine's mailbox: a channel the engine waits on with `inbox`, holding at most one item
+    per key (a newer one replaces it), so a post never waits."""
+    return Channel(1, "mail", share=inbox)
+
+
 class Engine:
     """Runs the lanes of every stream on one thread (see the module's docstring)."""
 
     def __init__(self, inbox: Channel, detections: Channel, lanes: list[Lane], worker: DetectWorker,
                  publish: Callable[[FrameResult | StreamEnd], None], late_after_s: float,
                  on_detected: Callable[[Detected], None] | None = None, chooser: KeyframeChooser | None = None,
-                 on_keyframe: Callable[[Frame, sv.Detections, sv.Detections], None] | None = None):
+                 on_keyframe: Callable[[Frame, sv.Detections, sv.Detections], None] | None = None,
+                 mail: Channel | None = None):
+        """`publish`: where each result and stream end goes (`ResultRoute.publish`, graph/route.py);
+        `mail`: the engine's mailbox, made with `Channel(share=inbox)` (default: one of its own):
+        `Mail` and `Control` items posted there run on the engine thread before its next input."""
         self.on_detected = on_detected  # told of every keyframe back from the detector, late ones too
         #: told of every keyframe whose detections the tracker applied (late ones too, when applied):
         #: the frame, the detector's boxes on it and the tracked objects they gave
@@ -306,12 +211,17 @@ class Engine:
         self.late_after_s = late_after_s
         self._wait_s = late_after_s  # as configured
         self._gaps = {lane.name: lane.interval for lane in lanes}  # as configured
-        self._orders: queue.SimpleQueue = queue.SimpleQueue()  # the budget controller's `Control`s
+        self.mail = mail if mail is not None else engine_mailbox(inbox)
+
+    def post(self, fn: Callable[[], None], key: str = "mail") -> None:
+        """Run `fn()` on the engine thread, from any thread, never waiting: a newer post under the
+        same `key` replaces one not yet taken."""
+        self.mail.put(Mail(fn), key=key, drop_oldest=True)
 
     def control(self, order: Control) -> None:
-        """The budget controller's rung, from any thread: posted to the engine's mailbox, and applied
-        on the engine thread (`apply_control`) before it takes its next item."""
-        self._orders.put(order)
+        """The budget controller's rung, from any thread: posted to the engine's mailbox (a newer
+        rung replaces one not yet applied), and applied on the engine thread (`apply_control`)."""
+        self.mail.put(order, key="control", drop_oldest=True)
 
     def apply_control(self, stretch: float, wait: bool, throughput: bool, max_wait_s: float | None = None) -> None:
         """The budget controller's rung (graph/control.py), applied to what the engine owns (on its
@@ -330,28 +240,26 @@ class Engine:
         self.late_after_s = self._wait_s if wait else 0.0
         self.worker.batcher.budget_ms = None if throughput else self.worker.budget_ms
 
-    def _take_orders(self) -> None:
-        """Apply the budget controller's orders posted since the last look, in order."""
-        while True:
-            try:
-                order = self._orders.get_nowait()
-            except queue.Empty:
-                return
-            self.apply_control(order.stretch, order.wait, order.throughput, order.max_wait_s)
+    def _on_mail(self, item: Mail | Control) -> None:
+        if isinstance(item, Control):
+            self.apply_control(item.stretch, item.wait, item.throughput, item.max_wait_s)
+        else:
+            item.fn()
 
     def run(self) -> None:
         """Until every stream has ended (or the inbox is closed). Raises what the detector raised."""
         self.worker.start()
         try:
             while any(lane.open for lane in self.lanes.values()):
-                self._take_orders()
                 replaying = next((lane for lane in self.lanes.values() if lane.open and lane.tracker.catching_up),
                                  None)
                 try:
-                    item = get_any([self.detections, self.inbox], 0.0 if replaying else self._wait())
+                    item = get_any([self.mail, self.detections, self.inbox], 0.0 if replaying else self._wait())
                 except ChannelClosed:
                     return
-                if isinstance(item, Detected):
+                if isinstance(item, (Mail, Control)):
+                    self._on_mail(item)
+                elif isinstance(item, Detected):
                     self._on_detected(item)
                 elif item is not None:
                     self._on_input(item)
@@ -499,3 +407,6 @@ class Engine:
         lane.deadlines.clear()
         self.publish(StreamEnd(lane.name, lane.seq, lane.seq, end.reason, detail=end.error))
         lane.seq += 1
+
+
+__all__ = ["Control", "Detected", "DetectWorker", "Engine", "Lane", "LaneView", "Mail", "engine_mailbox", "too_old"]

@@ -10,7 +10,6 @@ its `eos` (`lost`, `expected`), its last `stats` goes out, then its `eos`, under
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -40,16 +39,15 @@ class StatsReporter:
         self._ends_lock = threading.Lock()  # a stream's last stats and its eos, against the periodic stats
 
     def refresh(self) -> None:
-        """Each stream's losses by cause into its figures (`lost`, `shed`, `dropped`, and the
-        engine's `deferred_keyframes` and `discarded_detections`)."""
+        """On the stats' writer (the engine thread; the run's thread once it has ended): what other
+        threads posted to each stream's figures, and its losses by cause (`lost`, `shed`,
+        `dropped`, and the engine's `deferred_keyframes` and `discarded_detections`)."""
         for st in self.stats.values():
+            st.take_posts()
             lost = self.losses.of(st.name)
-            st.lost = lost
-            st.shed = lost["shed"]
-            st.dropped = Losses.dropped(lost)
             lane = self.losses.lanes.get(st.name)
-            st.deferred_keyframes = lane.deferred_keyframes if lane else 0
-            st.discarded_detections = lane.discarded_detections if lane else 0
+            st.losses(lost, Losses.dropped(lost), lane.deferred_keyframes if lane else 0,
+                      lane.discarded_detections if lane else 0)
 
     def periodic(self) -> None:
         """The running streams' `stats`, never waiting: a stream's eos may be stuck in a full sink
@@ -68,9 +66,7 @@ class StatsReporter:
         with self._ends_lock:
             self.refresh()
             end = replace(end, lost=dict(st.lost), expected=None if st.name in self.capped else st.total)
-            st.reason, st.detail = end.reason, end.detail
-            st.state = {"end": "ended"}.get(end.reason, end.reason)
-            st.ended = time.monotonic()
+            st.end(end.reason, end.detail)
             if self.out.wants_stats:
                 self._publish([st.name])
             self.out.publish(end)

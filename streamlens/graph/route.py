@@ -65,7 +65,9 @@ class ResultRoute:
             return
         frame = item.frame
         frame.timings["total"] = (time.monotonic() - frame.clock) * 1000
-        self.stats[frame.stream].count(item)
+        st = self.stats[frame.stream]
+        st.take_posts()
+        st.count(item)
         if frame.stream in self.credited:
             self.credits.release(frame.stream)
         if self.collector is not None:

@@ -1,20 +1,24 @@
 """The runtime: it builds the nodes of a pipeline, owns their threads and queues, and ends them.
 
-    source threads (one per stream) --inbox--> engine thread --> fan-out: the sinks
-                                                 |      ^
-                                        keyframes v      | detections (a channel of their own)
-                                               detector thread (batches across streams)
+    source threads (one per stream: graph/admit.py run_source) --inbox--> engine thread
+        engine (graph/engine.py) <--> detector thread (keyframes out, detections back)
+        -> ResultRoute (graph/route.py): the result stages in order, then the fan-out to the sinks
+    the thread that called run(): the run's loop (`_loop`): budget controller, stats messages
 
-Each node does one job, in its own module: the engine (graph/engine.py: lanes, keyframe choice,
-tracking, order), the detector's batching (graph/batcher.py), the fan-out to the sinks
-(graph/fanout.py: each result serialised once; a frame's latency ends when the last sink has
-published it), the budget controller (graph/control.py) and the run's figures (graph/stats.py).
-This module wires them and owns their lifecycle:
+Each node does one job, in its own module: admission (graph/admit.py), the engine (lanes, the
+keyframe decision, tracking, order), the detector's batching (graph/batcher.py), the route of a
+result and its stages (graph/route.py, graph/stages.py), the fan-out to the sinks
+(graph/fanout.py), the budget controller (graph/control.py), loss accounting (graph/drops.py),
+the `stats` and `eos` messages (graph/reports.py) and the run's figures (graph/stats.py);
+graph/process.py holds what a run changes in the whole process. This module wires them and owns
+their lifecycle (`_build`, `_start`, `_loop`, `_close`):
 
 - The inbox gives each stream its own share; a file source blocks when its share is full (nothing
   is lost), a live source drops its oldest frame (every drop counted).
 - A file source holds a credit for every frame between its decoding and its publication
   (`file_credits`): however slow the detector, a file waits instead of filling the memory.
+- Other threads reach what the engine thread owns through its mailbox (`Engine.post`,
+  `Engine.control`): the controller's rung, and the stats' refresh, which run on its thread.
 - `stop()` (Ctrl-C) ends the sources; what they already produced is processed and written, each
   stream gets its `eos`, and the sinks close. `abort()` (a second Ctrl-C) discards frames not yet
   processed, does not wait for a detector batch in hand, and still writes and closes what the
@@ -55,13 +59,14 @@ from .admit import Admission, run_source
 from .channel import Channel, Credits
 from .control import BudgetController
 from .drops import Losses
-from .engine import Control, DetectWorker, Engine, Lane
+from .engine import Control, DetectWorker, Engine, Lane, Mail, engine_mailbox
 from .fanout import FanOut
 from .keyframes import SceneCutDetector, build_chooser, build_scheduler, longest_gap, stagger_offsets
 from .process import CycleCollector, live_switch_interval
 from .reports import StatsReporter
+from .results import QueueSink, results_of
 from .route import ResultRoute, build_stages
-from .stats import ENDED_STATES, RunReport, StreamStats
+from .stats import RunReport, StreamStats
 
 log = logging.getLogger("streamlens")
 
@@ -81,21 +86,6 @@ def file_credits(interval: int, max_batch: int) -> int:
         24
     """
     return (interval + 1) * max_batch
-
-
-class _QueueSink(Sink):
-    """Hands results to `Pipeline.results()`, in-process."""
-
-    name = "results"
-
-    def __init__(self, out: queue.Queue):
-        self.out = out
-
-    def write(self, item, message, payload) -> None:
-        self.out.put(item)
-
-
-_END = object()
 
 
 class Pipeline:
@@ -123,6 +113,8 @@ class Pipeline:
         self._aborted_at: float | None = None
         self._ran = False
         self._inbox = Channel(config.runtime.queue_size, "inbox")
+        self._mail = engine_mailbox(self._inbox)  # work posted to the engine thread (the controller's rung, stats)
+        self._engine_thread: threading.Thread | None = None
         self._credits = Credits(file_credits(longest_gap(config.keyframes), config.detector.max_batch))
         self._credited = {s.name for s in config.sources if not s.live}
         self._opening: list[Sink] = []  # sinks whose open() may wait (for subscribers): stop() ends it
@@ -284,7 +276,10 @@ class Pipeline:
         while any(t.is_alive() for t in threads):
             for t in threads:
                 t.join(tick_s / len(threads))
-            self._reporter.refresh()
+            if self._engine_thread.is_alive():  # the stats' writer: the engine thread, then this one
+                self._mail.put(Mail(self._reporter.refresh), key="refresh", drop_oldest=True)
+            else:
+                self._reporter.refresh()
             if self._aborted_at is not None and time.monotonic() - self._aborted_at > ABORT_SINK_GRACE_S:
                 self._out.close_queues()  # the engine may be stuck putting into one
             if time.monotonic() >= next_stats:
@@ -327,9 +322,8 @@ class Pipeline:
             http.close()
 
     def _on_source_state(self, name: str, state: str) -> None:
-        st = self.stats[name]
-        if st.state not in ENDED_STATES:
-            st.state = state
+        """A live source's state, on its thread: posted to the stream's figures."""
+        self.stats[name].post_state(state)
 
     def _control(self) -> None:
         """One step of the budget controller; its rung goes to the engine's mailbox, and the engine
@@ -340,10 +334,12 @@ class Pipeline:
             return
         # what the engine could not carry: every frame lost but those shed, and those that came too
         # late from their source (a decoder behind its clock: shedding after it would not help)
-        control.tick({st.name: st.dropped - st.shed - self._losses.late_from_source(st.name)
-                      for st in self.stats.values() if st.name in control.shedders})
-        if self._engine is not None:  # applied on the engine thread, before its next item
-            self._engine.control(Control(control.stretch, control.wait, control.throughput, control.max_wait_s))
+        losses = self._losses
+        control.tick({name: Losses.dropped(lost) - lost["shed"] - losses.late_from_source(name)
+                      for name in control.shedders for lost in (losses.of(name),)})
+        # applied on the engine thread, before its next input (a newer rung replaces one not yet applied)
+        self._mail.put(Control(control.stretch, control.wait, control.throughput, control.max_wait_s),
+                       key="control", drop_oldest=True)
 
     def results(self) -> Iterator[FrameResult | StreamEnd]:
         """Run in the background and yield every `FrameResult` and `StreamEnd` as it is made.
@@ -351,36 +347,8 @@ class Pipeline:
         Leaving the loop early stops the pipeline. Raises `StreamlensError` if the run failed.
         """
         out: queue.Queue = queue.Queue(maxsize=2 * self.config.runtime.queue_size)
-        self._extra_sinks.append(_QueueSink(out))
-        box: dict[str, object] = {}
-
-        def target() -> None:
-            try:
-                box["report"] = self.run()
-            except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
-                box["error"] = e
-            finally:
-                out.put(_END)
-
-        worker = threading.Thread(target=target, name="streamlens-run", daemon=True)
-        worker.start()
-        try:
-            while (item := out.get()) is not _END:
-                yield item
-        finally:
-            if worker.is_alive():
-                self.abort()
-                while worker.is_alive():  # keep the queue sink from blocking while it ends
-                    try:
-                        out.get(timeout=0.1)
-                    except queue.Empty:
-                        pass
-            worker.join()
-        if "error" in box:
-            raise box["error"]  # type: ignore[misc]
-        report = box["report"]
-        if report.status == "failed":  # type: ignore[union-attr]
-            raise StreamlensError(report.error)  # type: ignore[union-attr]
+        self._extra_sinks.append(QueueSink(out))
+        yield from results_of(self, out)
 
     def _build(self) -> tuple[list[Source], object, list[Sink], MetricsServer | None]:
         """Check what can be checked, then make the sources and the detector, start the HTTP
@@ -475,8 +443,9 @@ class Pipeline:
                             collector=CycleCollector() if cfg.tracker.motion == "mv" else None)
         if self._secondary is not None:
             self._secondary.start()
-        threads.append(threading.Thread(target=self._run_engine, args=(detector, lanes, route), name="engine",
-                                        daemon=True))
+        self._engine_thread = threading.Thread(target=self._run_engine, args=(detector, lanes, route),
+                                               name="engine", daemon=True)
+        threads.append(self._engine_thread)
         credits = self._credits
         threads += [threading.Thread(target=run_source, name=f"source-{src.name}", daemon=True, args=(
                         src, self._admissions[src.name], self._inbox,
@@ -503,7 +472,7 @@ class Pipeline:
                                        late_after_s=budget / 1000 if budget else float("inf"),
                                        on_detected=lambda done: self.stats[done.frame.stream].detected(
                                            done.batch_ms, done.detect_ms), chooser=self._chooser,
-                                       on_keyframe=route.offer)
+                                       on_keyframe=route.offer, mail=self._mail)
         try:
             engine.run()
         except BaseException as e:  # noqa: BLE001
@@ -522,8 +491,9 @@ class Pipeline:
         self._inbox.close(discard=True)
 
     def _on_published(self, item: FrameResult, publish_ms: float) -> None:
-        """Every sink has published `item`, `publish_ms` after it was handed to them."""
+        """Every sink has published `item`, `publish_ms` after it was handed to them (on the thread of
+        the last sink to write it): its latency, posted to the stream's figures and the controller."""
         total_ms = (time.monotonic() - item.frame.clock) * 1000
-        self.stats[item.frame.stream].published(item, publish_ms, total_ms)
+        self.stats[item.frame.stream].post_published(item, publish_ms, total_ms)
         if self.controller is not None:
             self.controller.observe(item.frame.stream, total_ms)
