@@ -133,7 +133,7 @@ class Lane:
     period_s: float = 1 / 30
     #: live frames dropped for their age (`too_old`): those that grew old waiting for the engine
     #: (the engine did not keep up: the budget controller sheds for them), and those that came late
-    #: from their source, dropped by the stream's admission (graph/admit.py) or by the engine
+    #: from their source, dropped here (admission counts its own: `Admission.late_from_source`)
     stale_dropped: int = 0
     late_from_source: int = 0
     #: late keyframes whose detections came back older than the tracker's history (not applied)

@@ -58,7 +58,7 @@ class StreamStats:
     deferred_keyframes: int = 0
     #: keyframes whose detections came back too late for the tracker to apply (older than its history)
     discarded_detections: int = 0
-    #: frames (and packets, `corrupt`) lost by cause: see `Pipeline._refresh_drops`
+    #: frames (and packets, `corrupt`) lost by cause: see `graph.drops.Losses.of`
     lost: dict = field(default_factory=dict)
     #: how the stream ended (end, truncated, stopped, error) and what went wrong, once it has
     reason: str | None = None
