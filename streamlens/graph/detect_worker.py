@@ -30,7 +30,8 @@ DETECTOR_NICE = 10
 class Detected:
     """A keyframe back from the detector: its detections, or the error that stopped it, and how
     long it waited for its batch and the batch's detector call took (ms). The detector's thread
-    never writes into the frame: a late keyframe is being published on the engine's meanwhile."""
+    writes nothing into the frame but to drop the model input made ahead for it (`prepared`, which
+    nothing else reads then): a late keyframe is being published on the engine's meanwhile."""
 
     frame: Frame
     detections: sv.Detections | None
