@@ -49,6 +49,21 @@ class Frame:
     720p frame. `grey_sample()` reads the luma plane directly, without converting; a worker's picture
     brings the scene-cut sample (`thumbnail_step`) made ahead.
 
+    Who writes each slot. A frame changes hands through the graph's channels (source thread ->
+    inbox -> engine thread -> the detector's channel -> detector thread); each slot has one writer:
+    - `stream`, `index`, `pts`, `ts`, `clock`, `motion_vectors`, `_size`: the source, as it makes
+      the frame;
+    - `scene_cut`, `scheduled` (what the stream's schedule asked), `observed`, `prepared`:
+      admission, on the source thread; then `observed` is taken back by the tracker, and `prepared`
+      dropped by the engine (a deferred keyframe) or by the detector once used: the thread that
+      holds the frame then;
+    - `queued`: the source thread, as it puts the frame into the inbox;
+    - `keyframe` (decided in one place, `Engine._is_keyframe`), `submitted`: the engine thread;
+    - `timings`: the source thread (`decode`) until the inbox, then the engine thread (`queue`,
+      `batch`, `detect`, `track`, `total`);
+    - `_image`, `_decoded`: the picture's cache: whichever thread reads `image` first converts it
+      (and adds that time to `timings["decode"]`); two at once would make the same pixels.
+
     Example:
         >>> f = Frame("cam1", 0, 0.0, 0.0, np.zeros((4, 8, 3), np.uint8))
         >>> (f.width, f.height, f.grey_sample(2).shape)
@@ -56,7 +71,7 @@ class Frame:
     """
 
     __slots__ = ("stream", "index", "pts", "ts", "_image", "_decoded", "_size", "timings", "motion_vectors",
-                 "keyframe", "prepared", "observed", "submitted", "clock", "scene_cut")
+                 "keyframe", "scheduled", "prepared", "observed", "queued", "submitted", "clock", "scene_cut")
 
     def __init__(self, stream: str, index: int, pts: float | None, ts: float, image: np.ndarray | None = None,
                  timings: dict[str, float] | None = None, motion_vectors: np.ndarray | None = None,
@@ -74,7 +89,10 @@ class Frame:
         self.timings = {} if timings is None else timings
         #: the decoder's motion vectors for this frame, when the source exports them (else None)
         self.motion_vectors = motion_vectors
-        #: whether the detector is to run on this frame (set by the keyframe schedule)
+        #: what its stream's keyframe schedule asked for this frame, at admission (live streams of the
+        #: shared schedule: never asked); the engine decides `keyframe` from it
+        self.scheduled = keyframe
+        #: whether the detector runs on this frame: decided by the engine (`Engine._is_keyframe`)
         self.keyframe = keyframe
         #: whether the source found this frame a scene cut (live streams of a shared schedule)
         self.scene_cut = False
@@ -83,6 +101,8 @@ class Frame:
         self.prepared = prepared
         #: what the tracker's motion model keeps of this frame, when `Tracker.prepare` made it ahead
         self.observed = None
+        #: when the frame was put into the engine's inbox (`time.perf_counter()`), else None
+        self.queued: float | None = None
         #: when the engine handed the frame to the detector (`time.perf_counter()`), else None
         self.submitted: float | None = None
 
@@ -267,6 +287,37 @@ def _planes(data: np.ndarray, width: int, height: int) -> tuple[np.ndarray, np.n
             data[luma + chroma:luma + 2 * chroma].reshape(chroma_h, chroma_w))
 
 
+class MediaClock:
+    """A stream's time, in seconds: its frames' `pts`, made to go on across the loops of a file
+    (where `pts` starts again) and across a camera's gaps; a frame without `pts` reads the
+    monotonic clock of its arrival. Each stream has one, on its engine lane; results carry its
+    reading (`FrameResult.media_s`), which the result stages read.
+
+    Example:
+        >>> clock = MediaClock()
+        >>> [round(clock.at(pts, 0.0), 3) for pts in (0.0, 9.9, 0.0, 0.1)]   # the file looped after 9.9 s
+        [0.0, 9.9, 9.901, 10.001]
+    """
+
+    def __init__(self):
+        self._offset = 0.0
+        self._last: float | None = None
+
+    def __call__(self, frame: Frame) -> float:
+        return self.at(frame.pts, frame.clock)
+
+    def at(self, pts: float | None, otherwise: float) -> float:
+        """The time of a frame (or a message) at `pts`; `otherwise` when it has none."""
+        if pts is None:
+            return otherwise
+        t = pts + self._offset
+        if self._last is not None and t < self._last:  # a loop started again
+            self._offset += self._last - t + 1e-3
+            t = pts + self._offset
+        self._last = t
+        return t
+
+
 @dataclass(slots=True, eq=False)
 class EndOfStream:
     """The last item a source emits. `frames` is how many frames it produced; `reason` is
@@ -278,13 +329,22 @@ class EndOfStream:
     error: str | None = None
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class FrameResult:
     """What the graph produces for one frame: the frame, the objects on it and how it got there.
+    A result is never changed once made: a result stage that adds to it makes a new one
+    (`dataclasses.replace`, with new `detections` where it adds per-object data).
 
     `seq` counts results per stream from 0 with no gaps; `keyframe` says whether the detector ran on
-    this frame; `detections` carries boxes in source pixels, `tracker_id` (-1 when untracked) and the
-    class names in `detections.data["class_name"]`.
+    this frame; `detections` carries boxes in source pixels, `tracker_id` (-1 when untracked), the
+    class names in `detections.data["class_name"]`, and, once the secondary stage has run, what its
+    classifiers know of each object's track in `detections.data["attributes"]`.
+
+    Example:
+        >>> f = Frame("cam1", 0, 2.5, 0.0, np.zeros((2, 4, 3), np.uint8))
+        >>> r = FrameResult(f, 0, True, empty_detections())
+        >>> r.media_s, r.attributes
+        (2.5, None)
     """
 
     frame: Frame
@@ -296,9 +356,21 @@ class FrameResult:
     detected_frame: int | None = None
     #: what `analytics:` found on this frame (`streamlens.analytics.FrameAnalytics`), None without rules
     analytics: object = None
-    #: per object, what the `secondary` classifiers know of its track ({name: {"label", "score"}}, or
-    #: None), None when nothing is known of any
-    attributes: list | None = None
+    #: the stream's media time of this frame, seconds (its lane's `MediaClock`); made without one
+    #: (a test, an embedding program), the frame's `pts`, else its `clock`
+    media_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.media_s is None:
+            pts = self.frame.pts
+            object.__setattr__(self, "media_s", self.frame.clock if pts is None else pts)
+
+    @property
+    def attributes(self) -> list | None:
+        """Per object, what the `secondary` classifiers know of its track ({name: {"label",
+        "score"}}, or None), None when nothing is known of any."""
+        found = self.detections.data.get("attributes") if self.detections is not None else None
+        return None if found is None else list(found)
 
 
 @dataclass(slots=True, eq=False)

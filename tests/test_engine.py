@@ -62,7 +62,7 @@ def run_engine(frames, *, live: bool, interval: int, delay_s: float, late_after_
     runner = threading.Thread(target=engine.run)
     runner.start()
     for k, f in enumerate(frames):
-        f.keyframe = k % interval == 0
+        f.scheduled = k % interval == 0
         if live:
             time.sleep(max(0.0, f.ts - time.time()))
         inbox.put(f, key="cam1")
@@ -170,7 +170,7 @@ def test_a_late_keyframe_replay_holds_up_only_its_own_stream():
     for f in frames[:31]:  # cam1 carried 31 frames by motion; frame 0 was a keyframe gone out late
         engine.lanes["cam1"].tracker.propagate(f)
         twin.propagate(f)
-    engine.lanes["cam1"].late.add(id(frames[0]))
+    engine.lanes["cam1"].late.add(frames[0].index)
     engine.lanes["cam1"].in_flight = 1
     engine._on_detected(Detected(frames[0], found))
     twin.update(frames[0], found)
@@ -181,7 +181,7 @@ def test_a_late_keyframe_replay_holds_up_only_its_own_stream():
     assert [r.frame.stream for r in published] == ["cam2"]
     assert engine.lanes["cam1"].tracker.catching_up
 
-    frames[31].keyframe = False
+    frames[31].scheduled = False
     engine._on_input(frames[31])  # cam1's own next frame: its replay first
     engine._advance(engine.lanes["cam1"])
     assert not engine.lanes["cam1"].tracker.catching_up
@@ -200,7 +200,7 @@ def test_the_engine_replays_a_late_keyframe_while_idle():
     engine = Engine(inbox, detections, [lane], worker, lambda item: None, late_after_s=0.0)
     for f in frames:
         lane.tracker.propagate(f)
-    lane.late.add(id(frames[0]))
+    lane.late.add(frames[0].index)
     lane.in_flight = 1
     runner = threading.Thread(target=engine.run)
     runner.start()

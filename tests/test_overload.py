@@ -188,7 +188,7 @@ def test_the_engine_drops_live_frames_that_can_no_longer_meet_the_budget_and_cou
     old = [f for pair in zip(frames_of("a", 6, age_s=10.0), frames_of("b", 6, age_s=10.0)) for f in pair]
     fresh = [f for pair in zip(frames_of("a", 6, first=6), frames_of("b", 6, first=6)) for f in pair]
     for f in old:
-        f.timings["_queued"] = time.perf_counter() - 10.0  # its age spent in the inbox: the engine's fault
+        f.queued = time.perf_counter() - 10.0  # its age spent in the inbox: the engine's fault
     published = run_engine(lanes, old + fresh, max_wait_s=2.0)
     assert sorted((r.frame.stream, r.frame.index) for r in published) == \
         sorted((s, i) for s in "ab" for i in range(6, 12))
@@ -199,7 +199,7 @@ def test_a_frame_that_came_late_from_its_source_is_counted_apart():
     lane = live_lane("a")
     late = frames_of("a", 4, age_s=10.0)  # old already when it was queued: its decoder fell behind
     for f in late:
-        f.timings["_queued"] = time.perf_counter()
+        f.queued = time.perf_counter()
     published = run_engine([lane], late + frames_of("a", 2, first=4), max_wait_s=2.0)
     assert [r.frame.index for r in published] == [4, 5]
     assert (lane.stale_dropped, lane.late_from_source) == (0, 4)
@@ -209,7 +209,7 @@ def test_without_a_wait_limit_or_for_files_nothing_is_dropped_for_its_age():
     live, file = live_lane("a"), Lane("f", build_tracker(TrackerConfig(motion=None), 30), False, 3)
     items = frames_of("a", 4, age_s=10.0) + frames_of("f", 4, age_s=10.0)
     for f in items[4:]:
-        f.keyframe = f.index == 0
+        f.scheduled = f.index == 0
     assert len(run_engine([live], items[:4], max_wait_s=None)) == 4
     assert len(run_engine([file], items[4:], max_wait_s=2.0)) == 4
 
@@ -217,10 +217,11 @@ def test_without_a_wait_limit_or_for_files_nothing_is_dropped_for_its_age():
 def test_admission_drops_a_frame_too_old_before_any_work_and_before_shedding():
     lane = live_lane("a")
     lane.max_wait_s = 2.0
+    lane.publish_view()  # as the engine does when it applies the controller's rung
     shed_asked = []
     admit = Admission(lane, SceneCutDetector(), shed=lambda: shed_asked.append(1) or False)
     old, fresh = frames_of("a", 1, age_s=10.0)[0], frames_of("a", 1, first=1)[0]
-    assert not admit(old) and lane.late_from_source == 1 and not shed_asked
+    assert not admit(old) and admit.late_from_source == 1 and not shed_asked
     assert admit(fresh) and shed_asked == [1]
 
 

@@ -111,8 +111,7 @@ def answered(stage: SecondaryStage, frames) -> FrameResult:
     k = 0
     while True:
         frame, det = frames(k)
-        result = FrameResult(frame, k, True, det)
-        stage.apply(result)
+        result, _ = stage.process(FrameResult(frame, k, True, det), [])
         if result.attributes is not None and all(a for a in result.attributes):
             return result
         assert time.monotonic() < deadline, stage.stats()
@@ -126,7 +125,7 @@ def test_crops_are_classified_off_the_engines_thread_and_apply_to_their_tracks(c
     try:
         boxes, colours = [[20, 20, 80, 80], [150, 40, 230, 120]], [(0, 0, 230), (230, 0, 0)]  # red, blue (BGR)
         frame, det = scene(0, boxes, colours)
-        stage.apply(FrameResult(frame, 0, True, det))
+        stage.process(FrameResult(frame, 0, True, det), [])
         offer(stage, frame, det)  # a track's first keyframe: no look yet
         assert stage.stats()["colour"]["tracks"] == 0
         offer(stage, frame, det)
@@ -146,14 +145,14 @@ def test_same_pixels_on_another_frame_hit_the_cache_and_one_changed_pixel_misses
             frame, det = scene(k, boxes, colours)
             if k == 3:
                 frame.image[50, 50, 0] += 1  # inside the crop
-            stage.apply(FrameResult(frame, k, True, det))
+            stage.process(FrameResult(frame, k, True, det), [])
             if k == 0:
                 offer(stage, frame, det)  # its first keyframe
             offer(stage, frame, det)
             deadline = time.monotonic() + WAIT_S
             while stage.stats()["colour"]["calls"] < k + 1:  # its answer is back
                 assert time.monotonic() < deadline, stage.stats()
-                stage.apply(FrameResult(frame, k, True, det))
+                stage.process(FrameResult(frame, k, True, det), [])
                 time.sleep(0.01)
         stats = stage.stats()["colour"]
         assert (stats["computed"], stats["cached"]) == (2, 2)
@@ -173,7 +172,7 @@ def test_the_crop_is_the_detectors_box_not_the_tracked_one(colour_model):
                                 confidence=np.full(2, 0.9, np.float32), class_id=np.zeros(2, int),
                                 tracker_id=np.array([1, 2]))
         tracked.data["class_name"] = np.array(["car", "car"])
-        stage.apply(FrameResult(frame, 0, True, tracked))
+        stage.process(FrameResult(frame, 0, True, tracked), [])
         offer(stage, frame, tracked, found)
         offer(stage, frame, tracked, found)
         deadline = time.monotonic() + WAIT_S
@@ -181,8 +180,7 @@ def test_the_crop_is_the_detectors_box_not_the_tracked_one(colour_model):
         while not (result.attributes and result.attributes[0]):
             assert time.monotonic() < deadline, stage.stats()
             time.sleep(0.01)
-            result = FrameResult(frame, 1, True, tracked)
-            stage.apply(result)
+            result, _ = stage.process(FrameResult(frame, 1, True, tracked), [])
         assert result.attributes[0]["colour"]["label"] == "red" and result.attributes[1] is None
 
         def cached(box) -> bool:
@@ -201,7 +199,7 @@ def test_two_heads_of_one_model_share_one_run_per_crop(colour_model):
     try:
         boxes, colours = [[20, 20, 80, 80]], [(250, 250, 250)]
         frame, det = scene(0, boxes, colours)
-        stage.apply(FrameResult(frame, 0, True, det))
+        stage.process(FrameResult(frame, 0, True, det), [])
         offer(stage, frame, det)
         offer(stage, frame, det)
         result = answered(stage, lambda k: scene(k + 1, boxes, colours))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from ..frame import Frame
+from ..frame import MediaClock  # re-exported: it is the stream's clock (streamlens/frame.py)
 from .rules import LineRule, ZoneRule
 from .stream import StreamAnalytics
 
@@ -57,30 +57,6 @@ def ground_homography(points, width_m: float, length_m: float) -> np.ndarray:
     h = cv2.getPerspectiveTransform(src, dst).astype(np.float64)
     w = h[2] @ (float(src[0, 0]), float(src[0, 1]), 1.0)
     return h if w > 0 else -h  # w > 0 on the ground's side of its horizon, w <= 0 beyond it
-
-
-class MediaClock:
-    """A stream's time for the rules, in seconds: its frames' `pts`, made to go on across the loops
-    of a file (where `pts` starts again) and across a camera's gaps; a frame without `pts` reads
-    the monotonic clock of its arrival."""
-
-    def __init__(self):
-        self._offset = 0.0
-        self._last: float | None = None
-
-    def __call__(self, frame: Frame) -> float:
-        return self.at(frame.pts, frame.clock)
-
-    def at(self, pts: float | None, otherwise: float) -> float:
-        """The time of a frame (or a message) at `pts`; `otherwise` when it has none."""
-        if pts is None:
-            return otherwise
-        t = pts + self._offset
-        if self._last is not None and t < self._last:  # a loop started again
-            self._offset += self._last - t + 1e-3
-            t = pts + self._offset
-        self._last = t
-        return t
 
 
 __all__ = ["build_stream_analytics", "ground_homography", "MediaClock"]

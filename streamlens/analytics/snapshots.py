@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..frame import Snapshot
-from ..sinks.draw import encode_jpeg
+from ..sinks.draw import FrameAnnotator, encode_jpeg
 
 log = logging.getLogger("streamlens")
 
@@ -65,6 +65,12 @@ class Snapshots:
         self._write_failed = False
         self.written = 0
         self.failed = 0
+
+    @classmethod
+    def for_stream(cls, cfg, stream: str, width: int, height: int) -> Snapshots:
+        """`stream`'s snapshots, its frames `width` x `height`: `kind: frame` draws them as the
+        video sink does (`sinks.draw.FrameAnnotator`)."""
+        return cls(cfg, stream, FrameAnnotator((width, height)).annotate if cfg.kind == "frame" else None)
 
     def wants(self, label: str) -> bool:
         """Whether objects of `label` get snapshots."""

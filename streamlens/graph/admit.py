@@ -6,7 +6,8 @@ on that stream's own thread so that its work overlaps the engine's and the other
 1. a live frame already too old to be published within the budget (its source fell behind) goes
    no further (`Lane.too_old`, counted as `stale`), and the budget controller may shed the frame
    (counted as `shed`);
-2. the keyframe decision. A file (and a live stream with its own schedule) asks its scheduler,
+2. what the keyframe schedule asks (`frame.scheduled`; the engine decides). A file (and a live
+   stream with its own schedule) asks its scheduler,
    which reads the stream's tracking signals as they were when the lane last had no keyframe with
    the detector: while one is there, its result is not in the signals yet, and asking for another
    early would only pile work onto a busy detector. A file whose schedule reads the signals
@@ -18,8 +19,12 @@ on that stream's own thread so that its work overlaps the engine's and the other
    (`Detector.prepare_ahead`);
 4. the tracker's per-frame work made ahead (`Tracker.prepare`: the motion model's observation).
 
-The lane owns the stream's state; admission reads it (`in_flight`, the tracker's signals) and says once,
-when it is made, whether the lane's frames are decided in order (`Lane.in_order`).
+The engine owns the lane; admission reads only what the engine publishes of it, `Lane.view` (a
+read-only `LaneView`: keyframes in flight, a copy of the tracker's signals, the budget
+controller's stretch and wait limit), and says once, when it is made, whether the lane's frames
+are decided in order (`Lane.in_order`). What it decides is written on the frame: `scheduled` (the
+schedule's answer), `scene_cut`, `prepared`, `observed`; the engine then decides the keyframe
+(`Engine._is_keyframe`).
 
 Example:
     >>> import numpy as np
@@ -29,18 +34,59 @@ Example:
     >>> lane = Lane("cam1", build_tracker(TrackerConfig(motion=None), 30), False, 3)
     >>> admit = Admission(lane, KeyframeScheduler(3))
     >>> frames = [Frame("cam1", i, i / 30, 0.0, np.zeros((8, 8, 3), np.uint8)) for i in range(7)]
-    >>> [f.index for f in frames if admit(f) and f.keyframe]
+    >>> [f.index for f in frames if admit(f) and f.scheduled]
     [0, 3, 6]
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable
 
-from ..frame import Frame
+from ..errors import StreamlensError
+from ..frame import EndOfStream, Frame
 from .engine import Lane
+from .channel import Channel, Credits
 from .keyframes import SceneCutDetector, thumbnail_step
+
+log = logging.getLogger("streamlens")
+
+
+def run_source(source, admit: Admission, inbox: Channel, credits: Credits | None, stop: threading.Event,
+               live: bool) -> None:
+    """A source thread's body: decode, admit, and queue into the engine's inbox (a live stream
+    drops its oldest frame when its share is full; a file waits), then its `EndOfStream`.
+    `credits`: a file's (None: a live stream's frames take none).
+
+    What goes wrong here is this stream's alone: it ends with reason `error` and one line naming
+    it, the other streams go on, and the run exits non-zero at its end (`RunReport.incomplete`).
+    A camera never gets here for its own trouble: it retries (sources/live.py)."""
+    produced, reason, error = 0, "end", None
+    try:
+        for frame in source.frames(stop):
+            if not admit(frame):
+                continue
+            if credits is not None and not credits.acquire(source.name):
+                break  # aborted: the engine gives back no more credits
+            frame.queued = time.perf_counter()
+            if not inbox.put(frame, key=source.name, drop_oldest=live):
+                break
+            produced += 1
+    except BaseException as e:  # noqa: BLE001 - any failure ends this stream, and only it
+        reason = "error"
+        error = str(e) if isinstance(e, StreamlensError) else f"{type(e).__name__}: {e}"
+        log.warning("%s: %s; the other streams go on", source.name, error,
+                    exc_info=None if isinstance(e, StreamlensError) else e)
+    finally:
+        source.close()
+        if reason == "end" and stop.is_set():
+            reason = "stopped"
+        elif reason == "end" and source.incomplete:
+            # the other streams go on; the run exits non-zero and names this input (RunReport.incomplete)
+            reason, error = "truncated", source.incomplete
+        inbox.put(EndOfStream(source.name, produced, reason, error), key=source.name)
 
 
 class Admission:
@@ -60,25 +106,28 @@ class Admission:
         self._cuts_only = isinstance(schedule, SceneCutDetector)
         lane.in_order = not lane.live and getattr(schedule, "reads_signals", False)  # set here, where it is known
         self._previous: int | None = None  # the index of the frame admitted before
+        #: frames that came too late from the source (`Lane.too_old`) and went no further
+        self.late_from_source = 0
 
     def __call__(self, frame: Frame) -> bool:
         """Make `frame` ready for the engine; False when it goes no further: too old already (a
-        source that fell behind: counted in `Lane.late_from_source`), or shed."""
-        if self.lane.too_old(frame):
-            self.lane.late_from_source += 1
+        source that fell behind: counted in `late_from_source`), or shed."""
+        view = self.lane.view
+        if view.too_old(frame):
+            self.late_from_source += 1
             return False
         if self.shed is not None and self.shed():
             return False
         if self._cuts_only:
             frame.scene_cut = self.schedule.is_cut(frame.grey_sample(thumbnail_step(frame.width)))
         else:
-            lane = self.lane
-            if lane.in_order:
+            if self.lane.in_order:
                 self._wait_for_previous()
                 self._previous = frame.index
-            signals = getattr(lane.tracker, "signals", None) if lane.in_flight == 0 else None
-            frame.keyframe = self.schedule.is_keyframe(frame, signals)
-            if frame.keyframe and self.prepare is not None:
+                view = self.lane.view  # as the engine left it after the frame before
+            self.schedule.stretch = view.stretch
+            frame.scheduled = self.schedule.is_keyframe(frame, view.signals if view.in_flight == 0 else None)
+            if frame.scheduled and self.prepare is not None:
                 self.prepare(frame)
         self.lane.tracker.prepare(frame)
         return True

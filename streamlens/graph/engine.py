@@ -30,13 +30,17 @@ and counted: as the engine's (`stale_dropped`: it grew old waiting here) or its 
 (`late_from_source`). The frames between two a lane takes (shed, or dropped on the way) count
 towards its next keyframe, so keyframes keep their spacing in the source's frames.
 Files wait for every keyframe: their results are exact and the same on every run.
+
+The engine thread is the only writer of the lanes, their trackers, the `KeyframeChooser` and the
+budget controller's settings. Other threads reach them through it: admission reads each lane's
+`LaneView`, a read-only copy the engine publishes; the controller's rung and any other work
+(`Engine.post`) come through its mailbox, a channel it waits on with the inbox. Results go to
+`publish` (`ResultRoute.publish`, graph/route.py); the detector's thread is in graph/detect_worker.py.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import sys
+import copy
 import threading
 import time
 from collections import deque
@@ -45,133 +49,65 @@ from dataclasses import dataclass, field
 
 import supervision as sv
 
-from ..frame import EndOfStream, Frame, FrameResult, StreamEnd
+from ..frame import EndOfStream, Frame, FrameResult, MediaClock, StreamEnd
 from ..track import Tracker
-from .batcher import Batcher
 from .channel import Channel, ChannelClosed, get_any
+from .detect_worker import Detected, DetectWorker
 from .keyframes import KeyframeChooser
 
 #: tracker steps of a late keyframe's replay done at a time while the inbox is empty
 REPLAY_CHUNK = 4
-#: the nice value of the detector's thread when it runs on the CPU beside live streams
-DETECTOR_NICE = 10
 
 
-@dataclass(slots=True, eq=False)
-class Detected:
-    """A keyframe back from the detector: its detections, or the error that stopped it, and how
-    long it waited for its batch and the batch's detector call took (ms). The detector's thread
-    never writes into the frame: a late keyframe is being published on the engine's meanwhile."""
-
-    frame: Frame
-    detections: sv.Detections | None
-    error: BaseException | None = None
-    batch_ms: float = 0.0
-    detect_ms: float = 0.0
+def too_old(frame: Frame, live: bool, limits: tuple[float | None, ...], now: float | None = None) -> bool:
+    """Whether a live frame has waited longer than the least of `limits` (seconds; None: no limit)."""
+    if not live:
+        return False
+    limits = [limit for limit in limits if limit is not None]
+    return bool(limits) and (time.monotonic() if now is None else now) - frame.clock > min(limits)
 
 
-class DetectWorker:
-    """The detector on a thread of its own: `submit(frame)` never waits; each keyframe comes back
-    through `deliver(Detected(...))`. Batches gather keyframes of every stream.
+@dataclass(frozen=True, slots=True)
+class LaneView:
+    """What a stream's admission (on its source thread) reads of its lane: a read-only copy that the
+    engine makes anew (`Lane.publish_view`) whenever one of these changes on its thread.
+    `in_flight`: keyframes with the detector; `signals`: a copy of the tracker's `TrackingSignals`
+    after the newest frame the engine published (None: no tracker signals); `stretch`: the budget
+    controller's factor on the keyframe intervals; `max_staleness_s`, `max_wait_s`: see `Lane`."""
 
-    `low_priority` (Linux) runs that thread at nice `DETECTOR_NICE`: a detector on the CPU then takes
-    the cores only when decoding, tracking and publishing leave them idle, so a busy machine makes
-    keyframes late (their frames go out by motion) instead of making every frame late. (With
-    onnxruntime that covers the inference when it runs on the calling thread, `threads: 1`.) It
-    stays there while the budget controller sheds frames: back at normal priority, the shared
-    schedule kept it as busy as it could be and it took the cores from the frames it should have
-    served (tools/results/overload.md)."""
+    live: bool
+    in_flight: int = 0
+    signals: object = None
+    stretch: float = 1.0
+    max_staleness_s: float | None = None
+    max_wait_s: float | None = None
 
-    def __init__(self, detector, deliver: Callable[[Detected], bool], *, max_batch: int,
-                 max_wait_ms: float, budget_ms: float | None, low_priority: bool = False):
-        self.detector = detector
-        self.low_priority = low_priority
-        self.deliver = deliver
-        self.batches = 0
-        self._busy = 0  # keyframes in the batch being detected now
-        self._started = 0.0  # when that batch started (time.perf_counter())
-        self._jobs = Channel(capacity=1 << 16, name="keyframes")
-        self.batcher = Batcher(self._jobs, max_batch=max_batch, max_wait_ms=max_wait_ms, budget_ms=budget_ms)
-        self.budget_ms = budget_ms  # as configured (the budget controller may lift it: `Engine.apply_control`)
-        self._thread = threading.Thread(target=self._run, name="detector", daemon=True)
+    def too_old(self, frame: Frame, now: float | None = None) -> bool:
+        """As `Lane.too_old`, by the limits of this view."""
+        return too_old(frame, self.live, (self.max_staleness_s, self.max_wait_s), now)
 
-    def start(self) -> None:
-        self._thread.start()
 
-    def submit(self, frame: Frame) -> None:
-        frame.submitted = time.perf_counter()
-        self._jobs.put(frame)
+@dataclass(frozen=True, slots=True)
+class Mail:
+    """Work posted to the engine thread from another (`Engine.post`): `fn()` runs there."""
 
-    def expected_s(self) -> float:
-        """Seconds until the detections of a keyframe submitted now would be back: the keyframes
-        ahead of it and itself, at the detector's learnt speed (0.0 until it has timed a batch)."""
-        cost = self.batcher.cost
-        return cost.estimate(self._jobs.depth() + self._busy + 1) / 1000 if cost.known else 0.0
+    fn: Callable[[], None]
 
-    def start_in_s(self) -> float:
-        """Seconds until a keyframe submitted now would start: the rest of the batch in hand and
-        the keyframes waiting, at the detector's learnt speed (0.0 when idle). `math.inf` when
-        `max_batch` keyframes wait already, or while the first batch runs untimed."""
-        waiting, busy = self._jobs.depth(), self._busy
-        if waiting >= self.batcher.max_batch:
-            return math.inf
-        if not (waiting or busy):
-            return 0.0
-        cost = self.batcher.cost
-        if not cost.known:
-            return math.inf
-        left = self._started + cost.estimate(busy) / 1000 - time.perf_counter() if busy else 0.0
-        return max(0.0, left) + (cost.estimate(waiting) / 1000 if waiting else 0.0)
 
-    def close(self, timeout: float | None = None) -> bool:
-        """Finish the batch in hand, then stop; frames not started are dropped. Waits at most
-        `timeout` seconds (None: for the batch to end); returns whether the thread has ended."""
-        self._jobs.close(discard=True)
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        return not self._thread.is_alive()
+@dataclass(frozen=True, slots=True)
+class Control:
+    """The budget controller's rung, as the engine applies it (`Engine.apply_control`)."""
 
-    def join(self, timeout: float | None = None) -> None:
-        """Wait up to `timeout` seconds for the detector's thread to end (after `close`)."""
-        self._thread.join(timeout)
-
-    @property
-    def alive(self) -> bool:
-        """Whether the detector's thread is still running (inside a batch, after a timed-out close)."""
-        return self._thread.is_alive()
-
-    def _run(self) -> None:
-        if self.low_priority and sys.platform.startswith("linux"):
-            try:
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), DETECTOR_NICE)
-            except OSError:
-                pass
-        while True:
-            try:
-                batch = self.batcher.next_batch().items
-            except ChannelClosed:
-                return
-            self._started = started = time.perf_counter()
-            self._busy = len(batch)
-            try:
-                found = self.detector.detect(batch)
-            except BaseException as e:  # noqa: BLE001 - handed to the engine, which fails the run
-                self.deliver(Detected(batch[0], None, e))
-                return
-            finally:
-                self._busy = 0
-            ms = (time.perf_counter() - started) * 1000
-            self.batcher.observe(len(batch), ms)
-            self.batches += 1
-            for frame, detections in zip(batch, found):
-                waited = (started - (frame.submitted or started)) * 1000
-                if not self.deliver(Detected(frame, detections, batch_ms=waited, detect_ms=ms)):
-                    return
+    stretch: float
+    wait: bool
+    throughput: bool
+    max_wait_s: float | None = None
 
 
 @dataclass(eq=False)
 class Lane:
-    """One stream inside the engine."""
+    """One stream inside the engine. Every field is written on the engine thread only (`turn`
+    guards what admission waits on); admission reads `view`, which the engine publishes."""
 
     name: str
     tracker: Tracker
@@ -180,9 +116,11 @@ class Lane:
     #: dropped the keyframe, or one was deferred) the next frame becomes one
     interval: int
     waiting: deque = field(default_factory=deque)
+    #: keyframes whose detections are back and not yet applied, by frame index
     ready: dict = field(default_factory=dict)
-    late: set = field(default_factory=set)  # ids of keyframes published before their detections
-    #: live keyframes with the detector: until when each may wait for its detections (time.monotonic())
+    late: set = field(default_factory=set)  # indices of keyframes published before their detections
+    #: live keyframes with the detector: until when each may wait for its detections (time.monotonic()),
+    #: by frame index
     deadlines: dict = field(default_factory=dict)
     #: live keyframes put off because the stream's previous keyframe was still with the detector
     #: (shared schedule: times the stream went past its interval and waited for the detector)
@@ -195,7 +133,7 @@ class Lane:
     period_s: float = 1 / 30
     #: live frames dropped for their age (`too_old`): those that grew old waiting for the engine
     #: (the engine did not keep up: the budget controller sheds for them), and those that came late
-    #: from their source, dropped by the stream's admission (graph/admit.py) or by the engine
+    #: from their source, dropped here (admission counts its own: `Admission.late_from_source`)
     stale_dropped: int = 0
     late_from_source: int = 0
     #: late keyframes whose detections came back older than the tracker's history (not applied)
@@ -215,15 +153,33 @@ class Lane:
     in_order: bool = False
     published_index: int = -1
     turn: threading.Condition = field(default_factory=threading.Condition)
+    #: the stream's media time (the one clock of the stream: its results carry it, `FrameResult.media_s`)
+    clock: MediaClock = field(default_factory=MediaClock)
+    #: the budget controller's factor on the keyframe intervals (live streams)
+    stretch: float = 1.0
+    #: what admission reads of the lane (`publish_view`)
+    view: LaneView = None
+
+    def __post_init__(self) -> None:
+        self.publish_view()
+
+    def publish_view(self) -> None:
+        """Make `view` anew from the lane as it is now (on the engine thread)."""
+        signals = getattr(self.tracker, "signals", None)
+        self.view = LaneView(self.live, self.in_flight, None if signals is None else copy.copy(signals),
+                             self.stretch, self.max_staleness_s, self.max_wait_s)
 
     def too_old(self, frame: Frame, now: float | None = None) -> bool:
         """Whether a frame of this lane is too old to go on: a live frame past the source's
         `max_staleness_ms` or the budget controller's `max_wait_s` (it could no longer be published
         within the budget)."""
-        if not self.live:
-            return False
-        limits = [limit for limit in (self.max_staleness_s, self.max_wait_s) if limit is not None]
-        return bool(limits) and (time.monotonic() if now is None else now) - frame.clock > min(limits)
+        return too_old(frame, self.live, (self.max_staleness_s, self.max_wait_s), now)
+
+
+def engine_mailbox(inbox: Channel) -> Channel:
+    """The engine's mailbox: a channel the engine waits on with `inbox`, holding at most one item
+    per key (a newer one replaces it), so a post never waits."""
+    return Channel(1, "mail", share=inbox)
 
 
 class Engine:
@@ -232,7 +188,11 @@ class Engine:
     def __init__(self, inbox: Channel, detections: Channel, lanes: list[Lane], worker: DetectWorker,
                  publish: Callable[[FrameResult | StreamEnd], None], late_after_s: float,
                  on_detected: Callable[[Detected], None] | None = None, chooser: KeyframeChooser | None = None,
-                 on_keyframe: Callable[[Frame, sv.Detections, sv.Detections], None] | None = None):
+                 on_keyframe: Callable[[Frame, sv.Detections, sv.Detections], None] | None = None,
+                 mail: Channel | None = None):
+        """`publish`: where each result and stream end goes (`ResultRoute.publish`, graph/route.py);
+        `mail`: the engine's mailbox, made with `Channel(share=inbox)` (default: one of its own):
+        `Mail` and `Control` items posted there run on the engine thread before its next input."""
         self.on_detected = on_detected  # told of every keyframe back from the detector, late ones too
         #: told of every keyframe whose detections the tracker applied (late ones too, when applied):
         #: the frame, the detector's boxes on it and the tracked objects they gave
@@ -251,20 +211,40 @@ class Engine:
         self.late_after_s = late_after_s
         self._wait_s = late_after_s  # as configured
         self._gaps = {lane.name: lane.interval for lane in lanes}  # as configured
+        self.mail = mail if mail is not None else engine_mailbox(inbox)
+
+    def post(self, fn: Callable[[], None], key: str = "mail") -> None:
+        """Run `fn()` on the engine thread, from any thread, never waiting: a newer post under the
+        same `key` replaces one not yet taken."""
+        self.mail.put(Mail(fn), key=key, drop_oldest=True)
+
+    def control(self, order: Control) -> None:
+        """The budget controller's rung, from any thread: posted to the engine's mailbox (a newer
+        rung replaces one not yet applied), and applied on the engine thread (`apply_control`)."""
+        self.mail.put(order, key="control", drop_oldest=True)
 
     def apply_control(self, stretch: float, wait: bool, throughput: bool, max_wait_s: float | None = None) -> None:
-        """The budget controller's rung (graph/control.py), applied to what the engine owns: its
-        live lanes' longest gap and the shared schedule (x `stretch`), whether live keyframes wait
-        for their detections, whether the detector batches for throughput (budget lifted), and how
-        long a live frame may have waited when the engine comes to it (`Lane.max_wait_s`)."""
+        """The budget controller's rung (graph/control.py), applied to what the engine owns (on its
+        thread): its live lanes' longest gap and the shared schedule (x `stretch`; a live stream with
+        a schedule of its own reads it in its lane's view), whether live keyframes wait for their
+        detections, whether the detector batches for throughput (budget lifted; the detector's
+        thread reads it), and how long a live frame may have waited when the engine comes to it
+        (`Lane.max_wait_s`)."""
         if self.chooser is not None:
             self.chooser.stretch = stretch
         for lane in self.lanes.values():
             if lane.live:
                 lane.interval = max(1, round(self._gaps[lane.name] * stretch))
-                lane.max_wait_s = max_wait_s
+                lane.stretch, lane.max_wait_s = stretch, max_wait_s
+                lane.publish_view()
         self.late_after_s = self._wait_s if wait else 0.0
         self.worker.batcher.budget_ms = None if throughput else self.worker.budget_ms
+
+    def _on_mail(self, item: Mail | Control) -> None:
+        if isinstance(item, Control):
+            self.apply_control(item.stretch, item.wait, item.throughput, item.max_wait_s)
+        else:
+            item.fn()
 
     def run(self) -> None:
         """Until every stream has ended (or the inbox is closed). Raises what the detector raised."""
@@ -274,10 +254,12 @@ class Engine:
                 replaying = next((lane for lane in self.lanes.values() if lane.open and lane.tracker.catching_up),
                                  None)
                 try:
-                    item = get_any([self.detections, self.inbox], 0.0 if replaying else self._wait())
+                    item = get_any([self.mail, self.detections, self.inbox], 0.0 if replaying else self._wait())
                 except ChannelClosed:
                     return
-                if isinstance(item, Detected):
+                if isinstance(item, (Mail, Control)):
+                    self._on_mail(item)
+                elif isinstance(item, Detected):
                     self._on_detected(item)
                 elif item is not None:
                     self._on_input(item)
@@ -295,16 +277,16 @@ class Engine:
 
     def _wait(self) -> float | None:
         """Seconds until the first live keyframe that waits for its detections becomes late."""
-        deadlines = [lane.deadlines.get(id(lane.waiting[0]), 0.0) for lane in self.lanes.values()
+        deadlines = [lane.deadlines.get(lane.waiting[0].index, 0.0) for lane in self.lanes.values()
                      if lane.live and lane.waiting and isinstance(lane.waiting[0], Frame)
-                     and lane.waiting[0].keyframe and id(lane.waiting[0]) not in lane.ready]
+                     and lane.waiting[0].keyframe and lane.waiting[0].index not in lane.ready]
         return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
 
     def _on_input(self, item: Frame | EndOfStream) -> None:
         lane = self.lanes[item.stream]
         if isinstance(item, Frame):
             now = time.perf_counter()
-            queued_s = now - item.timings.pop("_queued", now)
+            queued_s = now - (item.queued if item.queued is not None else now)
             if lane.too_old(item):  # too old to be worth anything live; the schedule catches up below
                 # most of its age spent waiting for the engine: the engine did not keep up; otherwise
                 # it came late from its source (a decoder behind its clock)
@@ -318,32 +300,41 @@ class Engine:
             skipped = max(0, item.index - lane.last_index - 1) if lane.last_index is not None else 0
             lane.last_index = item.index
             item.timings["queue"] = queued_s * 1000
-            if lane.live and self.chooser is not None:
-                item.keyframe = bool(self.chooser.offer(
-                    lane.name, lane.tracker.signals, cut=item.scene_cut, start_in_s=self.worker.start_in_s(),
-                    skipped=skipped))
-                lane.deferred_keyframes = self.chooser.deferred(lane.name)
-            else:
-                scheduled = item.keyframe
-                if lane.live:
-                    lane.since_keyframe += skipped
-                # a live stream may have dropped the scheduled keyframe: detect on this one instead
-                if not scheduled and lane.since_keyframe >= lane.interval:
-                    item.keyframe = True
-                if item.keyframe and lane.live and lane.in_flight:
-                    item.keyframe = False  # the detector still has this stream's last keyframe
-                    item.prepared = None  # an input made ahead for it is not needed
-                    lane.deferred_keyframes += scheduled
+            item.keyframe = self._is_keyframe(lane, item, skipped)
             lane.since_keyframe = 0 if item.keyframe else lane.since_keyframe + 1
             if item.keyframe:
                 lane.in_flight += 1
+                lane.publish_view()
                 if lane.live:  # wait for the detections only if they can be back in time
                     deadline = item.clock + self.late_after_s
                     in_time = time.monotonic() + self.worker.expected_s() <= deadline
-                    lane.deadlines[id(item)] = deadline if in_time else 0.0
+                    lane.deadlines[item.index] = deadline if in_time else 0.0
                     lane.unwaited += not in_time
                 self.worker.submit(item)
         lane.waiting.append(item)
+
+    def _is_keyframe(self, lane: Lane, frame: Frame, skipped: int) -> bool:
+        """Whether the detector runs on `frame`: the one place this is decided. A live stream of the
+        shared schedule asks the `KeyframeChooser` (`frame.scene_cut`: what admission saw); any
+        other takes what its schedule asked at admission (`frame.scheduled`), and also detects on a
+        frame `interval` frames past its last keyframe (the scheduled one was dropped on the way),
+        but never while a live stream's last keyframe is still with the detector (deferred).
+        `skipped`: the stream's frames since its last that never reached the engine."""
+        if lane.live and self.chooser is not None:
+            chosen = bool(self.chooser.offer(lane.name, lane.tracker.signals, cut=frame.scene_cut,
+                                             start_in_s=self.worker.start_in_s(), skipped=skipped))
+            lane.deferred_keyframes = self.chooser.deferred(lane.name)
+            return chosen
+        scheduled = frame.scheduled
+        if lane.live:
+            lane.since_keyframe += skipped
+        if not (scheduled or lane.since_keyframe >= lane.interval):
+            return False
+        if lane.live and lane.in_flight:  # the detector still has this stream's last keyframe
+            frame.prepared = None  # an input made ahead for it is not needed
+            lane.deferred_keyframes += scheduled
+            return False
+        return True
 
     def _on_detected(self, done: Detected) -> None:
         if done.error is not None:
@@ -354,7 +345,7 @@ class Engine:
             self.chooser.detected(lane.name)
         if self.on_detected is not None:
             self.on_detected(done)
-        key = id(done.frame)
+        key = done.frame.index
         if key in lane.late:  # the tracker rewinds to that frame, applies them; the motion since is replayed
             lane.late.discard(key)  # when the inbox is empty, or by the tracker before this stream's next frame
             stale = getattr(lane.tracker, "stale_updates", 0)
@@ -368,6 +359,7 @@ class Engine:
         elif lane.open:  # not published yet: its timings are still the engine's to fill in
             done.frame.timings["batch"], done.frame.timings["detect"] = done.batch_ms, done.detect_ms
             lane.ready[key] = done.detections
+        lane.publish_view()
 
     def _advance(self, lane: Lane) -> None:
         """Publish the lane's frames in order, as far as their detections allow."""
@@ -377,16 +369,16 @@ class Engine:
                 lane.waiting.popleft()
                 self._end(lane, head)
                 return
-            keyframe = head.keyframe and id(head) in lane.ready
+            keyframe = head.keyframe and head.index in lane.ready
             if head.keyframe and not keyframe:
-                if not (lane.live and time.monotonic() >= lane.deadlines.get(id(head), 0.0)):
+                if not (lane.live and time.monotonic() >= lane.deadlines.get(head.index, 0.0)):
                     return  # wait for the detector
-                lane.late.add(id(head))  # out by motion now; its detections are applied when they come
-            lane.deadlines.pop(id(head), None)
+                lane.late.add(head.index)  # out by motion now; its detections are applied when they come
+            lane.deadlines.pop(head.index, None)
             lane.waiting.popleft()
             started = time.perf_counter()
             if keyframe:
-                found = lane.ready.pop(id(head))
+                found = lane.ready.pop(head.index)
                 detections = lane.tracker.update(head, found)
                 lane.detected_frame = head.index
                 if self.on_keyframe is not None:
@@ -395,8 +387,10 @@ class Engine:
                 detections = lane.tracker.propagate(head)
             head.timings["track"] = (time.perf_counter() - started) * 1000
             head.timings.setdefault("detect", 0.0)
-            self.publish(FrameResult(head, lane.seq, keyframe, detections, lane.detected_frame))
+            self.publish(FrameResult(head, lane.seq, keyframe, detections, lane.detected_frame,
+                                     media_s=lane.clock(head)))
             lane.seq += 1
+            lane.publish_view()  # the tracker's signals after this frame
             if lane.in_order:
                 with lane.turn:
                     lane.published_index = head.index
@@ -413,3 +407,6 @@ class Engine:
         lane.deadlines.clear()
         self.publish(StreamEnd(lane.name, lane.seq, lane.seq, end.reason, detail=end.error))
         lane.seq += 1
+
+
+__all__ = ["Control", "Detected", "DetectWorker", "Engine", "Lane", "LaneView", "Mail", "engine_mailbox", "too_old"]

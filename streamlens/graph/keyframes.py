@@ -67,7 +67,7 @@ class KeyframeScheduler:
         self._offset = offset % interval
         #: why the last keyframe was chosen (for logs and tests)
         self.reason = ""
-        #: a factor on the interval, set by the budget controller
+        #: a factor on the interval: the budget controller's, set by admission from its lane's view
         self.stretch = 1.0
 
     def is_keyframe(self, frame: Frame | None = None, signals=None) -> bool:
@@ -132,8 +132,8 @@ class AdaptiveKeyframeScheduler:
         self._cuts = SceneCutDetector(cut_difference)
         self._since: int | None = None  # frames since the last keyframe
         self._offset = offset % interval
-        #: a factor on `current`, set by the budget controller; while above 1, nothing comes early before
-        #: half the stretched interval
+        #: a factor on `current`: the budget controller's, set by admission from its lane's view; while
+        #: above 1, nothing comes early before half the stretched interval
         self.stretch = 1.0
 
     #: its choices read the tracker's signals: a file's frame is decided only once the one before it
@@ -324,7 +324,7 @@ class KeyframeChooser:
         #: without `adaptive` the interval never stretches: its longest is itself
         self.max_interval = max(interval, max_interval or interval) if adaptive else interval
         self.min_confidence, self.max_untracked_motion = min_confidence, max_untracked_motion
-        #: a factor on every stream's interval, set by the budget controller (see the class docs)
+        #: a factor on every stream's interval: the budget controller's, set by the engine (see the class docs)
         self.stretch = 1.0
         self._streams: dict[str, _Shared] = {}
 

@@ -1,20 +1,24 @@
 """The runtime: it builds the nodes of a pipeline, owns their threads and queues, and ends them.
 
-    source threads (one per stream) --inbox--> engine thread --> fan-out: the sinks
-                                                 |      ^
-                                        keyframes v      | detections (a channel of their own)
-                                               detector thread (batches across streams)
+    source threads (one per stream: graph/admit.py run_source) --inbox--> engine thread
+        engine (graph/engine.py) <--> detector thread (keyframes out, detections back)
+        -> ResultRoute (graph/route.py): the result stages in order, then the fan-out to the sinks
+    the thread that called run(): the run's loop (`_loop`): budget controller, stats messages
 
-Each node does one job, in its own module: the engine (graph/engine.py: lanes, keyframe choice,
-tracking, order), the detector's batching (graph/batcher.py), the fan-out to the sinks
-(graph/fanout.py: each result serialised once; a frame's latency ends when the last sink has
-published it), the budget controller (graph/control.py) and the run's figures (graph/stats.py).
-This module wires them and owns their lifecycle:
+Each node does one job, in its own module: admission (graph/admit.py), the engine (lanes, the
+keyframe decision, tracking, order), the detector's batching (graph/batcher.py), the route of a
+result and its stages (graph/route.py, graph/stages.py), the fan-out to the sinks
+(graph/fanout.py), the budget controller (graph/control.py), loss accounting (graph/drops.py),
+the `stats` and `eos` messages (graph/reports.py) and the run's figures (graph/stats.py);
+graph/process.py holds what a run changes in the whole process. This module wires them and owns
+their lifecycle (`_build`, `_start`, `_loop`, `_close`):
 
 - The inbox gives each stream its own share; a file source blocks when its share is full (nothing
   is lost), a live source drops its oldest frame (every drop counted).
 - A file source holds a credit for every frame between its decoding and its publication
   (`file_credits`): however slow the detector, a file waits instead of filling the memory.
+- Other threads reach what the engine thread owns through its mailbox (`Engine.post`,
+  `Engine.control`): the controller's rung, and the stats' refresh, which run on its thread.
 - `stop()` (Ctrl-C) ends the sources; what they already produced is processed and written, each
   stream gets its `eos`, and the sinks close. `abort()` (a second Ctrl-C) discards frames not yet
   processed, does not wait for a detector batch in hand, and still writes and closes what the
@@ -36,70 +40,41 @@ Example:
 
 from __future__ import annotations
 
-import gc
 import logging
 import queue
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-import numpy as np
 
-from ..analytics.build import MediaClock, build_stream_analytics
-from ..analytics.snapshots import Snapshots
-from ..config import PipelineConfig, SourceConfig, load_pipeline, preflight_problems
+from ..config import PipelineConfig, load_pipeline, preflight_problems
 from ..detect import build_detector
 from ..errors import ConfigError, StreamlensError
-from ..frame import EndOfStream, Event, FrameResult, StatsReport, StreamEnd
+from ..frame import FrameResult, StreamEnd
 from ..http.server import MetricsServer
 from ..sinks import Sink, build_sink
 from ..sources import Source, build_source
 from ..track import build_tracker
-from .admit import Admission
+from .admit import Admission, run_source
 from .channel import Channel, Credits
 from .control import BudgetController
-from .engine import DetectWorker, Engine, Lane
+from .drops import Losses
+from .engine import Control, DetectWorker, Engine, Lane, Mail, engine_mailbox
 from .fanout import FanOut
-from .stats import ENDED_STATES, RunReport, StreamStats
 from .keyframes import SceneCutDetector, build_chooser, build_scheduler, longest_gap, stagger_offsets
+from .process import CycleCollector, live_switch_interval
+from .reports import StatsReporter
+from .results import QueueSink, results_of
+from .route import ResultRoute, build_stages
+from .stats import RunReport, StreamStats
 
 log = logging.getLogger("streamlens")
 
-#: Python's thread switch interval while a pipeline with live streams runs (seconds)
-LIVE_SWITCH_S = 0.001
 #: how long `run()` waits for its threads when it ends by an exception
 ABORT_JOIN_S = 10.0
 #: after `abort()`, how long the engine may wait for room in a stuck sink's queue before that queue
 #: is closed (the sink then writes what it holds and closes; the engine ends)
 ABORT_SINK_GRACE_S = 0.5
-
-
-#: where PyAV's side data cycle could not be broken, a full garbage collection after this many
-#: published frames (see `_CycleCollector`)
-COLLECT_EVERY_FRAMES = 24
-
-
-class _CycleCollector:
-    """The fallback for a PyAV whose side data cycle `release_side_data` does not know how to break:
-    a decoded picture whose motion vectors were read is then freed only by a full collection,
-    which Python starts too rarely for pictures of megabytes. The engine then runs one after every
-    `every` published frames (each takes milliseconds: a cost paid only on such a PyAV)."""
-
-    def __init__(self, every: int = COLLECT_EVERY_FRAMES):
-        self.every = every
-        self._since = 0
-        self.collections = 0
-
-    def published(self) -> None:
-        self._since += 1
-        if self._since < self.every:
-            return
-        self._since = 0
-        mvs = sys.modules.get("streamlens.sources.motion_vectors")  # imported once a source reads vectors
-        if mvs is not None and mvs.SIDE_DATA_CYCLE:
-            self.collections += 1
-            gc.collect()
 
 
 def file_credits(interval: int, max_batch: int) -> int:
@@ -111,44 +86,6 @@ def file_credits(interval: int, max_batch: int) -> int:
         24
     """
     return (interval + 1) * max_batch
-
-
-class _QueueSink(Sink):
-    """Hands results to `Pipeline.results()`, in-process."""
-
-    name = "results"
-
-    def __init__(self, out: queue.Queue):
-        self.out = out
-
-    def write(self, item, message, payload) -> None:
-        self.out.put(item)
-
-
-_END = object()
-
-
-_switch_lock = threading.Lock()
-_switch_holders = 0
-_switch_found = 0.005
-
-
-def _live_switch_interval(hold: bool) -> None:
-    """While a live pipeline runs, its threads hand the GIL over every LIVE_SWITCH_S, not every 5 ms: a
-    frame waiting on a thread that holds it costs latency (p95 on 3 paced 720p streams with
-    YOLOX-Nano on 2 cores: 57 ms at 5 ms, 18 ms at 1 ms). The interval is the process's: the first
-    live pipeline to start sets it, the last to end restores the value it found."""
-    global _switch_holders, _switch_found
-    with _switch_lock:
-        if hold:
-            if _switch_holders == 0:
-                _switch_found = sys.getswitchinterval()
-                sys.setswitchinterval(LIVE_SWITCH_S)
-            _switch_holders += 1
-        else:
-            _switch_holders -= 1
-            if _switch_holders == 0:
-                sys.setswitchinterval(_switch_found)
 
 
 class Pipeline:
@@ -168,9 +105,6 @@ class Pipeline:
         self._extra_sinks = list(sinks or [])
         self._first_seq = dict(first_seq or {})
         self._stats_extra = dict(stats_extra or {})
-        #: per stream: its analytics and their clock (made on its first frame), the next event's seq
-        self._analytics: dict[str, tuple] = {}
-        self._event_seq: dict[str, int] = {}
         self._secondary = None  # the secondary models (streamlens/secondary), when the file has some
         self._stop_sources = threading.Event()
         self._lock = threading.Lock()
@@ -179,9 +113,10 @@ class Pipeline:
         self._aborted_at: float | None = None
         self._ran = False
         self._inbox = Channel(config.runtime.queue_size, "inbox")
+        self._mail = engine_mailbox(self._inbox)  # work posted to the engine thread (the controller's rung, stats)
+        self._engine_thread: threading.Thread | None = None
         self._credits = Credits(file_credits(longest_gap(config.keyframes), config.detector.max_batch))
         self._credited = {s.name for s in config.sources if not s.live}
-        self._collector = _CycleCollector() if config.tracker.motion == "mv" else None
         self._opening: list[Sink] = []  # sinks whose open() may wait (for subscribers): stop() ends it
         self.http_port: int | None = None  # where /metrics and /healthz listen, once running
         #: the live page's view of the run (streamlens/http/preview.py), when `runtime.http.page` is on
@@ -189,12 +124,13 @@ class Pipeline:
         self._engine: Engine | None = None
         self._sources: dict[str, Source] = {}
         self._lanes: dict[str, Lane] = {}
-        self._schedules: dict[str, object] = {}
+        self._admissions: dict[str, Admission] = {}
+        self._losses: Losses | None = None  # every stream's losses by cause, once running
+        self._reporter: StatsReporter | None = None  # stats and eos messages, once running
         #: the live streams' shared keyframe schedule (None: none live, or `keyframes.shared: false`)
         self._chooser = build_chooser(config.keyframes) if any(s.live for s in config.sources) else None
         self._out: FanOut | None = None  # every sink, once running
         self._finished = threading.Event()  # set when run() has returned
-        self._ends_lock = threading.Lock()  # a stream's last stats and its eos, against the periodic stats
         self.stats = {s.name: StreamStats(s.name, s.display_uri) for s in config.sources}
         live = [s.name for s in config.sources if s.live]
         #: the budget controller, for the live streams (None: none live, or `runtime.control: false`)
@@ -307,58 +243,20 @@ class Pipeline:
     def _run(self, on_tick, tick_s: float, stats_every_s: float) -> RunReport:
         started = time.monotonic()
         sources, detector, sinks, http = self._build()
-        live = any(s.live for s in self.config.sources)
-        if live:
-            _live_switch_interval(hold=True)
         self._sources = {src.name: src for src in sources}
         threads: list[threading.Thread] = []
         try:
-            threads = self._start(sources, detector, sinks)
-            next_stats = time.monotonic() + stats_every_s
-            while any(t.is_alive() for t in threads):
-                for t in threads:
-                    t.join(tick_s / len(threads))
-                self._refresh_drops()
-                if self._aborted_at is not None and time.monotonic() - self._aborted_at > ABORT_SINK_GRACE_S:
-                    self._out.close_queues()  # the engine may be stuck putting into one
-                if time.monotonic() >= next_stats:
-                    next_stats += stats_every_s
-                    self._control()
-                    self._publish_stats()
-                if on_tick is not None:
-                    on_tick(self)
+            with live_switch_interval(any(s.live for s in self.config.sources)):
+                try:
+                    threads = self._start(sources, detector, sinks)
+                    self._loop(threads, on_tick, tick_s, stats_every_s)
+                finally:
+                    if any(t.is_alive() for t in threads):
+                        self._end_threads(threads)
         finally:
-            if any(t.is_alive() for t in threads):
-                # the loop above ended by an exception (Ctrl-C in an embedding program, a failing
-                # `on_tick`): stop every node and let the sinks close before the detector goes away
-                # under a thread still running it
-                self.abort()
-                engine = next((t for t in threads if t.name == "engine"), None)
-                if engine is not None:
-                    engine.join(ABORT_SINK_GRACE_S)
-                if self._out is not None:
-                    self._out.close_queues()
-                deadline = time.monotonic() + ABORT_JOIN_S
-                for t in threads:
-                    t.join(max(0.0, deadline - time.monotonic()))
-            if live:
-                _live_switch_interval(hold=False)
-            self._stop_sources.set()
-            for src in sources:
-                src.close()
-            worker = self._engine.worker if self._engine is not None else None
-            if worker is not None and worker.alive:  # aborted inside a batch: it ends with the batch
-                worker.join(ABORT_JOIN_S)
-            if worker is not None and worker.alive:
-                # closing the model under the thread that runs it would crash the process
-                log.debug("the detector is still inside a batch; it is left to end by itself")
-            else:
-                detector.close()
-            if self._secondary is not None:
-                self._secondary.close()
-            if http is not None:
-                http.close()
-        self._refresh_drops()
+            self._close(sources, detector, http)
+        if self._reporter is not None:
+            self._reporter.refresh()
         status = "failed" if self._error else "interrupted" if self._interrupted else "done"
         control = self.controller
         losses = {}
@@ -370,81 +268,78 @@ class Pipeline:
                          list(control.actions) if control else [], control.level if control else 0,
                          control.steps if control else 0, losses, self.secondary_stats())
 
-    def _on_source_state(self, name: str, state: str) -> None:
-        st = self.stats[name]
-        if st.state not in ENDED_STATES:
-            st.state = state
+    def _loop(self, threads: list[threading.Thread], on_tick, tick_s: float, stats_every_s: float) -> None:
+        """The run's loop, on the thread that called `run()`, until every thread has ended: the
+        streams' losses, an abort's deadline for stuck sinks, once a second the budget controller
+        and the `stats` messages, and `on_tick`."""
+        next_stats = time.monotonic() + stats_every_s
+        while any(t.is_alive() for t in threads):
+            for t in threads:
+                t.join(tick_s / len(threads))
+            if self._engine_thread.is_alive():  # the stats' writer: the engine thread, then this one
+                self._mail.put(Mail(self._reporter.refresh), key="refresh", drop_oldest=True)
+            else:
+                self._reporter.refresh()
+            if self._aborted_at is not None and time.monotonic() - self._aborted_at > ABORT_SINK_GRACE_S:
+                self._out.close_queues()  # the engine may be stuck putting into one
+            if time.monotonic() >= next_stats:
+                next_stats += stats_every_s
+                self._control()
+                self._reporter.periodic()
+            if on_tick is not None:
+                on_tick(self)
 
-    def _refresh_drops(self) -> None:
-        """What each stream lost, by cause: packets the decoder rejected (`corrupt`), frames a decode
-        worker dropped (`decoder`), pictures refused (`refused`: larger than `max_pixels`, or no room
-        in shared memory for them), the oldest frames of a full inbox (`inbox`), frames too old for
-        the source's reader or the engine (`stale`: past the source's `max_staleness_ms`, or past the
-        budget controller's `max_wait_s`: they could no longer be published within the budget), and
-        frames the budget controller gave up (`shed`). `dropped` is every frame lost before
-        publication: all of them but `corrupt`."""
-        shedders = self.controller.shedders if self.controller else {}
-        for st in self.stats.values():
-            src, lane = self._sources.get(st.name), self._lanes.get(st.name)
-            found = src.losses() if src is not None else {}
-            lost = {"corrupt": found.get("corrupt", 0), "decoder": found.get("decoder", 0),
-                    "refused": found.get("refused", 0), "inbox": self._inbox.dropped[st.name],
-                    "stale": found.get("stale", 0) + (lane.stale_dropped + lane.late_from_source if lane else 0),
-                    "shed": shedders[st.name].dropped if st.name in shedders else 0}
-            st.lost = lost
-            st.shed = lost["shed"]
-            st.dropped = sum(n for cause, n in lost.items() if cause != "corrupt")
-            st.deferred_keyframes = lane.deferred_keyframes if lane else 0
-            st.discarded_detections = lane.discarded_detections if lane else 0
+    def _end_threads(self, threads: list[threading.Thread]) -> None:
+        """The run's loop ended by an exception (Ctrl-C in an embedding program, a failing
+        `on_tick`): stop every node and let the sinks close before the detector goes away under a
+        thread still running it."""
+        self.abort()
+        engine = next((t for t in threads if t.name == "engine"), None)
+        if engine is not None:
+            engine.join(ABORT_SINK_GRACE_S)
+        if self._out is not None:
+            self._out.close_queues()
+        deadline = time.monotonic() + ABORT_JOIN_S
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def _close(self, sources, detector, http) -> None:
+        """Close what `_build` made but the sinks (the engine's end closed those)."""
+        self._stop_sources.set()
+        for src in sources:
+            src.close()
+        worker = self._engine.worker if self._engine is not None else None
+        if worker is not None and worker.alive:  # aborted inside a batch: it ends with the batch
+            worker.join(ABORT_JOIN_S)
+        if worker is not None and worker.alive:
+            # closing the model under the thread that runs it would crash the process
+            log.debug("the detector is still inside a batch; it is left to end by itself")
+        else:
+            detector.close()
+        if self._secondary is not None:
+            self._secondary.close()
+        if http is not None:
+            http.close()
+
+    def _on_source_state(self, name: str, state: str) -> None:
+        """A live source's state, on its thread: posted to the stream's figures."""
+        self.stats[name].post_state(state)
 
     def _control(self) -> None:
-        """One step of the budget controller, applied by the engine (lanes, shared schedule, keyframe
-        wait, batching) and, for live streams with schedules of their own, to those schedules."""
+        """One step of the budget controller; its rung goes to the engine's mailbox, and the engine
+        applies it on its thread (lanes, shared schedule, keyframe wait, batching; a live stream
+        with a schedule of its own reads the stretch in its lane's view)."""
         control = self.controller
         if control is None:
             return
         # what the engine could not carry: every frame lost but those shed, and those that came too
         # late from their source (a decoder behind its clock: shedding after it would not help)
-        control.tick({st.name: st.dropped - st.shed - getattr(self._lanes.get(st.name), "late_from_source", 0)
-                      for st in self.stats.values() if st.name in control.shedders})
-        if self._chooser is None:
-            for name in control.shedders:
-                if name in self._schedules:
-                    self._schedules[name].stretch = control.stretch
-        if self._engine is not None:
-            self._engine.apply_control(control.stretch, control.wait, control.throughput, control.max_wait_s)
-
-    def _publish_stats(self, streams: list[str] | None = None) -> None:
-        """Hand each stream's `stats` (or those of `streams`) to the sinks that want it, never
-        waiting on a busy one. Called about once a second for the streams still going, and for each
-        stream just before its `eos` (under `_ends_lock`, so no stats message follows an `eos`)."""
-        if self._out is None or not self._out.wants_stats:
-            return
-        if streams is None:
-            # never waits: a stream's eos may be stuck in a full sink queue, which this thread must
-            # stay free to close on an abort; these figures come again in a second
-            if not self._ends_lock.acquire(blocking=False):
-                return
-            try:
-                self._publish_stats([name for name, st in self.stats.items() if st.reason is None])
-            finally:
-                self._ends_lock.release()
-            return
-        reports = []
-        secondary = self.secondary_stats() if self._secondary is not None else None  # the same for every stream
-        for name in streams:
-            st = self.stats[name]
-            values = st.report(self._inbox.depth(st.name))
-            if self.controller is not None and st.name in self.controller.shedders:
-                values["control"] = self.controller.state(st.name)
-            if secondary is not None:
-                values["secondary"] = secondary
-            values.update(self._stats_extra)
-            source_stats = getattr(self._sources.get(st.name), "stats", None)
-            if callable(source_stats):  # a live source: reconnects, last error (URL masked)
-                values.update({k: v for k, v in source_stats().items() if k not in ("state", "dropped")})
-            reports.append(StatsReport(st.name, values))
-        self._out.publish_stats(reports)
+        losses = self._losses
+        control.tick({name: Losses.dropped(lost) - lost["shed"] - losses.late_from_source(name)
+                      for name in control.shedders for lost in (losses.of(name),)})
+        # applied on the engine thread, before its next input (a newer rung replaces one not yet applied)
+        self._mail.put(Control(control.stretch, control.wait, control.throughput, control.max_wait_s),
+                       key="control", drop_oldest=True)
 
     def results(self) -> Iterator[FrameResult | StreamEnd]:
         """Run in the background and yield every `FrameResult` and `StreamEnd` as it is made.
@@ -452,36 +347,8 @@ class Pipeline:
         Leaving the loop early stops the pipeline. Raises `StreamlensError` if the run failed.
         """
         out: queue.Queue = queue.Queue(maxsize=2 * self.config.runtime.queue_size)
-        self._extra_sinks.append(_QueueSink(out))
-        box: dict[str, object] = {}
-
-        def target() -> None:
-            try:
-                box["report"] = self.run()
-            except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
-                box["error"] = e
-            finally:
-                out.put(_END)
-
-        worker = threading.Thread(target=target, name="streamlens-run", daemon=True)
-        worker.start()
-        try:
-            while (item := out.get()) is not _END:
-                yield item
-        finally:
-            if worker.is_alive():
-                self.abort()
-                while worker.is_alive():  # keep the queue sink from blocking while it ends
-                    try:
-                        out.get(timeout=0.1)
-                    except queue.Empty:
-                        pass
-            worker.join()
-        if "error" in box:
-            raise box["error"]  # type: ignore[misc]
-        report = box["report"]
-        if report.status == "failed":  # type: ignore[union-attr]
-            raise StreamlensError(report.error)  # type: ignore[union-attr]
+        self._extra_sinks.append(QueueSink(out))
+        yield from results_of(self, out)
 
     def _build(self) -> tuple[list[Source], object, list[Sink], MetricsServer | None]:
         """Check what can be checked, then make the sources and the detector, start the HTTP
@@ -542,6 +409,8 @@ class Pipeline:
         return sources, detector, sinks, http
 
     def _start(self, sources, detector, sinks) -> list[threading.Thread]:
+        """Make the fan-out, the lanes, the admissions, the loss accounting and the route of the
+        results, and start every thread: the queued sinks', the engine's and one per source."""
         cfg = self.config
         self._out = FanOut(sinks, cfg.runtime.queue_size, on_published=self._on_published,
                            on_error=self._sink_failed, on_close_error=self._fail)
@@ -550,64 +419,45 @@ class Pipeline:
         lanes = [Lane(s.name, build_tracker(cfg.tracker, fps.get(s.name), detector_conf=cfg.detector.conf,
                                             adaptive=cfg.keyframes.adaptive), s.live, longest_gap(cfg.keyframes),
                       max_staleness_s=s.max_staleness_ms / 1000 if s.max_staleness_ms else None,
-                      period_s=1 / (fps.get(s.name) or 30.0))
+                      period_s=1 / (fps.get(s.name) or 30.0), seq=self._first_seq.get(s.name, 0))
                  for s in cfg.sources]
-        for lane in lanes:
-            lane.seq = self._first_seq.get(lane.name, 0)
         self._lanes = {lane.name: lane for lane in lanes}
-        if self._secondary is not None:
-            self._secondary.start()
-        threads.append(threading.Thread(target=self._run_engine, args=(detector, lanes), name="engine",
-                                        daemon=True))
         by_name = {c.name: c for c in cfg.sources}
         offsets = stagger_offsets(cfg.keyframes.interval, len(sources))
         # a live stream of the shared schedule only tells scene cuts here: the engine chooses its keyframes
-        self._schedules = {src.name: SceneCutDetector() if self._chooser is not None and by_name[src.name].live
-                           else build_scheduler(cfg.keyframes, off) for src, off in zip(sources, offsets)}
+        schedules = {src.name: SceneCutDetector() if self._chooser is not None and by_name[src.name].live
+                     else build_scheduler(cfg.keyframes, off) for src, off in zip(sources, offsets)}
         prepare = detector.prepare if getattr(detector, "prepare_ahead", False) else None
         shedders = self.controller.shedders if self.controller else {}
-        threads += [threading.Thread(target=self._run_source, name=f"source-{src.name}", daemon=True, args=(
-                        src, by_name[src.name], Admission(lane, self._schedules[src.name], prepare,
-                                                          getattr(shedders.get(src.name), "drop", None),
-                                                          self._stop_sources)))
-                    for src, lane in zip(sources, lanes)]
+        self._admissions = {src.name: Admission(lane, schedules[src.name], prepare,
+                                                getattr(shedders.get(src.name), "drop", None), self._stop_sources)
+                            for src, lane in zip(sources, lanes)}
+        self._losses = Losses(self._sources, self._lanes, self._admissions, self._inbox, shedders)
+        self._reporter = StatsReporter(
+            self.stats, self._out, self._losses, capped={s.name for s in cfg.sources if s.max_fps},
+            queue_depth=self._inbox.depth, controller=self.controller,
+            secondary_stats=self.secondary_stats if self._secondary is not None else None,
+            extra=self._stats_extra, sources=self._sources)
+        route = ResultRoute(build_stages(cfg, self._secondary), self._out, self.stats, self._reporter,
+                            credits=self._credits, credited=frozenset(self._credited),
+                            collector=CycleCollector() if cfg.tracker.motion == "mv" else None)
+        if self._secondary is not None:
+            self._secondary.start()
+        self._engine_thread = threading.Thread(target=self._run_engine, args=(detector, lanes, route),
+                                               name="engine", daemon=True)
+        threads.append(self._engine_thread)
+        credits = self._credits
+        threads += [threading.Thread(target=run_source, name=f"source-{src.name}", daemon=True, args=(
+                        src, self._admissions[src.name], self._inbox,
+                        credits if src.name in self._credited else None, self._stop_sources, by_name[src.name].live))
+                    for src in sources]
         for t in threads:
             t.start()
         return threads
 
-    def _run_source(self, source: Source, cfg: SourceConfig, admit: Admission) -> None:
-        """Decode, admit (graph/admit.py: shedding, the keyframe decision, work made ahead) and queue.
-
-        What goes wrong here is this stream's alone: it ends with reason `error` and one line naming
-        it, the other streams go on, and the run exits non-zero at its end (`RunReport.incomplete`).
-        A camera never gets here for its own trouble: it retries (sources/live.py)."""
-        produced, reason, error = 0, "end", None
-        credited = source.name in self._credited
-        try:
-            for frame in source.frames(self._stop_sources):
-                if not admit(frame):
-                    continue
-                if credited and not self._credits.acquire(source.name):
-                    break  # aborted: the engine gives back no more credits
-                frame.timings["_queued"] = time.perf_counter()
-                if not self._inbox.put(frame, key=source.name, drop_oldest=cfg.live):
-                    break
-                produced += 1
-        except BaseException as e:  # noqa: BLE001 - any failure ends this stream, and only it
-            reason = "error"
-            error = str(e) if isinstance(e, StreamlensError) else f"{type(e).__name__}: {e}"
-            log.warning("%s: %s; the other streams go on", source.name, error,
-                        exc_info=None if isinstance(e, StreamlensError) else e)
-        finally:
-            source.close()
-            if reason == "end" and self._stop_sources.is_set():
-                reason = "stopped"
-            elif reason == "end" and source.incomplete:
-                # the other streams go on; the run exits non-zero and names this input (RunReport.incomplete)
-                reason, error = "truncated", source.incomplete
-            self._inbox.put(EndOfStream(source.name, produced, reason, error), key=source.name)
-
-    def _run_engine(self, detector, lanes: list[Lane]) -> None:
+    def _run_engine(self, detector, lanes: list[Lane], route: ResultRoute) -> None:
+        """The engine thread's body: the detector's worker, the engine, and at its end an `eos` for
+        every stream still open, then the sinks' end."""
         cfg = self.config
         # detections come back on a channel of their own, which the engine waits on with the inbox;
         # they never wait for room: their number is bounded by the keyframes in flight
@@ -618,11 +468,11 @@ class Pipeline:
                               budget_ms=cfg.detector.budget_ms if live else None,
                               low_priority=live and not getattr(detector, "prepare_ahead", False))
         budget = cfg.detector.budget_ms
-        self._engine = engine = Engine(self._inbox, detections, lanes, worker, self._publish,
+        self._engine = engine = Engine(self._inbox, detections, lanes, worker, route.publish,
                                        late_after_s=budget / 1000 if budget else float("inf"),
                                        on_detected=lambda done: self.stats[done.frame.stream].detected(
                                            done.batch_ms, done.detect_ms), chooser=self._chooser,
-                                       on_keyframe=self._secondary.offer if self._secondary else None)
+                                       on_keyframe=route.offer, mail=self._mail)
         try:
             engine.run()
         except BaseException as e:  # noqa: BLE001
@@ -632,83 +482,8 @@ class Pipeline:
             self._credits.close()  # and those waiting for a credit: frames discarded give none back
             reason = "error" if self._error else "stopped"
             for lane in engine.open_streams():
-                self._publish(StreamEnd(lane.name, lane.seq, lane.seq, reason))
+                route.publish(StreamEnd(lane.name, lane.seq, lane.seq, reason))
             self._out.close()
-
-    def _publish(self, item: FrameResult | StreamEnd) -> None:
-        st = self.stats[item.stream if isinstance(item, StreamEnd) else item.frame.stream]
-        if isinstance(item, FrameResult):
-            item.frame.timings["total"] = (time.monotonic() - item.frame.clock) * 1000
-            st.count(item)
-            if st.name in self._credited:
-                self._credits.release(st.name)
-            if self._collector is not None:
-                self._collector.published()
-            embeddings = self._secondary.apply(item) if self._secondary is not None else ()
-            events = self._analyse(item) if self.config.analytics is not None else ()
-            self._out.publish(item)
-            for event in events:
-                self._out.publish(event)
-            for embedding in embeddings:
-                self._out.publish(embedding)
-            return
-        with self._ends_lock:
-            self._refresh_drops()
-            capped = any(s.max_fps for s in self.config.sources if s.name == st.name)
-            item.lost, item.expected = dict(st.lost), None if capped else st.total  # a cap delivers fewer
-            st.reason, st.detail = item.reason, item.detail
-            st.state = {"end": "ended"}.get(item.reason, item.reason)
-            st.ended = time.monotonic()
-            shots = self._analytics.get(st.name, (None, None, None))[2]
-            if shots is not None:
-                shots.forget()
-            if self._secondary is not None:
-                self._secondary.stream_ended(st.name)
-            self._publish_stats([st.name])  # the stream's last figures, before its eos
-            self._out.publish(item)
-
-    def _analyse(self, item: FrameResult) -> list[Event]:
-        """Run the stream's analytics on `item` (its zones, speeds and counts go into its message);
-        the events it made, numbered by the stream's own event `seq`."""
-        frame = item.frame
-        if frame.stream not in self._analytics:
-            self._analytics[frame.stream] = self._stream_analytics(frame)
-        analytics, clock, shots = self._analytics[frame.stream]
-        if analytics is None:
-            return []
-        det = item.detections
-        ids = det.tracker_id if det.tracker_id is not None else np.full(len(det), -1)
-        labels = det.data.get("class_name")
-        labels = labels if labels is not None else [str(c) for c in det.class_id]
-        scores = det.confidence if det.confidence is not None else np.ones(len(det))
-        item.analytics = found = analytics.update(clock(frame), det.xyxy, ids, labels, scores, item.attributes)
-        if shots is not None:
-            for i in found.best:
-                if shots.wants(str(labels[i])):
-                    shots.seen(int(ids[i]), frame, det.xyxy[i], det, found)
-        events = []
-        for body in found.events:
-            seq = self._event_seq.get(frame.stream, 0)
-            self._event_seq[frame.stream] = seq + 1
-            shot = None if shots is None else shots.take(body, seq, frame, det, found)
-            events.append(Event(frame.stream, seq, body, item, shot))
-        return events
-
-    def _stream_analytics(self, frame) -> tuple:
-        """A stream's analytics (None when no rule applies to it), their clock, and its snapshots
-        (None when not asked for), made on its first frame."""
-        cfg = self.config.analytics
-        analytics = build_stream_analytics(cfg, frame.stream, frame.width, frame.height)
-        shots = None
-        if analytics is not None and cfg.snapshots is not None:
-            draw = None
-            if cfg.snapshots.kind == "frame":
-                from ..sinks.draw import FrameAnnotator
-
-                annotator = FrameAnnotator((frame.width, frame.height))
-                draw = annotator.annotate
-            shots = Snapshots(cfg.snapshots, frame.stream, draw)
-        return analytics, MediaClock(), shots
 
     def _sink_failed(self, error: BaseException) -> None:
         """A sink could not write: the run ends with its error, and frames not yet processed are dropped."""
@@ -716,8 +491,9 @@ class Pipeline:
         self._inbox.close(discard=True)
 
     def _on_published(self, item: FrameResult, publish_ms: float) -> None:
-        """Every sink has published `item`, `publish_ms` after it was handed to them."""
+        """Every sink has published `item`, `publish_ms` after it was handed to them (on the thread of
+        the last sink to write it): its latency, posted to the stream's figures and the controller."""
         total_ms = (time.monotonic() - item.frame.clock) * 1000
-        self.stats[item.frame.stream].published(item, publish_ms, total_ms)
+        self.stats[item.frame.stream].post_published(item, publish_ms, total_ms)
         if self.controller is not None:
             self.controller.observe(item.frame.stream, total_ms)

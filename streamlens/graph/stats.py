@@ -1,10 +1,27 @@
 """What a run has done: each stream's counters, rates and latency (`StreamStats`), and how the run
-ended (`RunReport`). The runtime fills them in; the progress display, the summary, `stats`
-messages and `/metrics` read them.
+ended (`RunReport`). The progress display, the summary, `stats` messages and `/metrics` read them.
+
+A stream's `StreamStats` has one writer: the engine thread while it runs (it counts each result it
+publishes, each keyframe back from the detector, the losses, the stream's end), then the thread
+that called `run()`, once the engine thread has ended. Other threads post what they saw
+(`post_published`: a sink thread ends a frame's latency; `post_state`: a live source's state) and
+the writer takes those posts in (`take_posts`) before it next writes. The writer holds the
+stats' lock while it writes; `snapshot()` takes it to copy, so a reader on another thread gets
+figures that belong together.
+
+Example:
+    >>> st = StreamStats("cam1", "cam1.mp4")
+    >>> st.post_state("streaming"); st.state
+    'starting'
+    >>> st.take_posts(); st.snapshot().state
+    'streaming'
 """
 
 from __future__ import annotations
 
+import copy
+import queue
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -24,7 +41,8 @@ STAGES = ("decode", "queue", "batch", "detect", "track", "publish")
 
 @dataclass
 class StreamStats:
-    """What one stream has done so far; read by the progress display, the summary and /metrics."""
+    """What one stream has done so far; read by the progress display, the summary and /metrics.
+    One thread writes it (see the module's docstring); others post to it or read a `snapshot()`."""
 
     name: str
     uri: str
@@ -40,7 +58,7 @@ class StreamStats:
     deferred_keyframes: int = 0
     #: keyframes whose detections came back too late for the tracker to apply (older than its history)
     discarded_detections: int = 0
-    #: frames (and packets, `corrupt`) lost by cause: see `Pipeline._refresh_drops`
+    #: frames (and packets, `corrupt`) lost by cause: see `graph.drops.Losses.of`
     lost: dict = field(default_factory=dict)
     #: how the stream ended (end, truncated, stopped, error) and what went wrong, once it has
     reason: str | None = None
@@ -56,46 +74,120 @@ class StreamStats:
     #: end to end: from the frame becoming available to every sink having published it
     latency: LatencyHistogram = field(default_factory=LatencyHistogram, repr=False)
     stages: dict = field(default_factory=lambda: {stage: LatencyHistogram() for stage in STAGES}, repr=False)
+    #: held by the writer while it writes, and by `snapshot()` and `report()` while they read
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
+    #: what other threads saw, for the writer to take in (`take_posts`)
+    _posts: queue.SimpleQueue = field(default_factory=queue.SimpleQueue, repr=False, compare=False)
+
+    # -- any thread ---------------------------------------------------------------------------
+
+    def post_published(self, result: FrameResult, publish_ms: float, total_ms: float) -> None:
+        """Every sink has published `result`, `publish_ms` after it was handed to them (taken in as
+        `published` by the writer)."""
+        self._posts.put((self.published, (result, publish_ms, total_ms)))
+
+    def post_state(self, state: str) -> None:
+        """A live source's state (streaming, stalled, ...): taken in unless the stream has ended."""
+        self._posts.put((self._source_state, (state,)))
+
+    def snapshot(self) -> StreamStats:
+        """A copy of the figures as they are now, which stays as it is while the run goes on."""
+        with self._lock:
+            out = copy.copy(self)
+            out.lost = dict(self.lost)
+            out._recent, out._window, out._detected = deque(self._recent), deque(self._window), deque(self._detected)
+            out.latency = copy.deepcopy(self.latency)
+            out.stages = copy.deepcopy(self.stages)
+        return out
+
+    def __getstate__(self) -> dict:  # a snapshot crosses to the supervisor pickled: no lock, no posts
+        state = self.__dict__.copy()
+        del state["_lock"], state["_posts"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock, self._posts = threading.RLock(), queue.SimpleQueue()
+
+    # -- the writer ---------------------------------------------------------------------------
+
+    def take_posts(self) -> None:
+        """Take in what other threads posted, in order."""
+        while True:
+            try:
+                method, args = self._posts.get_nowait()
+            except queue.Empty:
+                return
+            method(*args)
 
     def count(self, result: FrameResult) -> None:
         """A result handed to the sinks."""
         now = time.monotonic()
-        if self.started is None:
-            self.started = now
-            if self.state == "starting":  # a live source reports its own states (streaming, ...)
-                self.state = "running"
-        self.frames += 1
-        self.keyframes += result.keyframe
-        self.late_keyframes += result.frame.keyframe and not result.keyframe
-        self.objects += len(result.detections)
-        self._recent.append(now)
+        with self._lock:
+            if self.started is None:
+                self.started = now
+                if self.state == "starting":  # a live source reports its own states (streaming, ...)
+                    self.state = "running"
+            self.frames += 1
+            self.keyframes += result.keyframe
+            self.late_keyframes += result.frame.keyframe and not result.keyframe
+            self.objects += len(result.detections)
+            self._recent.append(now)
 
     def published(self, result: FrameResult, publish_ms: float, total_ms: float) -> None:
         """Every sink has published `result`, `publish_ms` after it was handed to them."""
         timings = result.frame.timings
-        self._window.append((result.keyframe, timings, publish_ms, total_ms))
-        self.latency.observe(total_ms)
-        for stage in ("decode", "queue", "track"):
-            if stage in timings:
-                self.stages[stage].observe(timings[stage])
-        self.stages["publish"].observe(publish_ms)
+        with self._lock:
+            self._window.append((result.keyframe, timings, publish_ms, total_ms))
+            self.latency.observe(total_ms)
+            for stage in ("decode", "queue", "track"):
+                if stage in timings:
+                    self.stages[stage].observe(timings[stage])
+            self.stages["publish"].observe(publish_ms)
 
     def detected(self, batch: float, detect: float) -> None:
         """A keyframe is back from the detector (in time or late): ms waited for its batch, and the
         batch's detector call."""
-        self._detected.append((batch, detect))
-        self.stages["batch"].observe(batch)
-        self.stages["detect"].observe(detect)
+        with self._lock:
+            self._detected.append((batch, detect))
+            self.stages["batch"].observe(batch)
+            self.stages["detect"].observe(detect)
+
+    def losses(self, lost: dict[str, int], dropped: int, deferred_keyframes: int, discarded_detections: int) -> None:
+        """What the stream has lost so far, by cause (graph/drops.py), and the engine's counts of
+        deferred keyframes and of detections that came back too late to apply."""
+        with self._lock:
+            self.lost, self.shed, self.dropped = lost, lost.get("shed", 0), dropped
+            self.deferred_keyframes, self.discarded_detections = deferred_keyframes, discarded_detections
+
+    def end(self, reason: str, detail: str | None) -> None:
+        """The stream has ended: how (`StreamEnd.reason`), and what went wrong."""
+        with self._lock:
+            self.reason, self.detail = reason, detail
+            self.state = {"end": "ended"}.get(reason, reason)
+            self.ended = time.monotonic()
+
+    def _source_state(self, state: str) -> None:
+        with self._lock:
+            if self.state not in ENDED_STATES:
+                self.state = state
+
+    # -- readers ------------------------------------------------------------------------------
 
     def latency_percentiles(self) -> dict[str, float]:
         """p50, p95 and p99 end to end over the last 256 published frames."""
-        # list() copies the deque in one step; iterating it directly races the engine's appends
-        return percentiles([total for *_, total in list(self._window)])
+        with self._lock:
+            window = list(self._window)
+        return percentiles([total for *_, total in window])
 
     def report(self, queue_depth: int) -> dict:
         """The values of a `stats` message: counters, current rates, latency percentiles over the
         last 256 published frames (`batch` and `detect`: the last 64 keyframes back from the detector,
         late ones included)."""
+        with self._lock:
+            return self._report(queue_depth)
+
+    def _report(self, queue_depth: int) -> dict:
         window, detected = list(self._window), list(self._detected)
         stages = {stage: percentiles([t[stage] for _, t, _, _ in window if stage in t])
                   for stage in ("decode", "queue")}
@@ -114,7 +206,8 @@ class StreamStats:
     @property
     def fps(self) -> float:
         """Frames per second over the last 64 frames (the current rate)."""
-        recent = list(self._recent)  # one consistent copy: the engine appends as this runs
+        with self._lock:
+            recent = list(self._recent)
         if len(recent) < 2 or recent[-1] == recent[0]:
             return 0.0
         return (len(recent) - 1) / (recent[-1] - recent[0])

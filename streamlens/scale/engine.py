@@ -117,19 +117,16 @@ class EngineRun:
             return "failed", str(e)
 
     def snapshot(self) -> Snapshot | None:
-        """The figures now (None before the pipeline is built, or when a figure changed while read)."""
+        """The figures now (None before the pipeline is built): each stream's `StreamStats.snapshot()`."""
         p = self._pipeline
         if p is None:
             return None
-        try:
-            names = list(p.stats)
-            control = p.controller
-            return Snapshot({n: _copy(p.stats[n]) for n in names}, {n: p.control_of(n) for n in names},
-                            {n: p.queue_depth(n) for n in names}, dict(self._marks.last), p.stopping,
-                            list(control.actions) if control is not None else [], p.endpoints(), self.host,
-                            os.getpid())
-        except RuntimeError:  # a deque changed size while copied: the next snapshot will do
-            return None
+        names = list(p.stats)
+        control = p.controller
+        return Snapshot({n: p.stats[n].snapshot() for n in names}, {n: p.control_of(n) for n in names},
+                        {n: p.queue_depth(n) for n in names}, dict(self._marks.last), p.stopping,
+                        list(control.actions) if control is not None else [], p.endpoints(), self.host,
+                        os.getpid())
 
     def stop(self) -> None:
         self._stopped.set()
@@ -140,13 +137,6 @@ class EngineRun:
         self._stopped.set()
         if self._pipeline is not None:
             self._pipeline.abort()
-
-
-def _copy(stats):
-    """A copy of a `StreamStats` that stays as it is while the engine goes on."""
-    import copy
-
-    return copy.deepcopy(stats)
 
 
 def engine_main(spec: EngineSpec, orders, up, marks) -> None:

@@ -22,16 +22,18 @@ one run per crop (one backbone, several heads: each reads its own `output`). A c
 cannot take (its queue full) is dropped, counted, and its track may be looked at again later.
 
 Answers come back to the engine's thread and apply to their track from the next frame it
-publishes (`apply`): a `classify` entry's answer is the score-weighted vote over its looks (each
-look votes for its top label with that label's probability; the label with the most weight wins,
-its score the mean of its probabilities) and becomes the object's `attributes[name]` on every
-frame of the track from then on; an `embed` entry's answer is the mean of its looks' unit vectors,
-kept with the track (`embedding(stream, track)`) and published as an `embedding` message of its
-own each time it changes, never in the frame messages.
+publishes (`process`, the first result stage: graph/stages.py): a `classify` entry's answer is
+the score-weighted vote over its looks (each look votes for its top label with that label's
+probability; the label with the most weight wins, its score the mean of its probabilities) and
+becomes the object's `attributes[name]` on every frame of the track from then on (in the
+result's `detections.data["attributes"]`, one entry per object); an `embed` entry's answer is
+the mean of its looks' unit vectors, kept with the track (`embedding(stream, track)`) and
+published as an `embedding` message of its own each time it changes, never in the frame messages.
 
 Example:
     >>> stage = SecondaryStage([entry], cache)   # doctest: +SKIP
     >>> stage.start(); stage.offer(frame, detected, tracked)  # doctest: +SKIP
+    >>> result, messages = stage.process(result, [])  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -41,11 +43,10 @@ import queue
 import threading
 import time
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..analytics.build import MediaClock
 from ..analytics.snapshots import crop
 from ..frame import Embedding, FrameResult
 from ..track.matching import box_iou
@@ -191,8 +192,8 @@ class _Job:
 
 class SecondaryStage:
     """Every `secondary` entry of a pipeline (see the module's docstring). `start()` the worker,
-    `offer()` each keyframe's tracked objects and `apply()` each result before it is published (both on the
-    engine's thread), `close()` at the end."""
+    `offer()` each keyframe's tracked objects and `process()` each result before it is published (both
+    on the engine's thread), `close()` at the end."""
 
     def __init__(self, entries: list, cache=None):
         self.cache = cache
@@ -216,7 +217,6 @@ class SecondaryStage:
         self._looks: dict[str, dict[int, dict[str, _Look]]] = defaultdict(dict)  # stream -> track -> name -> look
         self._seen: dict[str, dict[int, float]] = defaultdict(dict)  # stream -> track -> media time last seen
         self._sightings: dict[str, dict[int, int]] = defaultdict(dict)  # stream -> track -> keyframes seen on
-        self._clocks: dict[str, MediaClock] = defaultdict(MediaClock)
         self._now: dict[str, float] = {}
         self._swept: dict[str, float] = {}  # stream -> media time of its last sweep of tracks long unseen
         self._embedding_seq: dict[str, int] = defaultdict(int)
@@ -281,15 +281,16 @@ class SecondaryStage:
                     look.attempts += 1
                     look.area, look.at = area, t
 
-    def apply(self, result: FrameResult) -> list[Embedding]:
-        """Before `result` is published: take the answers that came back for its stream, and give
-        each of its tracked objects the attributes known of its track (`result.attributes`); the
-        embeddings that changed, to publish after it."""
+    def process(self, result: FrameResult, messages: list) -> tuple[FrameResult, list]:
+        """A result stage (graph/stages.py): take the answers that came back for the result's stream,
+        and pass on the result with what is known of each tracked object's track in
+        `detections.data["attributes"]` (the same result when nothing is known of any); the
+        embeddings that changed go after `messages`."""
         if self.error is not None:
             raise self.error
         frame, det = result.frame, result.detections
         stream = frame.stream
-        t = self._now[stream] = self._clocks[stream](frame)
+        t = self._now[stream] = result.media_s
         looks = self._looks[stream]
         changed: dict[tuple[int, str], _Head] = {}
         done = self._done[stream]
@@ -317,14 +318,16 @@ class SecondaryStage:
                          if look.answer is not None and name in self._classify}
             attributes.append(known or None)
         if any(a is not None for a in attributes):
-            result.attributes = attributes
+            column = np.empty(len(attributes), dtype=object)
+            column[:] = attributes
+            result = replace(result, detections=replace(det, data={**det.data, "attributes": column}))
         if t - self._swept.get(stream, float("-inf")) >= 1.0:  # tracks long unseen, once a second
             self._swept[stream] = t
             for track in [k for k, at in seen.items() if t - at > FORGET_AFTER_S]:
                 seen.pop(track, None)
                 looks.pop(track, None)
                 self._sightings[stream].pop(track, None)
-        return [self._embedding(result, track, head) for (track, _), head in changed.items()]
+        return result, messages + [self._embedding(result, track, head) for (track, _), head in changed.items()]
 
     def embedding(self, stream: str, track: int, name: str | None = None) -> np.ndarray | None:
         """The embedding kept for `track` of `stream` by entry `name` (default: the first embed

@@ -1,0 +1,90 @@
+"""`stats` messages, and the end of each stream: its last figures, its last `stats`, then its `eos`.
+
+About once a second the run's loop hands each running stream's `stats` to the sinks that want
+them, never waiting (`StatsReporter.periodic`). When a stream ends, the engine thread gives its
+`StreamEnd` to `StatsReporter.end`: the stream's losses by cause go into its `StreamStats` and
+its `eos` (`lost`, `expected`), its last `stats` goes out, then its `eos`, under one lock, so no
+`stats` message of a stream follows its `eos`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..frame import StatsReport, StreamEnd
+from .drops import Losses
+from .fanout import FanOut
+from .stats import StreamStats
+
+
+class StatsReporter:
+    """The `stats` and `eos` messages of a run (see the module's docstring).
+
+    `stats`: each stream's figures; `out`: the fan-out; `losses`: its loss accounting; `capped`:
+    the streams whose rate is capped (`max_fps`: they deliver fewer frames than their input
+    declares, so their `eos` expects none); `queue_depth(stream)`: frames waiting for the engine;
+    `controller`: the budget controller (None: none); `secondary_stats()`: the secondary models'
+    figures (None: no secondary models); `extra`: values added to every message; `sources`: the
+    run's sources by name (a live source adds its own figures)."""
+
+    def __init__(self, stats: dict[str, StreamStats], out: FanOut, losses: Losses, *, capped: set[str],
+                 queue_depth: Callable[[str], int], controller=None,
+                 secondary_stats: Callable[[], dict] | None = None, extra: dict | None = None,
+                 sources: dict | None = None):
+        self.stats, self.out, self.losses, self.capped = stats, out, losses, capped
+        self.queue_depth, self.controller = queue_depth, controller
+        self.secondary_stats, self.extra, self.sources = secondary_stats, dict(extra or {}), sources or {}
+        self._ends_lock = threading.Lock()  # a stream's last stats and its eos, against the periodic stats
+
+    def refresh(self) -> None:
+        """On the stats' writer (the engine thread; the run's thread once it has ended): what other
+        threads posted to each stream's figures, and its losses by cause (`lost`, `shed`,
+        `dropped`, and the engine's `deferred_keyframes` and `discarded_detections`)."""
+        for st in self.stats.values():
+            st.take_posts()
+            lost = self.losses.of(st.name)
+            lane = self.losses.lanes.get(st.name)
+            st.losses(lost, Losses.dropped(lost), lane.deferred_keyframes if lane else 0,
+                      lane.discarded_detections if lane else 0)
+
+    def periodic(self) -> None:
+        """The running streams' `stats`, never waiting: a stream's eos may be stuck in a full sink
+        queue, which the calling thread (the run's loop) must stay free to close on an abort; these
+        figures come again in a second."""
+        if not self.out.wants_stats or not self._ends_lock.acquire(blocking=False):
+            return
+        try:
+            self._publish([name for name, st in self.stats.items() if st.reason is None])
+        finally:
+            self._ends_lock.release()
+
+    def end(self, end: StreamEnd) -> None:
+        """A stream has ended (on the engine thread): its last figures, its last `stats`, its `eos`."""
+        st = self.stats[end.stream]
+        with self._ends_lock:
+            self.refresh()
+            end = replace(end, lost=dict(st.lost), expected=None if st.name in self.capped else st.total)
+            st.end(end.reason, end.detail)
+            if self.out.wants_stats:
+                self._publish([st.name])
+            self.out.publish(end)
+
+    def _publish(self, names: list[str]) -> None:
+        reports = []
+        secondary = self.secondary_stats() if self.secondary_stats is not None else None  # one for every stream
+        controller = self.controller
+        for name in names:
+            st = self.stats[name]
+            values = st.report(self.queue_depth(name))
+            if controller is not None and name in controller.shedders:
+                values["control"] = controller.state(name)
+            if secondary is not None:
+                values["secondary"] = secondary
+            values.update(self.extra)
+            source_stats = getattr(self.sources.get(name), "stats", None)
+            if callable(source_stats):  # a live source: reconnects, last error (URL masked)
+                values.update({k: v for k, v in source_stats().items() if k not in ("state", "dropped")})
+            reports.append(StatsReport(name, values))
+        self.out.publish_stats(reports)
