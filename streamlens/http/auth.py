@@ -251,9 +251,13 @@ class Guard:
             return self._unauthorized()
         if given is None:
             return None
-        kept = [(k, v) for k, vs in query.items() if k != "token" for v in vs]
+        kept = [(k, v) for k, v in target.query.items() if k != "token"]  # in their order
+        location = str(target.with_query(kept))
+        if not (location.isascii() and location.isprintable() and location.startswith("/")) \
+                or location.startswith("//") or "\\" in location:  # never off this server (//host/...)
+            location = "/"
         return Reply(303, "text/plain; charset=utf-8", b"", {
-            "Location": str(target.with_query(kept)),
+            "Location": location,
             "Set-Cookie": f"{self.cookie_name}={self._cookie.decode()}; HttpOnly; SameSite=Strict; Path=/",
             "Cache-Control": "no-store"})
 

@@ -218,7 +218,7 @@ class MetricsServer:
         path = request.path
         if path == "/healthz":
             return health(self.pipeline)
-        query = {key: request.query.getall(key) for key in set(request.query.keys())}
+        query = {key: request.query.getall(key) for key in dict.fromkeys(request.query.keys())}
         refused = self.guard.authenticate(headers, query, request.rel_url, request.remote or "")
         if refused is not None:
             return refused
