@@ -16,15 +16,13 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
-import streamlens
-
 from .conftest import REPO
 from .rtsp_server import free_port
+from .test_metrics import running
 
 SAMPLE = REPO / "samples" / "traffic.mp4"
 TOKEN = "Guard-test-token-0123456789"
@@ -188,13 +186,8 @@ def test_a_short_token_is_refused_at_load_in_one_line(tmp_path):
 def test_on_loopback_without_a_token_the_host_is_still_checked(tmp_path):
     """DNS rebinding: a page of evil.example whose name now points at 127.0.0.1 names its own
     host; it gets 403, while 127.0.0.1, localhost and [::1] get the answer."""
-    path = tmp_path / "p.yaml"
-    path.write_text(f"sources: [{{name: cam1, uri: {SAMPLE}, live: true, loop: true, max_fps: 10}}]\n"
-                    "detector: {backend: motion}\ntracker: none\nruntime: {http: {port: 0, allowed_hosts: [grafana.lan]}}\n")
-    pipeline = streamlens.Pipeline.from_yaml(path)
-    runner = threading.Thread(target=pipeline.run)
-    runner.start()
-    try:
+    with running(tmp_path, f"  - {{name: cam1, uri: {SAMPLE}, live: true, loop: true, max_fps: 10}}",
+                 "port: 0, allowed_hosts: [grafana.lan]") as pipeline:
         deadline = time.monotonic() + 30
         while pipeline.http_port is None and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -207,8 +200,4 @@ def test_on_loopback_without_a_token_the_host_is_still_checked(tmp_path):
             assert code == 200 and json.loads(body)["streams"][0]["name"] == "cam1", host
         assert ask(port, "/api/streams", {"Origin": "http://evil.example"})[0] == 403
         assert ask(port, "/api/streams", {"Origin": "null"})[0] == 403
-    finally:
-        pipeline.stop()
-        runner.join(10)
-    assert not runner.is_alive()
 

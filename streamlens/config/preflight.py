@@ -28,7 +28,7 @@ def preflight_problems(cfg: PipelineConfig) -> list[str]:
       can be written: it is not a folder, its folder exists or can be made and is writable, it is
       not a source's file, and no other sink writes it;
     - the metrics HTTP port and the tcp port of every zmq sink bound on `*` or a numeric address
-      are free now, and no two of them are the same. Each is tried as ZeroMQ and http.server
+      are free now, and no two of them are the same. Each is tried as ZeroMQ and the HTTP server
       listen (bind with SO_REUSEADDR, then close), so a port that a finished run's connections
       hold in TIME_WAIT counts as free, as it is to them; ephemeral ports (0, `*`) are not tried.
     - the environment variables that hold tokens are set: the HTTP server's when it listens off

@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO
-from ..rtsp_server import GstRtspServer, free_port, gst_missing
+from ..rtsp_server import free_port
+from . import test_camera_faults
 from .test_camera_faults import decode_workers
 
 SAMPLE = REPO / "samples" / "traffic.mp4"
@@ -35,6 +36,8 @@ FLOOD, TICK_S = 2000, 3.0
 #: what the run may open, as a service's default limit
 RUN_NOFILE = 1024
 HALF_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
+#: GStreamer's RTSP server with the sample as `cam1` (the camera fault tests' fixture)
+camera = test_camera_faults.camera
 
 
 class Flood:
@@ -111,15 +114,6 @@ def figures(pid: int) -> tuple[int, int]:
     status = Path(f"/proc/{pid}/status").read_text()
     threads = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
     return threads, len(os.listdir(f"/proc/{pid}/fd"))
-
-
-@pytest.fixture
-def camera(tmp_path):
-    reason = gst_missing()
-    if reason:
-        pytest.skip(reason)
-    with GstRtspServer({"cam1": SAMPLE}, tmp_path) as server:
-        yield server
 
 
 def test_slow_clients_cost_no_thread_and_the_run_survives_a_decode_worker_restart(tmp_path, camera):
