@@ -23,9 +23,12 @@ the pipeline a thread or a file descriptor it needs:
   and writes; whatever reads the run's figures or frames (a scrape, the JSON, a JPEG encoded) runs on
   `WORKER_THREADS` threads of a pool, so the loop is never held for long.
 - At most `MAX_CONNECTIONS` connections at once. One more closes the connection that has waited
-  longest without a request being answered (idle between requests, or still sending its head); only
+  longest without a whole request head in (idle between requests, or still sending its head); only
   when every connection has a request in hand is the newcomer closed instead. A flood of slow
-  clients therefore holds at most `MAX_CONNECTIONS` descriptors, and a scrape still gets in.
+  clients therefore holds at most `MAX_CONNECTIONS` descriptors, and a scrape still gets in: its
+  head is whole as it arrives, which marks it, so no burst of newcomers closes it.
+- Connections not yet accepted wait in the kernel's queue (`LISTEN_QUEUE`, no descriptor of the
+  run's), accepted `ACCEPT_BATCH` at a time: a burst of slow clients does not get a scrape refused.
 - `HEAD_DEADLINE_S` for each request's head, from the connection's opening or the end of the answer
   before: a client that sends half a request and then a byte every few seconds is closed then.
 - The request line and each header at most `MAX_LINE` bytes, at most `MAX_HEADERS` headers. Only
@@ -70,8 +73,10 @@ HEAD_DEADLINE_S = 10.0
 MAX_LINE, MAX_HEADERS = 8190, 64
 #: threads that read the run for the answers (a scrape, the JSON, JPEGs)
 WORKER_THREADS = 2
-#: connections the kernel holds for the server before it accepts them
-BACKLOG = 128
+#: connections accepted at a time (asyncio's batch), and the kernel's queue of connections not yet
+#: accepted (no descriptor of the run's until accepted; the kernel caps it at net.core.somaxconn):
+#: long, so that a burst of slow clients does not fill it and have a scrape refused
+ACCEPT_BATCH, LISTEN_QUEUE = 128, 4096
 #: seconds `close()` gives answers in hand to finish
 CLOSE_S = 2.0
 
@@ -112,12 +117,33 @@ class _Connections:
         return len(self._open)
 
 
+class _Handler(web.RequestHandler):
+    """aiohttp's handler of one connection, which tells the `_Connections` as soon as a request's
+    head has come in whole (its blank line), before aiohttp hands it on: from then on the connection
+    is no slow client's, and a burst of new ones does not close it."""
+
+    tracked: _Connections | None = None
+    _tail = b""
+
+    def data_received(self, data: bytes) -> None:
+        if self.tracked is not None and (b"\r\n\r\n" in data or b"\r\n\r\n" in self._tail + data[:3]):
+            self.tracked.busy(self)
+        self._tail = data[-3:]
+        super().data_received(data)
+
+
 class _Server(web.Server):
     """aiohttp's low-level server, its connections counted in a `_Connections`."""
 
     def __init__(self, handler, connections: _Connections, **kwargs):
         super().__init__(handler, **kwargs)
         self._tracked = connections
+        self._handler_args = kwargs
+
+    def __call__(self) -> _Handler:
+        handler = _Handler(self, loop=asyncio.get_running_loop(), **self._handler_args)
+        handler.tracked = self._tracked
+        return handler
 
     def connection_made(self, handler, transport) -> None:
         super().connection_made(handler, transport)
@@ -242,7 +268,7 @@ class MetricsServer:
     def _listen(self) -> socket.socket:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         try:
-            return socket.create_server((self.host.strip("[]"), self.port), family=family, backlog=BACKLOG)
+            return socket.create_server((self.host.strip("[]"), self.port), family=family, backlog=LISTEN_QUEUE)
         except OSError as e:
             raise StreamlensError(f"http.port: cannot listen on {self.host}:{self.port}: "
                                   f"{e.strerror or e}") from None
@@ -254,7 +280,8 @@ class MetricsServer:
                          lingering_time=1.0)
         self._runner = web.ServerRunner(server, shutdown_timeout=CLOSE_S)
         await self._runner.setup()
-        await web.SockSite(self._runner, sock, backlog=BACKLOG).start()
+        await web.SockSite(self._runner, sock, backlog=ACCEPT_BATCH).start()
+        sock.listen(LISTEN_QUEUE)  # asyncio listened with its batch: the queue is longer
         if self._api is not None:
             asyncio.get_running_loop().create_task(self._sample_history(), name="http-history")
 

@@ -9,15 +9,12 @@ Every wait is bounded; nothing compares times.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import resource
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -26,69 +23,18 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO
+from ..http_flood import Flood
 from ..rtsp_server import free_port
 from . import test_camera_faults
 from .test_camera_faults import decode_workers
 
 SAMPLE = REPO / "samples" / "traffic.mp4"
-#: the slow clients, and how often each sends its next byte
-FLOOD, TICK_S = 2000, 3.0
+#: the slow clients
+FLOOD = 2000
 #: what the run may open, as a service's default limit
 RUN_NOFILE = 1024
-HALF_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
 #: GStreamer's RTSP server with the sample as `cam1` (the camera fault tests' fixture)
 camera = test_camera_faults.camera
-
-
-class Flood:
-    """`n` slow clients of 127.0.0.1:`port` on a thread: each connects, sends `HALF_REQUEST`, then one
-    byte every `TICK_S`; one the server closed connects again at its next turn."""
-
-    def __init__(self, port: int, n: int):
-        self.address, self.n = ("127.0.0.1", port), n
-        self.opened = self.closed_by_server = self.ticks = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="flood", daemon=True)
-
-    def __enter__(self) -> Flood:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-    def _run(self) -> None:
-        sockets: list[socket.socket | None] = [None] * self.n
-        started = [False] * self.n
-        try:
-            while not self._stop.is_set():
-                for i in range(self.n):
-                    s = sockets[i]
-                    if s is None:
-                        s = sockets[i] = socket.socket()
-                        s.setblocking(False)
-                        s.connect_ex(self.address)
-                        started[i] = False
-                        self.opened += 1
-                        continue
-                    try:
-                        s.send(b"a" if started[i] else HALF_REQUEST)
-                        started[i] = True
-                    except BlockingIOError:
-                        pass  # still connecting, or its buffer is full
-                    except OSError as error:
-                        if error.errno in (errno.ENOTCONN, errno.EINPROGRESS, errno.EALREADY):
-                            continue
-                        s.close()
-                        sockets[i] = None
-                        self.closed_by_server += 1
-                self.ticks += 1
-                self._stop.wait(TICK_S)
-        finally:
-            for s in sockets:
-                if s is not None:
-                    s.close()
 
 
 def _limit_descriptors() -> None:
