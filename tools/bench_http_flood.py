@@ -51,16 +51,21 @@ def scrape(port: int) -> tuple[float, float]:
 def phase(port: int, seconds: float, probes: int = 10) -> dict:
     """`probes` scrapes spread over `seconds`: their median latency, and frames a second between
     the first and the last."""
-    took, marks = [], []
+    took, marks, failed = [], [], 0
     for i in range(probes):
-        t, frames = scrape(port)
-        took.append(t)
-        marks.append((time.monotonic(), frames))
+        try:
+            t, frames = scrape(port)
+        except OSError:  # refused, closed unanswered, or no answer within 60 s: counted, as 60 s
+            failed += 1
+            took.append(60.0)
+        else:
+            took.append(t)
+            marks.append((time.monotonic(), frames))
         if i < probes - 1:
             time.sleep(seconds / (probes - 1))
-    (t0, f0), (t1, f1) = marks[0], marks[-1]
+    (t0, f0), (t1, f1) = (marks[0], marks[-1]) if len(marks) > 1 else ((0.0, 0.0), (1.0, float("nan")))
     return {"metrics_ms": statistics.median(took) * 1000, "metrics_max_ms": max(took) * 1000,
-            "fps": (f1 - f0) / (t1 - t0)}
+            "fps": (f1 - f0) / (t1 - t0), "failed": failed}
 
 
 def _limit() -> None:
@@ -121,14 +126,15 @@ def main() -> int:
         "(640x360) read unpaced and looped, motion detector, Kalman tracker; phases of "
         f"{args.phase_s:g} s without and with {args.clients} slow clients (half a request, a byte every 3 s, "
         "reconnecting when closed), alternating. `/metrics`: the median (and the slowest) of 10 probes, each "
-        "on a new connection; frames a second: all streams, from `streamlens_frames_total`.",
+        "on a new connection (one unanswered counts as 60 s); frames a second: all streams, from "
+        "`streamlens_frames_total`.",
         "",
-        "| phase | round | /metrics median ms | slowest ms | frames a second | slow connections opened / closed by the server |",
-        "|---|---|---|---|---|---|",
+        "| phase | round | /metrics median ms | slowest ms | probes unanswered | frames a second | slow connections opened / closed by the server |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, round_, figures, flood in rows:
         lines.append(f"| {name} | {round_} | {figures['metrics_ms']:.1f} | {figures['metrics_max_ms']:.1f} | "
-                     f"{figures['fps']:.1f} | {'' if flood is None else f'{flood[0]} / {flood[1]}'} |")
+                     f"{figures['failed']} | {figures['fps']:.1f} | {'' if flood is None else f'{flood[0]} / {flood[1]}'} |")
     without = statistics.median(r[2]["fps"] for r in rows if r[0] == "without")
     with_ = statistics.median(r[2]["fps"] for r in rows if r[0] == "with")
     lines += ["", f"Frames a second, median of the phases: {without:.1f} without, {with_:.1f} with the flood "
