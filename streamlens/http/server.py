@@ -11,10 +11,10 @@ application or router; the routes are a handful of paths, dispatched in api.py).
 with Starlette because it runs inside the pipeline's process on an event loop the server owns, on a
 thread of its own, with no signal handling or process model to turn off; because it bounds a
 request's head itself (`max_line_size`, `max_field_size`, `max_headers`: 400 or 431 past them) and
-its keep-alive timer, started when a connection opens and again after each answer and never put off
-by bytes that trickle in, is a deadline for the whole head of each request; and because its
-connection manager (`Server.connection_made`/`connection_lost`) is public, which is where the number
-of connections is bounded. It is maintained, in Debian and on PyPI, with no compiled part required.
+its connection manager (`Server.connection_made`/`connection_lost`) and connection handler
+(`RequestHandler`, an asyncio protocol) are public, which is where the number of connections is
+bounded and each request head given its deadline. It is well kept, packaged by Debian and on PyPI,
+and works without its compiled parts.
 
 Limits, so that no client costs more than a socket and a little memory, and no number of them costs
 the pipeline a thread or a file descriptor it needs:
@@ -29,8 +29,10 @@ the pipeline a thread or a file descriptor it needs:
   head is whole as it arrives, which marks it, so no burst of newcomers closes it.
 - Connections not yet accepted wait in the kernel's queue (`LISTEN_QUEUE`, no descriptor of the
   run's), accepted `ACCEPT_BATCH` at a time: a burst of slow clients does not get a scrape refused.
-- `HEAD_DEADLINE_S` for each request's head, from the connection's opening or the end of the answer
-  before: a client that sends half a request and then a byte every few seconds is closed then.
+- `HEAD_DEADLINE_S` for each request's head, from the connection's opening or from the answer
+  before being handed over: a client that sends half a request and then a byte every few seconds is
+  closed then (kept here rather than left to aiohttp's keep-alive timer, which only its newest
+  releases start when a connection opens).
 - The request line and each header at most `MAX_LINE` bytes, at most `MAX_HEADERS` headers. Only
   GET and HEAD are answered (405 otherwise); a request's body is never read.
 - A request path that is not UTF-8, or a route that fails, answers 400, 404 or a bare 500: never a
@@ -82,15 +84,16 @@ CLOSE_S = 2.0
 
 
 class _Connections:
-    """The connections open now, the longest idle first, at most `limit` (see the module). Used on
-    the event loop only."""
+    """The connections open now, the longest idle first, at most `limit`, each given `deadline_s` for
+    its next request head (see the module). Used on the event loop only."""
 
-    def __init__(self, limit: int):
-        self.limit = limit
+    def __init__(self, limit: int, deadline_s: float):
+        self.limit, self.deadline_s = limit, deadline_s
         self._open: OrderedDict = OrderedDict()  # RequestHandler -> its transport
         self._busy: set = set()
-        #: connections closed to keep the bound
-        self.closed_over_limit = 0
+        self._timers: dict = {}  # RequestHandler -> the asyncio.TimerHandle of its deadline
+        #: connections closed to keep the bound, and for sending no whole head in time
+        self.closed_over_limit = self.closed_late = 0
 
     def opened(self, handler, transport) -> None:
         self._open[handler] = transport
@@ -99,19 +102,41 @@ class _Connections:
             self._open.pop(victim).abort()  # the descriptor goes now, not after a goodbye
             self.closed_over_limit += 1
             if victim is handler:
-                break
+                return
+        self._arm(handler)
 
     def closed(self, handler) -> None:
         self._open.pop(handler, None)
         self._busy.discard(handler)
+        self._disarm(handler)
 
     def busy(self, handler) -> None:
+        """`handler`'s request head is whole: it is no longer closed for time or room."""
         self._busy.add(handler)
+        self._disarm(handler)
 
     def idle(self, handler) -> None:
+        """`handler`'s answer is handed over: its next head has `deadline_s` from now."""
         self._busy.discard(handler)
         if handler in self._open:
             self._open.move_to_end(handler)
+            self._arm(handler)
+
+    def _arm(self, handler) -> None:
+        self._disarm(handler)
+        self._timers[handler] = asyncio.get_running_loop().call_later(self.deadline_s, self._expire, handler)
+
+    def _disarm(self, handler) -> None:
+        timer = self._timers.pop(handler, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _expire(self, handler) -> None:
+        self._timers.pop(handler, None)
+        transport = self._open.get(handler)
+        if transport is not None and handler not in self._busy:
+            transport.abort()
+            self.closed_late += 1
 
     def __len__(self) -> int:
         return len(self._open)
@@ -211,7 +236,7 @@ class MetricsServer:
         self.guard = Guard(host, port, list(http.allowed_hosts), http.require_token, http.token_env)
         self.exposition = Exposition(pipeline)
         self._api = Api(pipeline, http.preview_fps) if http.page else None
-        self.connections = _Connections(MAX_CONNECTIONS)
+        self.connections = _Connections(MAX_CONNECTIONS, HEAD_DEADLINE_S)
         self._pool: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.ServerRunner | None = None
