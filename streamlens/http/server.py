@@ -90,7 +90,8 @@ class _Connections:
     def __init__(self, limit: int, deadline_s: float):
         self.limit, self.deadline_s = limit, deadline_s
         self._open: OrderedDict = OrderedDict()  # RequestHandler -> its transport
-        self._busy: set = set()
+        self._heard: set = set()  # a request head came in whole: not closed for room
+        self._busy: set = set()  # a request is being answered: not closed for room or time
         self._timers: dict = {}  # RequestHandler -> the asyncio.TimerHandle of its deadline
         #: connections closed to keep the bound, and for sending no whole head in time
         self.closed_over_limit = self.closed_late = 0
@@ -98,7 +99,7 @@ class _Connections:
     def opened(self, handler, transport) -> None:
         self._open[handler] = transport
         while len(self._open) > self.limit:
-            victim = next((h for h in self._open if h not in self._busy), handler)
+            victim = next((h for h in self._open if h not in self._busy and h not in self._heard), handler)
             self._open.pop(victim).abort()  # the descriptor goes now, not after a goodbye
             self.closed_over_limit += 1
             if victim is handler:
@@ -107,17 +108,24 @@ class _Connections:
 
     def closed(self, handler) -> None:
         self._open.pop(handler, None)
+        self._heard.discard(handler)
         self._busy.discard(handler)
         self._disarm(handler)
 
+    def heard(self, handler) -> None:
+        """A request head came in whole on `handler`: it is no longer closed for room (it still is
+        if no request is answered before its deadline: a blank line is no request)."""
+        self._heard.add(handler)
+
     def busy(self, handler) -> None:
-        """`handler`'s request head is whole: it is no longer closed for time or room."""
+        """`handler`'s request is being answered: it is closed neither for time nor for room."""
         self._busy.add(handler)
         self._disarm(handler)
 
     def idle(self, handler) -> None:
         """`handler`'s answer is handed over: its next head has `deadline_s` from now."""
         self._busy.discard(handler)
+        self._heard.discard(handler)
         if handler in self._open:
             self._open.move_to_end(handler)
             self._arm(handler)
@@ -152,7 +160,7 @@ class _Handler(web.RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         if self.tracked is not None and (b"\r\n\r\n" in data or b"\r\n\r\n" in self._tail + data[:3]):
-            self.tracked.busy(self)
+            self.tracked.heard(self)
         self._tail = data[-3:]
         super().data_received(data)
 
