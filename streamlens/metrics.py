@@ -1,5 +1,5 @@
 """Latency statistics, pure numbers: histograms with fixed bucket bounds, nearest-rank quantiles and
-percentiles. Each stream's `StreamStats` keeps them; `streamlens.http.server` exports them over HTTP.
+percentiles. Each stream's `StreamStats` keeps them; `streamlens.http.metrics` exports them over HTTP.
 
 Example:
     >>> h = LatencyHistogram()

@@ -25,11 +25,12 @@ def get(url: str) -> tuple[int, str]:
 
 
 @contextlib.contextmanager
-def running(tmp_path, sources: str):
-    """A pipeline with these sources and the HTTP server on a free port, running on a thread."""
+def running(tmp_path, sources: str, http: str = "port: 0"):
+    """A pipeline with these sources and the HTTP server on a free port (`http`: the keys of
+    `runtime.http`), running on a thread."""
     path = tmp_path / "p.yaml"
     path.write_text(f"sources:\n{sources}\ndetector: {{backend: motion}}\ntracker: none\n"
-                    "runtime: {http: {port: 0}}\n")
+                    f"runtime: {{http: {{{http}}}}}\n")
     pipeline = streamlens.Pipeline.from_yaml(path)
     runner = threading.Thread(target=pipeline.run)
     runner.start()

@@ -222,7 +222,7 @@ def test_metric_values_stream_up_losses_and_ends(tmp_path):
     detections and how a stream ended are exported as counted."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from streamlens.http.server import _Collector
+    from streamlens.http.metrics import Collector
 
     path = write_pipeline(tmp_path, f"""
 sources: [{{name: cam1, uri: {SAMPLE}}}, {{name: cam2, uri: {SAMPLE}}}, {{name: cam3, uri: {SAMPLE}}}]
@@ -235,7 +235,7 @@ detector: {{backend: motion}}
     pipeline.stats["cam2"].discarded_detections = 3
     pipeline.stats["cam3"].reason = "truncated"
     registry = CollectorRegistry()
-    registry.register(_Collector(pipeline))
+    registry.register(Collector(pipeline))
     text = generate_latest(registry).decode()
     assert 'streamlens_stream_up{stream="cam1"} 1.0' in text
     assert 'streamlens_stream_up{stream="cam2"} 1.0' in text

@@ -48,6 +48,21 @@ def get(url: str, headers: dict | None = None) -> tuple[int, dict, bytes]:
         return e.code, dict(e.headers), e.read()
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args):
+        return None
+
+
+def get_once(url: str, headers: dict | None = None) -> tuple[int, dict, bytes]:
+    """`get` without following a redirect."""
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(urllib.request.Request(url, headers=headers or {}), timeout=10) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
 def lines_of(path: Path) -> list[dict]:
     """The whole lines of a JSONL file still being written."""
     if not path.exists():
@@ -328,8 +343,10 @@ def test_off_loopback_every_route_but_healthz_needs_the_token(guarded):
         assert get(base + route, {"Authorization": "Bearer wrong"})[0] == 401, route
         assert get(base + route, bearer)[0] in (200, 503), route  # 503: no frame yet
     assert get(base + "/api/streams?token=wrong")[0] == 401
-    code, headers, _ = get(base + f"/api/streams?token={TOKEN}")
-    assert code == 200 and "HttpOnly" in headers["Set-Cookie"] and TOKEN not in headers["Set-Cookie"]
+    code, headers, _ = get_once(base + f"/api/events?since=3&token={TOKEN}")  # the exchange: a redirect
+    assert code == 303 and headers["Location"] == "/api/events?since=3", headers
+    assert "HttpOnly" in headers["Set-Cookie"] and "SameSite=Strict" in headers["Set-Cookie"]
+    assert TOKEN not in headers["Set-Cookie"] and headers["Referrer-Policy"] == "no-referrer"
     cookie = headers["Set-Cookie"].split(";")[0]
     assert get(base + "/api/stats", {"Cookie": cookie})[0] == 200
     code, _, body = get(base + "/healthz")  # no token: 200 running or degraded, 503 still starting

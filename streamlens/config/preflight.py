@@ -12,6 +12,7 @@ import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ..http.auth import needs_token, token_problem
 from ..urls import RESOLVE_TIMEOUT_S, host_problem, is_loopback
 from .model import PipelineConfig, SinkConfig, SourceConfig
 from .problems import Problems
@@ -28,11 +29,12 @@ def preflight_problems(cfg: PipelineConfig) -> list[str]:
       can be written: it is not a folder, its folder exists or can be made and is writable, it is
       not a source's file, and no other sink writes it;
     - the metrics HTTP port and the tcp port of every zmq sink bound on `*` or a numeric address
-      are free now, and no two of them are the same. Each is tried as ZeroMQ and http.server
+      are free now, and no two of them are the same. Each is tried as ZeroMQ and the HTTP server
       listen (bind with SO_REUSEADDR, then close), so a port that a finished run's connections
       hold in TIME_WAIT counts as free, as it is to them; ephemeral ports (0, `*`) are not tried.
     - the environment variables that hold tokens are set: the HTTP server's when it listens off
-      loopback, and each webhook sink's `token_env`.
+      loopback or `require_token` says so (and it holds at least 16 characters), and each webhook
+      sink's `token_env`.
 
     `streamlens validate` prints these lines, and a run checks them before any sink opens (a sink
     truncates its file on open). A port or a folder may still change between the check and the run.
@@ -60,10 +62,14 @@ def preflight_problems(cfg: PipelineConfig) -> list[str]:
     http_host = {"": "0.0.0.0", "localhost": "127.0.0.1"}.get(cfg.runtime.http_host, cfg.runtime.http_host)
     if cfg.runtime.http_port and _is_ipv4(http_host):  # other host names are not looked up
         _check_port((socket.AF_INET, http_host, cfg.runtime.http_port), "runtime.http.port", listeners, problems)
-    if cfg.runtime.http_port is not None and not is_loopback(cfg.runtime.http_host):
-        _check_env(cfg.runtime.http.token_env, "runtime.http.token_env", problems,
-                   f"listening on {cfg.runtime.http_host or 'every address'} (not a loopback address), every route "
-                   "but /healthz needs the access token it holds; set it, or listen on 127.0.0.1")
+    http = cfg.runtime.http
+    if http.port is not None and needs_token(http.host, http.require_token):
+        why = (f"listening on {http.host or 'every address'} (not a loopback address), every route but /healthz "
+               "needs the access token it holds; set it, or listen on 127.0.0.1" if not is_loopback(http.host) else
+               "runtime.http.require_token: every route but /healthz needs the access token it holds")
+        problem = token_problem(os.environ.get(http.token_env), http.token_env, why)
+        if problem is not None:
+            problems.add("runtime.http.token_env", problem)
     outputs: dict[str, str] = {}
     for i, sink in enumerate(cfg.sinks):
         where = f"sinks[{i}]"

@@ -10,17 +10,27 @@ from .common import _ENV_NAME, MAX_MS, MAX_QUEUE_SIZE, MAX_THREADS, MAX_WORKERS,
 from .problems import invalid, show
 from .secondary import CacheConfig
 
+#: a host name or a numeric address (IPv6 in brackets), without a port: an entry of `allowed_hosts`
+_HOST_NAME = r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)$"
+
 
 class HttpConfig(_Keys):
     """`/metrics`, `/healthz`, the live page at `/` and its JSON API over HTTP (streamlens/http)."""
 
     host: str = Field("127.0.0.1", description="the address listened on (off loopback, every route but "
                                                "/healthz asks for the token)")
+    allowed_hosts: list[Annotated[str, Field(pattern=_HOST_NAME)]] = Field(
+        default_factory=list, max_length=64,
+        description="host names the server answers for beside its own address (and localhost, 127.0.0.1, [::1] on "
+                    "loopback): a name a proxy forwards under; a request naming any other Host gets 403")
+    require_token: bool = Field(False, description="ask for the token on loopback too (a server behind a proxy); "
+                                                   "off loopback it is always asked for")
     port: int | None = Field(None, ge=0, le=65535, description="the port (0: any free one; default: no HTTP server)")
     page: bool = Field(True, description="serve the live page at / and its API under /api")
     preview_fps: float = Field(5.0, gt=0, le=60, description="frames per second a viewer's preview gets, at most")
     token_env: str = Field("STREAMLENS_HTTP_TOKEN", pattern=_ENV_NAME,
-                           description="the environment variable holding the access token (host off loopback)")
+                           description="the environment variable holding the access token, at least 16 characters "
+                                       "(host off loopback, or require_token)")
 
 
 def _workers(value: Any) -> Any:

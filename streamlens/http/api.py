@@ -1,0 +1,318 @@
+"""The live page's JSON API over one run (a `RunView`): `Api.route(path, query, client)` answers
+each route below `/` but `/metrics` and `/healthz` (every answer is JSON unless said;
+`Cache-Control: no-store`). The server calls it off its event loop: a JPEG is encoded here.
+
+- `/` the page (`streamlens/http/page/index.html`), `/page/<file>` its script and style sheet
+  (streamlens/http/page_files.py).
+- `/api/streams`: `{"state", "frames", "note", "preview_fps", "budget_ms", "streams": [...]}`, per
+  stream its `name`, `uri` (credentials masked: `rtsp://***@cam/1`), `live`, `state` (starting,
+  running, streaming, connecting, backing_off, reconnecting, stalled, ended, truncated, stopped,
+  error), `width`/`height`/`seq` of its newest frame (null before it), current `fps`, `frames`,
+  and its analytics' `lines` (`{"name", "points"}`) and `zones` (`{"name", "polygon"}`) in source
+  pixels as they are applied. `frames` is false, and `note` says why, where no live frames can be
+  shown: with `runtime.workers` > 1 the frames stay in the engine processes, the page shows figures.
+- `/api/stats[?history_since=N]`: `{"ts", "state", "budget_ms", "streams", "detector", "control",
+  "secondary", "history"}`. Per stream: `state`, `fps`, `frames`, `latency_ms` (p50/p95/p99 end to
+  end over the last 256 frames), `keyframes` and `keyframe_rate` (detected in time: how many, and
+  their share of the last 256 frames), `keyframes_per_s` (sent to the detector, in time or late,
+  over the last 10 s), `late_keyframes` (published by motion, their detections applied when back),
+  `deferred_keyframes`, `discarded_detections`, `dropped`, `shed`, `lost` (by cause),
+  `queue_depth`, `detect_ms` (the detector call per keyframe's batch, p50/p95/p99 of the last 64),
+  `control` (the budget controller's `level`, `keyframe_stretch`, `keyframe_wait`,
+  `shed_fraction`; null where it does not watch the stream) and `counts` (the newest frame's: per
+  line `{"in", "out", "classes"}`, per zone the objects in it now). `detector`: its load over the
+  last 10 s, all streams together: `keyframes_per_s`, `detected_share` (the share of frames it ran
+  on), and the slowest stream's `detect_ms`. `control`: the controller's `level` and `steps` (null
+  without one). `secondary`: the secondary models' figures. `history`: `{"every_s": 1, "next": M,
+  "t": [...], "p95": {stream: [...]}}`, a sample a second over the last 10 minutes, taken on the
+  server's event loop (null: no frame that second); with `history_since=N` only the samples after
+  N (M: the newest sample's number).
+- `/api/events?since=N`: a list of the events after index N (all streams, the last 500 kept),
+  oldest first: `[{"index": 18, "has_snapshot": true, "event": {"type": "event", "stream": "cam1",
+  "event": "object_start", ...}}]`; `/api/events/<N>/snapshot.jpg` its snapshot JPEG (404 once no
+  longer kept or when it has none).
+- `/api/streams/<name>/frame.jpg`: the newest frame with its boxes, labels, track ids, lines, zones
+  and counts drawn (as the annotated video draws them), a JPEG of the stream's size, for scripts and
+  home dashboards; 503 before the first frame.
+- `/api/streams/<name>/preview.jpg[?after=SEQ&viewer=ID]`: the newest frame as it is (no drawing,
+  at most 1280 pixels wide) for the page's canvas, which draws the boxes itself. Its `seq` is in
+  the header `X-Streamlens-Seq` and its frame message (compact JSON, ASCII) in `X-Streamlens-Result`
+  when that is under 16 KiB; otherwise read it from `/api/streams/<name>/result?seq=SEQ` (the last
+  64 frame messages of each stream are kept; without `seq`, the newest). 204 No Content when there
+  is no frame yet or the newest is still `after`. Each viewer (its `viewer` id, else its address)
+  gets at most `runtime.http.preview_fps` new frames a second: asked sooner, it gets the frame it
+  had. Each frame is encoded once however many viewers ask, and only when one asks.
+
+A slow browser never slows the pipeline: these answers only read references the preview sink keeps
+(streamlens/http/preview.py), and encode here, on the server's worker threads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..urls import mask_url
+from .metrics import pipeline_state
+from .page_files import page_file
+from .reply import Reply, ascii_json, int_arg, json_reply, text_reply
+
+if TYPE_CHECKING:
+    from .run_view import RunView
+
+#: the latency history: one sample a second, this many kept (10 minutes)
+HISTORY_EVERY_S, HISTORY_KEEP = 1.0, 600
+#: the window of the detector's figures and of `keyframes_per_s`, in history samples
+RATE_SAMPLES = 10
+#: a frame message rides in the preview's `X-Streamlens-Result` header up to this size
+RESULT_HEADER_MAX = 16 * 1024
+#: a viewer asking again within this share of its preview period gets the frame it had
+VIEWER_SLACK = 0.8
+
+
+class History:
+    """Once a second, each stream's p95 end to end (None when it published nothing that second)
+    with its counters of frames and of keyframes sent to the detector (in time or late): the page's
+    latency plot and the rates of `/api/stats`."""
+
+    def __init__(self, pipeline: RunView):
+        self.pipeline = pipeline
+        self.samples: deque = deque(maxlen=HISTORY_KEEP)  # (number, wall time, {stream: (frames, keyframes, p95)})
+        self.count = 0
+        self._frames: dict[str, int] = {}
+
+    def sample(self) -> None:
+        row = {}
+        for st in list(self.pipeline.stats.values()):
+            frames = st.frames
+            moved = frames != self._frames.get(st.name)
+            self._frames[st.name] = frames
+            p95 = st.latency_percentiles()["p95"] if moved and frames else None
+            row[st.name] = (frames, st.keyframes + st.late_keyframes, p95)
+        self.count += 1
+        self.samples.append((self.count, time.time(), row))
+
+    def rates(self) -> dict[str, tuple[float, int, int]]:
+        """Per stream over the last `RATE_SAMPLES` samples: (seconds, frames, keyframes detected in
+        time or late) made in them."""
+        recent = list(self.samples)[-(RATE_SAMPLES + 1):]
+        if len(recent) < 2:
+            return {}
+        (_, t0, first), (_, t1, last) = recent[0], recent[-1]
+        return {name: (t1 - t0, max(0, f - first[name][0]), max(0, k - first[name][1]))
+                for name, (f, k, _) in last.items() if name in first}
+
+    def since(self, number: int) -> dict:
+        if number > self.count:  # numbered by another run (the page outlived a restart): all of this one's
+            number = 0
+        kept = [s for s in list(self.samples) if s[0] > number]
+        names = list(self.pipeline.stats)
+        return {"every_s": HISTORY_EVERY_S, "next": self.count, "t": [round(t, 3) for _, t, _ in kept],
+                "p95": {n: [row.get(n, (0, 0, None))[2] for _, _, row in kept] for n in names}}
+
+
+class Viewers:
+    """Bounds each viewer's preview rate: per (viewer, stream), the frame it was last given and when."""
+
+    def __init__(self, fps: float):
+        self.period = 1.0 / fps
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, str], tuple[float, tuple]] = {}
+
+    def recent(self, key: tuple[str, str]) -> tuple | None:
+        """What `key` was given less than a period ago (it gets that again), else None."""
+        with self._lock:
+            last = self._last.get(key)
+        if last is not None and time.monotonic() - last[0] < VIEWER_SLACK * self.period:
+            return last[1]
+        return None
+
+    def gave(self, key: tuple[str, str], frame: tuple) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._last[key] = (now, frame)
+            if len(self._last) > 1024:  # viewers come and go: forget those gone a minute
+                self._last = {k: v for k, v in self._last.items() if now - v[0] < 60}
+
+
+class Api:
+    """The page and its API over one pipeline (a `Pipeline` or a `Supervisor`): each route's answer."""
+
+    def __init__(self, pipeline: RunView, preview_fps: float):
+        self.pipeline = pipeline
+        self.preview_fps = preview_fps
+        self.history = History(pipeline)
+        self.viewers = Viewers(preview_fps)
+
+    # -- what the page is made of ---------------------------------------------------------------
+
+    # -- /api/streams ---------------------------------------------------------------------------
+
+    def _frames_note(self) -> str | None:
+        """Why this run shows no live frames, or None where it does."""
+        if self.pipeline.shows_frames:
+            return None
+        return "live frames are not available with several engines (runtime.workers > 1): figures only"
+
+    def streams(self) -> Reply:
+        p = self.pipeline
+        preview = getattr(p, "preview", None)
+        sources = {s.name: s for s in p.config.sources}
+        out = []
+        for name, st in list(p.stats.items()):
+            newest = preview.newest(name) if preview is not None else None
+            message = newest[1] if newest is not None else None
+            lines, zones = preview.geometry(name) if preview is not None else ([], [])
+            source = sources.get(name)
+            out.append({"name": name, "uri": mask_url(st.uri), "live": bool(getattr(source, "live", False)),
+                        "state": st.state, "width": message["width"] if message else None,
+                        "height": message["height"] if message else None,
+                        "seq": message["seq"] if message else None, "fps": round(st.fps, 2), "frames": st.frames,
+                        "lines": lines, "zones": zones})
+        note = self._frames_note()
+        return json_reply({"state": pipeline_state(p), "frames": note is None, "note": note,
+                      "preview_fps": self.preview_fps, "budget_ms": p.config.runtime.budget_ms, "streams": out})
+
+    # -- /api/stats -----------------------------------------------------------------------------
+
+    def _control(self, name: str) -> dict | None:
+        controller = getattr(self.pipeline, "controller", None)
+        if controller is not None and name in controller.shedders:
+            state = controller.state(name)
+            return {k: state[k] for k in ("level", "keyframe_stretch", "keyframe_wait", "shed_fraction")}
+        held = self.pipeline.control_of(name)
+        if held is None:
+            return None
+        stretch, wait, shed = held
+        return {"level": None, "keyframe_stretch": stretch, "keyframe_wait": bool(wait), "shed_fraction": shed}
+
+    def stats(self, query: dict) -> Reply:
+        p = self.pipeline
+        preview = getattr(p, "preview", None)
+        rates = self.history.rates()
+        streams, detect, seconds, frames, keyframes = {}, {"p50": 0.0, "p95": 0.0, "p99": 0.0}, 0.0, 0, 0
+        for name, st in list(p.stats.items()):
+            report = st.report(p.queue_depth(name))
+            newest = preview.newest(name) if preview is not None else None
+            s, f, k = rates.get(name, (0.0, 0, 0))
+            seconds, frames, keyframes = max(seconds, s), frames + f, keyframes + k
+            ms = report["stages_ms"]["detect"]
+            if ms["p95"] > detect["p95"]:
+                detect = ms
+            streams[name] = {
+                "state": st.state, "fps": report["fps"], "frames": st.frames, "latency_ms": report["latency_ms"],
+                "keyframes": st.keyframes, "keyframe_rate": report["keyframe_rate"],
+                "keyframes_per_s": round(k / s, 2) if s > 0 else 0.0,
+                "late_keyframes": st.late_keyframes, "deferred_keyframes": st.deferred_keyframes,
+                "discarded_detections": st.discarded_detections, "dropped": st.dropped, "shed": st.shed,
+                "lost": dict(st.lost), "queue_depth": report["queue_depth"], "detect_ms": ms,
+                "control": self._control(name),
+                "counts": newest[1].get("counts") if newest is not None else None}
+        controller = getattr(p, "controller", None)
+        return json_reply({
+            "ts": round(time.time(), 3), "state": pipeline_state(p), "budget_ms": p.config.runtime.budget_ms,
+            "streams": streams,
+            "detector": {"keyframes_per_s": round(keyframes / seconds, 2) if seconds > 0 else 0.0,
+                         "detected_share": round(keyframes / frames, 4) if frames else 0.0, "detect_ms": detect},
+            "control": None if controller is None else {"level": controller.level, "steps": controller.steps},
+            "secondary": p.secondary_stats(),
+            "history": self.history.since(int_arg(query, "history_since", 0))})
+
+    # -- /api/events ----------------------------------------------------------------------------
+
+    def events(self, query: dict) -> Reply:
+        preview = getattr(self.pipeline, "preview", None)
+        found = preview.events_since(int_arg(query, "since", 0)) if preview is not None else []
+        return json_reply([{"index": i, "has_snapshot": shot, "event": m} for i, m, shot in found])
+
+    def snapshot(self, index: int) -> Reply:
+        preview = getattr(self.pipeline, "preview", None)
+        jpeg = preview.snapshot(index) if preview is not None else None
+        if jpeg is None:
+            return text_reply(404, f"no snapshot kept for event {index}")
+        return Reply(200, "image/jpeg", jpeg)
+
+    # -- a stream's frames ----------------------------------------------------------------------
+
+    def _preview_of(self, name: str):
+        if name not in self.pipeline.stats:
+            return None, text_reply(404, f"no stream named {name!r}")
+        preview = getattr(self.pipeline, "preview", None)
+        note = self._frames_note()
+        if note is not None:
+            return None, text_reply(404, note)
+        return preview, None  # None: not made yet
+
+    def frame_jpeg(self, name: str) -> Reply:
+        preview, refused = self._preview_of(name)
+        if refused is not None:
+            return refused
+        made = preview.annotated_jpeg(name) if preview is not None else None
+        if made is None:
+            return Reply(503, "text/plain; charset=utf-8", b"no frame yet\n", {"Retry-After": "1"})
+        seq, jpeg = made
+        return Reply(200, "image/jpeg", jpeg, {"X-Streamlens-Seq": str(seq)})
+
+    def preview_jpeg(self, name: str, query: dict, client: str) -> Reply:
+        preview, refused = self._preview_of(name)
+        if refused is not None:
+            return refused
+        key = ((query.get("viewer") or [client])[0][:64], name)
+        frame = self.viewers.recent(key)  # asked again too soon: what it had
+        if frame is None:
+            frame = preview.preview_jpeg(name) if preview is not None else None
+            if frame is None:
+                return Reply(204)
+            self.viewers.gave(key, frame)
+        seq, jpeg, message = frame
+        if seq == int_arg(query, "after"):
+            return Reply(204)
+        headers = {"X-Streamlens-Seq": str(seq)}
+        header = ascii_json(message)
+        if len(header) <= RESULT_HEADER_MAX:
+            headers["X-Streamlens-Result"] = header
+        return Reply(200, "image/jpeg", jpeg, headers)
+
+    def result(self, name: str, query: dict) -> Reply:
+        preview, refused = self._preview_of(name)
+        if refused is not None:
+            return refused
+        seq = int_arg(query, "seq")
+        if preview is None:
+            message = None
+        elif seq is None:
+            newest = preview.newest(name)
+            message = newest[1] if newest is not None else None
+        else:
+            message = preview.message(name, seq)
+        if message is None:
+            return text_reply(404, f"{name}: no frame message kept for seq {seq}")
+        return json_reply(message)
+
+    def route(self, path: str, query: dict, client: str) -> Reply:
+        """The answer to `path` (`query` as `parse_qs` makes it; `client`: the viewer's address)."""
+        if path in ("/", "/index.html"):
+            return page_file("index.html")
+        if path.startswith("/page/"):
+            return page_file(path[len("/page/"):])
+        if path == "/api/streams":
+            return self.streams()
+        if path == "/api/stats":
+            return self.stats(query)
+        if path == "/api/events":
+            return self.events(query)
+        parts = path.split("/")
+        if len(parts) == 5 and parts[:3] == ["", "api", "events"] and parts[4] == "snapshot.jpg" \
+                and parts[3].isascii() and parts[3].isdigit():  # '²'.isdigit() too, and int() refuses it
+            return self.snapshot(int(parts[3]))
+        if len(parts) == 5 and parts[:3] == ["", "api", "streams"]:
+            name, what = parts[3], parts[4]
+            if what == "frame.jpg":
+                return self.frame_jpeg(name)
+            if what == "preview.jpg":
+                return self.preview_jpeg(name, query, client)
+            if what == "result":
+                return self.result(name, query)
+        return text_reply(404, "not found: try /, /api/streams, /api/stats, /api/events, /metrics or /healthz")

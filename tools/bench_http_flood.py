@@ -1,0 +1,150 @@
+"""What a flood of slow HTTP clients costs a run (issue 25): `/metrics` latency (the median of 10 probes,
+each on a new connection) and the engine's frames per second, without and with `--clients` slow
+clients (tests/http_flood.py: half a request, then a byte every 3 s, reconnecting when closed), side by
+side in alternating phases of one run, so that the machine's drift hits both alike.
+
+The run: `streamlens run` held to 1,024 file descriptors, `--streams` copies of samples/traffic.mp4
+read unpaced and looped (`live: false, loop: true`: the engine goes as fast as the machine lets it, so
+anything the server takes from it shows as fewer frames a second), the motion detector, the Kalman
+tracker, no sink. Frames a second: the growth of `streamlens_frames_total` (all streams) between the
+phase's first and last scrape.
+
+Run: python tools/bench_http_flood.py [--clients 2000] [--streams 2] [--phase-s 20] [--rounds 2]
+     [--out tools/results/http_flood.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from tests.http_flood import Flood  # noqa: E402
+from tests.rtsp_server import free_port  # noqa: E402
+
+SAMPLE = REPO / "samples" / "traffic.mp4"
+RUN_NOFILE = 1024
+
+
+def scrape(port: int) -> tuple[float, float]:
+    """(seconds the answer took, frames published so far over every stream)."""
+    started = time.monotonic()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as r:
+        text = r.read().decode()
+    took = time.monotonic() - started
+    frames = sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("streamlens_frames_total{"))
+    return took, frames
+
+
+def phase(port: int, seconds: float, probes: int = 10) -> dict:
+    """`probes` scrapes spread over `seconds`: their median latency, and frames a second between
+    the first and the last."""
+    took, marks, failed = [], [], 0
+    for i in range(probes):
+        try:
+            t, frames = scrape(port)
+        except OSError:  # refused, closed unanswered, or no answer within 60 s: counted, as 60 s
+            failed += 1
+            took.append(60.0)
+        else:
+            took.append(t)
+            marks.append((time.monotonic(), frames))
+        if i < probes - 1:
+            time.sleep(seconds / (probes - 1))
+    (t0, f0), (t1, f1) = (marks[0], marks[-1]) if len(marks) > 1 else ((0.0, 0.0), (1.0, float("nan")))
+    return {"metrics_ms": statistics.median(took) * 1000, "metrics_max_ms": max(took) * 1000,
+            "fps": (f1 - f0) / (t1 - t0), "failed": failed}
+
+
+def _limit() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (RUN_NOFILE, RUN_NOFILE))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--clients", type=int, default=2000)
+    p.add_argument("--streams", type=int, default=2)
+    p.add_argument("--phase-s", type=float, default=20.0)
+    p.add_argument("--rounds", type=int, default=2, help="pairs of phases (without, with)")
+    p.add_argument("--out", type=Path)
+    args = p.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, args.clients + 256)), hard))
+    folder = Path(tempfile.mkdtemp(prefix="bench_http_flood-"))
+    port = free_port()
+    sources = "\n".join(f"  - {{name: s{i}, uri: {SAMPLE}, live: false, loop: true}}" for i in range(args.streams))
+    (folder / "pipeline.yaml").write_text(f"sources:\n{sources}\ndetector: {{backend: motion}}\n"
+                                          f"tracker: {{motion: kalman}}\nruntime: {{http: {{port: {port}}}}}\n")
+    run = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", "pipeline.yaml"], cwd=folder,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           start_new_session=True, preexec_fn=_limit)
+    rows = []
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if scrape(port)[1] > 100:
+                    break
+            except OSError:
+                pass
+            if run.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"bench_http_flood: the run did not start: {run.stderr.read().decode()[-2000:]}")
+            time.sleep(0.5)
+        for round_ in range(args.rounds):
+            rows.append(("without", round_ + 1, phase(port, args.phase_s), None))
+            with Flood(port, args.clients) as flood:
+                while flood.ticks < 2:  # every client has connected and sent its half request
+                    time.sleep(0.2)
+                figures = phase(port, args.phase_s)
+                rows.append(("with", round_ + 1, figures, (flood.opened, flood.closed_by_server)))
+            time.sleep(5)  # the last slow clients' connections close
+            print(rows[-2][:3], rows[-1][:3], file=sys.stderr)
+    finally:
+        os.killpg(run.pid, signal.SIGINT)
+        run.wait(30)
+    command = "python tools/bench_http_flood.py " + " ".join(sys.argv[1:])
+    lines = [
+        "# HTTP under a flood of slow clients",
+        "",
+        f"`{command}` on {datetime.date.today()}, {os.cpu_count()} CPU cores "
+        f"({platform.processor() or platform.machine()}), Python {platform.python_version()}, shared with other "
+        "work (a noisy machine: compare the phases of one run, not runs).",
+        "",
+        f"A `streamlens run` held to {RUN_NOFILE} descriptors, {args.streams} copies of samples/traffic.mp4 "
+        "(640x360) read unpaced and looped, motion detector, Kalman tracker; phases of "
+        f"{args.phase_s:g} s without and with {args.clients} slow clients (half a request, a byte every 3 s, "
+        "reconnecting when closed), alternating. `/metrics`: the median (and the slowest) of 10 probes, each "
+        "on a new connection (one unanswered counts as 60 s); frames a second: all streams, from "
+        "`streamlens_frames_total`.",
+        "",
+        "| phase | round | /metrics median ms | slowest ms | probes unanswered | frames a second | slow connections opened / closed by the server |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, round_, figures, flood in rows:
+        lines.append(f"| {name} | {round_} | {figures['metrics_ms']:.1f} | {figures['metrics_max_ms']:.1f} | "
+                     f"{figures['failed']} | {figures['fps']:.1f} | {'' if flood is None else f'{flood[0]} / {flood[1]}'} |")
+    without = statistics.median(r[2]["fps"] for r in rows if r[0] == "without")
+    with_ = statistics.median(r[2]["fps"] for r in rows if r[0] == "with")
+    lines += ["", f"Frames a second, median of the phases: {without:.1f} without, {with_:.1f} with the flood "
+              f"({with_ / without:.2f} of it)."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
