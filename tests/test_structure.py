@@ -178,17 +178,11 @@ def test_no_import_cycle():
 
 #: the most lines a module may have: past it, it holds more than one job (split it along its seams)
 MAX_LINES = 500
-#: modules over MAX_LINES that are being split on other branches right now; each comes off this list
-#: when its split lands, and nothing else goes on it
-BEING_SPLIT = {
-    "streamlens/graph/runtime.py",  # the result stages and the engine's parts (branch stages)
-    "streamlens/http/server.py",  # the HTTP routes (branch http)
-}
 
 
 def test_no_module_is_over_500_lines():
-    """Every module is at most MAX_LINES lines, but those listed in BEING_SPLIT."""
+    """Every module is at most MAX_LINES lines."""
     root = PACKAGE.parent
     long = {str(path.relative_to(root)): n for path in modules().values()
             if (n := len(path.read_text().splitlines())) > MAX_LINES}
-    assert sorted(set(long) - BEING_SPLIT) == [], f"modules over {MAX_LINES} lines: {long}"
+    assert long == {}, f"modules over {MAX_LINES} lines: {long}"
