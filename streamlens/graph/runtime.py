@@ -438,9 +438,9 @@ class Pipeline:
             queue_depth=self._inbox.depth, controller=self.controller,
             secondary_stats=self.secondary_stats if self._secondary is not None else None,
             extra=self._stats_extra, sources=self._sources)
+        self._collector = CycleCollector() if cfg.tracker.motion == "mv" else None
         route = ResultRoute(build_stages(cfg, self._secondary), self._out, self.stats, self._reporter,
-                            credits=self._credits, credited=frozenset(self._credited),
-                            collector=CycleCollector() if cfg.tracker.motion == "mv" else None)
+                            credits=self._credits, credited=frozenset(self._credited), collector=self._collector)
         if self._secondary is not None:
             self._secondary.start()
         self._engine_thread = threading.Thread(target=self._run_engine, args=(detector, lanes, route),
