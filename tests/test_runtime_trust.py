@@ -163,7 +163,7 @@ keyframes: {{interval: 5}}
     assert all(0 <= m["latency_ms"]["total"] < 60_000 for m in frames)
     # the detector's answers still arrive after the step (on time as keyframes, or, on a busy machine
     # whose controller stopped keyframes waiting, a few frames later: `detected_frame` tells)
-    assert max(m["detected_frame"] for m in frames) >= 60
+    assert max(m["detected_frame"] for m in frames if m["detected_frame"] is not None) >= 60
 
 
 def test_a_start_that_fails_leaves_the_last_runs_output_alone(tmp_path):
