@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 import weakref
 
 import requests
@@ -111,9 +112,11 @@ class DeadlineSession(requests.Session):
 
         timer = threading.Timer(deadline_s, overdue)
         timer.daemon = True
+        started = time.monotonic()
         timer.start()
         try:
-            kwargs.setdefault("timeout", (deadline_s, deadline_s))
+            # each read may wait past the deadline: the cut, not a read's own timeout, ends a slow answer
+            kwargs.setdefault("timeout", (deadline_s, deadline_s + 1.0))
             answer = super().post(url, data=data, json=json, stream=True, **kwargs)
             try:
                 body = answer.raw.read(self.BODY_KEPT + 1, decode_content=False)
@@ -124,8 +127,10 @@ class DeadlineSession(requests.Session):
             else:
                 answer.close()
             return answer
+        except requests.ConnectTimeout:
+            raise
         except requests.RequestException:
-            if cut.is_set():
+            if cut.is_set() or time.monotonic() - started >= deadline_s:
                 raise Overdue(f"no answer within {deadline_s:g} s") from None
             raise
         finally:
