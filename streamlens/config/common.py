@@ -56,6 +56,16 @@ class _Keys(BaseModel):
 Section = TypeVar("Section", bound=_Keys)
 
 
+def ordered(value: Any, info: ValidationInfo, key: str, where: str, *, most: bool) -> Any:
+    """`value` checked against its section's `key` (validated before it): at most it (`most`) or at
+    least it; either may be None (not given). The message names `where.key`.
+    """
+    other = info.data.get(key)
+    if value is not None and other is not None and (value > other if most else value < other):
+        raise invalid(f"must be {'<=' if most else '>='} {where}.{key} ({other})")
+    return value
+
+
 def section(model: type[Section], label: str, context: dict | None = None, **keys: Any) -> Section:
     """`model` checked from `keys`: how a sink, source or detector made in code, from keyword
     arguments rather than its typed section, gets the pipeline file's checks. A mistake raises

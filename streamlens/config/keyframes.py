@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from .common import INT_MAX, _Keys
-from .problems import invalid
+from .common import INT_MAX, _Keys, ordered
 
 
 class KeyframeConfig(_Keys):
@@ -22,18 +21,12 @@ class KeyframeConfig(_Keys):
     @field_validator("max_interval")
     @classmethod
     def _max(cls, value: int, info: ValidationInfo) -> int:
-        interval = info.data.get("interval")
-        if interval is not None and value < interval:
-            raise invalid(f"must be >= keyframes.interval ({interval})")
-        return value
+        return ordered(value, info, "interval", "keyframes", most=False)
 
     @field_validator("min_interval")
     @classmethod
     def _min(cls, value: int, info: ValidationInfo) -> int:
-        interval = info.data.get("interval")
-        if interval is not None and value > interval:
-            raise invalid(f"must be <= keyframes.interval ({interval})")
-        return value
+        return ordered(value, info, "interval", "keyframes", most=True)
 
     @model_validator(mode="after")
     def _defaults(self) -> KeyframeConfig:

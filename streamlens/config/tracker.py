@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from .common import MAX_SECONDS, _Keys
+from .common import MAX_SECONDS, _Keys, ordered
 from .problems import invalid
 
 TRACKER_MOTIONS = ("kalman", "flow", "mv")
@@ -40,15 +40,9 @@ class TrackerConfig(_Keys):
     @field_validator("low_score")
     @classmethod
     def _low(cls, value: float | None, info: ValidationInfo) -> float | None:
-        high = info.data.get("high_score")
-        if value is not None and high is not None and value > high:
-            raise invalid(f"must be <= tracker.high_score ({high})")
-        return value
+        return ordered(value, info, "high_score", "tracker", most=True)
 
     @field_validator("coast_s")
     @classmethod
     def _coast(cls, value: float | None, info: ValidationInfo) -> float | None:
-        lost = info.data.get("lost_s")
-        if value is not None and lost is not None and value > lost:
-            raise invalid(f"must be <= tracker.lost_s ({lost})")
-        return value
+        return ordered(value, info, "lost_s", "tracker", most=True)
