@@ -177,13 +177,17 @@ def port_problem(uri: str) -> str | None:
     return f"port must be a number from 1 to 65535, got {shown}: {url}{hint}"
 
 
-def is_loopback(host: str) -> bool:
+def is_loopback(host: str, *, resolve: bool = True) -> bool:
     """Whether listening on `host` keeps the server to this machine: 127.0.0.0/8, ::1, or a name
-    that resolves to those alone. `""` and `0.0.0.0` listen everywhere.
+    that resolves to those alone. `""` and `0.0.0.0` listen everywhere. With `resolve=False` no
+    name is looked up (a peer's host, asked about where a hung resolver must not hold anything up):
+    only `localhost` and `*.localhost` are names of this machine then.
 
     Example:
         >>> [is_loopback(h) for h in ("127.0.0.1", "::1", "localhost", "0.0.0.0", "", "10.0.0.5")]
         [True, True, True, False, False, False]
+        >>> is_loopback("cam.localhost", resolve=False), is_loopback("broker.lan", resolve=False)
+        (True, False)
     """
     if not host:
         return False
@@ -191,6 +195,9 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         pass
+    if not resolve:
+        name = host.lower().rstrip(".")
+        return name == "localhost" or name.endswith(".localhost")
     try:
         found = {info[4][0] for info in socket.getaddrinfo(host, None)}
     except OSError:

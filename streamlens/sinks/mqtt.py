@@ -120,7 +120,7 @@ class MqttSink(MqttClientLoop, Sink):
         client.max_queued_messages_set(self._window)
         if user is not None:
             client.username_pw_set(user, password)
-            if password is not None and not self.tls and not is_loopback(self.host):
+            if password is not None and not self.tls and not is_loopback(self.host, resolve=False):
                 log.warning("%s: the MQTT password in $%s goes to %s:%d without TLS, readable by anyone on the "
                             "way; set tls: true", self.key("password_env"), self.password_env, self.host, self.port)
         if self.tls:

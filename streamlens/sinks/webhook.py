@@ -148,7 +148,7 @@ class WebhookSink(Sink):
                 raise SinkError(f"{self.key('token_env')}: the environment variable {self.token_env} is not set "
                                 "(it holds the webhook's bearer token)")
             session.auth = _Bearer(token)  # an auth of its own: a ~/.netrc entry does not replace it
-            if self.url.lower().startswith("http://") and not is_loopback(url_host(self.url)):
+            if self.url.lower().startswith("http://") and not is_loopback(url_host(self.url), resolve=False):
                 log.warning("%s: the bearer token in %s goes over plain http:// to %s, readable by anyone on the "
                             "way; use https://", self.key("token_env"), self.token_env, self.display_url)
         self._pub.start(self._work, "webhook", session)
