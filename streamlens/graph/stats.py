@@ -20,7 +20,6 @@ Example:
 from __future__ import annotations
 
 import copy
-import queue
 import threading
 import time
 from collections import deque
@@ -77,18 +76,18 @@ class StreamStats:
     #: held by the writer while it writes, and by `snapshot()` and `report()` while they read
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     #: what other threads saw, for the writer to take in (`take_posts`)
-    _posts: queue.SimpleQueue = field(default_factory=queue.SimpleQueue, repr=False, compare=False)
+    _posts: deque = field(default_factory=deque, repr=False, compare=False)
 
     # -- any thread ---------------------------------------------------------------------------
 
     def post_published(self, result: FrameResult, publish_ms: float, total_ms: float) -> None:
         """Every sink has published `result`, `publish_ms` after it was handed to them (taken in as
         `published` by the writer)."""
-        self._posts.put((self.published, (result, publish_ms, total_ms)))
+        self._posts.append((self.published, (result, publish_ms, total_ms)))
 
     def post_state(self, state: str) -> None:
         """A live source's state (streaming, stalled, ...): taken in unless the stream has ended."""
-        self._posts.put((self._source_state, (state,)))
+        self._posts.append((self._source_state, (state,)))
 
     def snapshot(self) -> StreamStats:
         """A copy of the figures as they are now, which stays as it is while the run goes on."""
@@ -107,17 +106,15 @@ class StreamStats:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._lock, self._posts = threading.RLock(), queue.SimpleQueue()
+        self._lock, self._posts = threading.RLock(), deque()
 
     # -- the writer ---------------------------------------------------------------------------
 
     def take_posts(self) -> None:
         """Take in what other threads posted, in order."""
-        while True:
-            try:
-                method, args = self._posts.get_nowait()
-            except queue.Empty:
-                return
+        posts = self._posts  # appended by other threads, taken here (deque's ends are thread-safe)
+        while posts:
+            method, args = posts.popleft()
             method(*args)
 
     def count(self, result: FrameResult) -> None:
