@@ -35,6 +35,7 @@ from ..config import PipelineConfig
 from ..errors import StreamlensError
 from ..frame import FrameResult
 from ..sinks.base import Sink
+from ..wire.keys import RunKeys
 
 #: how often an engine process sends its figures to the supervisor
 SNAPSHOT_EVERY_S = 0.5
@@ -53,6 +54,10 @@ class EngineSpec:
     log_level: int = logging.WARNING
     #: how many times this engine has been started again (said in its streams' `stats` messages)
     restarts: int = 0
+    #: a Ray actor's: the run's CurveZMQ keys for its sockets towards the supervisor, and the
+    #: address of the supervisor's node (an actor there binds on loopback); see ray.py
+    keys: RunKeys | None = None
+    supervisor_node: str | None = None
 
 
 @dataclass

@@ -19,6 +19,7 @@ import zmq
 from ..config import SinkConfig
 from ..frame import Snapshot as EventSnapshot
 from ..wire.codec import MAX_DOWNSTREAM_BYTES, MAX_UPSTREAM_BYTES, is_subscription
+from ..wire.keys import RunKeys
 from .engine_config import WRITTEN_HERE
 
 log = logging.getLogger("streamlens.scale")
@@ -45,7 +46,7 @@ class Forwarder:
     """One sink of the file, fed by every engine: a zmq endpoint bound here, or a sink written here
     (jsonl, mqtt, webhook) from what the engines push."""
 
-    def __init__(self, sink: SinkConfig, where: str):
+    def __init__(self, sink: SinkConfig, where: str, keys: RunKeys | None = None):
         self.sink, self.where = sink, where
         self.ctx = zmq.Context()
         self.dropped = 0
@@ -64,6 +65,8 @@ class Forwarder:
         pub = sink.type == "zmq" and sink.mode == "pub"
         self.front = self.ctx.socket(zmq.XSUB if pub else zmq.PULL)
         self.front.setsockopt(zmq.MAXMSGSIZE, MAX_DOWNSTREAM_BYTES)
+        if keys is not None:  # the engines are Ray actors: their sockets admit this key only (ray.py)
+            keys.make_client(self.front)
         self.back = None
 
     def join(self, engine: int, endpoint: str) -> None:

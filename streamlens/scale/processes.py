@@ -18,6 +18,8 @@ class Processes:
     """Engines as processes of this machine, spoken to over pipes (see engine.py)."""
 
     remote = False
+    #: no CurveZMQ keys: the engines' sockets are ipc files in the run's private folder
+    keys = None
 
     def __init__(self, folder: str):
         self.folder = folder

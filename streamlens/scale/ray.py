@@ -8,6 +8,12 @@ through Ray (a snapshot about twice a second); results go over ZeroMQ from the a
 supervisor, whose forwarders join each actor's sinks where its snapshots say they listen; frames
 never leave the node that decodes them.
 
+The wire between the actors and the supervisor is for them alone: the supervisor makes CurveZMQ
+keys for the run (`RunKeys`, never written by it), every actor's sockets towards it are CurveZMQ
+servers that admit only the supervisor's key, and an actor on the supervisor's own node binds them
+on loopback (127.0.0.1) rather than on the node's address. Ray's own channel carries the keys to
+the actors (secure it with Ray's TLS settings where the network is not trusted).
+
 Every node needs streamlens installed, and the files a pipeline names (videos, models) at the same
 paths. A cluster:
 
@@ -21,12 +27,16 @@ could have published since (`SEQ_MARGIN_S`): a subscriber sees a gap, never a re
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import signal
+import tempfile
 import time
 from typing import Any
 
 from ..config import SinkConfig
+from ..config.sinks import CurveConfig
+from ..wire.keys import RunKeys
 from .engine import SNAPSHOT_EVERY_S, EngineRun, EngineSpec
 
 #: an actor's restart: how much longer than the time since its last figures a stream may have
@@ -44,9 +54,13 @@ class EngineActor:
         import ray
 
         host = ray.util.get_node_ip_address()
-        spec.config = spec.config.model_copy(update={"sinks": [_on_node(s, host) for s in spec.config.sinks]})
-        self._engine = EngineRun(spec, host=host)
-        return self._engine.run()
+        bind = "127.0.0.1" if host == spec.supervisor_node else host
+        with tempfile.TemporaryDirectory(prefix="streamlens-keys-") as folder:  # 0700, gone with the run
+            curve = spec.keys.write_server(folder) if spec.keys is not None else None
+            sinks = [_on_node(s, bind, curve) for s in spec.config.sinks]
+            spec.config = spec.config.model_copy(update={"sinks": sinks})
+            self._engine = EngineRun(spec, host=host)
+            return self._engine.run()
 
     def snapshot(self):
         return self._engine.snapshot() if self._engine is not None else None
@@ -65,11 +79,15 @@ class EngineActor:
         return os.getpid()
 
 
-def _on_node(sink: SinkConfig, host: str) -> SinkConfig:
-    """A sink of an actor's config bound on its node's address (`{node}` in a zmq endpoint)."""
+def _on_node(sink: SinkConfig, host: str, curve: dict | None) -> SinkConfig:
+    """A sink of an actor's config bound on `host` (`{node}` in a zmq endpoint), with the run's
+    CurveZMQ keys (`curve`, from `RunKeys.write_server`) when it has them."""
     if sink.type != "zmq":
         return sink
-    return sink.model_copy(update={"endpoint": sink.endpoint.replace("{node}", host)})
+    update = {"endpoint": sink.endpoint.replace("{node}", host)}
+    if curve is not None:
+        update["curve"] = CurveConfig(**curve)
+    return sink.model_copy(update=update)
 
 
 class RayActors:
@@ -96,6 +114,9 @@ class RayActors:
                                       f"{cluster.address or 'this machine'}: {e}") from None
             for s, handler in handlers.items():  # Ray's own would end the driver at the first Ctrl-C
                 signal.signal(s, handler)
+        #: the run's keys for the wire between the actors and the supervisor's forwarders
+        self.keys = RunKeys.make()
+        self.node = ray.util.get_node_ip_address()
         self.actor_class = ray.remote(EngineActor).options(
             num_cpus=cluster.cpus, num_gpus=cluster.gpus, max_restarts=-1, max_task_retries=0, max_concurrency=4)
         self._actors: list = []
@@ -109,6 +130,7 @@ class RayActors:
         else:
             actor = self.actor_class.remote()
             self._actors.append(actor)
+        spec = dataclasses.replace(spec, keys=self.keys, supervisor_node=self.node)
         engine.handle = {"actor": actor, "run": actor.run.remote(spec), "snapshot": None, "asked": 0.0,
                          "fps": {}}
 

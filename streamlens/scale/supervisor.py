@@ -343,7 +343,7 @@ class Supervisor:
         for j, sink in enumerate(self.config.sinks):
             if sink.type == "video":
                 continue
-            forwarder = Forwarder(sink, f"sinks[{j}]")
+            forwarder = Forwarder(sink, f"sinks[{j}]", self._launcher.keys)
             self._forwarders[forwarder.where] = forwarder  # finished by run() whatever happens next
             if not self._launcher.remote:  # processes: their endpoints are known before they start
                 for engine in self._engines:

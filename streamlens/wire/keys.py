@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
@@ -159,5 +160,62 @@ def make_client(socket: zmq.Socket, server_public_file: str | Path,
     socket.curve_serverkey = server_public
 
 
-__all__ = ["make_keys", "read_public_key", "read_secret_key", "make_server", "make_client",
+@dataclass(frozen=True)
+class RunKeys:
+    """Keys made for one run, never written by `streamlens keygen` nor kept after it: the engines'
+    sockets are CurveZMQ servers with `server`, and admit only the supervisor's `client` key.
+
+    The secret halves travel with each engine's spec (over Ray's own channel) and are put in a
+    private folder on the engine's node for as long as it runs (`write_server`); the repr never
+    shows them.
+
+    >>> keys = RunKeys.make()
+    >>> "secret" in repr(keys), len(keys.server_public), len(keys.client_public)
+    (False, 40, 40)
+    """
+
+    server_public: bytes
+    server_secret: bytes
+    client_public: bytes
+    client_secret: bytes
+
+    @classmethod
+    def make(cls) -> "RunKeys":
+        if not curve_available():
+            raise KeyFileError("this libzmq has no CurveZMQ support (it was built without libsodium)")
+        server, client = zmq.curve_keypair(), zmq.curve_keypair()
+        return cls(server[0], server[1], client[0], client[1])
+
+    def __repr__(self) -> str:
+        return f"RunKeys(server={self.server_public.decode()}, client={self.client_public.decode()})"
+
+    def write_server(self, folder: str | Path) -> dict[str, str]:
+        """Write the server's key pair and the client's public key (the only one admitted) into
+        `folder` (made here, readable by its owner only); returns the zmq sink's `curve` mapping
+        for them (`server_secret`, `authorized`)."""
+        folder = Path(folder)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (folder / AUTHORIZED_DIR).mkdir(mode=0o700, exist_ok=True)
+        secret, admitted = folder / "server.key_secret", folder / AUTHORIZED_DIR / "supervisor.key"
+        _write_key(secret, self.server_public, self.server_secret)
+        _write_key(admitted, self.client_public, None)
+        return {"server_secret": str(secret), "authorized": str(folder / AUTHORIZED_DIR)}
+
+    def make_client(self, socket: zmq.Socket) -> None:
+        """Make `socket` (which connects to the engines) the supervisor's CurveZMQ client, before connect."""
+        socket.curve_secretkey = self.client_secret
+        socket.curve_publickey = self.client_public
+        socket.curve_serverkey = self.server_public
+
+
+def _write_key(path: Path, public: bytes, secret: bytes | None) -> None:
+    """A certificate file in the ZPL form that `zmq.auth.load_certificate` reads, created 0600."""
+    _create(path, 0o600)
+    lines = ["metadata", "curve", f'    public-key = "{public.decode()}"']
+    if secret is not None:
+        lines.append(f'    secret-key = "{secret.decode()}"')
+    path.write_text("\n".join(lines) + "\n")
+
+
+__all__ = ["RunKeys", "make_keys", "read_public_key", "read_secret_key", "make_server", "make_client",
            "curve_available", "AUTHORIZED_DIR", "KeyFileError"]
