@@ -157,15 +157,40 @@ def health(pipeline: RunView) -> Reply:
     return Reply(200 if state in HEALTHY else 503, "application/json", json.dumps(body).encode())
 
 
-class Exposition:
-    """`/metrics` of one run through prometheus-client's WSGI app over a registry of its own.
-    `reply()` runs the collector: call it off the server's event loop."""
+class ConnectionsCollector:
+    """The HTTP server's own figures: connections open now, and those it closed, by why (`over_limit`:
+    to make room for a newcomer past its bound; `late`: no whole request head within its deadline)."""
 
-    def __init__(self, pipeline: RunView):
+    def __init__(self, connections):
+        self.connections = connections
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        c = self.connections
+        opened = GaugeMetricFamily("streamlens_http_connections", "HTTP connections open now")
+        opened.add_metric([], c.open_now)
+        closed = CounterMetricFamily("streamlens_http_connections_closed",
+                                     "HTTP connections the server closed: over_limit (room made for a newcomer), "
+                                     "late (no whole request head within the deadline)", labels=["why"])
+        closed.add_metric(["over_limit"], c.closed_over_limit)
+        closed.add_metric(["late"], c.closed_late)
+        yield opened
+        yield closed
+
+
+class Exposition:
+    """`/metrics` of one run through prometheus-client's WSGI app over a registry of its own (with
+    the HTTP server's `connections`, when given). `reply()` runs the collectors: call it off the
+    server's event loop."""
+
+    def __init__(self, pipeline: RunView, connections=None):
         from prometheus_client import CollectorRegistry, make_wsgi_app
 
         self.registry = CollectorRegistry()
         self.registry.register(Collector(pipeline))
+        if connections is not None:
+            self.registry.register(ConnectionsCollector(connections))
         self._app = make_wsgi_app(self.registry)
 
     def reply(self, query_string: str, accept: str, accept_encoding: str) -> Reply:

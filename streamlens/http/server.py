@@ -96,6 +96,10 @@ class _Connections:
         #: connections closed to keep the bound, and for sending no whole head in time
         self.closed_over_limit = self.closed_late = 0
 
+    @property
+    def open_now(self) -> int:
+        return len(self._open)
+
     def opened(self, handler, transport) -> None:
         self._open[handler] = transport
         while len(self._open) > self.limit:
@@ -242,9 +246,9 @@ class MetricsServer:
         http = _http_config(pipeline)
         self.token_env = http.token_env
         self.guard = Guard(host, port, list(http.allowed_hosts), http.require_token, http.token_env)
-        self.exposition = Exposition(pipeline)
-        self._api = Api(pipeline, http.preview_fps) if http.page else None
         self.connections = _Connections(MAX_CONNECTIONS, HEAD_DEADLINE_S)
+        self.exposition = Exposition(pipeline, self.connections)
+        self._api = Api(pipeline, http.preview_fps) if http.page else None
         self._pool: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.ServerRunner | None = None

@@ -119,6 +119,11 @@ runtime: {{http: {{port: {port}}}}}
         assert threads <= threads_before + 16, (threads_before, threads)  # no thread per client
         assert descriptors < RUN_NOFILE - 200, descriptors  # the server's share is bounded
         assert closed > 0, ticks  # the slow clients were closed, not kept
+        # and /metrics says so: connections open within the bound, those closed to keep it counted
+        server = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+                  if line.startswith("streamlens_http_connections")}
+        assert 0 < server["streamlens_http_connections"] <= 256, server
+        assert server['streamlens_http_connections_closed_total{why="over_limit"}'] > 0, server
         run.send_signal(signal.SIGINT)
         run.wait(30)
     finally:
