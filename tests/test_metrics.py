@@ -60,6 +60,7 @@ def test_metrics_and_health_while_a_live_stream_runs(tmp_path):
         # the server's own figures: this scrape's connection is open (an earlier one may not be closed yet)
         assert float(text.split("\nstreamlens_http_connections ")[1].split()[0]) >= 1
         assert 'streamlens_http_connections_closed_total{why="late"} 0.0' in text
+        assert float(text.split("\nstreamlens_http_cpu_seconds_total ")[1].split()[0]) >= 0  # in 10 ms ticks
         assert get(base + "/nope")[0] == 404
         pipeline.stop()
         code, body = get(base + "/healthz")

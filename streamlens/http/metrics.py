@@ -157,12 +157,13 @@ def health(pipeline: RunView) -> Reply:
     return Reply(200 if state in HEALTHY else 503, "application/json", json.dumps(body).encode())
 
 
-class ConnectionsCollector:
-    """The HTTP server's own figures: connections open now, and those it closed, by why (`over_limit`:
-    to make room for a newcomer past its bound; `late`: no whole request head within its deadline)."""
+class ServerCollector:
+    """The HTTP server's own figures: connections open now, those it closed, by why (`over_limit`:
+    to make room for a newcomer past its bound; `late`: no whole request head within its deadline),
+    and the CPU time its threads used (`cpu_seconds()`)."""
 
-    def __init__(self, connections):
-        self.connections = connections
+    def __init__(self, connections, cpu_seconds):
+        self.connections, self.cpu_seconds = connections, cpu_seconds
 
     def collect(self):
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -177,20 +178,25 @@ class ConnectionsCollector:
         closed.add_metric(["late"], c.closed_late)
         yield opened
         yield closed
+        seconds = self.cpu_seconds()
+        if seconds is not None:
+            cpu = CounterMetricFamily("streamlens_http_cpu_seconds", "CPU time the HTTP server's threads used")
+            cpu.add_metric([], seconds)
+            yield cpu
 
 
 class Exposition:
     """`/metrics` of one run through prometheus-client's WSGI app over a registry of its own (with
-    the HTTP server's `connections`, when given). `reply()` runs the collectors: call it off the
+    the HTTP server's figures, `server`, when given). `reply()` runs the collectors: call it off the
     server's event loop."""
 
-    def __init__(self, pipeline: RunView, connections=None):
+    def __init__(self, pipeline: RunView, server: ServerCollector | None = None):
         from prometheus_client import CollectorRegistry, make_wsgi_app
 
         self.registry = CollectorRegistry()
         self.registry.register(Collector(pipeline))
-        if connections is not None:
-            self.registry.register(ConnectionsCollector(connections))
+        if server is not None:
+            self.registry.register(server)
         self._app = make_wsgi_app(self.registry)
 
     def reply(self, query_string: str, accept: str, accept_encoding: str) -> Reply:

@@ -50,8 +50,10 @@ import functools
 import logging
 import socket
 import threading
+import os
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -59,7 +61,7 @@ from aiohttp import web
 from ..errors import StreamlensError
 from .api import HISTORY_EVERY_S, Api
 from .auth import Guard
-from .metrics import Exposition, health
+from .metrics import Exposition, ServerCollector, health
 from .reply import Reply, text_reply
 
 if TYPE_CHECKING:
@@ -69,6 +71,7 @@ log = logging.getLogger("streamlens.http")
 
 #: connections held at once (see the module)
 MAX_CONNECTIONS = 256
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 #: seconds each request's head has, from the connection's opening or the end of the answer before
 HEAD_DEADLINE_S = 10.0
 #: the longest request line or header, in bytes, and the most headers in a request
@@ -247,7 +250,8 @@ class MetricsServer:
         self.token_env = http.token_env
         self.guard = Guard(host, port, list(http.allowed_hosts), http.require_token, http.token_env)
         self.connections = _Connections(MAX_CONNECTIONS, HEAD_DEADLINE_S)
-        self.exposition = Exposition(pipeline, self.connections)
+        self._threads: dict[int, float] = {}  # the server's threads (kernel ids) -> CPU seconds last read
+        self.exposition = Exposition(pipeline, ServerCollector(self.connections, self.cpu_seconds))
         self._api = Api(pipeline, http.preview_fps) if http.page else None
         self._pool: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -323,6 +327,7 @@ class MetricsServer:
             asyncio.get_running_loop().create_task(self._sample_history(), name="http-history")
 
     def _serve(self, sock: socket.socket, started: threading.Event, failed: list) -> None:
+        self._mine()
         loop = self._loop = asyncio.new_event_loop()
         try:
             loop.run_until_complete(self._open(sock))
@@ -345,6 +350,24 @@ class MetricsServer:
                 log.debug("closing the HTTP server", exc_info=True)
             loop.close()
 
+    def _mine(self) -> None:
+        """Count the calling thread's CPU time as the server's."""
+        self._threads[threading.get_native_id()] = 0.0
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time the server's threads (the event loop and the pool) have used, read from /proc
+        (None where there is none); a thread that has ended keeps its last figure."""
+        for tid in list(self._threads):
+            try:
+                stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+            except OSError:
+                if not Path("/proc/self/task").is_dir():
+                    return None
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            self._threads[tid] = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
+        return sum(self._threads.values())
+
     def start(self) -> None:
         """Read the token (a `StreamlensError` of one line when one is needed and unset or short),
         listen, and serve on the thread `http`."""
@@ -352,7 +375,7 @@ class MetricsServer:
         sock = self._listen()
         self.port = sock.getsockname()[1]
         self.guard.set_port(self.port)
-        self._pool = ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="http-worker")
+        self._pool = ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="http-worker", initializer=self._mine)
         started, failed = threading.Event(), []
         self._thread = threading.Thread(target=self._serve, args=(sock, started, failed), name="http", daemon=True)
         self._thread.start()
