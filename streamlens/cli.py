@@ -27,6 +27,7 @@ import threading
 from importlib.metadata import PackageNotFoundError, version
 
 from .bench import command as bench_command
+from .commands import history as history_command
 from .commands import keygen as keygen_command
 from .commands import subscribe as subscribe_command
 from .config import load_pipeline, preflight_problems
@@ -64,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     subscribe_command.add_parser(sub, common)
     subscribe_command.add_events_parser(sub, common)
     keygen_command.add_parser(sub, common)
+    history_command.add_parser(sub, common)
     eval_command.add_parser(sub, common)
     bench_command.add_parser(sub, common)
     return p
@@ -169,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {"run": _cmd_run, "validate": _cmd_validate, "schema": _cmd_schema, "subscribe": subscribe_command.run,
                 "events": subscribe_command.run_events,
-                "keygen": keygen_command.run, "eval": eval_command.run,
+                "keygen": keygen_command.run, "history": history_command.run, "eval": eval_command.run,
                 "bench": bench_command.run}[args.command](args)
     except ConfigError as e:
         if args.debug:

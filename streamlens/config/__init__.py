@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from ..errors import ConfigError
 from ..urls import mask_url
 from .model import (INT_MAX, LIVE_SCHEMES, MAX_BATCH, MAX_HWM, MAX_IMGSZ, MAX_MS, MAX_QUEUE_SIZE, MAX_SECONDS,
-                    MAX_THREADS, TRACKER_MOTIONS, ClusterConfig, CurveConfig, DetectorConfig, HttpConfig, InputConfig,
+                    MAX_THREADS, TRACKER_MOTIONS, ClusterConfig, CurveConfig, DetectorConfig, HistoryConfig, HttpConfig, InputConfig,
                     JsonlSinkConfig, KeyframeConfig, PipelineConfig, PipelineFile, RuntimeConfig, SinkConfig,
                     SourceConfig, TrackerConfig, VideoSinkConfig, ZmqSinkConfig)
 from .preflight import preflight_problems
@@ -122,7 +122,7 @@ def json_schema() -> str:
 
 __all__ = ["PipelineConfig", "PipelineFile", "SourceConfig", "DetectorConfig", "InputConfig", "KeyframeConfig",
            "TrackerConfig", "SinkConfig", "JsonlSinkConfig", "VideoSinkConfig", "ZmqSinkConfig", "CurveConfig",
-           "RuntimeConfig", "HttpConfig", "ClusterConfig", "load_pipeline", "read_pipeline_tree", "parse_pipeline", "preflight_problems", "interpolate",
+           "RuntimeConfig", "HttpConfig", "HistoryConfig", "ClusterConfig", "load_pipeline", "read_pipeline_tree", "parse_pipeline", "preflight_problems", "interpolate",
            "read_yaml", "json_schema", "mask_url", "INT_MAX", "LIVE_SCHEMES", "MAX_BATCH", "MAX_HWM", "MAX_IMGSZ",
            "MAX_MS", "MAX_QUEUE_SIZE", "MAX_SECONDS", "MAX_THREADS", "MAX_DEPTH", "MAX_FILE_BYTES", "MAX_VALUES",
            "TRACKER_MOTIONS", "BULK_MAX_BATCH"]

@@ -37,7 +37,7 @@ from .common import (INT_MAX, MAX_BATCH, MAX_HWM, MAX_IMGSZ, MAX_MS, MAX_QUEUE_S
 from .detector import DetectorConfig, InputConfig
 from .keyframes import KeyframeConfig
 from .problems import invalid
-from .runtime import ClusterConfig, HttpConfig, RuntimeConfig
+from .runtime import ClusterConfig, HistoryConfig, HttpConfig, RuntimeConfig
 from .secondary import CacheConfig, SecondaryConfig, _unique_secondary
 from .sinks import (EVENT_KINDS, CurveConfig, JsonlSinkConfig, MqttSinkConfig, SinkConfig, VideoSinkConfig,
                     WebhookSinkConfig, ZmqSinkConfig)
@@ -49,7 +49,7 @@ __all__ = ["INT_MAX", "MAX_SECONDS", "MAX_MS", "MAX_PIXELS", "MAX_QUEUE_SIZE", "
            "SourceConfig", "InputConfig", "DetectorConfig", "KeyframeConfig", "TrackerConfig", "SinkConfig",
            "JsonlSinkConfig", "VideoSinkConfig", "CurveConfig", "ZmqSinkConfig", "MqttSinkConfig",
            "WebhookSinkConfig", "LineConfig", "ZoneConfig", "GroundConfig", "SnapshotConfig", "AnalyticsConfig",
-           "SecondaryConfig", "CacheConfig", "HttpConfig", "ClusterConfig", "RuntimeConfig", "PipelineFile",
+           "SecondaryConfig", "CacheConfig", "HttpConfig", "HistoryConfig", "ClusterConfig", "RuntimeConfig", "PipelineFile",
            "PipelineConfig"]
 
 
@@ -90,3 +90,11 @@ class PipelineConfig(PipelineFile):
 
     path: Path
     display: str = ""
+
+    def written(self) -> list:
+        """What results are written to, as (where, section): each `sinks[i]`, then `runtime.history`
+        when set (written like a sink)."""
+        out = [(f"sinks[{i}]", sink) for i, sink in enumerate(self.sinks)]
+        if self.runtime.history is not None:
+            out.append(("runtime.history", self.runtime.history))
+        return out

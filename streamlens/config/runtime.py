@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
-from .common import _ENV_NAME, MAX_MS, MAX_QUEUE_SIZE, MAX_THREADS, MAX_WORKERS, _Keys
+from .common import _ENV_NAME, MAX_MS, MAX_QUEUE_SIZE, MAX_THREADS, MAX_WORKERS, PathKey, _Keys
 from .problems import invalid, show
 from .secondary import CacheConfig
 
@@ -49,6 +49,21 @@ class ClusterConfig(_Keys):
     gpus: float = Field(0.0, ge=0, le=MAX_THREADS, description="GPUs each engine asks for (a fraction shares one)")
 
 
+class HistoryConfig(_Keys):
+    """`runtime.history`: every event and the counts per minute in SQLite (see streamlens/history)."""
+
+    path: PathKey = Field(description="the SQLite file (relative to the pipeline file); made if missing, "
+                                      "kept across runs")
+    keep_days: float = Field(90.0, gt=0, le=36500, description="how long events and counts are kept")
+    queue_size: int = Field(10_000, ge=1, le=1_000_000, description="events held for writing; when full, "
+                                                                        "the oldest is dropped and counted")
+
+    @property
+    def type(self) -> str:
+        """Written like a sink (the supervisor writes it once, from every engine's events)."""
+        return "history"
+
+
 class RuntimeConfig(_Keys):
     """The `runtime` section."""
 
@@ -65,6 +80,9 @@ class RuntimeConfig(_Keys):
                        "two CPU cores, at most one per stream); see streamlens/scale")
     cluster: ClusterConfig | None = Field(None, description="run the engines as Ray actors on this cluster")
     cache: CacheConfig = Field(default_factory=CacheConfig, description="the secondary models' cache")
+    history: HistoryConfig | None = Field(None, description="every event and the counts per minute in a SQLite "
+                                                            "file, kept across runs (streamlens history, "
+                                                            "/api/history)")
 
     @property
     def http_host(self) -> str:

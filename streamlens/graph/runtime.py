@@ -385,7 +385,7 @@ class Pipeline:
                 built.append(http)
                 self.http_port = http.port
             fps = {s.name: s.fps for s in sources}  # every stream, its rate None where unknown
-            sinks = [build_sink(s, fps, where=f"sinks[{i}]") for i, s in enumerate(cfg.sinks)] + self._extra_sinks
+            sinks = [build_sink(s, fps, where=where) for where, s in cfg.written()] + self._extra_sinks
             if http is not None and cfg.runtime.http.page:
                 from ..http.preview import PreviewSink
 

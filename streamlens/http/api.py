@@ -49,15 +49,22 @@ A slow browser never slows the pipeline: these answers only read references the 
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import sqlite3
 import threading
 import time
 from collections import deque
 from typing import TYPE_CHECKING
 
+from ..history import store
 from ..urls import mask_url
 from .metrics import pipeline_state
 from .page_files import page_file
+from .preview import EVENTS
 from .reply import Reply, ascii_json, int_arg, json_reply, text_reply
+
+log = logging.getLogger("streamlens.http")
 
 if TYPE_CHECKING:
     from .run_view import RunView
@@ -224,11 +231,57 @@ class Api:
 
     def events(self, query: dict) -> Reply:
         preview = getattr(self.pipeline, "preview", None)
-        found = preview.events_since(int_arg(query, "since", 0)) if preview is not None else []
+        since = int_arg(query, "since", 0)
+        stored = self._stored_events(since)
+        if stored is not None:  # runtime.history: the file's, which outlive the run
+            return json_reply([{"index": i, "has_snapshot": preview is not None and preview.shot_of(m) is not None,
+                                "event": m} for i, m in stored])
+        found = preview.events_since(since) if preview is not None else []
         return json_reply([{"index": i, "has_snapshot": shot, "event": m} for i, m, shot in found])
+
+    def _stored(self, read):
+        """`read(db)` on the history file; None without one, or while it cannot be read."""
+        history = self.pipeline.config.runtime.history
+        if history is None:
+            return None
+        try:
+            with contextlib.closing(store.connect(str(history.path), readonly=True)) as db:
+                return read(db)
+        except sqlite3.Error as e:
+            log.debug("history %s: %s", history.path, e)
+            return None
+
+    def _stored_events(self, since: int) -> list[tuple[int, dict]] | None:
+        """The events after id `since` in the history file, the newest `EVENTS`."""
+        return self._stored(lambda db: store.events_after(db, since, EVENTS))
+
+    def stored_counts(self, query: dict) -> Reply:
+        config = self.pipeline.config.runtime.history
+        if config is None:
+            return text_reply(404, "no history: set runtime.history in the pipeline file")
+        numbers = {}
+        for key in ("since", "until"):
+            try:
+                numbers[key] = float(query[key][0]) if key in query else None
+            except ValueError:
+                return text_reply(400, f"{key}: expected Unix time in seconds")
+        bucket = int_arg(query, "bucket_s", 60)
+        if bucket is None or bucket < 60:
+            return text_reply(400, "bucket_s: expected an integer of at least 60")
+        try:
+            with contextlib.closing(store.connect(str(config.path), readonly=True)) as db:
+                found = store.buckets(db, stream=(query.get("stream") or [None])[0], rule=(query.get("rule") or [None])[0],
+                                      bucket_s=bucket, **numbers)
+        except sqlite3.Error as e:
+            return text_reply(503, f"the history file cannot be read now ({e})", {"Retry-After": "1"})
+        return json_reply({"buckets": found})
 
     def snapshot(self, index: int) -> Reply:
         preview = getattr(self.pipeline, "preview", None)
+        if preview is not None and self.pipeline.config.runtime.history is not None:
+            stored = self._stored(lambda db: store.event(db, index))  # the file's event: is its snapshot kept?
+            shot = preview.shot_of(stored) if stored is not None else None
+            index = shot if shot is not None else -1
         jpeg = preview.snapshot(index) if preview is not None else None
         if jpeg is None:
             return text_reply(404, f"no snapshot kept for event {index}")
@@ -303,6 +356,8 @@ class Api:
             return self.stats(query)
         if path == "/api/events":
             return self.events(query)
+        if path == "/api/history":
+            return self.stored_counts(query)
         parts = path.split("/")
         if len(parts) == 5 and parts[:3] == ["", "api", "events"] and parts[4] == "snapshot.jpg" \
                 and parts[3].isascii() and parts[3].isdigit():  # '²'.isdigit() too, and int() refuses it

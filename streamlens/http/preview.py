@@ -169,6 +169,16 @@ class PreviewSink(Sink):
         """Events seen so far (the newest one's index)."""
         return self._event_count
 
+    def shot_of(self, message: dict) -> int | None:
+        """The index of the event kept here that `message` is (the same stream, seq and time),
+        when its snapshot is kept; else None."""
+        key = (message.get("stream"), message.get("seq"), message.get("ts"))
+        with self._lock:
+            for index, kept in reversed(self._events):
+                if (kept.get("stream"), kept.get("seq"), kept.get("ts")) == key:
+                    return index if index in self._shots else None
+        return None
+
     def snapshot(self, index: int) -> bytes | None:
         """The snapshot JPEG of event `index`, while it is kept and when it has one."""
         return self._shots.get(index)

@@ -12,14 +12,15 @@ from ..config.sinks import STREAM, video_path
 
 #: the sinks written by the supervisor from what every engine pushes (one file, one MQTT client, one
 #: webhook queue for the whole pipeline); zmq sinks are forwarded, video sinks stay in the engines
-WRITTEN_HERE = ("jsonl", "mqtt", "webhook")
+WRITTEN_HERE = ("jsonl", "mqtt", "webhook", "history")
 
 
 def engine_config(config: PipelineConfig, sources: list[int], engines: int,
                   sink_endpoint: Callable[[int], str], remote: bool) -> PipelineConfig:
     """`config` as the engine of `sources` (places in the file) runs it, one of `engines`:
 
-    - its sources only (named as in the whole file), one worker, no HTTP server and no cluster;
+    - its sources only (named as in the whole file), one worker, no HTTP server, no cluster and
+      no history of its own (its events are pushed to the supervisor, which writes the file);
     - each zmq sink bound on `sink_endpoint(j)` (sinks[j]; CurveZMQ stays with the supervisor's
       endpoint), each sink written by the supervisor (`WRITTEN_HERE`) a zmq push sink towards
       it there, and each video sink kept: a path without `{stream}` gives the file's first
@@ -30,7 +31,7 @@ def engine_config(config: PipelineConfig, sources: list[int], engines: int,
     """
     first = config.sources[0].name in {config.sources[i].name for i in sources}
     sinks = []
-    for j, sink in enumerate(config.sinks):
+    for j, (_, sink) in enumerate(config.written()):  # runtime.history last: pushed here like a jsonl sink
         if sink.type == "zmq":
             sinks.append(sink.model_copy(update={"endpoint": sink_endpoint(j), "curve": None}))
         elif sink.type in WRITTEN_HERE:
@@ -42,7 +43,7 @@ def engine_config(config: PipelineConfig, sources: list[int], engines: int,
     detector = config.detector
     if not remote and detector.backend == "onnx" and detector.threads is None:
         detector = detector.model_copy(update={"threads": max(1, (os.cpu_count() or 1) // engines)})
-    runtime = config.runtime.model_copy(update={"workers": 1, "http": HttpConfig(), "cluster": None})
+    runtime = config.runtime.model_copy(update={"workers": 1, "http": HttpConfig(), "cluster": None, "history": None})
     return config.model_copy(update={"sources": [config.sources[i] for i in sources], "sinks": sinks,
                                      "detector": detector, "runtime": runtime})
 

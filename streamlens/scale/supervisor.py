@@ -340,11 +340,11 @@ class Supervisor:
                              lambda j: self._launcher.sink_endpoint(engine.index, j), self._launcher.remote)
 
     def _start_forwarders(self) -> None:
-        for j, sink in enumerate(self.config.sinks):
+        for j, (where, sink) in enumerate(self.config.written()):
             if sink.type == "video":
                 continue
-            forwarder = Forwarder(sink, f"sinks[{j}]", self._launcher.keys)
-            self._forwarders[forwarder.where] = forwarder  # finished by run() whatever happens next
+            forwarder = Forwarder(sink, where, self._launcher.keys)
+            self._forwarders[f"sinks[{j}]"] = forwarder  # as the engines name their share; finished by run()
             if not self._launcher.remote:  # processes: their endpoints are known before they start
                 for engine in self._engines:
                     forwarder.join(engine.index, self._launcher.sink_endpoint(engine.index, j))

@@ -32,6 +32,10 @@ def build_sink(cfg: SinkConfig, stream_fps: Mapping[str, float], where: str | No
         from .webhook import WebhookSink
 
         sink = WebhookSink(cfg)
+    elif cfg.type == "history":  # runtime.history, written like a sink
+        from ..history.sink import HistorySink
+
+        sink = HistorySink(cfg)
     else:
         raise ValueError(f"unknown sink type {cfg.type!r}")
     sink.where = where

@@ -1,0 +1,155 @@
+"""The writer of `runtime.history`: a sink that takes each event message on the engine's thread
+without waiting (into a `Publisher` queue; full, the oldest is dropped and counted) and writes them
+to the SQLite file (store.py) in batches on a thread of its own: everything queued, at most every
+`BATCH_S`. A database that is locked by another program, full or failing is never waited for: the
+batch is lost, counted in `failed`, and told once (and once more when writing works again); frames
+go on. With `runtime.workers` the supervisor writes the one file from every engine's events.
+
+`open()` makes the file and its tables (a folder or file that cannot be made is one line naming
+`runtime.history.path`) and deletes what is older than `keep_days`, again once an hour.
+`close()` writes what is still queued, for at most `CLOSE_S`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections import Counter
+from typing import Any
+
+from ..config.runtime import HistoryConfig
+from ..errors import SinkError
+from ..frame import FrameResult, StreamEnd
+from ..sinks.background import Publisher
+from ..sinks.base import Sink
+from . import store
+
+log = logging.getLogger("streamlens.history")
+
+#: the longest an event waits in the queue before its batch is written
+BATCH_S = 1.0
+#: how often rows older than `keep_days` are deleted
+PRUNE_EVERY_S = 3600.0
+#: how long `close()` lets the writer finish what is queued
+CLOSE_S = 5.0
+
+
+class HistorySink(Sink):
+    """Events into the history file (see the module)."""
+
+    name = "history"
+    inline = True  # write() only queues
+
+    def __init__(self, cfg: HistoryConfig):
+        self.cfg = cfg
+        self.path = cfg.path
+        self._pub = Publisher(cfg.queue_size)
+        #: events written, and events lost because the database refused a batch, per stream
+        self.written: Counter[str] = Counter()
+        self.failed: Counter[str] = Counter()
+        self._failing: str | None = None  # why the last batch failed, while it fails
+        self._db: sqlite3.Connection | None = None
+        self._pruned_at = 0.0
+        self._prepared = False  # the tables are there (not yet, while another program holds the file)
+
+    def open(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = store.connect(str(self.path))
+            self._prepare()
+        except sqlite3.OperationalError as e:
+            if not _busy(e):
+                raise SinkError(f"runtime.history.path: cannot use {self.path} as the history database: {e}") from None
+            self._failing = str(e)  # held by another program now: the writer tries again with each batch
+            log.warning("runtime.history: cannot write to %s (%s); events are lost until it can", self.path, e)
+        except (OSError, sqlite3.Error) as e:
+            raise SinkError(f"runtime.history.path: cannot use {self.path} as the history database: {e}") from None
+        self._pub.start(self._work, "history")
+
+    def _prepare(self) -> None:
+        """The tables made, and what is past `keep_days` deleted (at open, then hourly)."""
+        store.create(self._db)
+        store.prune(self._db, self.cfg.keep_days)
+        self._pruned_at = time.monotonic()
+        self._prepared = True
+
+    def write(self, item: FrameResult | StreamEnd | Any, message: dict[str, Any], payload: bytes) -> None:
+        if message.get("type") != "event":
+            return
+        with self._pub.cond:
+            if self._pub.open:
+                self._pub.put((message["stream"], message))
+                if len(self._pub.queue) == 1:
+                    self._pub.cond.notify()
+
+    def _work(self) -> None:
+        pub = self._pub
+        while True:
+            with pub.cond:
+                if not pub.queue and not pub.closing and not pub.stop.is_set():
+                    pub.cond.wait()
+                if pub.stop.is_set():
+                    return
+                if not pub.queue:
+                    if pub.closing:
+                        return
+                    continue
+            if not pub.closing and pub.stop.wait(BATCH_S):  # more come meanwhile: one batch for them all
+                return
+            with pub.cond:
+                batch = list(pub.queue)
+                pub.queue.clear()
+                pub.taken.extend(batch)
+            self._write(batch)
+            with pub.cond:
+                pub.taken.clear()
+
+    def _write(self, batch: list[tuple[str, dict]]) -> None:
+        try:
+            if not self._prepared or time.monotonic() - self._pruned_at >= PRUNE_EVERY_S:
+                self._prepare()
+            store.add_events(self._db, [m for _, m in batch])
+        except sqlite3.Error as e:
+            with self._pub.cond:
+                for stream, _ in batch:
+                    self.failed[stream] += 1
+            if self._failing is None:
+                log.warning("runtime.history: cannot write to %s (%s); events are lost until it can", self.path, e)
+            self._failing = str(e)
+            return
+        with self._pub.cond:
+            for stream, _ in batch:
+                self.written[stream] += 1
+        if self._failing is not None:
+            log.warning("runtime.history: writing to %s again (%d events lost meanwhile)", self.path,
+                        sum(self.failed.values()))
+            self._failing = None
+
+    def interrupt(self) -> None:
+        self._pub.interrupt()
+
+    def close(self) -> None:
+        left = self._pub.close(CLOSE_S)
+        if left:
+            log.warning("runtime.history: %d events not written: the database did not take them in time", left)
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def drops(self) -> dict[str, int]:
+        with self._pub.cond:
+            return dict(self._pub.dropped + self.failed)
+
+    def counters(self) -> dict[str, int]:
+        with self._pub.cond:
+            return {"written": sum(self.written.values()), "failed": sum(self.failed.values()),
+                    "dropped": sum(self._pub.dropped.values())}
+
+
+def _busy(error: sqlite3.Error) -> bool:
+    """Whether `error` is another connection's lock (which passes), not a file that cannot be used."""
+    return any(word in str(error) for word in ("locked", "busy"))
+
+
+__all__ = ["HistorySink", "BATCH_S"]

@@ -1,0 +1,148 @@
+"""The history database: one SQLite file, two tables.
+
+- `events`: every event message as it was published (`message`, compact JSON), with its wall time
+  `ts`, `stream`, `event` kind, `rule` (the line or zone; null for the `object_*` events) and the
+  object's `label`.
+- `counts`: per minute (`minute`: its first second, Unix time), stream, rule and label, the line
+  crossings each way (`n_in`, `n_out`) and the zone entries (`n`).
+
+Everything is derived from the events as they come, so the counts of a minute equal the events of
+that minute, whoever reads them. Rows older than `keep_days` are deleted when the writer opens the
+file and once an hour after.
+
+Example:
+    >>> import sqlite3
+    >>> db = sqlite3.connect(":memory:")
+    >>> create(db)
+    >>> add_events(db, [{"type": "event", "stream": "cam1", "event": "line_cross", "line": "gate",
+    ...                  "direction": "in", "ts": 120.5, "object": {"label": "car"}}])
+    1
+    >>> buckets(db, bucket_s=60)
+    [{'t': 120, 'stream': 'cam1', 'rule': 'gate', 'in': 1, 'out': 0, 'count': 0}]
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY, ts REAL NOT NULL, stream TEXT NOT NULL, event TEXT NOT NULL,
+    rule TEXT, label TEXT, message TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_ts ON events (ts);
+CREATE TABLE IF NOT EXISTS counts (
+    minute INTEGER NOT NULL, stream TEXT NOT NULL, rule TEXT NOT NULL, label TEXT NOT NULL,
+    n_in INTEGER NOT NULL DEFAULT 0, n_out INTEGER NOT NULL DEFAULT 0, n INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (minute, stream, rule, label));
+"""
+
+#: the longest a `buckets` answer may be, in rows (a wide window at a fine bucket is cut, oldest kept)
+MAX_ROWS = 100_000
+
+
+def create(db: sqlite3.Connection) -> None:
+    """Make the tables if they are not there (an existing history is kept as it is); in WAL mode,
+    so that readers (the HTTP API, `streamlens history`) never wait for the writer nor it for them."""
+    db.execute("PRAGMA journal_mode=WAL")
+    db.executescript(SCHEMA)
+
+
+def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
+    """The writer's connection, which never waits for a lock (`sqlite3.OperationalError` at once
+    instead); `readonly`: a reader's, of an existing file only, which waits a second at most."""
+    if readonly:
+        return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0, check_same_thread=False)
+    return sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+
+
+def rule_of(message: dict[str, Any]) -> str | None:
+    return message.get("line") or message.get("zone")
+
+
+def add_events(db: sqlite3.Connection, messages: list[dict[str, Any]]) -> int:
+    """Record `messages` (event messages) and add them to the counts, in one transaction; returns
+    how many were recorded."""
+    rows, counts = [], {}
+    for m in messages:
+        label = (m.get("object") or {}).get("label") or ""
+        rule, ts = rule_of(m), float(m.get("ts") or 0.0)
+        rows.append((ts, m["stream"], m["event"], rule, label, json.dumps(m, separators=(",", ":"))))
+        if rule is None or m["event"] not in ("line_cross", "zone_enter"):
+            continue
+        key = (int(ts // 60) * 60, m["stream"], rule, label)
+        n_in, n_out, n = counts.get(key, (0, 0, 0))
+        if m["event"] == "zone_enter":
+            n += 1
+        elif m.get("direction") == "in":
+            n_in += 1
+        else:
+            n_out += 1
+        counts[key] = (n_in, n_out, n)
+    db.execute("BEGIN")
+    try:
+        db.executemany("INSERT INTO events (ts, stream, event, rule, label, message) VALUES (?, ?, ?, ?, ?, ?)", rows)
+        db.executemany("INSERT INTO counts (minute, stream, rule, label, n_in, n_out, n) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                       "ON CONFLICT (minute, stream, rule, label) DO UPDATE SET n_in = n_in + excluded.n_in, "
+                       "n_out = n_out + excluded.n_out, n = n + excluded.n",
+                       [(*key, *value) for key, value in counts.items()])
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return len(rows)
+
+
+def prune(db: sqlite3.Connection, keep_days: float, now: float | None = None) -> int:
+    """Delete what is older than `keep_days`; returns the events deleted."""
+    horizon = (time.time() if now is None else now) - keep_days * 86400
+    db.execute("BEGIN")
+    try:
+        deleted = db.execute("DELETE FROM events WHERE ts < ?", (horizon,)).rowcount
+        db.execute("DELETE FROM counts WHERE minute + 60 <= ?", (horizon,))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return deleted
+
+
+def buckets(db: sqlite3.Connection, *, stream: str | None = None, rule: str | None = None,
+            since: float | None = None, until: float | None = None, bucket_s: int = 60) -> list[dict[str, Any]]:
+    """The counts per `bucket_s` (a multiple of 60 is exact; buckets start at multiples of it, Unix
+    time), per stream and rule, every label summed, oldest first: `{"t", "stream", "rule", "in",
+    "out", "count"}`. `since` and `until` bound the minutes taken (Unix time; `until` excluded)."""
+    bucket_s = max(60, int(bucket_s))
+    where, args = ["1"], []
+    for column, value in (("stream", stream), ("rule", rule)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            args.append(value)
+    if since is not None:
+        where.append("minute >= ?")
+        args.append(int(since // 60) * 60)
+    if until is not None:
+        where.append("minute < ?")
+        args.append(until)
+    rows = db.execute(f"SELECT (minute / {bucket_s}) * {bucket_s} AS t, stream, rule, SUM(n_in), SUM(n_out), SUM(n) "
+                      f"FROM counts WHERE {' AND '.join(where)} GROUP BY t, stream, rule ORDER BY t, stream, rule "
+                      f"LIMIT {MAX_ROWS}", args).fetchall()
+    return [{"t": t, "stream": s, "rule": r, "in": i, "out": o, "count": n} for t, s, r, i, o, n in rows]
+
+
+def events_after(db: sqlite3.Connection, after_id: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
+    """(id, message) of the events recorded after `after_id`, oldest first, the newest `limit`."""
+    rows = db.execute("SELECT id, message FROM events WHERE id > ? ORDER BY id DESC LIMIT ?",
+                      (after_id, max(0, limit))).fetchall()
+    return [(i, json.loads(m)) for i, m in reversed(rows)]
+
+
+def event(db: sqlite3.Connection, event_id: int) -> dict[str, Any] | None:
+    """The message of event `event_id`, or None."""
+    row = db.execute("SELECT message FROM events WHERE id = ?", (event_id,)).fetchone()
+    return None if row is None else json.loads(row[0])
+
+
+__all__ = ["event", "create", "connect", "add_events", "prune", "buckets", "events_after", "MAX_ROWS"]
