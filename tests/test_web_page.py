@@ -462,3 +462,32 @@ def test_the_screenshot_of_the_highway_clip_shows_the_boxes(browser, tmp_path):
     assert boxes >= 3, drawn
     assert np.mean(on_edges) > 0.7, on_edges
     assert np.mean(inside) < np.mean(on_edges) - 0.4, (on_edges, inside)
+
+
+def test_with_a_history_the_counts_show_the_last_24_hours(browser, tmp_path):
+    """`runtime.history` with events already in its file (a crossing an hour ago, from a run
+    before): the counts table gains the last 24 hours of each rule, read from /api/history, and
+    they go up as this run's own crossings are written."""
+    from streamlens.history import store
+
+    folder = tmp_path / "h"
+    path = pipeline_file(folder)
+    path.write_text(path.read_text().replace("queue_size: 64", "queue_size: 64\n  history: {path: history.db}"))
+    db = store.connect(str(folder / "history.db"))
+    store.create(db)
+    hour_ago = time.time() - 3600
+    store.add_events(db, [{"type": "event", "stream": "cam1", "event": "line_cross", "line": "gate", "direction": "in",
+                           "ts": hour_ago, "object": {"label": "motion"}},
+                          {"type": "event", "stream": "cam1", "event": "zone_enter", "zone": "road",
+                           "ts": hour_ago, "object": {"label": "motion"}}])
+    db.close()
+    with tool.running(path) as pipeline:
+        errors(browser)
+        open_page(browser, f"http://127.0.0.1:{pipeline.http_port}/")
+        wait_for(lambda: js(browser, "window.streamlens.day"), 30, "the last 24 hours of counts")
+        day = js(browser, "window.streamlens.day")
+        assert day["cam1/gate"]["in"] >= 1 and day["cam1/road"]["count"] >= 1, day
+        wait_for(lambda: js(browser, "document.querySelector('#counts td.day')"), 30, "the 24 hours column")
+        assert js(browser, "document.querySelector('#counts td.day').textContent").startswith("24 h:")
+        assert errors(browser) == []
+        browser.get("about:blank")

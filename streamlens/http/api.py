@@ -4,7 +4,8 @@ each route below `/` but `/metrics` and `/healthz` (every answer is JSON unless 
 
 - `/` the page (`streamlens/http/page/index.html`), `/page/<file>` its script and style sheet
   (streamlens/http/page_files.py).
-- `/api/streams`: `{"state", "frames", "note", "preview_fps", "budget_ms", "streams": [...]}`, per
+- `/api/streams`: `{"state", "frames", "note", "preview_fps", "budget_ms", "history", "streams": [...]}`
+  (`history`: whether `runtime.history` keeps counts for `/api/history`), per
   stream its `name`, `uri` (credentials masked: `rtsp://***@cam/1`), `live`, `state` (starting,
   running, streaming, connecting, backing_off, reconnecting, stalled, ended, truncated, stopped,
   error), `width`/`height`/`seq` of its newest frame (null before it), current `fps`, `frames`,
@@ -180,7 +181,8 @@ class Api:
                         "lines": lines, "zones": zones})
         note = self._frames_note()
         return json_reply({"state": pipeline_state(p), "frames": note is None, "note": note,
-                      "preview_fps": self.preview_fps, "budget_ms": p.config.runtime.budget_ms, "streams": out})
+                      "preview_fps": self.preview_fps, "budget_ms": p.config.runtime.budget_ms,
+                      "history": p.config.runtime.history is not None, "streams": out})
 
     # -- /api/stats -----------------------------------------------------------------------------
 

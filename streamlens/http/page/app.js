@@ -41,11 +41,13 @@
     historyNext: 0,
     history: {t: [], p95: {}},
     eventsSince: 0,
+    hasHistory: false,    // runtime.history is set (/api/streams)
+    day: null,            // runtime.history: per "stream\u0000rule", the last 24 h {in, out, count, hours}
     streamsStale: true,   // /api/streams to be read again now (a stream's first frame came)
   };
 
   const api = window.streamlens = {
-    drawn: {}, frames: {}, framesDrawn: 0, view: null, statsUpdates: 0, plotPoints: 0, paused: false,
+    drawn: {}, frames: {}, framesDrawn: 0, view: null, statsUpdates: 0, plotPoints: 0, paused: false, day: null,
     ready: false,
     setPaused(paused, show = true) { setPaused(paused, show); },
     open(name) { openLarge(name); },
@@ -270,6 +272,7 @@
     state.frames = body.frames;
     state.previewFps = body.preview_fps || 5;
     state.budgetMs = body.budget_ms || 33;
+    state.hasHistory = Boolean(body.history);
     setBadge($("#state"), body.state);
     const note = $("#note");
     note.hidden = !(body.note && !body.frames);
@@ -356,14 +359,18 @@
       if (!stream || !s || !s.counts) continue;
       (stream.info.lines || []).forEach((line, k) => {
         const c = s.counts[line.name] || {};
-        rows.push([name, line.name, LINE_COLORS[k % LINE_COLORS.length], `in ${c.in || 0}`, `out ${c.out || 0}`]);
+        const d = dayOf(name, line.name);
+        rows.push([name, line.name, LINE_COLORS[k % LINE_COLORS.length], `in ${c.in || 0}`, `out ${c.out || 0}`,
+                   d && [`24 h: in ${d.in} · out ${d.out}`, hourly(d, (b) => b.in + b.out)]]);
       });
       (stream.info.zones || []).forEach((zone, k) => {
         const n = Number.isInteger(s.counts[zone.name]) ? s.counts[zone.name] : 0;
-        rows.push([name, zone.name, ZONE_COLORS[k % ZONE_COLORS.length], `${n} in it`, ""]);
+        const d = dayOf(name, zone.name);
+        rows.push([name, zone.name, ZONE_COLORS[k % ZONE_COLORS.length], `${n} in it`, "",
+                   d && [`24 h: ${d.count} entered`, hourly(d, (b) => b.count)]]);
       });
     }
-    body.replaceChildren(...rows.map(([stream, rule, color, a, b]) => {
+    body.replaceChildren(...rows.map(([stream, rule, color, a, b, day]) => {
       const tr = document.createElement("tr");
       const th = document.createElement("th");
       th.textContent = stream;
@@ -375,9 +382,42 @@
       const ta = Object.assign(document.createElement("td"), {className: "n", textContent: a});
       const tb = Object.assign(document.createElement("td"), {className: "n", textContent: b});
       tr.append(th, td, ta, tb);
+      if (state.day) {
+        tr.append(Object.assign(document.createElement("td"), {className: "n day", textContent: day ? day[0] : "",
+                                                               title: day ? day[1] : ""}));
+      }
       return tr;
     }));
     $("#no-counts").hidden = rows.length > 0;
+  }
+
+  // -- runtime.history: each rule's counts over the last 24 hours -------------------------------
+
+  function dayOf(stream, rule) {
+    return state.day ? state.day.get(`${stream}\u0000${rule}`) || {in: 0, out: 0, count: 0, hours: []} : null;
+  }
+
+  function hourly(d, value) {  // the tooltip: each hour's figure, oldest first
+    return d.hours.map((b) => `${new Date(b.t * 1000).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit",
+      hour12: false})} ${value(b)}`).join("\n");
+  }
+
+  async function refreshDay() {
+    if (!state.hasHistory) return;  // no runtime.history (as /api/streams says): nothing to show
+    const since = Math.floor(Date.now() / 1000) - 86400;
+    const response = await fetch(`/api/history?since=${since}&bucket_s=3600`, {cache: "no-store"});
+    if (!response.ok) return;
+    const day = new Map();
+    for (const b of (await response.json()).buckets) {
+      const key = `${b.stream}\u0000${b.rule}`;
+      const d = day.get(key) || {in: 0, out: 0, count: 0, hours: []};
+      d.in += b.in; d.out += b.out; d.count += b.count;
+      d.hours.push(b);
+      day.set(key, d);
+    }
+    state.day = day;
+    api.day = Object.fromEntries([...day].map(([k, d]) => [k.replace("\u0000", "/"), {in: d.in, out: d.out,
+                                                                                       count: d.count}]));
   }
 
   function addHistory(history) {
@@ -574,6 +614,12 @@
     }).catch(() => {});
     every(1000, refreshStats).catch(() => {});
     every(1000, refreshEvents).catch(() => {});
+    let dayAt = -Infinity;
+    every(1000, async () => {  // the last 24 hours of counts: once a minute, and as soon as history is known
+      if (state.day === null ? !state.hasHistory : performance.now() - dayAt < 60000) return;
+      dayAt = performance.now();
+      await refreshDay();
+    }).catch(() => {});
   }
 
   start();
