@@ -20,7 +20,8 @@ Limits, so that no client costs more than a socket and a little memory, and no n
 the pipeline a thread or a file descriptor it needs:
 
 - No thread per client: one event loop on the thread `http` parses, checks the Host and the token,
-  and writes; whatever reads the run's figures or frames (a scrape, the JSON, a JPEG encoded) runs on
+  and writes. Until a connection's first request head is whole it is a small `_Gate` (its bytes
+  kept, no aiohttp handler or task made), so a flood of slow clients costs little CPU; whatever reads the run's figures or frames (a scrape, the JSON, a JPEG encoded) runs on
   `WORKER_THREADS` threads of a pool, so the loop is never held for long.
 - At most `MAX_CONNECTIONS` connections at once. One more closes the connection that has waited
   longest without a whole request head in (idle between requests, or still sending its head); only
@@ -119,6 +120,21 @@ class _Connections:
         self._busy.discard(handler)
         self._disarm(handler)
 
+    def promote(self, gate, handler) -> None:
+        """`gate`'s connection, its head whole, is `handler`'s from now on (heard: not closed for room)."""
+        transport = self._open.pop(gate, None)
+        self._disarm(gate)
+        if transport is None:  # closed meanwhile
+            return
+        self._open[handler] = transport
+        self._heard.add(handler)
+        self._arm(handler)
+
+    def abort_all(self) -> None:
+        """Close every connection now (the server is ending)."""
+        for transport in list(self._open.values()):
+            transport.abort()
+
     def heard(self, handler) -> None:
         """A request head came in whole on `handler`: it is no longer closed for room (it still is
         if no request is answered before its deadline: a blank line is no request)."""
@@ -172,25 +188,63 @@ class _Handler(web.RequestHandler):
         super().data_received(data)
 
 
+class _Gate(asyncio.Protocol):
+    """A connection until its first request head is whole (its blank line, or more than `GATE_BYTES`,
+    which aiohttp then refuses): only then is aiohttp's handler made for it (`_Server.promote`). A slow
+    client that never sends a whole head costs this small object and its bytes, not a handler and
+    its task: a flood of them costs the server a fraction of the CPU."""
+
+    __slots__ = ("server", "transport", "head", "promoted")
+
+    def __init__(self, server: _Server):
+        self.server, self.transport, self.head, self.promoted = server, None, b"", False
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.server.tracked.opened(self, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.head += data
+        if b"\r\n\r\n" in self.head[-len(data) - 3:] or len(self.head) > GATE_BYTES:
+            self.promoted = True
+            self.server.promote(self)
+
+    def eof_received(self) -> bool:
+        return False  # the client is done before a whole head: close
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if not self.promoted:
+            self.server.tracked.closed(self)
+
+
+#: the most a connection may send before its head is handed to aiohttp (which answers 400 past its limits)
+GATE_BYTES = 16384
+
+
 class _Server(web.Server):
-    """aiohttp's low-level server, its connections counted in a `_Connections`."""
+    """aiohttp's low-level server, its connections counted in a `_Connections`, each behind a `_Gate`
+    until its first request head is whole."""
 
     def __init__(self, handler, connections: _Connections, **kwargs):
         super().__init__(handler, **kwargs)
-        self._tracked = connections
+        self.tracked = connections
         self._handler_args = kwargs
 
-    def __call__(self) -> _Handler:
-        handler = _Handler(self, loop=asyncio.get_running_loop(), **self._handler_args)
-        handler.tracked = self._tracked
-        return handler
+    def __call__(self) -> _Gate:
+        return _Gate(self)
 
-    def connection_made(self, handler, transport) -> None:
-        super().connection_made(handler, transport)
-        self._tracked.opened(handler, transport)
+    def promote(self, gate: _Gate) -> None:
+        """Hand `gate`'s connection, and what it has read, to a new aiohttp handler."""
+        handler = _Handler(self, loop=asyncio.get_running_loop(), **self._handler_args)
+        handler.tracked = self.tracked
+        self.tracked.promote(gate, handler)
+        gate.transport.set_protocol(handler)
+        handler.connection_made(gate.transport)
+        handler.data_received(gate.head)
+        gate.head = b""
 
     def connection_lost(self, handler, exc: BaseException | None = None) -> None:
-        self._tracked.closed(handler)
+        self.tracked.closed(handler)
         super().connection_lost(handler, exc)
 
 
@@ -342,6 +396,7 @@ class MetricsServer:
             loop.run_forever()
         finally:
             try:
+                self.connections.abort_all()  # those still behind their gate too: aiohttp knows only its own
                 loop.run_until_complete(self._runner.cleanup())
                 for task in asyncio.all_tasks(loop):
                     task.cancel()
