@@ -87,9 +87,11 @@ class DetectorConfig(_Keys):
     resize: Literal["letterbox", "resize", "bucket"] | None = Field(
         None, json_schema_extra=_only(_NEURAL), description="how a frame fits the input "
                                                              "(default: letterbox; resize for RT-DETR)")
-    agnostic_nms: bool = Field(False, json_schema_extra=_only(_NEURAL),
-                               description="NMS across classes: one box where the model sees one object as two "
-                                           "classes (a van as car and truck), so it is tracked and counted once")
+    agnostic_nms: bool | Literal["auto"] = Field(
+        "auto", json_schema_extra=_only(_NEURAL),
+        description="boxes of different classes on one place: auto (with a tracker, one box where the model sees "
+                    "one object as two classes, a van as car and truck, so it is tracked and counted once; "
+                    "without, per class), true (NMS across classes at iou), false (per class)")
     max_det: int = Field(300, ge=1, le=INT_MAX, json_schema_extra=_only(_NEURAL),
                          description="detections per frame, at most")
     input: InputConfig | None = Field(None, json_schema_extra=_only(_ONNX),
