@@ -103,6 +103,8 @@ def test_agnostic_nms_is_auto_by_default_and_false_without_a_tracker(tmp_path):
     assert resolved() == "auto" and resolved(tracker="mv") == "auto"
     assert resolved(tracker="none") is False
     assert resolved(detector={**base["detector"], "agnostic_nms": True}, tracker="none") is True
+    with pytest.raises(ValueError, match="expected auto, true or false, got 'maybe'"):
+        resolved(detector={**base["detector"], "agnostic_nms": "maybe"})
 
 
 def test_a_label_is_the_vote_of_the_track_s_detections():
