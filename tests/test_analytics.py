@@ -9,7 +9,7 @@ import pytest
 
 from streamlens.analytics import LineRule, StreamAnalytics, ZoneRule
 
-GATE = ((0.0, 100.0), (200.0, 100.0))  # a horizontal line, y = 100, from x 0 to 200
+GATE = ((0.0, 100.0), (200.0, 100.0))  # a horizontal line, y = 100, from x 0 to 200: down across it is `out`
 
 
 def box_at(x: float, y: float, w: float = 20, h: float = 20) -> list[float]:
@@ -38,22 +38,39 @@ def test_a_box_jittering_on_the_line_crosses_once():
     a = StreamAnalytics(lines=[(line, None)])
     ys = [80, 90, 97, 103, 98, 102, 99, 101, 97, 103, 99, 110, 104, 96, 105, 120]  # wobbles inside the band
     events = run(a, [[(1, 100, y)] for y in ys])
-    assert crossings(events) == [(1, "in")]
-    assert a.counts()["gate"]["in"] == 1 and a.counts()["gate"]["out"] == 0
-    assert a.counts()["gate"]["classes"] == {"car": {"in": 1, "out": 0}}
+    assert crossings(events) == [(1, "out")]
+    assert a.counts()["gate"]["in"] == 0 and a.counts()["gate"]["out"] == 1
+    assert a.counts()["gate"]["classes"] == {"car": {"in": 0, "out": 1}}
+
+
+def test_directions_are_named_as_supervision_line_zone_names_them():
+    """`in` and `out` mean what they mean in supervision's LineZone, for lines drawn every way."""
+    import supervision as sv
+
+    for start, end in (((0, 100), (200, 100)), ((200, 100), (0, 100)), ((100, 0), (100, 200)), ((0, 0), (200, 200))):
+        for path in ([(60, 40), (80, 60), (120, 160), (140, 170)], [(140, 170), (120, 160), (80, 60), (60, 40)]):
+            zone = sv.LineZone(sv.Point(*start), sv.Point(*end), triggering_anchors=[sv.Position.BOTTOM_CENTER])
+            theirs = []
+            for x, y in path:
+                crossed_in, crossed_out = zone.trigger(sv.Detections(xyxy=np.array([box_at(x, y)], np.float64),
+                                                                     tracker_id=np.array([1])))
+                theirs += ["in"] * int(crossed_in.sum()) + ["out"] * int(crossed_out.sum())
+            ours = crossings(run(StreamAnalytics(lines=[(LineRule("gate", (start, end)), None)]),
+                                 [[(1, x, y)] for x, y in path]))
+            assert theirs and [d for _, d in ours] == theirs, (start, end, path)
 
 
 def test_a_u_turn_before_the_line_counts_nothing_and_one_past_it_counts_both_ways():
     before = StreamAnalytics(lines=[(LineRule("gate", GATE), None)])
     assert crossings(run(before, [[(1, 50, y)] for y in (60, 80, 95, 80, 60)])) == []
     past = StreamAnalytics(lines=[(LineRule("gate", GATE), None)])
-    assert crossings(run(past, [[(1, 50, y)] for y in (60, 90, 110, 130, 110, 90, 60)])) == [(1, "in"), (1, "out")]
+    assert crossings(run(past, [[(1, 50, y)] for y in (60, 90, 110, 130, 110, 90, 60)])) == [(1, "out"), (1, "in")]
 
 
 def test_a_track_lost_and_found_across_the_line_crosses_once():
     a = StreamAnalytics(lines=[(LineRule("gate", GATE), None)], end_after_s=2.0)
     frames = [[(5, 100, 70)], [(5, 100, 80)], [], [], [], [(5, 100, 130)], [(5, 100, 140)]]  # 0.3 s unseen
-    assert crossings(run(a, frames)) == [(5, "in")]
+    assert crossings(run(a, frames)) == [(5, "out")]
 
 
 def test_a_path_beyond_the_ends_of_the_line_crosses_nothing():
@@ -64,16 +81,16 @@ def test_a_path_beyond_the_ends_of_the_line_crosses_nothing():
 def test_rules_watch_only_their_classes():
     a = StreamAnalytics(lines=[(LineRule("gate", GATE), {"truck"})])
     assert crossings(run(a, [[(1, 50, y)] for y in (60, 140, 150)], label="car")) == []
-    assert crossings(run(a, [[(2, 60, y)] for y in (60, 140, 150)], label="truck")) == [(2, "in")]
+    assert crossings(run(a, [[(2, 60, y)] for y in (60, 140, 150)], label="truck")) == [(2, "out")]
 
 
 def test_a_box_carried_past_the_line_and_put_back_by_a_keyframe_crosses_once():
     """Motion between keyframes carries a box over the line, the next keyframe's detection puts it
     back behind the band, then it really crosses: one crossing, not in, out, in."""
     a = StreamAnalytics(lines=[(LineRule("gate", GATE), None)])
-    assert crossings(run(a, [[(1, 50, y)] for y in (80, 110, 92, 108, 115, 125)])) == [(1, "in")]
+    assert crossings(run(a, [[(1, 50, y)] for y in (80, 110, 92, 108, 115, 125)])) == [(1, "out")]
     one = StreamAnalytics(lines=[(LineRule("gate", GATE, min_frames=1), None)])  # every change of side counts
-    assert crossings(run(one, [[(1, 50, y)] for y in (80, 110, 92, 108, 115, 125)])) == [(1, "in"), (1, "out"), (1, "in")]
+    assert crossings(run(one, [[(1, 50, y)] for y in (80, 110, 92, 108, 115, 125)])) == [(1, "out"), (1, "in"), (1, "out")]
 
 
 BAY = [(0, 0), (100, 0), (100, 100), (0, 100)]

@@ -10,8 +10,10 @@ so a box that jitters on the line changes no side, and a change of side counts o
 stayed decidedly on the new side for `min_frames` frames in a row, so a box carried past the line
 by motion and put back by the next keyframe's detection crosses nothing (supervision's
 `minimum_crossing_threshold` and Frigate's `inertia`, the complaints turned into settings); a
-crossing is a change of side that passes between the line's two end points. The direction is `in` when the anchor goes from the left
-of the line (seen from its first point towards its second) to its right, else `out`. A track lost
+crossing is a change of side that passes between the line's two end points. The direction is `in` when the
+anchor goes from the right of the line (seen from its first point towards its second) to its left,
+else `out`, as supervision's `LineZone` names them: across a line drawn from left to right, `in` is
+upwards in the picture. (Before issue 26 streamlens named them the other way round.) A track lost
 and found again across the line (the same id) crosses once; a U-turn before the line crosses
 nothing, one past the band crosses twice, in and out.
 
@@ -22,8 +24,8 @@ has stayed `loiter_s`.
 
 Example:
     >>> gate = LineRule("gate", ((0, 50), (100, 50)), margin_px=2)
-    >>> [gate.update(7, (50, y)) for y in (40, 49, 51, 49, 60, 44, 60, 62)]   # jitter, a step back, across
-    [None, None, None, None, None, None, None, 'in']
+    >>> [gate.update(7, (50, y)) for y in (40, 49, 51, 49, 60, 44, 60, 62)]   # jitter, a step back, down across
+    [None, None, None, None, None, None, None, 'out']
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ class LineRule:
         self._sides[track] = _Side(side, here)
         if not self._between_ends(start, end):
             return None
-        direction = "in" if side > 0 else "out"
+        direction = "in" if side < 0 else "out"  # to the left: supervision's `in`
         self.counts[direction] += 1
         return direction
 

@@ -22,8 +22,8 @@ Example:
     ['object_start']
     >>> for t in (0.1, 0.2):  # past the line, two frames in a row
     ...     out = a.update(t, np.array([[40, 40, 60, 60.]]), np.array([7]), ["car"], np.array([0.9]))
-    >>> [(e["event"], e.get("direction")) for e in out.events], out.counts["gate"]["in"]
-    ([('line_cross', 'in')], 1)
+    >>> [(e["event"], e.get("direction")) for e in out.events], out.counts["gate"]["out"]   # down across it
+    ([('line_cross', 'out')], 1)
 """
 
 from __future__ import annotations

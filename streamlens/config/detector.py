@@ -23,6 +23,12 @@ def _imgsz(value: Any) -> Any:
     raise invalid(f"expected an integer from 32 to {MAX_IMGSZ} or [height, width], got {show(value)}")
 
 
+def _auto_or_bool(value: Any) -> Any:
+    if value is True or value is False or value == "auto":
+        return value
+    raise invalid(f"expected auto, true or false, got {show(value)}")
+
+
 def _classes(value: Any) -> Any:
     if isinstance(value, list):
         bad = {f"[{j}]": f"expected a class name or id, got {show(c)}" for j, c in enumerate(value)
@@ -87,9 +93,11 @@ class DetectorConfig(_Keys):
     resize: Literal["letterbox", "resize", "bucket"] | None = Field(
         None, json_schema_extra=_only(_NEURAL), description="how a frame fits the input "
                                                              "(default: letterbox; resize for RT-DETR)")
-    agnostic_nms: bool = Field(False, json_schema_extra=_only(_NEURAL),
-                               description="NMS across classes: one box where the model sees one object as two "
-                                           "classes (a van as car and truck), so it is tracked and counted once")
+    agnostic_nms: Annotated[bool | Literal["auto"], BeforeValidator(_auto_or_bool)] = Field(
+        "auto", json_schema_extra=_only(_NEURAL),
+        description="boxes of different classes on one place: auto (with a tracker, one box where the model sees "
+                    "one object as two classes, a van as car and truck, so it is tracked and counted once; "
+                    "without, per class), true (NMS across classes at iou), false (per class)")
     max_det: int = Field(300, ge=1, le=INT_MAX, json_schema_extra=_only(_NEURAL),
                          description="detections per frame, at most")
     input: InputConfig | None = Field(None, json_schema_extra=_only(_ONNX),

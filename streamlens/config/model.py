@@ -29,7 +29,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from .analytics import AnalyticsConfig, GroundConfig, LineConfig, SnapshotConfig, ZoneConfig
 from .common import (INT_MAX, MAX_BATCH, MAX_HWM, MAX_IMGSZ, MAX_MS, MAX_QUEUE_SIZE, MAX_SECONDS, MAX_THREADS,
@@ -83,6 +83,15 @@ class PipelineFile(_Keys):
         if again:
             raise invalid("names used twice", **again)
         return sources
+
+    @model_validator(mode="after")
+    def _one_object_one_box(self) -> PipelineFile:
+        """`detector.agnostic_nms: auto` merges boxes of two classes on one object only for a tracker
+        (one object, one track, one crossing); with `tracker: none` it is false (every box the model
+        reports, as it reports it)."""
+        if self.detector.agnostic_nms == "auto" and self.tracker.motion is None:
+            self.detector.agnostic_nms = False
+        return self
 
 
 class PipelineConfig(PipelineFile):

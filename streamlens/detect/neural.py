@@ -50,7 +50,8 @@ class NeuralDetector(Detector):
     """The shared half of `OnnxDetector` and `UltralyticsDetector` (see the module's docstring).
 
     Subclasses set `spec` (`InputSpec`), `names`, `conf`, `iou`, `wanted` (class ids or None),
-    `max_batch`, `max_det`, `agnostic_nms` (NMS across classes) and `nms_done` (True when
+    `max_batch`, `max_det`, `agnostic_nms` (boxes of two classes on one place: True, "auto" or False, see
+    `to_detections`) and `nms_done` (True when
     `run_chunk` already applied NMS).
     """
 
@@ -60,7 +61,7 @@ class NeuralDetector(Detector):
     wanted: np.ndarray | None = None
     max_batch: int = 8
     max_det: int = 300
-    agnostic_nms: bool = False
+    agnostic_nms: bool | str = False
     nms_done: bool = False
 
     def prepare(self, frame: Frame) -> None:

@@ -119,7 +119,8 @@ class OnnxDetector(NeuralDetector):
     def __init__(self, model: str | Path, *, imgsz: int | tuple[int, int] | None = None, conf: float = 0.25,
                  iou: float = 0.45, classes: list[str | int] | None = None, names: str | Path | None = None,
                  device: str = "auto", half: bool = False, resize: str | None = None, input: dict | None = None,
-                 max_batch: int = 8, max_det: int = 300, threads: int | None = None, agnostic_nms: bool = False):
+                 max_batch: int = 8, max_det: int = 300, threads: int | None = None,
+                 agnostic_nms: bool | str = False):
         super().__init__()
         resize = resize or "letterbox"
         self.path = Path(model)
@@ -167,7 +168,7 @@ class OnnxDetector(NeuralDetector):
         self.fixed_batch = batch_dim if isinstance(batch_dim, int) and batch_dim > 0 else None
         self.max_batch = self.fixed_batch or max(1, int(max_batch))
         self.max_det = max_det
-        self.agnostic_nms = bool(agnostic_nms)
+        self.agnostic_nms = agnostic_nms if agnostic_nms == "auto" else bool(agnostic_nms)
         self.conf, self.iou = float(conf), float(iou)
 
         fixed = (width, height) if isinstance(width, int) and isinstance(height, int) else None

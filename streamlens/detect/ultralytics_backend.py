@@ -80,7 +80,7 @@ class UltralyticsDetector(NeuralDetector):
     def __init__(self, model: str | Path, *, imgsz: int | tuple[int, int] | None = None, conf: float = 0.25,
                  iou: float = 0.45, classes: list[str | int] | None = None, names: str | Path | None = None,
                  device: str = "auto", half: bool = False, resize: str | None = None, max_batch: int = 8,
-                 max_det: int = 300, agnostic_nms: bool = False):
+                 max_det: int = 300, agnostic_nms: bool | str = False):
         super().__init__()
         self.path = Path(model)
         where = f"detector.model: {self.path}"
@@ -116,7 +116,7 @@ class UltralyticsDetector(NeuralDetector):
         resize = resize or ("resize" if self.is_rtdetr else "letterbox")  # RT-DETR trains on stretched frames
         self.nms_done = True  # Ultralytics' NMS (or the model's own selection) runs in run_chunk
         self.conf, self.iou, self.max_det = float(conf), float(iou), max_det
-        self.agnostic_nms = bool(agnostic_nms)
+        self.agnostic_nms = agnostic_nms if agnostic_nms == "auto" else bool(agnostic_nms)
         self.max_batch = max(1, int(max_batch))
 
         meta_size = getattr(self.backend, "metadata", {}).get("imgsz")
@@ -230,7 +230,7 @@ class UltralyticsDetector(NeuralDetector):
             return self._rtdetr_candidates(chunk, raw)
         from ultralytics.utils.nms import non_max_suppression
 
-        kept = non_max_suppression(raw, self.conf, self.iou, self._classes, agnostic=self.agnostic_nms,
+        kept = non_max_suppression(raw, self.conf, self.iou, self._classes, agnostic=self.agnostic_nms is True,
                                    max_det=self.max_det, max_time_img=1.0, end2end=self.end2end)
         out = []
         for rows in kept:

@@ -9,8 +9,8 @@ Rules (`analytics:`, drawn when a frame carries its `FrameAnalytics`), under the
 - a zone is its outline over a light tint (a quarter of its colour added to the frame within it,
   so the road shows through), with a label at its centre: its name and the objects in it now
   (`bay 3`);
-- a line is drawn end to end, with an arrow from its middle into its `in` side (its right, seen
-  from its first point towards its second, so below a line drawn left to right: the way an object
+- a line is drawn end to end, with an arrow from its middle into its `in` side (its left, seen
+  from its first point towards its second, so above a line drawn left to right: the way an object
   crosses to count as `in`), and a label at its first point: its name and running counts
   (`gate in 12 out 4`).
 Lines and zones take colours of their own (`LINE_COLORS`, `ZONE_COLORS`, by their order in the
@@ -115,16 +115,16 @@ def color_indices_for(detections: sv.Detections) -> np.ndarray:
 
 def in_side_normal(points) -> tuple[float, float]:
     """The unit vector across a line (`((x, y), (x, y))`, image coordinates) pointing into its `in`
-    side: its right seen from the first point towards the second, where
+    side: its left seen from the first point towards the second, where
     `streamlens.analytics.rules.LineRule` counts an object arriving as `in`.
 
     Example:
-        >>> in_side_normal(((0, 50), (100, 50)))   # left to right: `in` is below (y grows down)
-        (0.0, 1.0)
+        >>> in_side_normal(((0, 50), (100, 50)))   # left to right: `in` is above (y grows down)
+        (0.0, -1.0)
     """
     (ax, ay), (bx, by) = points
     length = max(1e-9, float(np.hypot(bx - ax, by - ay)))
-    return (-(by - ay) / length + 0.0, (bx - ax) / length + 0.0)
+    return ((by - ay) / length + 0.0, -(bx - ax) / length + 0.0)
 
 
 def _text_color(background: sv.Color) -> sv.Color:

@@ -35,8 +35,9 @@ since from their stored motion; the result is the same as if the detections had 
 Results of one stream must arrive in frame order; one older than the last one applied, or older
 than the history, is not applied (counted in `stale_updates`) and its boxes come back untracked (-1).
 
-What the tracker shows on every frame, in source pixels clipped to the frame, never less than
-`MIN_BOX_PX` wide and high there:
+What the tracker shows, in source pixels clipped to the frame, never less than `MIN_BOX_PX` wide and
+high there: on a keyframe, the detector's boxes with the ids of the tracks they went to (-1: none;
+`keyframe_objects.py`); on the frames between,
 - every tentative and confirmed track: in a keyframe engine a new object waits a whole interval for
   its second match, and the detector's box on its first keyframe is the best knowledge there is;
 - lost tracks for `coast_s` seconds after their last match, but never longer than they had been seen
@@ -44,8 +45,8 @@ What the tracker shows on every frame, in source pixels clipped to the frame, ne
   blink on a keyframe would otherwise drop an object for a whole interval.
 A track whose box is no longer visible ends: less than `MIN_VISIBLE` of its area inside the frame,
 or less than `MIN_BOX_PX` wide or high there (it drove out of the picture, or motion carried it
-out). `confidence` is the score of the last detection matched; ids start at 1 and are never reused
-within a stream.
+out). `confidence` is the score of the last detection matched, the label the class its detections
+scored most (`labels.py`); ids start at 1 and are never reused within a stream.
 
 The thresholds default to ByteTrack's MOT17 settings, for detections reported down to a score of 0.1
 (MOTChallenge's public detections), but for the confident and new-track scores, the overlap a new
@@ -78,6 +79,8 @@ import supervision as sv
 from ..frame import Frame, empty_detections
 from .base import MIN_BOX_PX, Tracker, clip_to_frame
 from .history import FrameHistory, FrameStep
+from .keyframe_objects import keyframe_objects
+from .labels import LabelVotes
 from .kalman import BoxKalmanFilter, xywh_to_xyxy, xyxy_to_xywh
 from .kernels import warm_up
 from .association import Found, match_stages, without_duplicates
@@ -182,6 +185,7 @@ class KeyframeTracker(Tracker):
         self.kalman = BoxKalmanFilter()
         warm_up()  # the compiled per-frame steps, ready before the first frame
         self.tracks = TrackTable.empty()
+        self.labels = LabelVotes()  # each track's label, by vote over its detections
         self.signals = TrackingSignals()
         #: keyframe results not applied: older than the last one applied, or than the history
         self.stale_updates = 0
@@ -398,11 +402,15 @@ class KeyframeTracker(Tracker):
         states[(states == LOST) & (now - tracks.last_seen > self.lost_s)] = REMOVED
         self._apply(tracks, rows, found, cols, now)
 
-        born = self._start(found, high[found.scores[high] >= self.new_track_score], now, first_keyframe)
+        new = high[found.scores[high] >= self.new_track_score]
+        born = self._start(found, new, now, first_keyframe)
+        shown = np.full(len(found.scores), -1, np.int64)  # per detection, its track's id
+        shown[cols], shown[new] = tracks.ids[rows], born.ids
         tracks = self._without_invisible(without_duplicates(tracks.select(states != REMOVED).append(born)))
+        self.labels.keep(tracks.ids)
         self.signals.births, self.signals.losses = len(born), int(missed.sum())
         self._note_motion(tracks, self.signals.untracked_motion)
-        return tracks, self.objects_of(tracks, now)
+        return tracks, keyframe_objects(detections, shown, tracks, *self._frame_size)
 
     def _apply(self, tracks: TrackTable, rows: np.ndarray, found: Found, cols: np.ndarray, now: float) -> None:
         """Correct matched tracks with their detections."""
@@ -412,9 +420,8 @@ class KeyframeTracker(Tracker):
             tracks.means[rows], tracks.covs[rows], xyxy_to_xywh(found.boxes[cols]))
         tracks.states[rows] = CONFIRMED
         tracks.scores[rows] = found.scores[cols]
-        confident = found.scores[cols] >= self.high_score  # weak boxes do not relabel a track
-        tracks.class_ids[rows[confident]] = found.class_ids[cols[confident]]
-        tracks.class_names[rows[confident]] = found.class_names[cols[confident]]
+        tracks.class_ids[rows], tracks.class_names[rows] = self.labels.vote(
+            tracks.ids[rows], found.class_ids[cols], found.class_names[cols], found.scores[cols])
         tracks.hits[rows] += 1
         tracks.last_seen[rows] = now
         tracks.motion_quality[rows] = 1.0
@@ -425,6 +432,7 @@ class KeyframeTracker(Tracker):
         count = len(cols)
         ids = np.arange(self._next_id, self._next_id + count, dtype=np.int64)
         self._next_id += count
+        self.labels.vote(ids, found.class_ids[cols], found.class_names[cols], found.scores[cols])
         return TrackTable(ids=ids, states=np.full(count, CONFIRMED if confirmed else TENTATIVE, np.int8),
                           means=means, covs=covs, class_ids=found.class_ids[cols],
                           class_names=found.class_names[cols], scores=found.scores[cols].astype(np.float32),

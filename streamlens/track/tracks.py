@@ -47,7 +47,7 @@ class TrackTable:
     means: np.ndarray
     #: Kalman covariance `(N, 3, 4)`: per coordinate, the 2x2 block of it and its rate (see kalman.py)
     covs: np.ndarray
-    #: the class of the last confident detection matched to the track
+    #: the track's label: the class its detections scored most (`labels.py`)
     class_ids: np.ndarray
     class_names: np.ndarray
     #: the score of the last detection matched to the track

@@ -125,9 +125,9 @@
       ctx.beginPath();
       ctx.moveTo(ax, ay);
       ctx.lineTo(bx, by);
-      // an arrow from the middle into the `in` side (the right, seen from the first point to the second)
+      // an arrow from the middle into the `in` side (the left, seen from the first point to the second)
       const length = Math.max(1e-9, Math.hypot(bx - ax, by - ay));
-      const nx = -(by - ay) / length, ny = (bx - ax) / length;
+      const nx = (by - ay) / length, ny = -(bx - ax) / length;
       const mx = (ax + bx) / 2, my = (ay + by) / 2, arrow = 24 * unit;
       const tx = mx + arrow * nx, ty = my + arrow * ny, head = arrow * 0.4;
       ctx.moveTo(mx, my);

@@ -1,0 +1,111 @@
+"""A keyframe publishes what the detector saw: its boxes and scores, with the ids of the tracks they
+went to; a box no track took with id -1; a track it missed not at all, though the tracker keeps it
+and shows it on the frames after (coasting) and finds it again. Crafted detections, and the real
+pipeline on a real file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import supervision as sv
+
+import streamlens
+from streamlens.detect import build_detector
+from streamlens.detect.base import Detector
+from streamlens.frame import Frame, FrameResult
+from streamlens.graph import runtime
+from streamlens.track import KeyframeTracker
+
+from .conftest import REPO
+from .test_pipeline_run import write_pipeline
+
+WIDTH, HEIGHT = 640, 360
+BLANK = np.broadcast_to(np.zeros((1, 1, 3), np.uint8), (HEIGHT, WIDTH, 3))
+SAMPLE = REPO / "samples" / "traffic.mp4"
+
+
+def frame(index: int) -> Frame:
+    return Frame("cam1", index, index / 30, 0.0, BLANK)
+
+
+def found(boxes, scores) -> sv.Detections:
+    boxes = np.asarray(boxes, np.float32).reshape(-1, 4)
+    return sv.Detections(xyxy=boxes, confidence=np.asarray(scores, np.float32),
+                         class_id=np.zeros(len(boxes), np.int64), data={"class_name": np.array(["person"] * len(boxes), object)})
+
+
+def test_a_keyframe_shows_its_detections_and_keeps_the_tracks_it_missed():
+    tracker = KeyframeTracker("kalman", 30, high_score=0.5, low_score=0.1, new_track_score=0.5)
+    a, b = (lambda i: [100 + 2 * i, 100, 140 + 2 * i, 200]), (lambda i: [400, 120, 450, 220])
+    for index in range(0, 12, 3):  # both seen on four keyframes: confirmed
+        tracker.update(frame(index), found([a(index), b(index)], [0.9, 0.8]))
+        tracker.propagate(frame(index + 1)), tracker.propagate(frame(index + 2))
+    # keyframe 12: `b` blinks; a weak box (0.3: under new_track_score, matches no track) appears
+    detections = found([a(12), [250, 300, 290, 340]], [0.85, 0.3])
+    out = tracker.update(frame(12), detections)
+    assert out.xyxy.tolist() == detections.xyxy.tolist()                     # the detector's boxes,
+    assert out.confidence.tolist() == pytest.approx([0.85, 0.3])              # its scores,
+    assert out.tracker_id.tolist() == [1, -1]                                  # no coasting `b` on it
+    assert detections.tracker_id is None                                       # which are left alone
+    after = tracker.propagate(frame(13))                                        # `b` coasts between keyframes
+    assert sorted(after.tracker_id.tolist()) == [1, 2]
+    again = tracker.update(frame(15), found([a(15), b(15)], [0.9, 0.8]))      # and is found again
+    assert again.tracker_id.tolist() == [1, 2] and again.xyxy.tolist() == found([a(15), b(15)], [1, 1]).xyxy.tolist()
+
+
+class Recording(Detector):
+    """The pipeline's own detector, its detections on every keyframe kept by frame index."""
+
+    def __init__(self, inner: Detector):
+        self.inner, self.names, self.seen = inner, inner.names, {}
+
+    def detect(self, frames):
+        out = self.inner.detect(frames)
+        for f, d in zip(frames, out):
+            self.seen[f.index] = (d.xyxy.copy(), d.confidence.copy(), d.class_id.copy())
+        return out
+
+    def close(self):
+        self.inner.close()
+
+
+def rows(xyxy, scores, classes) -> list[tuple]:
+    """Boxes as sorted rows (x1, y1, x2, y2, score, class), clipped to the frame as published."""
+    xyxy = np.clip(np.asarray(xyxy, np.float64).reshape(-1, 4), 0, [WIDTH, HEIGHT, WIDTH, HEIGHT])
+    return sorted((*np.round(box, 3).tolist(), round(float(s), 4), int(c)) for box, s, c in zip(xyxy, scores, classes))
+
+
+@pytest.mark.parametrize("tracker", ["kalman", "mv"])
+def test_in_the_pipeline_every_keyframe_publishes_exactly_its_detections(tmp_path, monkeypatch, tracker):
+    """File mode, the real pipeline: every published keyframe's boxes and scores are the detector's
+    on that frame (the motion detector on samples/traffic.mp4: boxes of several sizes, some at the
+    frame's edge), its tracked boxes with their tracks' ids; frames between carry tracks only."""
+    recorders = []
+
+    def recording(cfg):
+        recorders.append(Recording(build_detector(cfg)))
+        return recorders[-1]
+
+    monkeypatch.setattr(runtime, "build_detector", recording)
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {SAMPLE}}}]
+detector: {{backend: motion}}
+keyframes: {{interval: 4}}
+tracker: {{motion: {tracker}}}
+""")
+    keyframes = between = 0
+    with streamlens.Pipeline.from_yaml(path) as pipeline:
+        for item in pipeline.results():
+            if not isinstance(item, FrameResult):
+                continue
+            det = item.detections
+            if item.keyframe:
+                keyframes += 1
+                xyxy, scores, classes = recorders[0].seen[item.frame.index]
+                assert rows(det.xyxy, det.confidence, det.class_id) == rows(xyxy, scores, classes), item.frame.index
+                assert (det.tracker_id >= 1).sum() > 0 or len(det) == 0
+            else:
+                between += 1
+                assert (det.tracker_id >= 1).all()
+    assert keyframes == 75 and between == 225
+    assert sum(len(v[0]) for v in recorders[0].seen.values()) > 50  # the sample has objects to box

@@ -1,0 +1,148 @@
+"""Agreement with detecting every frame, on keyframes and between them, through the real pipeline.
+
+    python tools/bench_keyframes.py                          # intervals 1,3,5,10 x kalman,flow,mv: about 5 minutes
+    python tools/bench_keyframes.py --intervals 5 --motions mv
+
+The clip is ../shared/data/video/highway_720p30.mp4, the detector the `detector` section of
+pipelines/highway_yolox.yaml (its model and names from ../shared/data). Each run is `streamlens run`
+in file mode (nothing dropped, the same every run) at a fixed keyframe interval (`adaptive: false`)
+with one motion model and a JSONL sink; its frame messages are scored by `streamlens.bench.accuracy`
+against the same detector on every frame of the clip (`streamlens.bench.reference`, cached in
+`--cache`): F1 of boxes at IoU 0.5, matched per frame, on the keyframes (`keyframe: true`) and on
+the frames between, class-aware as the bench scores (a box matches a reference box of its class),
+and on keyframes also class-agnostic: a keyframe publishes the detector's boxes, so that figure is
+1.0 up to NMS ties, and the class-aware one falls short of it by the boxes whose detection's class
+is not their track's label (the vote over the track's life, `streamlens/track/labels.py`).
+
+Writes tools/results/keyframes.md and keyframes.json (`--out`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+DATA = REPO.parent / "shared" / "data"
+PIPELINE = REPO / "pipelines" / "highway_yolox.yaml"
+CLIP = "video/highway_720p30.mp4"
+MODEL, NAMES = "models/yolox_nano/yolox_nano.onnx", "models/yolox_nano/coco_classes.txt"
+
+
+def detector_section(data: Path) -> dict:
+    import yaml
+
+    section = dict(yaml.safe_load(PIPELINE.read_text())["detector"])
+    section["model"], section["names"] = str(data / MODEL), str(data / NAMES)
+    return section
+
+
+def run(video: str, detector: dict, interval: int, motion: str, work: Path) -> dict:
+    """One file-mode run; its frame messages split into keyframes and the frames between."""
+    import yaml
+
+    out = work / f"{motion}-{interval}.jsonl"
+    tree = {"sources": [{"name": "clip", "uri": video}], "detector": detector,
+            "keyframes": {"interval": interval, "adaptive": False}, "tracker": {"motion": motion},
+            "sinks": [{"type": "jsonl", "path": str(out)}]}
+    path = work / f"{motion}-{interval}.yaml"
+    path.write_text(yaml.safe_dump(tree, sort_keys=False))
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    subprocess.run([sys.executable, "-m", "streamlens", "run", "-q", str(path)], cwd=REPO, env=env, check=True,
+                   capture_output=True, text=True)
+    parts = {True: ([], [], []), False: ([], [], [])}
+    for line in out.open():
+        m = json.loads(line)
+        if m["type"] == "frame":
+            frames, pts, boxes = parts[m["keyframe"]]
+            frames.append(m["frame"])
+            pts.append(m["pts"])
+            boxes.append([o["box"] + [o["cls"]] for o in m["objects"]])
+    return parts
+
+
+def score(parts: dict, ref) -> dict:
+    from streamlens.bench.accuracy import score_stream
+    from streamlens.bench.reference import Reference
+
+    anyclass = Reference(pts=ref.pts, offsets=ref.offsets, xyxy=ref.xyxy, cls=np.zeros_like(ref.cls))
+    keys, between = parts[True], parts[False]
+    f1 = {"keyframes": score_stream(*keys, ref)["f1"],
+          "keyframes_any_class": score_stream(keys[0], keys[1], [[b[:4] + [0] for b in f] for f in keys[2]],
+                                              anyclass)["f1"],
+          "between": score_stream(*between, ref)["f1"] if between[0] else None,
+          "all": score_stream(keys[0] + between[0], keys[1] + between[1], keys[2] + between[2], ref)["f1"]}
+    return {"keyframes": len(keys[0]), "frames": len(keys[0]) + len(between[0]), "f1": f1}
+
+
+def write_page(data: dict, out: Path) -> None:
+    lines = ["# Keyframes and the frames between: agreement with detecting every frame", "",
+             f"Command: `{data['command']}` ({data['seconds']:.0f} s)  ",
+             f"Machine: {data['machine']}, 2 cores shared with other work; date {data['date']}, commit {data['commit']}  ",
+             f"Clip: highway_720p30.mp4 (897 frames); detector: the `detector` section of pipelines/highway_yolox.yaml "
+             f"(`agnostic_nms: {data['agnostic_nms']}`); file mode, fixed intervals.", "",
+             "F1 at IoU 0.5 against the same detector on every frame (`streamlens.bench.accuracy`). `keyframes`: "
+             "class-aware, as every bench scores; `any class`: the same boxes matched whatever their class (a "
+             "keyframe publishes the detector's boxes; its labels are the tracks' votes).", "",
+             "| interval | motion | keyframes | F1 keyframes | F1 keyframes, any class | F1 between | F1 all |",
+             "|---|---|---|---|---|---|---|"]
+    for r in data["runs"]:
+        f = r["f1"]
+        lines.append(f"| {r['interval']} | {r['motion']} | {r['keyframes']} | {f['keyframes']:.3f} | "
+                     f"{f['keyframes_any_class']:.3f} | {'-' if f['between'] is None else format(f['between'], '.3f')} | "
+                     f"{f['all']:.3f} |")
+    old = out.read_text() if out.exists() else ""
+    kept = old[old.index("\n## Notes"):] if "\n## Notes" in old else ""
+    out.write_text("\n".join(lines) + "\n" + kept)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--intervals", default="1,3,5,10")
+    parser.add_argument("--motions", default="kalman,flow,mv")
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "streamlens_bench_keyframes")
+    parser.add_argument("--out", type=Path, default=REPO / "tools" / "results" / "keyframes.md")
+    args = parser.parse_args(argv)
+    from streamlens.bench.reference import reference_for
+    from streamlens.config import DetectorConfig
+
+    started = time.monotonic()
+    detector = detector_section(args.data)
+    video = str(args.data / CLIP)
+    config = DetectorConfig(**detector)
+    ref = reference_for(config, video, args.cache)
+    runs = []
+    with tempfile.TemporaryDirectory() as work:
+        for interval in (int(v) for v in args.intervals.split(",")):
+            for motion in args.motions.split(","):
+                result = {"interval": interval, "motion": motion, **score(run(video, detector, interval, motion,
+                                                                              Path(work)), ref)}
+                print(json.dumps(result), flush=True)
+                runs.append(result)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
+    data = {"command": " ".join(["python tools/bench_keyframes.py", *(argv if argv is not None else sys.argv[1:])]),
+            "seconds": time.monotonic() - started, "machine": platform.processor() or platform.machine(),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "commit": commit.strip(), "agnostic_nms": config.agnostic_nms, "runs": runs}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+    write_page(data, args.out)
+    print(f"wrote {args.out} and {args.out.with_suffix('.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
