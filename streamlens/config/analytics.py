@@ -82,6 +82,27 @@ class SnapshotConfig(_Keys):
     classes: list[str] | None = Field(None, description="the labels that get one (default: all)")
 
 
+class RetainConfig(_Keys):
+    """analytics.clips.retain: the oldest clips past either bound are deleted."""
+
+    days: float | None = Field(7.0, gt=0, le=36500, description="delete clips older than this (null: no age limit)")
+    max_gb: float | None = Field(20.0, gt=0, le=1e6, description="delete the oldest while all clips are over "
+                                                                "this (null: no size limit)")
+
+
+class ClipsConfig(_Keys):
+    """analytics.clips: an MP4 around chosen events, from the camera's own packets (sources/clips.py)."""
+
+    events: list[Literal["line_cross", "zone_enter", "zone_exit", "loiter", "object_start", "object_update",
+                         "object_end"]] = Field(["line_cross", "zone_enter", "loiter"], min_length=1,
+                                                description="the events that get a clip")
+    classes: list[str] | None = Field(None, description="the labels that get one (default: all)")
+    pre_s: float = Field(5.0, ge=0, le=60, description="seconds before the event")
+    post_s: float = Field(5.0, ge=0, le=60, description="seconds after it")
+    path: PathKey = Field(description="the folder: <stream>/<time>-<event>-<seq>.mp4 in it")
+    retain: RetainConfig = Field(default_factory=RetainConfig)
+
+
 class AnalyticsConfig(_Keys):
     """The `analytics` section: rules run on every frame's tracked objects (streamlens/analytics)."""
 
@@ -91,6 +112,7 @@ class AnalyticsConfig(_Keys):
     ground: GroundConfig | None = Field(None, description="speed in km/h on the ground plane (instead of "
                                                           "pixels_per_metre)")
     snapshots: SnapshotConfig | None = Field(None, description="JPEG snapshots of objects for their events")
+    clips: ClipsConfig | None = Field(None, description="MP4 clips around events, from the cameras' own packets")
     end_after_s: float = Field(2.0, gt=0, le=MAX_SECONDS, description="a track not seen this long has ended "
                                                                       "(object_end)")
     lines: list[LineConfig] = Field(default_factory=list)

@@ -30,15 +30,19 @@ from .stages import AnalyticsStage, SnapshotStage, Stage
 from .stats import StreamStats
 
 
-def build_stages(config, secondary=None) -> list[Stage]:
+def build_stages(config, secondary=None, sources: dict | None = None) -> list[Stage]:
     """The result stages of a pipeline file, in order: `secondary` (a `SecondaryStage`, made by the
-    runtime with its models and cache; None: the file has none), then `analytics:` and its
-    snapshots."""
+    runtime with its models and cache; None: the file has none), then `analytics:`, its snapshots
+    and its clips (asked of `sources`, by stream name)."""
     stages: list[Stage] = [] if secondary is None else [secondary]
     if config.analytics is not None:
         stages.append(AnalyticsStage(config.analytics))
         if config.analytics.snapshots is not None:
             stages.append(SnapshotStage(config.analytics.snapshots))
+        if config.analytics.clips is not None:
+            from .clip_stage import ClipStage
+
+            stages.append(ClipStage(config.analytics.clips, sources if sources is not None else {}))
     return stages
 
 

@@ -53,7 +53,7 @@ from ..errors import ConfigError, StreamlensError
 from ..frame import FrameResult, StreamEnd
 from ..http.server import MetricsServer
 from ..sinks import Sink, build_sink
-from ..sources import Source, build_source
+from ..sources import Source, build_source, clips_spec
 from ..track import build_tracker
 from .admit import Admission, run_source
 from .channel import Channel, Credits
@@ -363,7 +363,7 @@ class Pipeline:
             mvs = cfg.tracker.motion == "mv"
             sources = []
             for s in cfg.sources:
-                sources.append(build_source(s, export_mvs=mvs))
+                sources.append(build_source(s, export_mvs=mvs, clips=clips_spec(cfg)))
                 built.append(sources[-1])
             for src in sources:
                 self.stats[src.name].total = src.total_frames
@@ -439,7 +439,7 @@ class Pipeline:
             secondary_stats=self.secondary_stats if self._secondary is not None else None,
             extra=self._stats_extra, sources=self._sources)
         self._collector = CycleCollector() if cfg.tracker.motion == "mv" else None
-        route = ResultRoute(build_stages(cfg, self._secondary), self._out, self.stats, self._reporter,
+        route = ResultRoute(build_stages(cfg, self._secondary, self._sources), self._out, self.stats, self._reporter,
                             credits=self._credits, credited=frozenset(self._credited), collector=self._collector)
         if self._secondary is not None:
             self._secondary.start()

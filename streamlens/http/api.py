@@ -31,7 +31,8 @@ each route below `/` but `/metrics` and `/healthz` (every answer is JSON unless 
 - `/api/events?since=N`: a list of the events after index N (all streams, the last 500 kept),
   oldest first: `[{"index": 18, "has_snapshot": true, "event": {"type": "event", "stream": "cam1",
   "event": "object_start", ...}}]`; `/api/events/<N>/snapshot.jpg` its snapshot JPEG (404 once no
-  longer kept or when it has none).
+  longer kept or when it has none); `/api/events/<N>/clip.mp4` its clip (`analytics.clips`; 503
+  until it is written, 404 when it has none).
 - `/api/streams/<name>/frame.jpg`: the newest frame with its boxes, labels, track ids, lines, zones
   and counts drawn (as the annotated video draws them), a JPEG of the stream's size, for scripts and
   home dashboards; 503 before the first frame.
@@ -56,6 +57,7 @@ import sqlite3
 import threading
 import time
 from collections import deque
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..history import store
@@ -278,6 +280,32 @@ class Api:
             return text_reply(503, f"the history file cannot be read now ({e})", {"Retry-After": "1"})
         return json_reply({"buckets": found})
 
+    def clip(self, index: int) -> Reply:
+        """Event `index`'s clip (`analytics.clips`), once written: from the history file's events when
+        there is one, else from those the page keeps; only files under the clips folder are served."""
+        analytics = self.pipeline.config.analytics
+        folder = analytics.clips.path if analytics is not None and analytics.clips is not None else None
+        if folder is None:
+            return text_reply(404, "no clips: set analytics.clips in the pipeline file")
+        message = self._stored(lambda db: store.event(db, index))
+        if message is None:
+            preview = getattr(self.pipeline, "preview", None)
+            message = preview.event(index) if preview is not None else None
+        clip = (message or {}).get("clip")
+        if not clip:
+            return text_reply(404, f"no clip for event {index}")
+        path = Path(clip["path"])
+        if not path.resolve().is_relative_to(Path(folder).resolve()):
+            return text_reply(404, f"no clip for event {index}")
+        try:
+            body = path.read_bytes()
+        except FileNotFoundError:
+            return Reply(503, "text/plain; charset=utf-8", b"not written yet: a clip is whole once post_s has passed\n",
+                         {"Retry-After": "2"})
+        except OSError as e:
+            return text_reply(404, f"clip of event {index}: {e.strerror or e}")
+        return Reply(200, "video/mp4", body)
+
     def snapshot(self, index: int) -> Reply:
         preview = getattr(self.pipeline, "preview", None)
         if preview is not None and self.pipeline.config.runtime.history is not None:
@@ -364,6 +392,9 @@ class Api:
         if len(parts) == 5 and parts[:3] == ["", "api", "events"] and parts[4] == "snapshot.jpg" \
                 and parts[3].isascii() and parts[3].isdigit():  # '²'.isdigit() too, and int() refuses it
             return self.snapshot(int(parts[3]))
+        if len(parts) == 5 and parts[:3] == ["", "api", "events"] and parts[4] == "clip.mp4" \
+                and parts[3].isascii() and parts[3].isdigit():
+            return self.clip(int(parts[3]))
         if len(parts) == 5 and parts[:3] == ["", "api", "streams"]:
             name, what = parts[3], parts[4]
             if what == "frame.jpg":

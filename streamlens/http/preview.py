@@ -179,6 +179,11 @@ class PreviewSink(Sink):
                     return index if index in self._shots else None
         return None
 
+    def event(self, index: int) -> dict | None:
+        """The message of event `index`, while it is kept."""
+        with self._lock:
+            return next((m for i, m in self._events if i == index), None)
+
     def snapshot(self, index: int) -> bytes | None:
         """The snapshot JPEG of event `index`, while it is kept and when it has one."""
         return self._shots.get(index)

@@ -6,21 +6,36 @@ from ..config import SourceConfig
 from .base import Source
 
 
-def build_source(cfg: SourceConfig, export_mvs: bool = False) -> Source:
+def build_source(cfg: SourceConfig, export_mvs: bool = False, clips: tuple | None = None) -> Source:
     """A `FileSource` for files, a `LiveSource` for camera URLs and devices. `export_mvs`:
-    put the decoder's motion vectors on every frame (for `tracker: {motion: mv}`)."""
+    put the decoder's motion vectors on every frame (for `tracker: {motion: mv}`); `clips`: a
+    camera records its packets for `analytics.clips` (`clips_spec`)."""
     if not cfg.is_file:
-        return _live_source(cfg, export_mvs)
+        return _live_source(cfg, export_mvs, clips)
     from .file import FileSource
 
-    return FileSource(cfg, export_mvs=export_mvs)
+    return FileSource(cfg, export_mvs=export_mvs, clips=clips)
 
 
-def _live_source(cfg: SourceConfig, export_mvs: bool) -> Source:
+def _live_source(cfg: SourceConfig, export_mvs: bool, clips: tuple | None) -> Source:
     """A camera URL or a device: a `LiveSource` (decoded on a worker, reconnecting for ever)."""
     from .live import LiveSource
 
-    return LiveSource(cfg, export_mvs=export_mvs)
+    return LiveSource(cfg, export_mvs=export_mvs, clips=clips)
 
 
-__all__ = ["Source", "build_source"]
+#: seconds of packets a camera keeps beyond `pre_s` (the key frame before is kept on top of them)
+CLIP_MARGIN_S = 1.0
+
+
+def clips_spec(config) -> tuple | None:
+    """What a camera of `config` records for `analytics.clips`: (seconds kept, folder, retain days,
+    retain bytes), or None without clips."""
+    clips = config.analytics.clips if config.analytics is not None else None
+    if clips is None:
+        return None
+    max_bytes = clips.retain.max_gb * 1e9 if clips.retain.max_gb is not None else None
+    return clips.pre_s + CLIP_MARGIN_S, str(clips.path), clips.retain.days, max_bytes
+
+
+__all__ = ["Source", "build_source", "clips_spec"]

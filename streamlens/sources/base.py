@@ -34,6 +34,12 @@ class Source:
     def frames(self, stop: threading.Event) -> Iterator[Frame]:
         raise NotImplementedError
 
+    def clip(self, start_s: float, end_s: float, path: str, index: int = -1) -> bool:
+        """Record a clip of the stream's own packets from `start_s` to `end_s` (frames' `pts`) into
+        `path` (`analytics.clips`; any thread, never waits); `index`: the event's frame. False when
+        this source records none."""
+        return False
+
     def close(self) -> None:
         pass
 

@@ -114,7 +114,7 @@ class FileSource(Source):
     """
 
     def __init__(self, name: str | SourceConfig, path: str | Path | None = None, *, export_mvs: bool = False,
-                 **keys: Any):
+                 clips: tuple | None = None, **keys: Any):
         """`FileSource(cfg)` with the source's typed section, or `FileSource(name, path, **keys)`
         with keys of `SourceConfig`, checked as the pipeline file's are (`ValueError`)."""
         cfg = name if isinstance(name, SourceConfig) else section(
@@ -140,9 +140,11 @@ class FileSource(Source):
         self._halt: threading.Event | None = None  # set by close(): the running frames() ends
         self._passes: FilePasses | None = None
         self._worker = None
+        self._recorder = None  # decode="thread": the current pass's ClipRecorder
 
         spec = FileSpec(self.path, self.display_path, self.options, live=cfg.live, loop=cfg.loop,
-                        max_fps=cfg.max_fps, export_mvs=export_mvs, max_pixels=cfg.max_pixels)
+                        max_fps=cfg.max_fps, export_mvs=export_mvs, max_pixels=cfg.max_pixels,
+                        clips=None if clips is None else (cfg.name, *clips))
         container = open_file(spec)
         stream = container.streams.video[0]
         rate = stream.average_rate or stream.guessed_rate
@@ -229,7 +231,8 @@ class FileSource(Source):
         `skip`: the pacer's, for a live file (see `_LivePacer`)."""
         skipped_before = self.skipped_packets
         with self._lock:
-            passes = self._passes = FilePasses(self.spec, self._rejected, self._container, skip)
+            passes = self._passes = FilePasses(self.spec, self._rejected, self._container, skip,
+                                               self._make_recorder if self.spec.clips else None)
             self._container = None  # the passes own it now
         steps = iter(passes)
         while True:
@@ -242,6 +245,26 @@ class FileSource(Source):
             if item is None:
                 return
             yield item
+
+    def _make_recorder(self, stream):
+        from .clips import ClipRecorder
+
+        name, keep_s, folder, days, max_bytes = self.spec.clips
+        self._recorder = ClipRecorder(stream, keep_s, stream=name, folder=folder, retain=(days, max_bytes))
+        return self._recorder
+
+    def clip(self, start_s: float, end_s: float, path: str, index: int = -1) -> bool:
+        """As `Source.clip`: the current pass's recorder (here or in the decode worker) records it."""
+        if self.spec.clips is None:
+            return False
+        worker, recorder = self._worker, self._recorder
+        if worker is not None:
+            worker.clip(1, start_s, end_s, path, index)
+            return True
+        if recorder is not None:
+            recorder.request(start_s, end_s, path, index)
+            return True
+        return False
 
     def _rejected(self) -> None:
         self.corrupt_packets += 1

@@ -48,6 +48,8 @@ class FileSpec:
     declared_frames: int = 0
     #: the largest picture (width x height) taken: a larger one ends the run over the file with an error
     max_pixels: int | None = None
+    #: `analytics.clips`: as `SessionSpec.clips` (session.py); None: no clips recorded
+    clips: tuple | None = None
 
     #: a file never loses a frame to a full ring: its worker waits for a free slot
     lossless = True
@@ -123,8 +125,11 @@ class FilePasses:
 
     def __init__(self, spec: FileSpec, rejected: Callable[[], None],
                  container: av.container.InputContainer | None = None,
-                 skip: Callable[[float, bool], bool] | None = None):
+                 skip: Callable[[float, bool], bool] | None = None, make_recorder: Callable | None = None):
         self.spec = spec
+        #: `make_recorder(stream)`: a pass's `ClipRecorder` (clips.py) or None; the current pass's
+        self.make_recorder = make_recorder
+        self.recorder = None
         self.rejected = rejected
         self.container = container
         self.skip = skip
@@ -138,9 +143,22 @@ class FilePasses:
         self._corrupt = 0  # packets the current pass's decoder rejected
 
     def close(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()  # its clips still open are written with what they have
+            self.recorder = None
         if self.container is not None:
             self.container.close()
             self.container = None
+
+    def _record(self, stream) -> None:
+        """A new pass: the last one's clips end, this one's packets go to a new recorder."""
+        if self.recorder is not None:
+            self.recorder.close()
+            self.recorder = None
+        if self.make_recorder is not None:
+            self.recorder = self.make_recorder(stream)
+            if self.recorder is not None:
+                self.recorder.first_index = self._index
 
     def __iter__(self) -> Iterator[Decoded]:
         spec = self.spec
@@ -159,6 +177,7 @@ class FilePasses:
             self._media_base = None
             anchors = ReferenceDistance()
             self._check_size(stream.codec_context.width, stream.codec_context.height)
+            self._record(stream)
             for frame, decode_ms in self._decode_pass(stream):
                 self._check_size(frame.width, frame.height)
                 pts = times.seconds(frame)
@@ -223,6 +242,8 @@ class FilePasses:
                 packet = None  # drain the decoder: frame threads still hold decoded frames
             else:
                 self._packets += packet.size > 0 or packet.dts is not None
+                if self.recorder is not None:  # before any skipping: a clip keeps what the file holds
+                    self.recorder.packet(packet)
                 if self.skip is not None and packet.size > 0 and self._skips(packet, stream):
                     self.skipped += 1
                     self._index += 1  # the frame it held keeps its number: the next ones keep theirs
@@ -255,7 +276,7 @@ def run_file_session(spec: FileSpec, out, should_stop: Callable[[], bool]) -> tu
     (the worker's transport, a `SessionOutput`) with its `(index, media)` position. Returns
     `(reason, message, detail)`: `eof` when the run ended by itself (detail: `incomplete` and
     `read_error`), `aborted` when told to stop, `failed` with the `SourceError`'s line."""
-    passes = FilePasses(spec, out.rejected)
+    passes = FilePasses(spec, out.rejected, make_recorder=out.recorder)
     try:
         for item in passes:
             if should_stop():

@@ -114,7 +114,7 @@ class LiveSource(Source):
     """
 
     def __init__(self, name: str | SourceConfig, uri: str | None = None, *, export_mvs: bool = False,
-                 pinned: bool | str = "auto", **keys: Any):
+                 pinned: bool | str = "auto", clips: tuple | None = None, **keys: Any):
         """`LiveSource(cfg)` with the source's typed section, or `LiveSource(name, uri, **keys)` with
         keys of `SourceConfig`, checked as the pipeline file's are (`ValueError`), `uri` taken as a
         camera's (a file too: then paced by its own timestamps, as a camera sends them)."""
@@ -134,7 +134,8 @@ class LiveSource(Source):
             uri=uri,
             options=input_options(uri, transport=cfg.transport, timeout_s=cfg.timeout_s, user=dict(cfg.options)),
             format="v4l2" if uri.startswith("/dev/video") else None,
-            max_fps=cfg.max_fps, export_mvs=export_mvs, max_pixels=cfg.max_pixels, behind_s=behind_limit(uri))
+            max_fps=cfg.max_fps, export_mvs=export_mvs, max_pixels=cfg.max_pixels, behind_s=behind_limit(uri),
+            clips=None if clips is None else (cfg.name, *clips))
         self.fps: float | None = None
         self.total_frames = None
         self.on_state: Callable[[str, str], None] | None = None
@@ -154,6 +155,8 @@ class LiveSource(Source):
         self._closed = threading.Event()
         self._running = False
         self._lock = threading.Lock()
+        #: the connection now: (worker, session, clock), for clip requests (`clip()`)
+        self._now: tuple | None = None
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -219,6 +222,7 @@ class LiveSource(Source):
                     self._set_state("reconnecting" if streamed_before else "connecting")
                     log.debug("%s: connecting to %s", self.name, self.display_uri)
                     worker.open(session, self.spec)
+                    self._now = (worker, session, clock)
                 for ready in self._connection(worker, session, stopping, outcome) if worker is not None else ():
                     if host is None:
                         host = HostMemory(self.pinned)
@@ -269,6 +273,20 @@ class LiveSource(Source):
         finally:
             if worker is not None:
                 worker.close()
+
+    def clip(self, start_s: float, end_s: float, path: str, index: int = -1) -> bool:
+        """Ask this camera's decode worker for a clip of its packets from `start_s` to `end_s` (the
+        frames' `pts`) into `path` (clips.py); False when it records none (no `analytics.clips`, or
+        no connection now). Any thread; never waits."""
+        now = self._now
+        if self.spec.clips is None or now is None:
+            return False
+        worker, session, clock = now
+        if clock.session != session:  # no frame of this connection yet: its clock is not known
+            return False
+        offset = clock.first_pts - clock.base  # a frame's pts -> the connection's own
+        worker.clip(session, start_s + offset, end_s + offset, path)
+        return True
 
     def _start_worker(self, outcome: _Outcome):
         """A started decode worker, or None when none can be started now (no file descriptors or

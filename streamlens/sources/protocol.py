@@ -3,7 +3,7 @@ the worker's), one session at a time. A session is what a spec says: a `SessionS
 one connection to a camera, a `FileSpec` (file_passes.py) one run over a file, its loops included;
 `spec.run()` is the loop, `spec.lossless` how full slots are met.
 
-    owner -> worker:  Open(session, spec)   Abort(session)   QUIT
+    owner -> worker:  Open(session, spec)   Abort(session)   QUIT   Clip(session, start_s, end_s, path)
                       NewRing(ring_id, name, slots, slot_bytes)    (process only: a new ring)
                       NoRing(session, line)                        (process only: no room for it)
                       CREDIT                                       (process only: the answer to WAITING)
@@ -48,6 +48,18 @@ class Open(NamedTuple):
 
     session: int
     spec: Any
+
+
+class Clip(NamedTuple):
+    """Record `session`'s packets from the key frame at or before `start_s` to past `end_s` (the
+    session's own presentation times) into `path` (clips.py); a clip open into `path` is extended."""
+
+    session: int
+    start_s: float
+    end_s: float
+    path: str
+    #: a file's: the event's frame index (a request from before a loop is refused); -1: none
+    index: int = -1
 
 
 class Abort(NamedTuple):

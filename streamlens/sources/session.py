@@ -97,6 +97,9 @@ class SessionSpec:
     #: how far (seconds) decoding may fall behind the camera's clock before it skips to a keyframe
     #: (decode.py `CatchUp`; `behind_limit` chooses it for a URL); None: never skip
     behind_s: float | None = None
+    #: `analytics.clips`: (stream name, seconds of packets kept, clips folder, retain days, retain
+    #: bytes) when the session records its packets for clips (clips.py); None: it does not
+    clips: tuple | None = None
 
     #: a camera never waits for its owner: a frame with no free slot is dropped
     lossless = False
@@ -166,6 +169,11 @@ class SessionOutput:
         """A packet not decoded: the decoder had fallen behind the camera (decode.py `CatchUp`)."""
         raise NotImplementedError
 
+    def recorder(self, stream):
+        """The `ClipRecorder` of this session's packets (`stream`: the input stream), or None when
+        the session records no clips."""
+        return None
+
 
 def reason_of(error: BaseException, uri: str) -> str:
     """FFmpeg's own words for an error, with the URL and its credentials kept out."""
@@ -194,7 +202,7 @@ def run_session(spec: SessionSpec, out: SessionOutput, should_stop: Callable[[],
 
 def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tuple[str, str]:
     from .decode import CatchUp, FrameRateCap, PresentationTimes  # the file source's rules too
-    from .motion_vectors import ReferenceDistance, frame_motion_vectors
+    from .motion_vectors import ReferenceDistance
 
     stream = container.streams.video[0]
     stream.thread_type = "SLICE"  # low latency: frame threads would hold frames back
@@ -212,8 +220,20 @@ def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tu
     anchors = ReferenceDistance()
     catch_up = CatchUp(spec.behind_s) if spec.behind_s else None
     tick = float(stream.time_base or Fraction(1, 90000))
-    decoded = 0
     packets = container.demux(stream)
+    recorder = out.recorder(stream)
+    try:
+        return _demux_decode(packets, spec, out, should_stop, recorder, catch_up, tick, times, cap, anchors)
+    finally:
+        if recorder is not None:
+            recorder.close()  # clips still open are written with what they have
+
+
+def _demux_decode(packets, spec: SessionSpec, out: SessionOutput, should_stop, recorder, catch_up, tick, times, cap,
+                  anchors) -> tuple[str, str]:
+    from .motion_vectors import frame_motion_vectors
+
+    decoded = 0
     while True:
         if should_stop():
             return "aborted", ""
@@ -223,6 +243,8 @@ def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tu
             return "eof", "the stream ended"
         except (av.error.FFmpegError, OSError) as error:
             return "error", reason_of(error, spec.uri)
+        if recorder is not None:  # before any skipping: a clip keeps what the camera sent
+            recorder.packet(packet)
         if catch_up is not None and packet.size:
             ticks = packet.dts if packet.dts is not None else packet.pts
             if catch_up.skip(None if ticks is None else ticks * tick, time.monotonic(), packet.is_keyframe):

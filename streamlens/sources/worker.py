@@ -56,7 +56,7 @@ from ..frame import YuvPicture
 from ..urls import mask_url
 from .host_memory import HostMemory
 from .pixels import Buffers, layout_bytes, unpack
-from .protocol import (CREDIT, QUIT, WAITING, Abort, Crashed, FrameSent, NeedRing, NewRing, NoRing, Open,
+from .protocol import (CREDIT, QUIT, WAITING, Abort, Clip, Crashed, FrameSent, NeedRing, NewRing, NoRing, Open,
                        SessionEnded, SessionOpened)
 from .ring import SHM_DIR, FrameRing, NoRoom, free_bytes, ring_bytes
 from .session import StreamInfo
@@ -189,6 +189,7 @@ class ProcessWorker:
         self._ring_ids = itertools.count(1)
         self._buffers = Buffers(keep=RING_SLOTS)
         self._dead = False
+        self._sending = threading.Lock()  # clip requests come from the engine's thread, the rest from the source's
 
     def start(self) -> None:
         """Start the process. Raises `OSError` when it cannot be started (no file descriptors, no
@@ -228,9 +229,13 @@ class ProcessWorker:
     def abort(self, session: int) -> None:
         self._send(Abort(session))
 
+    def clip(self, session: int, start_s: float, end_s: float, path: str, index: int = -1) -> None:
+        self._send(Clip(session, start_s, end_s, path, index))
+
     def _send(self, message: tuple) -> None:
         try:
-            self._conn.send(message)
+            with self._sending:
+                self._conn.send(message)
         except (OSError, ValueError):
             self._dead = True  # noticed by poll()
 
@@ -406,6 +411,9 @@ class ThreadWorker:
 
     def abort(self, session: int) -> None:
         self._conn.send(Abort(session))
+
+    def clip(self, session: int, start_s: float, end_s: float, path: str, index: int = -1) -> None:
+        self._conn.send(Clip(session, start_s, end_s, path, index))
 
     def poll(self, timeout: float):
         if self._dead:

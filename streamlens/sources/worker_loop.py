@@ -13,7 +13,7 @@ import time
 
 from ..urls import mask_url
 from .pixels import layout_bytes, pack, picture_layout
-from .protocol import (CREDIT, QUIT, WAITING, Abort, Crashed, NeedRing, NewRing, NoRing, Open, SessionEnded,
+from .protocol import (CREDIT, QUIT, WAITING, Abort, Clip, Crashed, NeedRing, NewRing, NoRing, Open, SessionEnded,
                        SessionOpened)
 from .ring import FrameRing
 from .session import SessionOutput, StreamInfo
@@ -34,10 +34,15 @@ class _Control:
         #: pictures this session refused (too large, or no room for their ring), and why it ends so
         self.refused = 0
         self.refusal: str | None = None
+        #: the running session's `ClipRecorder`, when it records clips
+        self.recorder = None
 
     def handle(self, message: tuple) -> None:
         if isinstance(message, Abort) and message.session == self.session:
             self.aborted = True
+        elif isinstance(message, Clip):
+            if message.session == self.session and self.recorder is not None:
+                self.recorder.request(message.start_s, message.end_s, message.path, message.index)
         elif message == QUIT:
             self.quit = True
         elif isinstance(message, NewRing):
@@ -79,7 +84,7 @@ def serve(conn, make_output) -> None:
                 control.handle(message)
                 continue
             control.session, spec = message
-            control.aborted, control.refused, control.refusal = False, 0, None
+            control.aborted, control.refused, control.refusal, control.recorder = False, 0, None, None
             reason, text, detail = spec.run(make_output(conn, control, spec), control.should_stop)
             if control.refusal is not None:  # the owner had no room for its pictures
                 reason, text = "refused", control.refusal
@@ -109,6 +114,16 @@ class _Output(SessionOutput):
 
     def skipped(self) -> None:
         self.control.drops += 1
+
+    def recorder(self, stream):
+        clips = getattr(self.spec, "clips", None)
+        if clips is None:
+            return None
+        from .clips import ClipRecorder
+
+        name, keep_s, folder, days, max_bytes = clips
+        self.control.recorder = ClipRecorder(stream, keep_s, stream=name, folder=folder, retain=(days, max_bytes))
+        return self.control.recorder
 
 
 class _RingOutput(_Output):

@@ -578,6 +578,11 @@
       title.textContent = what;
       const sub = document.createElement("div");
       sub.textContent = `${when} · ${e.stream}${detail ? ` · ${detail}` : ""}`;
+      if (e.clip) {  // analytics.clips: the MP4 around it, served once whole
+        const link = Object.assign(document.createElement("a"), {className: "clip", target: "_blank",
+          href: `/api/events/${index}/clip.mp4`, textContent: "\u25b6 clip"});
+        sub.append(" · ", link);
+      }
       text.append(title, sub);
       li.append(text);
       list.prepend(li);

@@ -1,0 +1,194 @@
+"""`analytics.clips`: MP4 clips around events from a camera's own packets, with a real RTSP camera
+(GStreamer's RTSP server from Debian's packages, fed the shipped sample) and ffprobe to read them:
+same codec and size as the camera, covering each event's window, no longer than it by more than a
+GOP; written by the worker that reads the camera (a process, and a thread), never the engine; a
+folder that cannot be written loses clips, counted and told, never a frame; retention deletes the
+oldest first."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from streamlens.sources.clips import prune_clips
+
+from .conftest import REPO
+from .rtsp_server import GstRtspServer, gst_missing
+
+SAMPLE = REPO / "samples" / "traffic.mp4"
+PRE_S, POST_S = 2.0, 2.0
+GOP_S = 1.0  # the sample's key frames are a second apart
+
+
+@pytest.fixture
+def camera(tmp_path):
+    reason = gst_missing()
+    if reason:
+        pytest.skip(reason)
+    (tmp_path / "gst").mkdir()
+    with GstRtspServer({"cam1": SAMPLE}, tmp_path / "gst") as server:
+        yield server
+
+
+def probe(path: Path) -> dict:
+    out = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-count_packets", "-show_entries",
+                          "stream=codec_name,width,height,nb_read_packets:format=duration", "-of", "json", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout)
+    return {**found["streams"][0], "duration": float(found["format"]["duration"])}
+
+
+def run_camera(tmp_path, server, decode: str, clips_path: str, seconds_of_events: int = 2) -> tuple[list, str]:
+    """Run a pipeline on the camera (or, `server` None, on the sample as a live looping file) until
+    `seconds_of_events` line crossings have come and their clips' windows have passed, then Ctrl-C;
+    returns (the JSONL's messages, stderr)."""
+    pipeline = tmp_path / "p.yaml"
+    uri = f"'rtsp://127.0.0.1:{server.port}/cam1', transport: tcp" if server else f"{SAMPLE}, live: true, loop: true"
+    pipeline.write_text(f"""
+sources: [{{name: cam1, uri: {uri}, decode: {decode}}}]
+detector: {{backend: motion}}
+keyframes: {{interval: 3}}
+analytics:
+  lines: [{{name: across, points: [[0.5, 0.0], [0.5, 1.0]]}}]
+  clips: {{events: [line_cross], pre_s: {PRE_S}, post_s: {POST_S}, path: {clips_path}}}
+sinks: [{{type: jsonl, path: {tmp_path / 'out.jsonl'}}}]
+""")
+    stderr = (tmp_path / "stderr.txt").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(pipeline)], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+    out = tmp_path / "out.jsonl"
+
+    def messages() -> list[dict]:
+        return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            crossings = [m for m in messages() if m["type"] == "event" and m["event"] == "line_cross"]
+            frames = [m for m in messages() if m["type"] == "frame"]
+            if len(crossings) >= seconds_of_events and frames and \
+                    frames[-1]["pts"] > crossings[seconds_of_events - 1]["pts"] + POST_S + 2 * GOP_S:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+        stderr.close()
+    return messages(), (tmp_path / "stderr.txt").read_text()
+
+
+@pytest.mark.parametrize("decode", ["process", "thread"])
+def test_a_crossing_on_a_camera_gives_a_clip_of_its_own_packets(tmp_path, camera, decode):
+    check_clips(tmp_path, *run_camera(tmp_path, camera, decode, str(tmp_path / "clips")))
+
+
+@pytest.mark.parametrize("decode", ["process", "thread"])
+def test_a_crossing_in_a_file_gives_a_clip_of_its_packets(tmp_path, decode):
+    check_clips(tmp_path, *run_camera(tmp_path, None, decode, str(tmp_path / "clips")))
+
+
+def check_clips(tmp_path, messages: list[dict], err: str) -> None:
+    crossings = [m for m in messages if m["type"] == "event" and m["event"] == "line_cross"]
+    assert len(crossings) >= 2, err
+    frames = [m for m in messages if m["type"] == "frame"]
+    last_pts = frames[-1]["pts"]
+    checked = 0
+    for event in crossings:
+        clip = event["clip"]
+        assert clip["start_pts"] == pytest.approx(event["pts"] - PRE_S, abs=1e-5)
+        assert clip["end_pts"] == pytest.approx(event["pts"] + POST_S, abs=1e-5)
+        path = Path(clip["path"])
+        assert path.parent == tmp_path / "clips" / "cam1"
+        if clip["end_pts"] + GOP_S > last_pts:
+            continue  # its window had not passed when the run was stopped: written with what there was
+        assert path.is_file(), (clip, sorted(p.name for p in path.parent.iterdir()))
+        found = probe(path)
+        assert (found["codec_name"], found["width"], found["height"]) == ("h264", 640, 360)  # the camera's own
+        # from the key frame at or before the window's start to the first packet past its end (a clip
+        # shared with the next crossing's window goes on to that one's end)
+        sharing = [e for e in crossings if e["clip"]["path"] == clip["path"]]
+        span = max(e["clip"]["end_pts"] for e in sharing) - min(e["clip"]["start_pts"] for e in sharing)
+        assert span <= found["duration"] <= span + GOP_S + 0.2, (found, span)
+        checked += 1
+    assert checked >= 1
+    assert not list((tmp_path / "clips").rglob("*.part"))  # nothing half-written is left
+    assert "Traceback" not in err
+
+
+def test_a_clips_folder_that_cannot_be_written_loses_clips_not_frames(tmp_path, camera):
+    (tmp_path / "blocked").write_text("a file where the clips folder should be")
+    messages, err = run_camera(tmp_path, camera, "process", str(tmp_path / "blocked" / "clips"))
+    crossings = [m for m in messages if m["type"] == "event" and m["event"] == "line_cross"]
+    assert len(crossings) >= 2
+    assert "cam1: clips cannot be written" in err, err
+    frames = [m["seq"] for m in messages if m["type"] == "frame"]
+    assert frames == list(range(frames[0], frames[0] + len(frames)))  # no frame lost to the disk
+
+
+def test_retention_deletes_the_oldest_clips_first(tmp_path):
+    now = time.time()
+    for i, (age_days, size) in enumerate([(10, 100), (5, 100), (2, 100), (1, 100)]):
+        path = tmp_path / "cam" / f"{i}.mp4"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"x" * size)
+        os.utime(path, (now - age_days * 86400, now - age_days * 86400))
+    assert prune_clips(tmp_path, 7, None, now=now) == 1  # older than a week
+    assert prune_clips(tmp_path, None, 250, now=now) == 1  # then the oldest while over 250 bytes
+    assert sorted(p.name for p in (tmp_path / "cam").iterdir()) == ["2.mp4", "3.mp4"]
+
+
+def test_the_api_serves_an_events_clip_and_the_page_links_it(tmp_path):
+    """`/api/events/<n>/clip.mp4` serves the clip an event names (503 until written), the page's event
+    list links it; a live looping file with the page in this process."""
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from streamlens.config import load_pipeline
+    from streamlens.graph.runtime import Pipeline
+
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(f"""
+sources: [{{name: cam1, uri: {SAMPLE}, live: true, loop: true}}]
+detector: {{backend: motion}}
+keyframes: {{interval: 3}}
+analytics:
+  lines: [{{name: across, points: [[0.5, 0.0], [0.5, 1.0]]}}]
+  clips: {{events: [line_cross], pre_s: 1, post_s: 1, path: clips}}
+runtime: {{http: {{port: 0}}}}
+""")
+    with Pipeline(load_pipeline(pipeline)) as p:
+        runner = threading.Thread(target=p.run, daemon=True)
+        runner.start()
+        deadline = time.monotonic() + 90
+        served = None
+        while served is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            if p.http_port is None:
+                continue
+            base = f"http://127.0.0.1:{p.http_port}"
+            with urllib.request.urlopen(base + "/api/events", timeout=30) as r:
+                events = [e for e in json.loads(r.read()) if "clip" in e["event"]]
+            for e in events:
+                if Path(e["event"]["clip"]["path"]).is_file():
+                    with urllib.request.urlopen(f"{base}/api/events/{e['index']}/clip.mp4", timeout=30) as r:
+                        served = (r.headers["Content-Type"], r.read(), Path(e["event"]["clip"]["path"]).read_bytes())
+                    break
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"http://127.0.0.1:{p.http_port}/api/events/999999/clip.mp4", timeout=30)
+        p.stop()
+        runner.join(60)
+    assert served is not None, "no clip was served"
+    ctype, body, on_disk = served
+    assert ctype == "video/mp4" and body == on_disk and body[4:8] == b"ftyp"
+    assert missing.value.code == 404
+    assert "/api/events/${index}/clip.mp4" in (REPO / "streamlens" / "http" / "page" / "app.js").read_text()
