@@ -192,3 +192,24 @@ runtime: {{http: {{port: 0}}}}
     assert ctype == "video/mp4" and body == on_disk and body[4:8] == b"ftyp"
     assert missing.value.code == 404
     assert "/api/events/${index}/clip.mp4" in (REPO / "streamlens" / "http" / "page" / "app.js").read_text()
+
+
+def test_the_packet_window_holds_pre_s_and_one_gop_in_bounded_memory():
+    """A 720p camera at 2 Mbit/s, 30 fps, a key frame every 2 s (key frames 10x a P frame), with
+    `pre_s: 5` (kept: 5 s + the 1 s margin): at most about 2 MB; and any stream at most its cap."""
+    from streamlens.sources.clips import MAX_WINDOW_BYTES, PacketWindow, _Packet
+
+    fps, gop, rate = 30, 60, 2_000_000 / 8
+    p_bytes = rate * gop / fps / (gop - 1 + 10)
+    window = PacketWindow(6.0)
+    most = 0
+    for i in range(30 * 60):
+        key = i % gop == 0
+        window.add(_Packet(b"x" * int(p_bytes * (10 if key else 1)), i, i, key, i / fps))
+        most = max(most, window.bytes)
+        assert window.packets[0].keyframe and window.packets[0].seconds <= i / fps - 6.0 or i / fps < 6.0
+    assert most <= 2.1e6, most
+    huge = PacketWindow(60.0, max_bytes=MAX_WINDOW_BYTES)
+    for i in range(600):
+        huge.add(_Packet(b"x" * 1_000_000, i, i, i % 30 == 0, i / 30))
+    assert huge.bytes <= MAX_WINDOW_BYTES + 30 * 1_000_000  # the cap, plus the GOP being read

@@ -54,6 +54,11 @@ MAX_WINDOW_BYTES = 64 << 20
 MAX_PENDING = 8
 #: the longest one clip may be, whatever the requests that extend it ask
 MAX_CLIP_S = 300.0
+#: at a session's end, how long the reader waits for the clips still to be written (the owner gives
+#: a worker that records clips this long to end, `CLOSE_S`, before it kills it)
+CLOSE_S = 3.0
+#: a `.part` file this old is left from a process that ended mid-write: `prune_clips` deletes it
+STALE_PART_S = 600.0
 
 
 @dataclass(slots=True)
@@ -189,9 +194,10 @@ class ClipRecorder:
                     return
             self.opened.append(_Clip(path, start_s, min(end_s, start_s + MAX_CLIP_S), self.window.since(start_s)))
 
-    def close(self) -> None:
-        """The session has ended: clips still open are written with what they have; the writer ends
-        once they are written."""
+    def close(self, wait_s: float = 0.0) -> None:
+        """The session (or a file's pass) has ended: clips still open are written with what they
+        have; the writer ends once they are written, waited for at most `wait_s` (at the end of a
+        session, whose container and process may end next)."""
         with self._lock:
             self._closed = True
             if self._held is not None:
@@ -202,6 +208,8 @@ class ClipRecorder:
             self.opened.clear()
             self.window.clear()
         self._queue.put(None)
+        if wait_s:
+            self._writer.join(wait_s)
 
     def _hand_over(self, clip: _Clip) -> None:
         if self._queue.qsize() >= MAX_PENDING:
@@ -267,6 +275,12 @@ def prune_clips(folder: Path, days: float | None, max_bytes: float | None, now: 
     """Delete the oldest `.mp4` files under `folder` past `days` of age or while all of them together
     are over `max_bytes`; returns how many were deleted."""
     now = time.time() if now is None else now
+    for part in folder.rglob("*.mp4.part"):  # left by a process that ended while writing it
+        try:
+            if now - part.stat().st_mtime > STALE_PART_S:
+                part.unlink()
+        except OSError:
+            pass
     files = []
     for path in folder.rglob("*.mp4"):
         try:

@@ -62,6 +62,7 @@ from ..errors import SourceError
 from ..frame import Frame
 from ..urls import mask_url
 from .base import Source
+from .clips import CLOSE_S as CLIPS_CLOSE_S
 from .decode import CatchUp
 from .file_passes import Decoded, FilePasses, FileSpec, open_file
 from .host_memory import HostMemory
@@ -172,7 +173,9 @@ class FileSource(Source):
                 self._passes.close()
                 self._passes = None
             if self._worker is not None:
-                self._worker.close()
+                from .worker import CLOSE_GRACE_S
+
+                self._worker.close(CLIPS_CLOSE_S + 1 if self.spec.clips else CLOSE_GRACE_S)  # its clips written first
                 self._worker = None
 
     def losses(self) -> dict[str, int]:

@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import SourceError
 from ..frame import YuvPicture
 from ..urls import is_url
+from .clips import CLOSE_S as CLIPS_CLOSE_S
 from .decode import FrameRateCap, PresentationTimes
 from .motion_vectors import ReferenceDistance, frame_motion_vectors
 from .session import too_large
@@ -144,7 +145,7 @@ class FilePasses:
 
     def close(self) -> None:
         if self.recorder is not None:
-            self.recorder.close()  # its clips still open are written with what they have
+            self.recorder.close(wait_s=CLIPS_CLOSE_S)  # its clips still open are written with what they have
             self.recorder = None
         if self.container is not None:
             self.container.close()

@@ -75,7 +75,8 @@ from .backoff import Backoff
 from .base import Source
 from .host_memory import HostMemory
 from .session import SessionSpec, behind_limit, input_options
-from .worker import Died, Ended, FrameReady, Opened, ProcessWorker, ThreadWorker
+from .clips import CLOSE_S as CLIPS_CLOSE_S
+from .worker import CLOSE_GRACE_S, Died, Ended, FrameReady, Opened, ProcessWorker, ThreadWorker
 
 log = logging.getLogger("streamlens.sources")
 
@@ -272,7 +273,7 @@ class LiveSource(Source):
                         return
         finally:
             if worker is not None:
-                worker.close()
+                worker.close(CLIPS_CLOSE_S + 1 if self.spec.clips else CLOSE_GRACE_S)  # its clips written first
 
     def clip(self, start_s: float, end_s: float, path: str, index: int = -1) -> bool:
         """Ask this camera's decode worker for a clip of its packets from `start_s` to `end_s` (the

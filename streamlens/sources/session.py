@@ -31,6 +31,7 @@ import av
 import numpy as np
 
 from ..urls import mask_url
+from .clips import CLOSE_S as CLIPS_CLOSE_S
 
 #: FFmpeg input options every live input gets (the user's `options` override them). Probe little:
 #: FFmpeg's default (5 MB or 5 s) holds a (re)connect's first frame back for about a second more,
@@ -226,7 +227,7 @@ def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tu
         return _demux_decode(packets, spec, out, should_stop, recorder, catch_up, tick, times, cap, anchors)
     finally:
         if recorder is not None:
-            recorder.close()  # clips still open are written with what they have
+            recorder.close(wait_s=CLIPS_CLOSE_S)  # clips still open are written with what they have
 
 
 def _demux_decode(packets, spec: SessionSpec, out: SessionOutput, should_stop, recorder, catch_up, tick, times, cap,
