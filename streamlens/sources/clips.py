@@ -94,14 +94,16 @@ class PacketWindow:
                 self.bytes -= len(self.packets.popleft().data)
 
     def since(self, start_s: float) -> list[_Packet]:
-        """The packets from the last key frame at or before `start_s` (or the first one kept)."""
-        first = 0
-        for i, p in enumerate(self.packets):
-            if p.keyframe and p.seconds <= start_s:
-                first = i
-            elif p.seconds > start_s:
+        """The packets from the last key frame at or before `start_s`, else from the first key frame
+        kept (a clip never starts with pictures that cannot be decoded)."""
+        packets = list(self.packets)
+        first = next((i for i, p in enumerate(packets) if p.keyframe), len(packets))
+        for i, p in enumerate(packets):
+            if p.seconds > start_s:
                 break
-        return list(self.packets)[first:]
+            if p.keyframe:
+                first = i
+        return packets[first:]
 
     def clear(self) -> None:
         self.packets.clear()
@@ -248,8 +250,10 @@ def write_clip(template, packets: list[_Packet], path: Path, time_base: Fraction
     (default: the template's)."""
     import av
 
-    if not packets:
-        raise ValueError("no packets")
+    first_key = next((i for i, p in enumerate(packets) if p.keyframe), None)
+    if first_key is None:
+        raise ValueError("no key frame among its packets")
+    packets = packets[first_key:]  # a clip never starts with pictures that cannot be decoded
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_name(path.name + ".part")
     base = min(p.dts if p.dts is not None else p.pts or 0 for p in packets)
