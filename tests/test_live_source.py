@@ -111,8 +111,9 @@ def test_worker_hands_over_the_decoders_planes_and_motion_vectors_unchanged(work
     finally:
         worker.close()
     assert ended is not None and ended.reason == "eof"
-    # A worker drops frames only when its owner is behind; here the owner keeps up with most.
-    assert len(received) >= 100
+    # A worker drops frames only when its owner is behind (as a camera's, it never waits): every frame
+    # of the file was either handed over or counted as dropped, however busy the machine
+    assert received and len(received) + ended.worker_drops == len(expected), (len(received), ended.worker_drops)
     with_mvs = 0
     for pts, picture, mvs in received:
         want_luma, want_image, want_mvs = expected[round(pts, 4)]
