@@ -198,11 +198,14 @@ def leave_one_kind_out(rows: list[dict], points: list[dict[str, str]], baseline:
     head = " | ".join(f"i{i} HOTA (ByteTrack{' held' if i > 1 else ''})" for i in intervals)
     lines = [f"| held out | chosen on the other kinds | sequence | {head} | best fit on this kind alone |",
              "|---|---|---|" + "---|" * (len(intervals) + 1)]
-    for kind in KINDS:
+    for kind in [*KINDS, None]:  # None: nothing held out, the choice on all three kinds (the default)
         others = [k for k in KINDS if k != kind]
         allowed = [label for label in labels if 1 in intervals
                    and all(hota[(label, s, 1)] >= baseline[(s, 1)] for k in others for s in KINDS[k])]
         best = max(allowed or labels, key=lambda label: fit(label, others))
+        if kind is None:
+            lines.append(f"| none | {best} (on all three kinds) | | | | |")
+            continue
         alone = max(labels, key=lambda label: fit(label, [kind]))
         for name in KINDS[kind]:
             cells = " | ".join(f"{hota[(best, name, i)]:.1f} ({baseline.get((name, i), float('nan')):.1f})"
