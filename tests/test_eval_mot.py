@@ -7,11 +7,13 @@ The shared data (../shared/data/mot) lives outside the repository; tests that ne
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from streamlens.eval.mot import load_sequence, replay
+from streamlens.eval.metrics import read_mot_file, score_sequence
+from streamlens.eval.mot import load_sequence, replay, write_results
 from streamlens.frame import empty_detections
 from streamlens.track.base import Tracker
 
@@ -19,6 +21,9 @@ from .conftest import DATA, streamlens
 
 MOT = DATA / "mot"
 MOT17 = ("MOT17-02", "MOT17-04", "MOT17-05", "MOT17-09")
+#: the 2D MOT 2015 TUD sequences come as flat files without seqinfo.ini: frame rate, length, size
+#: as MOTChallenge's seqinfo.ini gives them
+FLAT = {"TUD-Campus": (25, 71, 640, 480), "TUD-Stadtmitte": (25, 179, 640, 480)}
 
 
 def need(name: str):
@@ -26,6 +31,49 @@ def need(name: str):
     if not path.is_dir():
         pytest.skip(f"{path} not found: the MOTChallenge test data lives in ../shared/data outside the repository")
     return path
+
+
+def sequence_folder(name: str, scratch) -> Path:
+    """A shared sequence as a MOTChallenge folder (the flat TUD ones laid out as one under `scratch`)."""
+    path = need(name)
+    if name not in FLAT:
+        return path
+    fps, length, width, height = FLAT[name]
+    folder = scratch / name
+    for sub, source in (("det", "det_frcnn.txt"), ("gt", "gt.txt")):
+        (folder / sub).mkdir(parents=True)
+        (folder / sub / f"{sub}.txt").write_bytes((path / source).read_bytes())
+    (folder / "seqinfo.ini").write_text(f"[Sequence]\nname={name}\nframeRate={fps}\nseqLength={length}\n"
+                                        f"imWidth={width}\nimHeight={height}\n")
+    return folder
+
+
+def bytetrack_hota(folder: Path) -> float:
+    """HOTA of the `trackers` package's ByteTrack (its defaults) on a sequence, detections on every
+    frame: the plain baseline a user could run instead (tools/bench_mot.py runs it the same way)."""
+    from trackers import ByteTrackTracker
+
+    sequence = load_sequence(folder)
+    tracker, results = ByteTrackTracker(frame_rate=sequence.fps), {}
+    for number in range(1, sequence.length + 1):
+        out = tracker.update(sequence.detections.get(number, empty_detections()))
+        results[number] = out[out.tracker_id >= 0] if len(out) else out
+    path = write_results(results, folder.parent / "bytetrack" / f"{sequence.name}.txt")
+    return score_sequence(sequence.name, read_mot_file(sequence.gt_path), read_mot_file(path), sequence.length).hota
+
+
+@pytest.mark.parametrize("names", [("KITTI-17", "TUD-Stadtmitte")])
+def test_eval_mot_not_below_bytetrack(tmp_path, names):
+    """Issue 26: with detections on every frame, `streamlens eval mot` (the defaults a user gets) scores
+    at least the `trackers` package's plain ByteTrack on each sequence: a camera on a car and a still
+    one, both short (tools/results/track_mot.md has every shared sequence)."""
+    folders = [sequence_folder(name, tmp_path) for name in names]
+    done = streamlens("eval", "mot", *map(str, folders), "--interval", "1", "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    for folder in folders:
+        row = next(line for line in done.stdout.splitlines() if line.startswith(f"{folder.name} "))
+        hota, baseline = float(row.split()[1]), bytetrack_hota(folder)
+        assert hota >= baseline, (folder.name, hota, baseline)
 
 
 def test_eval_mot_end_to_end(tmp_path):

@@ -1,7 +1,14 @@
 """ByteTrack's association on a keyframe (Zhang et al. 2022), on plain arrays: which track takes
 which detection (`match_stages`), a keyframe's detections as arrays (`Found`), and the clean-up of
 a confirmed and a lost track on one box (`without_duplicates`). `KeyframeTracker` (tracker.py)
-moves the tracks before, and applies the matches after."""
+moves the tracks before, and applies the matches after.
+
+Two choices differ from the ByteTrack paper's MOT17 settings and follow the `trackers` package's
+ByteTrack instead, each chosen by leaving out one kind of camera at a time (still, walking, on a
+car) over the shared MOTChallenge sequences (tools/results/track_mot.md): the first stage matches
+by plain overlap, not overlap weighted by the detection's score (`FIRST_STAGE_BY_SCORE`), and weak
+detections keep lost tracks alive too, not only confirmed ones (`WEAK_KEEP_LOST`).
+"""
 
 from __future__ import annotations
 
@@ -15,30 +22,51 @@ from .matching import box_iou, match_by_iou
 from .tracks import CONFIRMED, LOST, TENTATIVE, TrackTable
 
 
+#: the first stage's overlap is weighted by the detection's score (the paper's `fuse_score`): off,
+#: plain IoU as the `trackers` package's ByteTrack (kept by leave-one-kind-out: on, the held-out
+#: kinds lost up to 1.4 HOTA at interval 1, and a rank-scored detector's weak boxes found no track)
+FIRST_STAGE_BY_SCORE = False
+#: weak detections (second stage) keep lost tracks alive too, not only confirmed ones, as the
+#: `trackers` package's ByteTrack (kept by leave-one-kind-out: chosen in every fold)
+WEAK_KEEP_LOST = True
+
+
 def match_stages(states: np.ndarray, buffered: np.ndarray, iou: np.ndarray, scores: np.ndarray,
                  high_score: float, low_score: float, match_iou: float, low_match_iou: float,
                  tentative_match_iou: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The matches of tracks (their `states`) with detections (their `scores`), in ByteTrack's
-    stages, from two overlap matrices (tracks x detections): `buffered` (weighted by the scores,
-    the boxes of blind tracks grown) and plain `iou`. Returns the matched rows and columns, and the
-    confident detections left (which may start tracks)."""
+    stages, from two overlap matrices (tracks x detections): `buffered` (the boxes of blind tracks
+    grown, see `matching.buffered_iou`) and plain `iou`. Returns the matched rows and columns, and
+    the confident detections left (which may start tracks).
+
+    1. confident detections against confirmed and lost tracks, `buffered` >= `match_iou` (times the
+       detection's score with `FIRST_STAGE_BY_SCORE`);
+    2. weak detections against the confirmed (and with `WEAK_KEEP_LOST` lost) tracks left,
+       `iou` >= `low_match_iou`;
+    3. tentative tracks against the confident detections left, `buffered` x score >=
+       `tentative_match_iou` (a new track's second match asks for a sure box).
+    """
     was_confirmed = states == CONFIRMED
     high = np.flatnonzero(scores >= high_score)
     low = np.flatnonzero((scores >= low_score) & (scores < high_score))
+    weighted = buffered * scores[None, :]  # a less sure detection needs more overlap
 
     # 1. confident detections against confirmed and lost tracks
     pool = np.flatnonzero(was_confirmed | (states == LOST))
-    pairs, pool_left, high_left = match_by_iou(buffered[np.ix_(pool, high)], match_iou)
+    first = weighted if FIRST_STAGE_BY_SCORE else buffered
+    pairs, pool_left, high_left = match_by_iou(first[np.ix_(pool, high)], match_iou)
     rows, cols = [pool[pairs[:, 0]]], [high[pairs[:, 1]]]
-    # 2. weak detections keep the remaining confirmed tracks alive
-    alive = pool[pool_left][was_confirmed[pool[pool_left]]]
+    # 2. weak detections keep the remaining tracks alive
+    alive = pool[pool_left]
+    if not WEAK_KEEP_LOST:
+        alive = alive[was_confirmed[alive]]
     pairs, _, _ = match_by_iou(iou[np.ix_(alive, low)], low_match_iou)
     rows.append(alive[pairs[:, 0]])
     cols.append(low[pairs[:, 1]])
     # 3. tentative tracks get a second chance against the confident detections left
     tentative = np.flatnonzero(states == TENTATIVE)
     high = high[high_left]
-    pairs, _, high_left = match_by_iou(buffered[np.ix_(tentative, high)], tentative_match_iou)
+    pairs, _, high_left = match_by_iou(weighted[np.ix_(tentative, high)], tentative_match_iou)
     rows.append(tentative[pairs[:, 0]])
     cols.append(high[pairs[:, 1]])
     return np.concatenate(rows), np.concatenate(cols), high[high_left]

@@ -1,10 +1,10 @@
 """`KeyframeTracker`: every live object on every frame, from detections on keyframes only.
 
 On a keyframe the detector's boxes are associated with the tracks in two stages, as ByteTrack does
-(Zhang et al. 2022): confident boxes first, against every confirmed and lost track (overlap weighted
-by the box's score); then the remaining confirmed tracks against the weak boxes (a half-hidden object
-scores low, and matching it keeps its track alive without letting weak boxes start tracks); then
-last keyframe's new tracks against the confident boxes left. A confident box left over starts a new,
+(Zhang et al. 2022; `association.py`): confident boxes first, against every confirmed and lost track;
+then the remaining tracks against the weak boxes (a half-hidden object scores low, and matching it
+keeps its track alive without letting weak boxes start tracks); then last keyframe's new tracks
+against the confident boxes left. A confident box left over starts a new,
 tentative track, confirmed when the next keyframe matches it again (on a stream's first keyframe at
 once) and dropped when it does not. A confirmed track missed on a keyframe is lost; it is dropped
 after `lost_s` seconds unless matched again, and of a confirmed and a lost track on the same box the
@@ -92,14 +92,14 @@ from .tracks import CONFIRMED, LOST, REMOVED, TENTATIVE, TrackTable
 # scores for detections reported down to 0.1 chosen by leave-one-out over the six shared MOTChallenge
 # sequences (tools/results/track_mot.md; ByteTrack's own 0.6 and 0.7 send more of a moving camera's
 # boxes, whose predictions overlap them less, to the strict second stage).
-#: detections at or above this score are confident: they are matched first, by overlap weighted by
-#: their score (a box of score 0.3 must overlap its track by 2/3)
+#: detections at or above this score are confident: they are matched first, by overlap
 HIGH_SCORE = 0.3
 #: detections below this are ignored; between LOW_SCORE and HIGH_SCORE they only keep tracks alive
 LOW_SCORE = 0.1
 #: a confident detection left over starts a track only at or above this score
 NEW_TRACK_SCORE = 0.5
-#: the least overlap (IoU, weighted by the detection's score) for each stage of matching
+#: the least overlap (IoU; for tentative tracks weighted by the detection's score) for each stage
+#: of matching (`association.match_stages`)
 MATCH_IOU = 0.2
 LOW_MATCH_IOU = 0.5
 TENTATIVE_MATCH_IOU = 0.3
@@ -386,12 +386,11 @@ class KeyframeTracker(Tracker):
         was_confirmed = states == CONFIRMED
         boxes = xywh_to_xyxy(tracks.means[:, :4])
         iou = box_iou(boxes, found.boxes)
-        weighted = iou * found.scores[None, :]  # a less sure detection needs more overlap
         if self.motion.sees_pixels:
-            buffered = weighted
+            buffered = iou
         else:  # grown by how long prediction carried the box (see BLIND_BUFFER_PER_S)
             grow = np.where(states == LOST, 0.0, BLIND_BUFFER_PER_S * (now - tracks.last_seen))
-            buffered = buffered_iou(boxes, found.boxes, grow) * found.scores[None, :]
+            buffered = buffered_iou(boxes, found.boxes, grow)
         rows, cols, high = match_stages(states, buffered, iou, found.scores, self.high_score, self.low_score,
                                         self.match_iou, self.low_match_iou, self.tentative_match_iou)
         hit = np.zeros(len(tracks), bool)
