@@ -36,11 +36,8 @@ def build_detector(cfg: DetectorConfig) -> Detector:
         spec = cfg.input.model_dump(exclude_none=True) if cfg.input is not None else None
         return OnnxDetector(cfg.model, input=spec, threads=cfg.threads, **common)
     if cfg.backend == "openvino":
-        try:
-            from .openvino_backend import OpenVinoDetector
-        except ImportError as e:
-            raise DetectorError(f"detector.backend: openvino needs the openvino package "
-                                f"(pip install 'streamlens[openvino]'): {e}") from None
+        from .openvino_backend import OpenVinoDetector  # without the openvino package: one line naming the extra
+
         spec = cfg.input.model_dump(exclude_none=True) if cfg.input is not None else None
         return OpenVinoDetector(cfg.model, input=spec, threads=cfg.threads, **common)
     if cfg.backend == "ultralytics":

@@ -5,9 +5,10 @@ input convention (`input_spec.py`), the resize modes and the decode. Only the se
 `OpenVinoSession` gives OnnxDetector the face of an onnxruntime session (inputs, outputs, run,
 metadata, providers) over OpenVINO's `Core.compile_model`.
 
-- Models: ONNX files (the same as `backend: onnx`), and OpenVINO IR (`.xml` beside its `.bin`),
-  the form `tools/quantize.py` writes an INT8 model in. The ONNX metadata (Ultralytics' names,
-  imgsz, stride, task) comes through OpenVINO's reading of the model (`rt_info["framework"]`).
+- Models: ONNX files (the same as `backend: onnx`, and the INT8 ONNX that `tools/quantize.py`
+  writes), and OpenVINO IR (`.xml` beside its `.bin`). The ONNX metadata (Ultralytics' names,
+  imgsz, stride, task) comes through OpenVINO's reading of the model (`rt_info["framework"]`), and
+  stays in an IR that OpenVINO saved from it.
 - Shapes: the model is compiled for each input shape it is given (static shapes are OpenVINO's fast
   path on a CPU), once, and kept (`MAX_SHAPES`, least recently used out). `resize: bucket` sends a
   few shapes (one per frame shape: 416x256 for 16:9), a dynamic batch one per batch size; each new
@@ -21,6 +22,11 @@ metadata, providers) over OpenVINO's `Core.compile_model`.
 - Devices: `auto` and `cpu` are OpenVINO's CPU; `gpu`, `gpu.N`, `npu` name OpenVINO's devices
   (Intel graphics and NPUs) when this machine has them; anything else is one clear error.
 
+Why a backend of its own rather than a `runtime:` key under `backend: onnx`: the backends already
+name their runtime (`onnx` is onnxruntime, `ultralytics` is torch); OpenVINO has devices of its own
+(`device: gpu` or `npu` mean Intel's, `cuda` means nothing to it) and a model format of its own
+(IR), which a key under `onnx` would have to reject case by case; and one word switches a pipeline.
+
 Example:
     >>> detector = OpenVinoDetector("../shared/data/models/yolox_nano/yolox_nano.onnx", threads=1)  # doctest: +SKIP
     >>> detector.head.name, detector.session.get_providers()                                        # doctest: +SKIP
@@ -33,17 +39,32 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import openvino as ov
 
 from ..errors import DetectorError
 from .onnx import OnnxDetector
 
+if TYPE_CHECKING:
+    import openvino as ov
+
 #: compiled input shapes kept per model
 MAX_SHAPES = 16
 
-_TYPES = {ov.Type.f32: "tensor(float)", ov.Type.f16: "tensor(float16)", ov.Type.u8: "tensor(uint8)",
-          ov.Type.i64: "tensor(int64)", ov.Type.i32: "tensor(int32)"}
+_TYPES = {"f32": "tensor(float)", "f16": "tensor(float16)", "u8": "tensor(uint8)", "i64": "tensor(int64)",
+          "i32": "tensor(int32)"}
+
+
+def import_openvino():
+    """The openvino package, or one DetectorError line naming the extra that brings it (imported
+    only here, so that the module loads, and its docs build, without it)."""
+    try:
+        import openvino
+    except ImportError as e:
+        raise DetectorError(f"detector.backend: openvino needs the openvino package "
+                            f"(pip install 'streamlens[openvino]'): {e}") from None
+    return openvino
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +124,8 @@ def _ports(outputs, free_spatial: bool = False) -> list[Port]:
         dims = [d.get_length() if d.is_static else f"d{i}_{j}" for j, d in enumerate(port.get_partial_shape())]
         if free_spatial and len(dims) == 4:
             dims[2:] = ["height", "width"]
-        ports.append(Port(port.get_any_name(), dims, _TYPES.get(port.get_element_type(),
-                                                                 str(port.get_element_type()))))
+        kind = port.get_element_type().get_type_name()
+        ports.append(Port(port.get_any_name(), dims, _TYPES.get(kind, kind)))
     return ports
 
 
@@ -115,6 +136,7 @@ class OpenVinoSession:
 
     def __init__(self, path: str | Path, *, device: str = "auto", threads: int | None = None,
                  free_spatial: bool = False):
+        self.ov = ov = import_openvino()
         self.core = ov.Core()
         self.device = openvino_device(self.core, device)
         self.model = read_model(self.core, Path(path))
@@ -149,12 +171,12 @@ class OpenVinoSession:
         if request is not None:
             self._requests.move_to_end(shape)
             return request
-        declared = self.model.inputs[0].get_partial_shape()
+        declared, wanted = self.model.inputs[0].get_partial_shape(), self.ov.PartialShape(list(shape))
         if declared.is_static and tuple(declared.to_shape()) == shape:
             model = self.model
-        elif self.free_spatial or declared.compatible(ov.PartialShape(list(shape))):
+        elif self.free_spatial or declared.compatible(wanted):
             model = self.model.clone()
-            model.reshape({model.inputs[0]: ov.PartialShape(list(shape))})
+            model.reshape({model.inputs[0]: wanted})
         else:
             raise ValueError(f"input shape {list(shape)} does not fit the model's {declared}")
         try:
@@ -183,8 +205,12 @@ class OpenVinoDetector(OnnxDetector):
 
     model_kind = "ONNX or OpenVINO IR model"
 
+    def __init__(self, model, **options):
+        import_openvino()  # first: without the package, that is the error (not "not a usable model")
+        super().__init__(model, **options)
+
     def open_session(self, device: str, threads: int | None, *, freed: bool) -> OpenVinoSession:
         return OpenVinoSession(self.path, device=device, threads=threads, free_spatial=freed)
 
 
-__all__ = ["OpenVinoDetector", "OpenVinoSession", "openvino_device", "read_model"]
+__all__ = ["OpenVinoDetector", "OpenVinoSession", "import_openvino", "openvino_device", "read_model"]
