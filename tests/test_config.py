@@ -74,7 +74,7 @@ def test_env_interpolation_default_and_missing(tmp_path):
     assert load_pipeline(path, env={"BACKEND": "motion"}).sources[0].uri == str(tmp_path / "clip.mp4")
     assert problems(path, env={}) == [
         f"{path}: detector.backend: environment variable BACKEND is not set",
-        f"{path}: detector.backend: unknown '' (onnx, ultralytics, motion)",
+        f"{path}: detector.backend: unknown '' (onnx, openvino, ultralytics, motion)",
     ]
 
 
@@ -83,7 +83,7 @@ def test_env_interpolation_default_and_missing(tmp_path):
      "sources[0].colour: unknown key (expected one of: uri, name, live, loop, max_fps, options, "
      "max_staleness_ms, decode, max_pixels)"),
     ("sources: [{uri: clip.mp4}]\ndetector: {backend: nosuch}\n",
-     "detector.backend: unknown 'nosuch' (onnx, ultralytics, motion)"),
+     "detector.backend: unknown 'nosuch' (onnx, openvino, ultralytics, motion)"),
     ("sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\nkeyframes: {interval: often}\n",
      "keyframes.interval: wrong type: expected an integer, got 'often'"),
     ("sources: [{uri: /nonexistent/x.mp4}]\ndetector: {backend: motion}\n",
@@ -91,7 +91,7 @@ def test_env_interpolation_default_and_missing(tmp_path):
     ("sources: [{uri: clip.mp4}]\ndetector: {backend: onnx, model: nope.onnx}\n",
      "detector.model: file not found: {tmp}/nope.onnx"),
     ("sources: [{uri: clip.mp4}]\ndetector: {backend: motion, conf: 0.5}\n",
-     "detector.conf: only for backend onnx or ultralytics"),
+     "detector.conf: only for backend onnx, openvino or ultralytics"),
     ("sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\nsinks: [{type: kafka}]\n",
      "sinks[0].type: unknown 'kafka' (jsonl, video, zmq, mqtt, webhook)"),
     ("sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\nsinks: [{type: mqtt, qos: 3}]\n",
@@ -147,7 +147,7 @@ sinks: [{type: jsonl}]
     ("sources: [{uri: /no/such/clip.mp4}]\ndetector: {backend: motion}\n",
      "sources[0].uri: file not found: /no/such/clip.mp4"),
     ("sources: [{uri: clip.mp4}]\ndetector: {backend: nosuch}\n",
-     "detector.backend: unknown 'nosuch' (onnx, ultralytics, motion)"),
+     "detector.backend: unknown 'nosuch' (onnx, openvino, ultralytics, motion)"),
 ])
 def test_cli_reports_one_line_and_exit_2(tmp_path, text, expected):
     path = write(tmp_path, text)

@@ -1,8 +1,9 @@
 """Detector benchmark: streamlens' backends side by side with a plain hand-written loop and Ultralytics' predict.
 
     python tools/bench_detect.py [--frames 48] [--reps 3] [--clip PATH] [--out tools/results/detect.md]
+    python tools/bench_detect.py --parts runtimes [--threads 1,2] [--resizes letterbox,bucket] [--int8 M.xml]
 
-Three parts, all in one run on the same frames (these machines are shared and noisy: read the
+Four parts (`--parts`), all in one run on the same frames (these machines are shared and noisy: read the
 ratios, which compare things measured a few seconds apart, more than the absolute figures):
 
 1. YOLOX-Nano (../shared/data/models/yolox_nano, 416x416, fixed batch 1): ms per frame for the
@@ -19,6 +20,12 @@ ratios, which compare things measured a few seconds apart, more than the absolut
    decode + the above, one thread) against `streamlens.Pipeline` with backend onnx, keyframes
    interval 1, tracker none, no sinks; wall time from building to the end, `--reps` times each,
    alternating; medians and the ratio. Target: the pipeline within 10% of the plain loop.
+4. `runtimes`: onnxruntime (`backend: onnx`) against OpenVINO FP32 (`backend: openvino`), and an
+   INT8 model on OpenVINO when `--int8` names one (tools/quantize.py), on YOLOX-Nano: letterbox and
+   bucket, `detector.threads` 1 and 2, batch 1/4/8, every runner interleaved round by round;
+   ms/frame medians, the median of the paired per-round ratios, and F1 of each one's boxes against
+   onnxruntime FP32's (and INT8's against OpenVINO FP32's); with `--reps`, the whole clip through
+   `streamlens.Pipeline` with each backend, alternating. Needs the openvino extra.
 
 Each ms-per-frame figure is the median over `--rounds` batches of (batch time / batch size), after
 one warm-up batch; the runners of a table take turns batch by batch, so a burst of load from other
@@ -137,11 +144,13 @@ def plain_clip(path: Path, model: Path) -> float:
     return time.perf_counter() - started
 
 
-def pipeline_clip(path: Path, model: Path) -> float:
+def pipeline_clip(path: Path, model: Path, backend: str = "onnx", threads: int | None = None) -> float:
     """The engine's detect-every-frame pipeline over a whole clip. Seconds, from building to the end."""
     started = time.perf_counter()
-    cfg = parse_pipeline({"sources": [{"name": "hw", "uri": str(path)}],
-                          "detector": {"backend": "onnx", "model": str(model), "conf": CONF, "iou": IOU},
+    detector = {"backend": backend, "model": str(model), "conf": CONF, "iou": IOU}
+    if threads:
+        detector["threads"] = threads
+    cfg = parse_pipeline({"sources": [{"name": "hw", "uri": str(path)}], "detector": detector,
                           "keyframes": {"interval": 1}, "tracker": "none"}, Path(tempfile.gettempdir()) / "p.yaml")
     report = Pipeline(cfg).run()
     if report.status != "done":
@@ -151,10 +160,11 @@ def pipeline_clip(path: Path, model: Path) -> float:
 
 # -- measuring ------------------------------------------------------------------------------------
 
-def interleaved_ms_per_frame(runners: dict[str, tuple], frames: list, rounds: int) -> dict[str, float]:
+def interleaved_ms_per_frame(runners: dict, frames: list, rounds: int, raw: bool = False) -> dict:
     """Median ms per frame of each runner (`name: (run_batch, batch size)`), measured in rounds: each
     round runs one batch of every runner in turn, so all of them see the same load on a shared
-    machine. One warm-up batch each first. Runner k's batches walk through `frames`, wrapping."""
+    machine. One warm-up batch each first. Runner k's batches walk through `frames`, wrapping.
+    `raw`: each runner's list of per-round figures instead of their median."""
     per_frame: dict[str, list[float]] = {name: [] for name in runners}
     for run_batch, batch in runners.values():
         run_batch(frames[:batch])
@@ -165,7 +175,7 @@ def interleaved_ms_per_frame(runners: dict[str, tuple], frames: list, rounds: in
             t = time.perf_counter()
             run_batch(chunk)
             per_frame[name].append((time.perf_counter() - t) * 1000 / batch)
-    return {name: statistics.median(values) for name, values in per_frame.items()}
+    return per_frame if raw else {name: statistics.median(values) for name, values in per_frame.items()}
 
 
 def sample_frames(path: Path, count: int) -> list[Frame]:
@@ -199,6 +209,74 @@ def table(rows: list[tuple[str, list[float]]], baseline: list[float]) -> list[st
     return lines
 
 
+def paired_ratio(ours: list[float], theirs: list[float]) -> float:
+    """The median of per-round ratios ours / theirs (each pair measured a moment apart)."""
+    return statistics.median(a / b for a, b in zip(ours, theirs))
+
+
+def runtimes_part(args, frames: list[Frame]) -> list[str]:
+    """4. onnxruntime against OpenVINO FP32 (and `--int8`'s model on OpenVINO) on YOLOX-Nano: the same
+    frames, letterbox and bucket, threads 1 and 2, batch 1/4/8, all runners interleaved round by
+    round; ms/frame medians, the median of the paired per-round ratios, and F1 of each runtime's
+    boxes against onnxruntime FP32's (same resize)."""
+    import openvino
+
+    from streamlens.bench.accuracy import detections_f1
+    from streamlens.detect.openvino_backend import OpenVinoDetector
+
+    kinds = [("onnxruntime FP32", OnnxDetector, YOLOX), ("OpenVINO FP32", OpenVinoDetector, YOLOX)]
+    if args.int8:
+        kinds.append(("OpenVINO INT8", OpenVinoDetector, args.int8))
+    resizes, threads = args.resizes.split(","), [int(t) for t in args.threads.split(",")]
+    detectors = {(kind, resize, t): cls(model, conf=CONF, iou=IOU, max_batch=8, threads=t, resize=resize)
+                 for resize in resizes for t in threads for kind, cls, model in kinds}
+    boxes = {(kind, resize): [detectors[kind, resize, threads[0]].detect([f])[0] for f in frames]
+             for kind, _, _ in kinds for resize in resizes}
+    f1 = {key: detections_f1(found, boxes["onnxruntime FP32", key[1]]) for key, found in boxes.items()}
+    f1_fp32 = {key: detections_f1(found, boxes["OpenVINO FP32", key[1]]) for key, found in boxes.items()}
+    runners = {(kind, resize, t, b): (detectors[kind, resize, t].detect, b)
+               for resize in resizes for t in threads for b in BATCHES for kind, _, _ in kinds}
+    per_round = interleaved_ms_per_frame(runners, frames, args.rounds, raw=True)
+    head = ["| resize | threads | batch | " + " | ".join(f"{k}: ms/frame" for k, _, _ in kinds[:2])
+            + " | OpenVINO / onnxruntime |" + (" INT8: ms/frame | INT8 / onnxruntime | INT8 / OpenVINO FP32 |"
+                                               if args.int8 else ""),
+            "|---|---|---|---|---|---|" + ("---|---|---|" if args.int8 else "")]
+    rows = []
+    for resize in resizes:
+        for t in threads:
+            for b in BATCHES:
+                ort_ms, ov_ms = per_round["onnxruntime FP32", resize, t, b], per_round["OpenVINO FP32", resize, t, b]
+                row = (f"| {resize} | {t} | {b} | {statistics.median(ort_ms):.1f} | {statistics.median(ov_ms):.1f} | "
+                       f"**{paired_ratio(ov_ms, ort_ms):.2f}** |")
+                if args.int8:
+                    q_ms = per_round["OpenVINO INT8", resize, t, b]
+                    row += (f" {statistics.median(q_ms):.1f} | {paired_ratio(q_ms, ort_ms):.2f} | "
+                            f"**{paired_ratio(q_ms, ov_ms):.2f}** |")
+                rows.append(row)
+    agree = [f"- {kind}, {resize}: {sum(map(len, boxes[kind, resize]))} boxes; F1 against onnxruntime FP32's boxes "
+             f"**{f1[kind, resize]:.4f}**" + (f", against OpenVINO FP32's **{f1_fp32[kind, resize]:.4f}**"
+                                             if "INT8" in kind else "")
+             for kind, _, _ in kinds for resize in resizes]
+    lines = ["## onnxruntime against OpenVINO on YOLOX-Nano (`backend: onnx` / `backend: openvino`)", "",
+             f"OpenVINO {openvino.__version__}; YOLOX-Nano 416x416 (fixed batch 1: a batch of n is n calls); "
+             f"{args.rounds} rounds, every runner once a round in turn; ms/frame: median over rounds; ratios: the "
+             f"median of the per-round ratios (< 1: faster than the baseline). Accuracy: conf {CONF}, IoU "
+             f"{IOU}, F1 of boxes at IoU 0.5, class-aware, matched per frame, over the {len(frames)} frames."
+             + (f" INT8 model: `{args.int8.name}`." if args.int8 else ""), "", *head, *rows, "", *agree, ""]
+    if args.reps:
+        runs: dict[str, list[float]] = {"onnx": [], "openvino": []}
+        for _ in range(args.reps):
+            for backend in runs:
+                runs[backend].append(pipeline_clip(args.clip, YOLOX, backend, threads=1))
+        o, v = runs["onnx"], runs["openvino"]
+        lines += [f"Whole clip ({args.clip.name}, every frame detected, `streamlens.Pipeline`, tracker none, "
+                  f"no sinks, `detector.threads: 1`, {args.reps} runs each, alternating): onnx "
+                  f"{', '.join(f'{r:.1f}' for r in o)} s, openvino {', '.join(f'{r:.1f}' for r in v)} s; "
+                  f"medians {statistics.median(o):.1f} / {statistics.median(v):.1f} s, ratio of the pairs' "
+                  f"median **{paired_ratio(v, o):.2f}**.", ""]
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--frames", type=int, default=48, help="frames spread over the clip for the ms/frame parts")
@@ -208,21 +286,43 @@ def main() -> int:
     ap.add_argument("--imgsz", type=int, default=416)
     ap.add_argument("--out", type=Path, default=REPO / "tools" / "results" / "detect.md")
     ap.add_argument("--skip-ultralytics", action="store_true")
+    ap.add_argument("--parts", default="yolox,yolov8,clip,runtimes",
+                    help="which parts to run: yolox, yolov8, clip, runtimes (onnxruntime against OpenVINO)")
+    ap.add_argument("--threads", default="1,2", help="runtimes part: the detector.threads values")
+    ap.add_argument("--resizes", default="letterbox,bucket", help="runtimes part: the resize modes")
+    ap.add_argument("--int8", type=Path, help="runtimes part: an INT8 model (tools/quantize.py) on OpenVINO too")
     args = ap.parse_args()
+    parts = set(args.parts.split(",")) - ({"yolov8"} if args.skip_ultralytics else set())
     for needed in (YOLOX, args.clip):
         if not needed.exists():
             raise SystemExit(f"{needed} not found (the benchmark reads ../shared/data)")
 
     frames = sample_frames(args.clip, args.frames)
     report = [f"# Detector benchmark ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
-              f"Command: `python tools/bench_detect.py --frames {args.frames} --rounds {args.rounds} "
-              f"--reps {args.reps}`  ",
+              f"Command: `python tools/bench_detect.py {' '.join(sys.argv[1:])}`  ",
               f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores (shared with other "
               f"work while this ran: load average {os.getloadavg()[0]:.1f} at the start), "
               f"Python {platform.python_version()}, onnxruntime {ort.__version__}, CPU only.  ",
               f"Frames: {len(frames)} frames spread over {args.clip.name} (1280x720).", ""]
 
     # 1. YOLOX-Nano
+    if "yolox" in parts:
+        report += yolox_part(args, frames)
+    if "yolov8" in parts:
+        report += yolov8_part(args, frames)
+    if "clip" in parts and args.reps:
+        report += clip_part(args)
+    if "runtimes" in parts:
+        report += runtimes_part(args, frames)
+    text = "\n".join(report)
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text + "\n")
+    return 0
+
+
+def yolox_part(args, frames: list[Frame]) -> list[str]:
+    report: list[str] = []
     plain = PlainYolox(YOLOX)
     plain_quiet = PlainYolox(YOLOX, spinning=False)
     onnx = OnnxDetector(YOLOX, conf=CONF, iou=IOU, max_batch=8)
@@ -237,67 +337,69 @@ def main() -> int:
     report += table([("plain loop (batch 1)", [plain_ms] * 3),
                      ("plain loop, onnxruntime without spin-waiting (batch 1)", [ms["quiet"]] * 3),
                      ("streamlens onnx backend", [ms[f"onnx{b}"] for b in BATCHES])], [plain_ms] * 3) + [""]
+    return report
 
-    # 2. YOLOv8n, random weights
-    if not args.skip_ultralytics:
-        from streamlens.detect.ultralytics_backend import UltralyticsDetector
 
-        folder = Path(tempfile.mkdtemp(prefix="bench_yolov8n_"))
-        pt, onnx_file = build_yolov8n(folder, args.imgsz)
-        from ultralytics import YOLO
+def yolov8_part(args, frames: list[Frame]) -> list[str]:
+    """2. YOLOv8n, random weights."""
+    from streamlens.detect.ultralytics_backend import UltralyticsDetector
 
-        plain8 = PlainYolov8(onnx_file, args.imgsz)
-        plain8_quiet = PlainYolov8(onnx_file, args.imgsz, spinning=False)
-        onnx8 = OnnxDetector(onnx_file, conf=CONF, iou=IOU, max_batch=8)
-        ultra = UltralyticsDetector(pt, imgsz=args.imgsz, conf=CONF, iou=IOU, device="cpu", max_batch=8)
-        ultra_bucket = UltralyticsDetector(pt, imgsz=args.imgsz, conf=CONF, iou=IOU, device="cpu", max_batch=8,
-                                           resize="bucket")
-        predictor = YOLO(str(pt))
+    report: list[str] = []
+    folder = Path(tempfile.mkdtemp(prefix="bench_yolov8n_"))
+    pt, onnx_file = build_yolov8n(folder, args.imgsz)
+    from ultralytics import YOLO
 
-        def predict(fs):
-            return predictor.predict([f.image for f in fs], imgsz=args.imgsz, conf=CONF, iou=IOU, device="cpu",
-                                     verbose=False)
+    plain8 = PlainYolov8(onnx_file, args.imgsz)
+    plain8_quiet = PlainYolov8(onnx_file, args.imgsz, spinning=False)
+    onnx8 = OnnxDetector(onnx_file, conf=CONF, iou=IOU, max_batch=8)
+    ultra = UltralyticsDetector(pt, imgsz=args.imgsz, conf=CONF, iou=IOU, device="cpu", max_batch=8)
+    ultra_bucket = UltralyticsDetector(pt, imgsz=args.imgsz, conf=CONF, iou=IOU, device="cpu", max_batch=8,
+                                       resize="bucket")
+    predictor = YOLO(str(pt))
 
-        named = {"streamlens onnx backend, .onnx": onnx8.detect,
-                 f"streamlens ultralytics backend, .pt, letterbox {args.imgsz}x{args.imgsz}": ultra.detect,
-                 "streamlens ultralytics backend, .pt, bucket (16:9 -> 416x256)": ultra_bucket.detect,
-                 "Ultralytics model.predict, .pt (letterboxes 16:9 to 416x256 itself)": predict}
-        runners = {"plain": (lambda fs: [plain8(f.image) for f in fs], 1),
-                   "quiet": (lambda fs: [plain8_quiet(f.image) for f in fs], 1)}
-        runners.update({f"{name}|{b}": (run, b) for name, run in named.items() for b in BATCHES})
-        ms = interleaved_ms_per_frame(runners, frames, args.rounds)
-        plain8_ms = ms["plain"]
-        rows = [("plain loop on the .onnx (batch 1)", [plain8_ms] * 3),
-                ("plain loop, onnxruntime without spin-waiting (batch 1)", [ms["quiet"]] * 3)]
-        rows += [(name, [ms[f"{name}|{b}"] for b in BATCHES]) for name in named]
-        report += [f"## YOLOv8n {args.imgsz}, random weights (built from yolov8n.yaml; .pt and dynamic .onnx)", ""]
-        report += table(rows, [plain8_ms] * 3) + [""]
+    def predict(fs):
+        return predictor.predict([f.image for f in fs], imgsz=args.imgsz, conf=CONF, iou=IOU, device="cpu",
+                                 verbose=False)
 
-    # 3. the whole clip (--reps 0 skips it)
-    if args.reps:
-        plain_runs, pipe_runs = [], []
-        for _ in range(args.reps):
-            plain_runs.append(plain_clip(args.clip, YOLOX))
-            pipe_runs.append(pipeline_clip(args.clip, YOLOX))
-        with av.open(str(args.clip)) as c:
-            total = sum(1 for _ in c.decode(video=0))
-        p, q = statistics.median(plain_runs), statistics.median(pipe_runs)
-        pair_ratios = [b / a for a, b in zip(plain_runs, pipe_runs)]
-        ratio = statistics.median(pair_ratios)
-        report += [f"## The whole clip: {args.clip.name}, {total} frames, YOLOX-Nano on every frame", "",
-                   "| what | runs (s) | median (s) | ms/frame | x plain |", "|---|---|---|---|---|",
-                   f"| plain loop (decode, letterbox, onnxruntime without spin-waiting, NMS; one thread) | "
-                   f"{', '.join(f'{r:.1f}' for r in plain_runs)} | {p:.1f} | {p * 1000 / total:.1f} | 1.00 |",
-                   f"| streamlens.Pipeline (onnx, interval 1, tracker none, no sinks) | "
-                   f"{', '.join(f'{r:.1f}' for r in pipe_runs)} | {q:.1f} | {q * 1000 / total:.1f} | {q / p:.2f} |", "",
-                   f"Each pipeline run follows a plain run; the ratios of those pairs: "
-                   f"{', '.join(f'{r:.2f}' for r in pair_ratios)}, median **{ratio:.2f}**. "
-                   f"Target (the pipeline within 10% of the plain loop): {'met' if ratio <= 1.10 else 'NOT met'}.", ""]
-    text = "\n".join(report)
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n")
-    return 0
+    named = {"streamlens onnx backend, .onnx": onnx8.detect,
+             f"streamlens ultralytics backend, .pt, letterbox {args.imgsz}x{args.imgsz}": ultra.detect,
+             "streamlens ultralytics backend, .pt, bucket (16:9 -> 416x256)": ultra_bucket.detect,
+             "Ultralytics model.predict, .pt (letterboxes 16:9 to 416x256 itself)": predict}
+    runners = {"plain": (lambda fs: [plain8(f.image) for f in fs], 1),
+               "quiet": (lambda fs: [plain8_quiet(f.image) for f in fs], 1)}
+    runners.update({f"{name}|{b}": (run, b) for name, run in named.items() for b in BATCHES})
+    ms = interleaved_ms_per_frame(runners, frames, args.rounds)
+    plain8_ms = ms["plain"]
+    rows = [("plain loop on the .onnx (batch 1)", [plain8_ms] * 3),
+            ("plain loop, onnxruntime without spin-waiting (batch 1)", [ms["quiet"]] * 3)]
+    rows += [(name, [ms[f"{name}|{b}"] for b in BATCHES]) for name in named]
+    report += [f"## YOLOv8n {args.imgsz}, random weights (built from yolov8n.yaml; .pt and dynamic .onnx)", ""]
+    report += table(rows, [plain8_ms] * 3) + [""]
+    return report
+
+
+def clip_part(args) -> list[str]:
+    """3. The whole clip: the plain loop against the pipeline, `--reps` times each."""
+    report: list[str] = []
+    plain_runs, pipe_runs = [], []
+    for _ in range(args.reps):
+        plain_runs.append(plain_clip(args.clip, YOLOX))
+        pipe_runs.append(pipeline_clip(args.clip, YOLOX))
+    with av.open(str(args.clip)) as c:
+        total = sum(1 for _ in c.decode(video=0))
+    p, q = statistics.median(plain_runs), statistics.median(pipe_runs)
+    pair_ratios = [b / a for a, b in zip(plain_runs, pipe_runs)]
+    ratio = statistics.median(pair_ratios)
+    report += [f"## The whole clip: {args.clip.name}, {total} frames, YOLOX-Nano on every frame", "",
+               "| what | runs (s) | median (s) | ms/frame | x plain |", "|---|---|---|---|---|",
+               f"| plain loop (decode, letterbox, onnxruntime without spin-waiting, NMS; one thread) | "
+               f"{', '.join(f'{r:.1f}' for r in plain_runs)} | {p:.1f} | {p * 1000 / total:.1f} | 1.00 |",
+               f"| streamlens.Pipeline (onnx, interval 1, tracker none, no sinks) | "
+               f"{', '.join(f'{r:.1f}' for r in pipe_runs)} | {q:.1f} | {q * 1000 / total:.1f} | {q / p:.2f} |", "",
+               f"Each pipeline run follows a plain run; the ratios of those pairs: "
+               f"{', '.join(f'{r:.2f}' for r in pair_ratios)}, median **{ratio:.2f}**. "
+               f"Target (the pipeline within 10% of the plain loop): {'met' if ratio <= 1.10 else 'NOT met'}.", ""]
+    return report
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, mo
 from .common import INT_MAX, MAX_BATCH, MAX_IMGSZ, MAX_MS, MAX_THREADS, PathKey, _Keys, _misplaced_keys, _only
 from .problems import invalid, show
 
-_NEURAL = "backend onnx or ultralytics"
-_ONNX = "backend onnx"
+_NEURAL = "backend onnx, openvino or ultralytics"
+_ONNX = "backend onnx or openvino"
 _MOTION = "backend motion"
 
 
@@ -71,8 +71,9 @@ class InputConfig(_Keys):
 class DetectorConfig(_Keys):
     """The `detector` section. Which keys a backend takes is in each field's schema (`only_for`)."""
 
-    backend: Literal["onnx", "ultralytics", "motion"] = Field(
-        description="onnx (onnxruntime), ultralytics (YOLO, RT-DETR and their exports) or motion (no model)")
+    backend: Literal["onnx", "openvino", "ultralytics", "motion"] = Field(
+        description="onnx (onnxruntime), openvino (the same ONNX models run by OpenVINO), ultralytics (YOLO, "
+                    "RT-DETR and their exports) or motion (no model)")
     max_batch: int = Field(4, ge=1, le=MAX_BATCH, description="keyframes per detector call, at most")
     max_wait_ms: float = Field(10.0, ge=0, le=MAX_MS, description="how long a batch waits to fill")
     budget_ms: float | None = Field(33.0, ge=0, le=MAX_MS, description="how long a keyframe may take from the "
@@ -103,7 +104,7 @@ class DetectorConfig(_Keys):
     input: InputConfig | None = Field(None, json_schema_extra=_only(_ONNX),
                                       description="how the model wants its pixels, when its metadata does not say")
     threads: int | None = Field(None, ge=1, le=MAX_THREADS, json_schema_extra=_only(_ONNX),
-                                description="onnxruntime's intra-op threads (default: its own)")
+                                description="the runtime's inference threads (default: its own)")
     min_area: float | None = Field(None, ge=0, lt=1, json_schema_extra=_only(_MOTION),
                                    description="the least blob, as a fraction of the frame")
     history: int | None = Field(None, ge=1, le=INT_MAX, json_schema_extra=_only(_MOTION),
@@ -118,10 +119,10 @@ class DetectorConfig(_Keys):
     @classmethod
     def _keys_checked(cls, data: dict, context: dict) -> dict:
         backend = data.get("backend")
-        if backend not in ("onnx", "ultralytics", "motion"):
+        if backend not in ("onnx", "openvino", "ultralytics", "motion"):
             return {"backend": backend} if "backend" in data else {}  # the backend alone is the mistake
         allowed = {k for k, f in cls.model_fields.items() if not f.json_schema_extra
-                   or backend in f.json_schema_extra["only_for"].removeprefix("backend ").split(" or ")}
+                   or backend in f.json_schema_extra["only_for"].replace(",", " ").split()[1:]}  # "backend a, b or c"
         misplaced = _misplaced_keys(cls, data, allowed)
         if misplaced:
             raise invalid("misplaced keys", **misplaced)

@@ -2,6 +2,8 @@
 
 - `motion`: background subtraction, no model (`motion.py`);
 - `onnx`: any ONNX detector with a YOLOX or Ultralytics-style head, run by onnxruntime (`onnx.py`);
+- `openvino`: the same models (and OpenVINO IR) run by OpenVINO, a cheaper call on x86 CPUs
+  (`openvino_backend.py`; the `openvino` extra);
 - `ultralytics`: any detection model Ultralytics loads, .pt or export, CPU or CUDA (`ultralytics_backend.py`).
 
 Example:
@@ -33,6 +35,11 @@ def build_detector(cfg: DetectorConfig) -> Detector:
 
         spec = cfg.input.model_dump(exclude_none=True) if cfg.input is not None else None
         return OnnxDetector(cfg.model, input=spec, threads=cfg.threads, **common)
+    if cfg.backend == "openvino":
+        from .openvino_backend import OpenVinoDetector  # without the openvino package: one line naming the extra
+
+        spec = cfg.input.model_dump(exclude_none=True) if cfg.input is not None else None
+        return OpenVinoDetector(cfg.model, input=spec, threads=cfg.threads, **common)
     if cfg.backend == "ultralytics":
         try:
             from .ultralytics_backend import UltralyticsDetector
@@ -40,7 +47,7 @@ def build_detector(cfg: DetectorConfig) -> Detector:
             raise DetectorError(f"detector.backend: ultralytics needs the ultralytics and torch packages "
                                 f"(pip install 'streamlens[ultralytics]'): {e}") from None
         return UltralyticsDetector(cfg.model, **common)
-    raise DetectorError(f"detector.backend: {cfg.backend!r}: expected onnx, ultralytics or motion")
+    raise DetectorError(f"detector.backend: {cfg.backend!r}: expected onnx, openvino, ultralytics or motion")
 
 
 __all__ = ["Detector", "DetectorError", "build_detector"]

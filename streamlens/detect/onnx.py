@@ -116,6 +116,8 @@ class OnnxDetector(NeuralDetector):
     largest batch per run; `threads` onnxruntime's intra-op threads (None: its default, every core).
     """
 
+    model_kind = "ONNX model"  # what the model file must be, in errors
+
     def __init__(self, model: str | Path, *, imgsz: int | tuple[int, int] | None = None, conf: float = 0.25,
                  iou: float = 0.45, classes: list[str | int] | None = None, names: str | Path | None = None,
                  device: str = "auto", half: bool = False, resize: str | None = None, input: dict | None = None,
@@ -127,24 +129,16 @@ class OnnxDetector(NeuralDetector):
         where = f"detector.model: {self.path}"
         if not self.path.is_file():
             raise DetectorError(f"detector.model: file not found: {self.path}")
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        # No spin-waiting between ops: spinning threads take the CPU from the decode threads that run
-        # beside the detector (2 to 8 cores), for a few percent of speed when the model runs alone.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        if threads:
-            options.intra_op_num_threads = int(threads)
         try:
-            self.session = ort.InferenceSession(str(self.path), options, providers=onnx_providers(device))
+            self.session = self.open_session(device, threads, freed=False)
             exported_size = _fixed_size(self.session)
             freed = resize == "bucket" and exported_size is not None
             if freed:  # the same graph with its input's height and width left open
-                self.session = ort.InferenceSession(free_spatial_dims(self.path), options,
-                                                    providers=onnx_providers(device))
+                self.session = self.open_session(device, threads, freed=True)
         except DetectorError:
             raise
         except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types for every kind of bad file
-            raise DetectorError(f"{where}: not a usable ONNX model ({_short(e)})") from None
+            raise DetectorError(f"{where}: not a usable {self.model_kind} ({_short(e)})") from None
         self.prepare_ahead = "CUDAExecutionProvider" in self.session.get_providers()
         meta = _model_metadata(self.session)
         ultralytics = meta.get("author", "").startswith("Ultralytics")
@@ -215,6 +209,19 @@ class OnnxDetector(NeuralDetector):
                                    ultralytics=ultralytics, stride=stride)
         log.debug("onnx detector %s: head %s, %d classes, input %s, batch %s, providers %s", self.path,
                   self.head.name, len(self.names), size, self.fixed_batch or "dynamic", self.session.get_providers())
+
+    def open_session(self, device: str, threads: int | None, *, freed: bool):
+        """The runtime's session for the model (`freed`: with its input's height and width left open).
+        A backend on another runtime overrides this with an object of the same face (`openvino_backend.py`)."""
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        # No spin-waiting between ops: spinning threads take the CPU from the decode threads that run
+        # beside the detector (2 to 8 cores), for a few percent of speed when the model runs alone.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        if threads:
+            options.intra_op_num_threads = int(threads)
+        source = free_spatial_dims(self.path) if freed else str(self.path)
+        return ort.InferenceSession(source, options, providers=onnx_providers(device))
 
     def _probe(self, size: tuple[int, int], where: str) -> np.ndarray:
         """The model's output on a blank input of `size` (w, h)."""

@@ -25,9 +25,9 @@ def engine_config(config: PipelineConfig, sources: list[int], engines: int,
       endpoint), each sink written by the supervisor (`WRITTEN_HERE`) a zmq push sink towards
       it there, and each video sink kept: a path without `{stream}` gives the file's first
       stream `path` itself and every other `<stem>-<stream><suffix>` (`video_path`);
-    - on one machine (`remote` False), an onnx detector without `threads` gets its share of the
-      cores: onnxruntime's default (a thread per core) in each engine would put every engine's
-      detector on every core at once.
+    - on one machine (`remote` False), an onnx or openvino detector without `threads` gets its share
+      of the cores: the runtime's default (a thread per core) in each engine would put every
+      engine's detector on every core at once.
     """
     first = config.sources[0].name in {config.sources[i].name for i in sources}
     sinks = []
@@ -41,7 +41,7 @@ def engine_config(config: PipelineConfig, sources: list[int], engines: int,
         else:
             sinks.append(sink.model_copy(update={"path": video_path(sink.path, STREAM, False)}))
     detector = config.detector
-    if not remote and detector.backend == "onnx" and detector.threads is None:
+    if not remote and detector.backend in ("onnx", "openvino") and detector.threads is None:
         detector = detector.model_copy(update={"threads": max(1, (os.cpu_count() or 1) // engines)})
     runtime = config.runtime.model_copy(update={"workers": 1, "http": HttpConfig(), "cluster": None, "history": None})
     return config.model_copy(update={"sources": [config.sources[i] for i in sources], "sinks": sinks,
