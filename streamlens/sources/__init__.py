@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from ..config import SourceConfig
 from .base import Source
+from .clips import ClipSpec
 
 
-def build_source(cfg: SourceConfig, export_mvs: bool = False, clips: tuple | None = None) -> Source:
+def build_source(cfg: SourceConfig, export_mvs: bool = False, clips: ClipSpec | None = None) -> Source:
     """A `FileSource` for files, a `LiveSource` for camera URLs and devices. `export_mvs`:
     put the decoder's motion vectors on every frame (for `tracker: {motion: mv}`); `clips`: a
     camera records its packets for `analytics.clips` (`clips_spec`)."""
@@ -17,7 +18,7 @@ def build_source(cfg: SourceConfig, export_mvs: bool = False, clips: tuple | Non
     return FileSource(cfg, export_mvs=export_mvs, clips=clips)
 
 
-def _live_source(cfg: SourceConfig, export_mvs: bool, clips: tuple | None) -> Source:
+def _live_source(cfg: SourceConfig, export_mvs: bool, clips: ClipSpec | None) -> Source:
     """A camera URL or a device: a `LiveSource` (decoded on a worker, reconnecting for ever)."""
     from .live import LiveSource
 
@@ -28,14 +29,14 @@ def _live_source(cfg: SourceConfig, export_mvs: bool, clips: tuple | None) -> So
 CLIP_MARGIN_S = 1.0
 
 
-def clips_spec(config) -> tuple | None:
-    """What a camera of `config` records for `analytics.clips`: (seconds kept, folder, retain days,
-    retain bytes), or None without clips."""
+def clips_spec(config) -> ClipSpec | None:
+    """What each source of `config` records for `analytics.clips` (the source adds its name), or
+    None without clips."""
     clips = config.analytics.clips if config.analytics is not None else None
     if clips is None:
         return None
     max_bytes = clips.retain.max_gb * 1e9 if clips.retain.max_gb is not None else None
-    return clips.pre_s + CLIP_MARGIN_S, str(clips.path), clips.retain.days, max_bytes
+    return ClipSpec(clips.pre_s + CLIP_MARGIN_S, str(clips.path), clips.retain.days, max_bytes)
 
 
 __all__ = ["Source", "build_source", "clips_spec"]

@@ -77,20 +77,20 @@ class PacketWindow:
     def __init__(self, keep_s: float, max_bytes: int = MAX_WINDOW_BYTES):
         self.keep_s, self.max_bytes = keep_s, max_bytes
         self.packets: deque[_Packet] = deque()
+        self.keys: deque[_Packet] = deque()  # the key frames among `packets`, in order
         self.bytes = 0
 
     def add(self, packet: _Packet) -> None:
+        """One packet (the reader's, once per packet: no pass over the window)."""
         self.packets.append(packet)
         self.bytes += len(packet.data)
+        if packet.keyframe:
+            self.keys.append(packet)
         horizon = packet.seconds - self.keep_s
         # drop whole GOPs from the front while the next key frame is still at or before the horizon
-        while True:
-            second_key = next((i for i, p in enumerate(self.packets) if p.keyframe and i > 0), None)
-            if second_key is None:
-                break
-            if self.packets[second_key].seconds > horizon and self.bytes <= self.max_bytes:
-                break
-            for _ in range(second_key):
+        while len(self.keys) > 1 and (self.keys[1].seconds <= horizon or self.bytes > self.max_bytes):
+            self.keys.popleft()
+            while self.packets[0] is not self.keys[0]:
                 self.bytes -= len(self.packets.popleft().data)
 
     def since(self, start_s: float) -> list[_Packet]:
@@ -107,7 +107,21 @@ class PacketWindow:
 
     def clear(self) -> None:
         self.packets.clear()
+        self.keys.clear()
         self.bytes = 0
+
+
+@dataclass(frozen=True)
+class ClipSpec:
+    """What a source records for `analytics.clips` (picklable: it crosses to a decode worker):
+    seconds of packets kept (`keep_s`), the clips `folder`, `retain_days` and `retain_bytes` (None:
+    no such bound), and the `stream` named in the log."""
+
+    keep_s: float
+    folder: str
+    retain_days: float | None
+    retain_bytes: float | None
+    stream: str = ""
 
 
 @dataclass
@@ -164,6 +178,12 @@ class ClipRecorder:
                 return
             if held is not None:
                 self._keep(held)
+
+    @classmethod
+    def for_spec(cls, template, spec: ClipSpec) -> ClipRecorder:
+        """The recorder `spec` asks for, of packets of the input stream `template`."""
+        return cls(template, spec.keep_s, stream=spec.stream, folder=spec.folder,
+                   retain=(spec.retain_days, spec.retain_bytes))
 
     def _keep(self, kept: _Packet) -> None:
         """One packet into the window and the clips that take it (under the lock)."""
@@ -308,4 +328,4 @@ def prune_clips(folder: Path, days: float | None, max_bytes: float | None, now: 
     return deleted
 
 
-__all__ = ["ClipRecorder", "PacketWindow", "write_clip", "prune_clips", "MAX_PENDING", "MAX_WINDOW_BYTES"]
+__all__ = ["ClipRecorder", "ClipSpec", "PacketWindow", "write_clip", "prune_clips", "MAX_PENDING", "MAX_WINDOW_BYTES"]

@@ -62,7 +62,7 @@ from ..errors import SourceError
 from ..frame import Frame
 from ..urls import mask_url
 from .base import Source
-from .clips import CLOSE_S as CLIPS_CLOSE_S
+from .clips import CLOSE_S as CLIPS_CLOSE_S, ClipRecorder, ClipSpec
 from .decode import CatchUp
 from .file_passes import Decoded, FilePasses, FileSpec, open_file
 from .host_memory import HostMemory
@@ -115,7 +115,7 @@ class FileSource(Source):
     """
 
     def __init__(self, name: str | SourceConfig, path: str | Path | None = None, *, export_mvs: bool = False,
-                 clips: tuple | None = None, **keys: Any):
+                 clips: ClipSpec | None = None, **keys: Any):
         """`FileSource(cfg)` with the source's typed section, or `FileSource(name, path, **keys)`
         with keys of `SourceConfig`, checked as the pipeline file's are (`ValueError`)."""
         cfg = name if isinstance(name, SourceConfig) else section(
@@ -145,7 +145,7 @@ class FileSource(Source):
 
         spec = FileSpec(self.path, self.display_path, self.options, live=cfg.live, loop=cfg.loop,
                         max_fps=cfg.max_fps, export_mvs=export_mvs, max_pixels=cfg.max_pixels,
-                        clips=None if clips is None else (cfg.name, *clips))
+                        clips=None if clips is None else dataclasses.replace(clips, stream=cfg.name))
         container = open_file(spec)
         stream = container.streams.video[0]
         rate = stream.average_rate or stream.guessed_rate
@@ -250,10 +250,7 @@ class FileSource(Source):
             yield item
 
     def _make_recorder(self, stream):
-        from .clips import ClipRecorder
-
-        name, keep_s, folder, days, max_bytes = self.spec.clips
-        self._recorder = ClipRecorder(stream, keep_s, stream=name, folder=folder, retain=(days, max_bytes))
+        self._recorder = ClipRecorder.for_spec(stream, self.spec.clips)
         return self._recorder
 
     def clip(self, start_s: float, end_s: float, path: str, index: int = -1) -> bool:

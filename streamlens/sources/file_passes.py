@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import SourceError
 from ..frame import YuvPicture
 from ..urls import is_url
-from .clips import CLOSE_S as CLIPS_CLOSE_S
+from .clips import CLOSE_S as CLIPS_CLOSE_S, ClipSpec
 from .decode import FrameRateCap, PresentationTimes
 from .motion_vectors import ReferenceDistance, frame_motion_vectors
 from .session import too_large
@@ -50,7 +50,7 @@ class FileSpec:
     #: the largest picture (width x height) taken: a larger one ends the run over the file with an error
     max_pixels: int | None = None
     #: `analytics.clips`: as `SessionSpec.clips` (session.py); None: no clips recorded
-    clips: tuple | None = None
+    clips: ClipSpec | None = None
 
     #: a file never loses a frame to a full ring: its worker waits for a free slot
     lossless = True

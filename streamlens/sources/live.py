@@ -58,6 +58,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -75,7 +76,7 @@ from .backoff import Backoff
 from .base import Source
 from .host_memory import HostMemory
 from .session import SessionSpec, behind_limit, input_options
-from .clips import CLOSE_S as CLIPS_CLOSE_S
+from .clips import CLOSE_S as CLIPS_CLOSE_S, ClipSpec
 from .worker import CLOSE_GRACE_S, Died, Ended, FrameReady, Opened, ProcessWorker, ThreadWorker
 
 log = logging.getLogger("streamlens.sources")
@@ -115,7 +116,7 @@ class LiveSource(Source):
     """
 
     def __init__(self, name: str | SourceConfig, uri: str | None = None, *, export_mvs: bool = False,
-                 pinned: bool | str = "auto", clips: tuple | None = None, **keys: Any):
+                 pinned: bool | str = "auto", clips: ClipSpec | None = None, **keys: Any):
         """`LiveSource(cfg)` with the source's typed section, or `LiveSource(name, uri, **keys)` with
         keys of `SourceConfig`, checked as the pipeline file's are (`ValueError`), `uri` taken as a
         camera's (a file too: then paced by its own timestamps, as a camera sends them)."""
@@ -136,7 +137,7 @@ class LiveSource(Source):
             options=input_options(uri, transport=cfg.transport, timeout_s=cfg.timeout_s, user=dict(cfg.options)),
             format="v4l2" if uri.startswith("/dev/video") else None,
             max_fps=cfg.max_fps, export_mvs=export_mvs, max_pixels=cfg.max_pixels, behind_s=behind_limit(uri),
-            clips=None if clips is None else (cfg.name, *clips))
+            clips=None if clips is None else dataclasses.replace(clips, stream=cfg.name))
         self.fps: float | None = None
         self.total_frames = None
         self.on_state: Callable[[str, str], None] | None = None

@@ -31,7 +31,7 @@ import av
 import numpy as np
 
 from ..urls import mask_url
-from .clips import CLOSE_S as CLIPS_CLOSE_S
+from .clips import CLOSE_S as CLIPS_CLOSE_S, ClipSpec
 
 #: FFmpeg input options every live input gets (the user's `options` override them). Probe little:
 #: FFmpeg's default (5 MB or 5 s) holds a (re)connect's first frame back for about a second more,
@@ -98,9 +98,9 @@ class SessionSpec:
     #: how far (seconds) decoding may fall behind the camera's clock before it skips to a keyframe
     #: (decode.py `CatchUp`; `behind_limit` chooses it for a URL); None: never skip
     behind_s: float | None = None
-    #: `analytics.clips`: (stream name, seconds of packets kept, clips folder, retain days, retain
-    #: bytes) when the session records its packets for clips (clips.py); None: it does not
-    clips: tuple | None = None
+    #: `analytics.clips`: what the session records of its packets for clips (clips.py `ClipSpec`);
+    #: None: nothing
+    clips: ClipSpec | None = None
 
     #: a camera never waits for its owner: a frame with no free slot is dropped
     lossless = False

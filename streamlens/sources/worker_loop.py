@@ -121,8 +121,7 @@ class _Output(SessionOutput):
             return None
         from .clips import ClipRecorder
 
-        name, keep_s, folder, days, max_bytes = clips
-        self.control.recorder = ClipRecorder(stream, keep_s, stream=name, folder=folder, retain=(days, max_bytes))
+        self.control.recorder = ClipRecorder.for_spec(stream, clips)
         return self.control.recorder
 
 
