@@ -143,7 +143,7 @@ def test_the_api_serves_the_history_and_events_that_outlive_the_run(tmp_path):
     # a second run, live and looping with the page's API: its event list starts with the first run's
     path = pipeline(tmp_path, ", http: {port: 0}")
     text = path.read_text().replace("uri: ", "live: true, loop: true, uri: ", 1)
-    path.write_text(text)
+    path.write_text(text.replace("inertia: 2}]", "inertia: 2}]\n  snapshots: {events: [object_start]}", 1))
     from streamlens.config import load_pipeline
     from streamlens.graph.runtime import Pipeline
 
@@ -162,5 +162,14 @@ def test_the_api_serves_the_history_and_events_that_outlive_the_run(tmp_path):
         history = get(base + "/api/history?rule=across&since=0")["buckets"]
         assert sum(b["in"] + b["out"] for b in history) >= sum(m["event"] == "line_cross" for m in before)
         assert all(e["index"] > len(before) for e in get(base + f"/api/events?since={len(before)}"))
+        # this run's events, numbered by the file, with the snapshots the page keeps under its own numbers
+        shot = None
+        while shot is None and time.monotonic() < deadline + 60:
+            shot = next((e for e in get(base + f"/api/events?since={len(before)}") if e["has_snapshot"]), None)
+            time.sleep(0.2)
+        assert shot is not None, "no event of this run came with a snapshot"
+        with urllib.request.urlopen(f"{base}/api/events/{shot['index']}/snapshot.jpg", timeout=30) as r:
+            assert r.headers["Content-Type"] == "image/jpeg" and r.read(2) == b"\xff\xd8"
+        assert not any(e["has_snapshot"] for e in events[:len(before)])  # the first run's: none kept now
         p.stop()
         runner.join(60)

@@ -2,8 +2,8 @@
 
 - `motion`: background subtraction, no model (`motion.py`);
 - `onnx`: any ONNX detector with a YOLOX or Ultralytics-style head, run by onnxruntime (`onnx.py`);
-- `openvino`: the same models (and OpenVINO IR) run by OpenVINO, a cheaper call on x86 CPUs
-  (`openvino_backend.py`; the `openvino` extra);
+- `openvino`: the same models (and OpenVINO IR) run by OpenVINO (`openvino_backend.py`; the
+  `openvino` extra); slower than onnxruntime on the AMD cores measured (tools/results/detect.md);
 - `ultralytics`: any detection model Ultralytics loads, .pt or export, CPU or CUDA (`ultralytics_backend.py`).
 
 Example:

@@ -38,7 +38,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -148,6 +147,7 @@ class OpenVinoSession:
                 self.config["INFERENCE_NUM_THREADS"] = int(threads)
         self._inputs = _ports(self.model.inputs, free_spatial)
         self._outputs = _ports(self.model.outputs)
+        self._output_index = {p.name: i for i, p in enumerate(self._outputs)}
         self._requests: OrderedDict[tuple[int, ...], ov.InferRequest] = OrderedDict()
 
     def get_inputs(self) -> list[Port]:
@@ -195,8 +195,7 @@ class OpenVinoSession:
         request = self.request(tuple(data.shape))
         request.infer({0: data}, share_inputs=True)
         names = output_names or [p.name for p in self._outputs]
-        index = {p.name: i for i, p in enumerate(self._outputs)}
-        return [request.get_output_tensor(index[name]).data.copy() for name in names]
+        return [request.get_output_tensor(self._output_index[name]).data.copy() for name in names]
 
 
 class OpenVinoDetector(OnnxDetector):

@@ -272,13 +272,20 @@ class Api:
         bucket = int_arg(query, "bucket_s", 60)
         if bucket is None or bucket < 60:
             return text_reply(400, "bucket_s: expected an integer of at least 60")
-        try:
-            with contextlib.closing(store.connect(str(config.path), readonly=True)) as db:
-                found = store.buckets(db, stream=(query.get("stream") or [None])[0], rule=(query.get("rule") or [None])[0],
-                                      bucket_s=bucket, **numbers)
-        except sqlite3.Error as e:
-            return text_reply(503, f"the history file cannot be read now ({e})", {"Retry-After": "1"})
+        stream, rule = (query.get("stream") or [None])[0], (query.get("rule") or [None])[0]
+        found = self._stored(lambda db: store.buckets(db, stream=stream, rule=rule, bucket_s=bucket, **numbers))
+        if found is None:
+            return text_reply(503, "the history file cannot be read now", {"Retry-After": "1"})
         return json_reply({"buckets": found})
+
+    def _event(self, index: int) -> tuple[dict | None, bool]:
+        """Event `index` as `/api/events` numbers it: (its message or None, whether it came from the
+        history file, whose ids those are while it can be read; else the page's own numbers)."""
+        stored = self._stored(lambda db: (store.event(db, index),))
+        if stored is not None:
+            return stored[0], True
+        preview = getattr(self.pipeline, "preview", None)
+        return (preview.event(index) if preview is not None else None), False
 
     def clip(self, index: int) -> Reply:
         """Event `index`'s clip (`analytics.clips`), once written: from the history file's events when
@@ -287,10 +294,7 @@ class Api:
         folder = analytics.clips.path if analytics is not None and analytics.clips is not None else None
         if folder is None:
             return text_reply(404, "no clips: set analytics.clips in the pipeline file")
-        message = self._stored(lambda db: store.event(db, index))
-        if message is None:
-            preview = getattr(self.pipeline, "preview", None)
-            message = preview.event(index) if preview is not None else None
+        message, _ = self._event(index)
         clip = (message or {}).get("clip")
         if not clip:
             return text_reply(404, f"no clip for event {index}")
@@ -308,11 +312,12 @@ class Api:
 
     def snapshot(self, index: int) -> Reply:
         preview = getattr(self.pipeline, "preview", None)
-        if preview is not None and self.pipeline.config.runtime.history is not None:
-            stored = self._stored(lambda db: store.event(db, index))  # the file's event: is its snapshot kept?
-            shot = preview.shot_of(stored) if stored is not None else None
-            index = shot if shot is not None else -1
-        jpeg = preview.snapshot(index) if preview is not None else None
+        kept = index
+        if preview is not None:
+            message, stored = self._event(index)
+            if stored:  # the file's event: the page keeps its snapshot under its own number, if at all
+                kept = preview.shot_of(message) if message is not None else None
+        jpeg = preview.snapshot(kept) if preview is not None and kept is not None else None
         if jpeg is None:
             return text_reply(404, f"no snapshot kept for event {index}")
         return Reply(200, "image/jpeg", jpeg)
@@ -389,12 +394,9 @@ class Api:
         if path == "/api/history":
             return self.stored_counts(query)
         parts = path.split("/")
-        if len(parts) == 5 and parts[:3] == ["", "api", "events"] and parts[4] == "snapshot.jpg" \
+        if len(parts) == 5 and parts[:3] == ["", "api", "events"] and parts[4] in ("snapshot.jpg", "clip.mp4") \
                 and parts[3].isascii() and parts[3].isdigit():  # '²'.isdigit() too, and int() refuses it
-            return self.snapshot(int(parts[3]))
-        if len(parts) == 5 and parts[:3] == ["", "api", "events"] and parts[4] == "clip.mp4" \
-                and parts[3].isascii() and parts[3].isdigit():
-            return self.clip(int(parts[3]))
+            return (self.snapshot if parts[4] == "snapshot.jpg" else self.clip)(int(parts[3]))
         if len(parts) == 5 and parts[:3] == ["", "api", "streams"]:
             name, what = parts[3], parts[4]
             if what == "frame.jpg":

@@ -20,9 +20,10 @@ Limits, so that no client costs more than a socket and a little memory, and no n
 the pipeline a thread or a file descriptor it needs:
 
 - No thread per client: one event loop on the thread `http` parses, checks the Host and the token,
-  and writes. Until a connection's first request head is whole it is a small `_Gate` (its bytes
-  kept, no aiohttp handler or task made), so a flood of slow clients costs little CPU; whatever reads the run's figures or frames (a scrape, the JSON, a JPEG encoded) runs on
-  `WORKER_THREADS` threads of a pool, so the loop is never held for long.
+  and writes; whatever reads the run's figures or frames (a scrape, the JSON, a JPEG encoded) runs
+  on `WORKER_THREADS` threads of a pool, so the loop is never held for long. Until a connection's
+  first request head is whole it is a small `_Gate` (its bytes kept, no aiohttp handler or task
+  made), so a flood of slow clients costs little CPU.
 - At most `MAX_CONNECTIONS` connections at once. One more closes the connection that has waited
   longest without a whole request head in (idle between requests, or still sending its head); only
   when every connection has a request in hand is the newcomer closed instead. A flood of slow
@@ -49,9 +50,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import socket
 import threading
-import os
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -70,9 +71,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("streamlens.http")
 
+#: the unit of the CPU times in /proc/self/task/*/stat (`MetricsServer.cpu_seconds`)
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
 #: connections held at once (see the module)
 MAX_CONNECTIONS = 256
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 #: seconds each request's head has, from the connection's opening or the end of the answer before
 HEAD_DEADLINE_S = 10.0
 #: the longest request line or header, in bytes, and the most headers in a request
