@@ -27,3 +27,12 @@ class SinkError(StreamlensError):
 
 class DetectorError(StreamlensError):
     """A detector cannot be built or run: a missing model, a model of the wrong shape."""
+
+
+class StreamConflict(StreamlensError):
+    """A change to a running pipeline's streams that cannot be made now: a name already in use, a
+    stream that has already ended, a run that is ending (HTTP 409)."""
+
+
+class NoSuchStream(StreamlensError):
+    """A running pipeline has no stream of that name (HTTP 404)."""

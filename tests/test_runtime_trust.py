@@ -14,7 +14,7 @@ from pathlib import Path
 import streamlens
 from streamlens.frame import Frame
 from streamlens.graph import runtime
-from streamlens.graph.runtime import file_credits
+from streamlens.graph.channel import file_credits
 from streamlens.sinks import Sink
 
 from .conftest import REPO

@@ -27,6 +27,9 @@ class HttpConfig(_Keys):
                                                    "off loopback it is always asked for")
     port: int | None = Field(None, ge=0, le=65535, description="the port (0: any free one; default: no HTTP server)")
     page: bool = Field(True, description="serve the live page at / and its API under /api")
+    manage: bool = Field(True, description="with the page: streams added (POST /api/streams) and removed "
+                                           "(DELETE /api/streams/<name>) while running, with the page's "
+                                           "authentication")
     preview_fps: float = Field(5.0, gt=0, le=60, description="frames per second a viewer's preview gets, at most")
     token_env: str = Field("STREAMLENS_HTTP_TOKEN", pattern=_ENV_NAME,
                            description="the environment variable holding the access token, at least 16 characters "

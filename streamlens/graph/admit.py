@@ -54,6 +54,13 @@ from .keyframes import SceneCutDetector, thumbnail_step
 log = logging.getLogger("streamlens")
 
 
+class StreamStop(threading.Event):
+    """What ends one stream's source: set when the run stops (`reason` "stopped"), or when the stream
+    alone is removed from a running pipeline (graph/streams.py: `reason` "removed")."""
+
+    reason = "stopped"
+
+
 def run_source(source, admit: Admission, inbox: Channel, credits: Credits | None, stop: threading.Event,
                live: bool) -> None:
     """A source thread's body: decode, admit, and queue into the engine's inbox (a live stream
@@ -82,7 +89,7 @@ def run_source(source, admit: Admission, inbox: Channel, credits: Credits | None
     finally:
         source.close()
         if reason == "end" and stop.is_set():
-            reason = "stopped"
+            reason = getattr(stop, "reason", "stopped")
         elif reason == "end" and source.incomplete:
             # the other streams go on; the run exits non-zero and names this input (RunReport.incomplete)
             reason, error = "truncated", source.incomplete

@@ -192,3 +192,14 @@ class Credits:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+
+def file_credits(interval: int, max_batch: int) -> int:
+    """Frames a file source may have between decoding and publication: enough for one full batch
+    of its keyframes at the detector while the next one gathers.
+
+    Example:
+        >>> file_credits(5, 4)
+        24
+    """
+    return (interval + 1) * max_batch

@@ -177,6 +177,17 @@ class BudgetController:
         """Rungs climbed: 0 is the pipeline as configured."""
         return self._stretch_index + self.throughput + (not self.wait) + self._shed_index
 
+    def add(self, stream: str) -> Shedder:
+        """A live stream added while running (graph/streams.py): watched from now on, shedding what
+        the others shed; its shedder. `shedders` and the samples are replaced, not changed, so a
+        `tick` or a reader on another thread goes on over the ones it has."""
+        shedder = Shedder((len(self.shedders) * 0.618) % 1.0)  # phases spread as streams come
+        shedder.fraction = self.shed
+        with self._lock:
+            self._samples = {**self._samples, stream: deque()}
+            self.shedders = {**self.shedders, stream: shedder}
+        return shedder
+
     def observe(self, stream: str, ms: float) -> None:
         samples = self._samples.get(stream)
         if samples is not None:
@@ -196,7 +207,7 @@ class BudgetController:
                 while samples and samples[0][0] <= now - self.window_s:
                     samples.popleft()
             published = sum(len(samples) for samples in self._samples.values())
-        p95 = {name: self.p95(name) for name in self._samples}
+        p95 = {name: self.p95(name) for name in list(self._samples)}
         lost = sum(max(0, n - self._drops.get(name, n)) for name, n in drops.items() if name in self._samples)
         self._drops.update(drops)
         lost_share = lost / (lost + published) if lost else 0.0
@@ -279,7 +290,7 @@ class BudgetController:
 
     def _set_shed(self, index: int) -> str:
         self._shed_index = index
-        for shedder in self.shedders.values():
+        for shedder in list(self.shedders.values()):
             shedder.fraction = self.shed
         return f"dropping {shed_name(self.shed)}" if self.shed else "no longer dropping"
 

@@ -45,6 +45,13 @@ class Losses:
         lane, admit = self.lanes.get(name), self.admissions.get(name)
         return (lane.late_from_source if lane else 0) + (admit.late_from_source if admit is not None else 0)
 
+    def uncarried(self, names: list[str]) -> dict[str, int]:
+        """Per stream of `names`, the frames the engine could not carry, which the budget controller
+        answers: every frame lost but those it shed and those that came too late from their source
+        (a decoder behind its clock: shedding after it would not help)."""
+        return {name: self.dropped(lost) - lost["shed"] - self.late_from_source(name)
+                for name in names for lost in (self.of(name),)}
+
     @staticmethod
     def dropped(lost: dict[str, int]) -> int:
         """Every frame lost before publication: all of `lost` but `corrupt` (packets, not frames)."""

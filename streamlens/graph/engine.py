@@ -212,6 +212,29 @@ class Engine:
         self._wait_s = late_after_s  # as configured
         self._gaps = {lane.name: lane.interval for lane in lanes}  # as configured
         self.mail = mail if mail is not None else engine_mailbox(inbox)
+        self._control = Control(1.0, True, False)  # the budget controller's rung as last applied
+        #: go on with no stream open: the last one was removed (graph/streams.py), more may be added
+        self.hold_open = False
+        self._ending = False  # `end_when_empty()`: the run is ending, hold no more
+
+    def end_when_empty(self) -> None:
+        """The run is ending (on the engine thread): once no stream is open, `run()` returns."""
+        self._ending = True
+        self.hold_open = False
+
+    def add_lane(self, lane: Lane) -> None:
+        """A stream added while running (on the engine thread): its lane joins the others, the
+        shared schedule when live, and the budget controller's rung as last applied."""
+        self.lanes[lane.name] = lane
+        self._gaps[lane.name] = lane.interval
+        if self.chooser is not None and lane.live:
+            self.chooser.add(lane.name, lane.period_s)
+        if lane.live:
+            c = self._control
+            lane.interval = max(1, round(lane.interval * c.stretch))
+            lane.stretch, lane.max_wait_s = c.stretch, c.max_wait_s
+            lane.publish_view()
+        self.hold_open = False
 
     def post(self, fn: Callable[[], None], key: str = "mail") -> None:
         """Run `fn()` on the engine thread, from any thread, never waiting: a newer post under the
@@ -230,6 +253,7 @@ class Engine:
         detections, whether the detector batches for throughput (budget lifted; the detector's
         thread reads it), and how long a live frame may have waited when the engine comes to it
         (`Lane.max_wait_s`)."""
+        self._control = Control(stretch, wait, throughput, max_wait_s)
         if self.chooser is not None:
             self.chooser.stretch = stretch
         for lane in self.lanes.values():
@@ -250,7 +274,7 @@ class Engine:
         """Until every stream has ended (or the inbox is closed). Raises what the detector raised."""
         self.worker.start()
         try:
-            while any(lane.open for lane in self.lanes.values()):
+            while self.hold_open or any(lane.open for lane in self.lanes.values()):
                 replaying = next((lane for lane in self.lanes.values() if lane.open and lane.tracker.catching_up),
                                  None)
                 try:
@@ -407,6 +431,8 @@ class Engine:
         lane.deadlines.clear()
         self.publish(StreamEnd(lane.name, lane.seq, lane.seq, end.reason, detail=end.error))
         lane.seq += 1
+        if end.reason == "removed" and not self.open_streams() and not self._ending:
+            self.hold_open = True  # the last stream was taken away, not ended: the run waits for more
 
 
 __all__ = ["Control", "Detected", "DetectWorker", "Engine", "Lane", "LaneView", "Mail", "engine_mailbox", "too_old"]

@@ -42,7 +42,7 @@ class StatsReporter:
         """On the stats' writer (the engine thread; the run's thread once it has ended): what other
         threads posted to each stream's figures, and its losses by cause (`lost`, `shed`,
         `dropped`, and the engine's `deferred_keyframes` and `discarded_detections`)."""
-        for st in self.stats.values():
+        for st in list(self.stats.values()):  # a stream may be added meanwhile (graph/streams.py)
             st.take_posts()
             lost = self.losses.of(st.name)
             lane = self.losses.lanes.get(st.name)
@@ -56,7 +56,7 @@ class StatsReporter:
         if not self.out.wants_stats or not self._ends_lock.acquire(blocking=False):
             return
         try:
-            self._publish([name for name, st in self.stats.items() if st.reason is None])
+            self._publish([name for name, st in list(self.stats.items()) if st.reason is None])
         finally:
             self._ends_lock.release()
 

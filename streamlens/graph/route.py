@@ -49,11 +49,11 @@ def build_stages(config, secondary=None, sources: dict | None = None) -> list[St
 class ResultRoute:
     """Everything a result goes through after the engine, on the engine thread (see the module's
     docstring). `credits`: the file sources' credits, given back as each of their frames is
-    published (`credited`: those streams); `collector`: the garbage collection some PyAV builds
+    published (`credited`: those streams, a set the runtime adds an added file stream to); `collector`: the garbage collection some PyAV builds
     need (None: not needed)."""
 
     def __init__(self, stages: list[Stage], out: FanOut, stats: dict[str, StreamStats], reporter: StatsReporter,
-                 *, credits: Credits | None = None, credited: frozenset[str] = frozenset(),
+                 *, credits: Credits | None = None, credited: set[str] | frozenset[str] = frozenset(),
                  collector: CycleCollector | None = None):
         self.stages = list(stages)
         self.out, self.stats, self.reporter = out, stats, reporter

@@ -9,8 +9,9 @@ Each node does one job, in its own module: admission (graph/admit.py), the engin
 keyframe decision, tracking, order), the detector's batching (graph/batcher.py), the route of a
 result and its stages (graph/route.py, graph/stages.py), the fan-out to the sinks
 (graph/fanout.py), the budget controller (graph/control.py), loss accounting (graph/drops.py),
-the `stats` and `eos` messages (graph/reports.py) and the run's figures (graph/stats.py);
-graph/process.py holds what a run changes in the whole process. This module wires them and owns
+the `stats` and `eos` messages (graph/reports.py), the run's figures (graph/stats.py), a stream's
+parts and streams added or removed while running (graph/streams.py); graph/process.py holds what
+a run changes in the whole process. This module wires them and owns
 their lifecycle (`_build`, `_start`, `_loop`, `_close`):
 
 - The inbox gives each stream its own share; a file source blocks when its share is full (nothing
@@ -53,20 +54,20 @@ from ..errors import ConfigError, StreamlensError
 from ..frame import FrameResult, StreamEnd
 from ..http.server import MetricsServer
 from ..sinks import Sink, build_sink
-from ..sources import Source, build_source, clips_spec
-from ..track import build_tracker
-from .admit import Admission, run_source
-from .channel import Channel, Credits
+from ..sources import Source
+from .admit import Admission, StreamStop, run_source
+from .channel import Channel, Credits, file_credits
 from .control import BudgetController
 from .drops import Losses
 from .engine import Control, DetectWorker, Engine, Lane, Mail, engine_mailbox
 from .fanout import FanOut
-from .keyframes import SceneCutDetector, build_chooser, build_scheduler, longest_gap, stagger_offsets
+from .keyframes import build_chooser, longest_gap, stagger_offsets
 from .process import CycleCollector, live_switch_interval
 from .reports import StatsReporter
 from .results import QueueSink, results_of
 from .route import ResultRoute, build_stages
 from .stats import RunReport, StreamStats
+from .streams import StreamChanges, lane_for, open_source, schedule_for
 
 log = logging.getLogger("streamlens")
 
@@ -75,17 +76,6 @@ ABORT_JOIN_S = 10.0
 #: after `abort()`, how long the engine may wait for room in a stuck sink's queue before that queue
 #: is closed (the sink then writes what it holds and closes; the engine ends)
 ABORT_SINK_GRACE_S = 0.5
-
-
-def file_credits(interval: int, max_batch: int) -> int:
-    """Frames a file source may have between decoding and publication: enough for one full batch
-    of its keyframes at the detector while the next one gathers.
-
-    Example:
-        >>> file_credits(5, 4)
-        24
-    """
-    return (interval + 1) * max_batch
 
 
 class Pipeline:
@@ -123,6 +113,11 @@ class Pipeline:
         self.preview = None
         self._engine: Engine | None = None
         self._sources: dict[str, Source] = {}
+        self._all_sources: list[Source] = []  # every source built, those of added streams too: closed at the end
+        self._stops: dict[str, StreamStop] = {}  # what ends each stream's source
+        self._threads: list[threading.Thread] = []  # every thread of the run, added streams' too
+        self._prepare = None  # the detector's `prepare`, when it makes a keyframe's input ahead
+        self._changes = StreamChanges(self)
         self._lanes: dict[str, Lane] = {}
         self._admissions: dict[str, Admission] = {}
         self._losses: Losses | None = None  # every stream's losses by cause, once running
@@ -163,9 +158,28 @@ class Pipeline:
     def stop(self) -> None:
         """Graceful stop: sources end now; what they produced is still processed and written."""
         self._interrupted = True
-        self._stop_sources.set()
+        self._halt_sources()
         for sink in self._opening:
             sink.interrupt_open()
+
+    def _halt_sources(self) -> None:
+        """Every source ends (what it produced is still processed), and the engine ends with its
+        last stream even when the last one was removed (`Engine.hold_open`)."""
+        self._stop_sources.set()
+        for stop in list(self._stops.values()):
+            stop.set()
+        self._mail.put(Mail(lambda: self._engine is not None and self._engine.end_when_empty()), key="ending",
+                       drop_oldest=True)
+
+    def add_stream(self, source: dict) -> tuple[str, list[str]]:
+        """Add a stream while running (`source`: one mapping of `sources`): its name and warnings.
+        Raises `ConfigError` or `StreamConflict`; see graph/streams.py."""
+        return self._changes.add(source)
+
+    def remove_stream(self, name: str) -> None:
+        """End stream `name` while running (its `eos`: reason `removed`). Raises `NoSuchStream` or
+        `StreamConflict`; see graph/streams.py."""
+        self._changes.remove(name)
 
     @property
     def stopping(self) -> bool:
@@ -224,7 +238,7 @@ class Pipeline:
                 self._error = line
                 if not isinstance(error, StreamlensError):
                     log.debug("unexpected error", exc_info=error)
-        self._stop_sources.set()
+        self._halt_sources()
 
     # -- running ------------------------------------------------------------------------------
 
@@ -244,17 +258,18 @@ class Pipeline:
         started = time.monotonic()
         sources, detector, sinks, http = self._build()
         self._sources = {src.name: src for src in sources}
-        threads: list[threading.Thread] = []
+        self._all_sources.extend(sources)
+        threads = self._threads
         try:
             with live_switch_interval(any(s.live for s in self.config.sources)):
                 try:
-                    threads = self._start(sources, detector, sinks)
+                    self._start(sources, detector, sinks)
                     self._loop(threads, on_tick, tick_s, stats_every_s)
                 finally:
                     if any(t.is_alive() for t in threads):
                         self._end_threads(threads)
         finally:
-            self._close(sources, detector, http)
+            self._close(detector, http)
         if self._reporter is not None:
             self._reporter.refresh()
         status = "failed" if self._error else "interrupted" if self._interrupted else "done"
@@ -303,9 +318,12 @@ class Pipeline:
         for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
 
-    def _close(self, sources, detector, http) -> None:
-        """Close what `_build` made but the sinks (the engine's end closed those)."""
-        self._stop_sources.set()
+    def _close(self, detector, http) -> None:
+        """Close what `_build` made but the sinks (the engine's end closed those), and the sources
+        of streams added since."""
+        self._halt_sources()
+        with self._lock:
+            sources = list(self._all_sources)
         for src in sources:
             src.close()
         worker = self._engine.worker if self._engine is not None else None
@@ -326,20 +344,13 @@ class Pipeline:
         self.stats[name].post_state(state)
 
     def _control(self) -> None:
-        """One step of the budget controller; its rung goes to the engine's mailbox, and the engine
-        applies it on its thread (lanes, shared schedule, keyframe wait, batching; a live stream
-        with a schedule of its own reads the stretch in its lane's view)."""
+        """One step of the budget controller; its rung goes to the engine's mailbox (a newer one
+        replaces one not yet applied), and the engine applies it on its thread before its next input."""
         control = self.controller
-        if control is None:
-            return
-        # what the engine could not carry: every frame lost but those shed, and those that came too
-        # late from their source (a decoder behind its clock: shedding after it would not help)
-        losses = self._losses
-        control.tick({name: Losses.dropped(lost) - lost["shed"] - losses.late_from_source(name)
-                      for name in control.shedders for lost in (losses.of(name),)})
-        # applied on the engine thread, before its next input (a newer rung replaces one not yet applied)
-        self._mail.put(Control(control.stretch, control.wait, control.throughput, control.max_wait_s),
-                       key="control", drop_oldest=True)
+        if control is not None:
+            control.tick(self._losses.uncarried(list(control.shedders)))
+            self._mail.put(Control(control.stretch, control.wait, control.throughput, control.max_wait_s),
+                           key="control", drop_oldest=True)
 
     def results(self) -> Iterator[FrameResult | StreamEnd]:
         """Run in the background and yield every `FrameResult` and `StreamEnd` as it is made.
@@ -360,15 +371,10 @@ class Pipeline:
             raise ConfigError(problems)
         built: list = []
         try:
-            mvs = cfg.tracker.motion == "mv"
             sources = []
             for s in cfg.sources:
-                sources.append(build_source(s, export_mvs=mvs, clips=clips_spec(cfg)))
+                sources.append(open_source(cfg, s, self.stats[s.name], self._on_source_state))
                 built.append(sources[-1])
-            for src in sources:
-                self.stats[src.name].total = src.total_frames
-                if hasattr(src, "on_state"):
-                    src.on_state = self._on_source_state
             detector = build_detector(cfg.detector)
             built.append(detector)
             if cfg.secondary:
@@ -408,30 +414,25 @@ class Pipeline:
             raise
         return sources, detector, sinks, http
 
-    def _start(self, sources, detector, sinks) -> list[threading.Thread]:
+    def _start(self, sources, detector, sinks) -> None:
         """Make the fan-out, the lanes, the admissions, the loss accounting and the route of the
         results, and start every thread: the queued sinks', the engine's and one per source."""
         cfg = self.config
         self._out = FanOut(sinks, cfg.runtime.queue_size, on_published=self._on_published,
                            on_error=self._sink_failed, on_close_error=self._fail)
-        threads = self._out.threads()
-        fps = {src.name: src.fps for src in sources}
-        lanes = [Lane(s.name, build_tracker(cfg.tracker, fps.get(s.name), detector_conf=cfg.detector.conf,
-                                            adaptive=cfg.keyframes.adaptive), s.live, longest_gap(cfg.keyframes),
-                      max_staleness_s=s.max_staleness_ms / 1000 if s.max_staleness_ms else None,
-                      period_s=1 / (fps.get(s.name) or 30.0), seq=self._first_seq.get(s.name, 0))
-                 for s in cfg.sources]
-        self._lanes = {lane.name: lane for lane in lanes}
+        threads = self._threads
+        threads += self._out.threads()
         by_name = {c.name: c for c in cfg.sources}
+        lanes = [lane_for(cfg, by_name[src.name], src.fps, self._first_seq.get(src.name, 0)) for src in sources]
+        self._lanes = {lane.name: lane for lane in lanes}
         offsets = stagger_offsets(cfg.keyframes.interval, len(sources))
-        # a live stream of the shared schedule only tells scene cuts here: the engine chooses its keyframes
-        schedules = {src.name: SceneCutDetector() if self._chooser is not None and by_name[src.name].live
-                     else build_scheduler(cfg.keyframes, off) for src, off in zip(sources, offsets)}
-        prepare = detector.prepare if getattr(detector, "prepare_ahead", False) else None
+        self._prepare = detector.prepare if getattr(detector, "prepare_ahead", False) else None
         shedders = self.controller.shedders if self.controller else {}
-        self._admissions = {src.name: Admission(lane, schedules[src.name], prepare,
-                                                getattr(shedders.get(src.name), "drop", None), self._stop_sources)
-                            for src, lane in zip(sources, lanes)}
+        self._stops = {src.name: StreamStop() for src in sources}
+        self._admissions = {src.name: Admission(lane, schedule_for(cfg, by_name[src.name], self._chooser is not None, off),
+                                                self._prepare, getattr(shedders.get(src.name), "drop", None),
+                                                self._stops[src.name])
+                            for src, lane, off in zip(sources, lanes, offsets)}
         self._losses = Losses(self._sources, self._lanes, self._admissions, self._inbox, shedders)
         self._reporter = StatsReporter(
             self.stats, self._out, self._losses, capped={s.name for s in cfg.sources if s.max_fps},
@@ -440,20 +441,20 @@ class Pipeline:
             extra=self._stats_extra, sources=self._sources)
         self._collector = CycleCollector() if cfg.tracker.motion == "mv" else None
         route = ResultRoute(build_stages(cfg, self._secondary, self._sources), self._out, self.stats, self._reporter,
-                            credits=self._credits, credited=frozenset(self._credited), collector=self._collector)
+                            credits=self._credits, credited=self._credited, collector=self._collector)
         if self._secondary is not None:
             self._secondary.start()
         self._engine_thread = threading.Thread(target=self._run_engine, args=(detector, lanes, route),
                                                name="engine", daemon=True)
         threads.append(self._engine_thread)
-        credits = self._credits
         threads += [threading.Thread(target=run_source, name=f"source-{src.name}", daemon=True, args=(
-                        src, self._admissions[src.name], self._inbox,
-                        credits if src.name in self._credited else None, self._stop_sources, by_name[src.name].live))
+                        src, self._admissions[src.name], self._inbox, self._credits if src.name in self._credited
+                        else None, self._stops[src.name], by_name[src.name].live))
                     for src in sources]
+        if self._stop_sources.is_set():  # stopped while starting
+            self._halt_sources()
         for t in threads:
             t.start()
-        return threads
 
     def _run_engine(self, detector, lanes: list[Lane], route: ResultRoute) -> None:
         """The engine thread's body: the detector's worker, the engine, and at its end an `eos` for

@@ -30,7 +30,7 @@ DELIVERING_STATES = ("running", "streaming")
 
 def pipeline_state(pipeline: RunView) -> str:
     """starting, running, degraded or stopping, from the streams' states."""
-    states = [st.state for st in pipeline.stats.values()]
+    states = [st.state for st in list(pipeline.stats.values())]
     if pipeline.stopping:
         return "stopping"
     if all(s == "starting" for s in states):

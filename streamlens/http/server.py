@@ -35,8 +35,9 @@ the pipeline a thread or a file descriptor it needs:
   before being handed over: a client that sends half a request and then a byte every few seconds is
   closed then (kept here rather than left to aiohttp's keep-alive timer, which only its newest
   releases start when a connection opens).
-- The request line and each header at most `MAX_LINE` bytes, at most `MAX_HEADERS` headers. Only
-  GET and HEAD are answered (405 otherwise); a request's body is never read.
+- The request line and each header at most `MAX_LINE` bytes, at most `MAX_HEADERS` headers. GET
+  and HEAD are answered, and POST and DELETE on the routes that add and remove streams (405
+  otherwise); a request's body is read only there, bounded in size and time (http/changes.py).
 - A request path that is not UTF-8, or a route that fails, answers 400, 404 or a bare 500: never a
   Python error, and the log line (debug) names the path, never its query.
 
@@ -63,6 +64,7 @@ from aiohttp import web
 from ..errors import StreamlensError
 from .api import HISTORY_EVERY_S, Api
 from .auth import Guard
+from .changes import ALLOW, add_stream, read_source, remove_stream, stream_named
 from .metrics import Exposition, ServerCollector, health
 from .reply import Reply, text_reply
 
@@ -310,6 +312,7 @@ class MetricsServer:
         self._threads: dict[int, float] = {}  # the server's threads (kernel ids) -> CPU seconds last read
         self.exposition = Exposition(pipeline, ServerCollector(self.connections, self.cpu_seconds))
         self._api = Api(pipeline, http.preview_fps) if http.page else None
+        self.manage = http.manage  # streams added and removed over HTTP (http/changes.py)
         self._pool: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.ServerRunner | None = None
@@ -333,8 +336,10 @@ class MetricsServer:
         return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args))
 
     async def _answer(self, request: web.BaseRequest) -> Reply:
-        if request.method not in ("GET", "HEAD"):
-            return text_reply(405, "method not allowed: this server answers GET and HEAD", {"Allow": "GET, HEAD"})
+        changes = request.method in ("POST", "DELETE")
+        if request.method not in ("GET", "HEAD") and not changes:
+            return text_reply(405, "method not allowed: this server answers GET and HEAD, and changes streams "
+                                   "with POST /api/streams and DELETE /api/streams/<name>", {"Allow": ALLOW})
         headers = request.headers
         refused = self.guard.refused_host(headers)
         if refused is not None:
@@ -346,12 +351,30 @@ class MetricsServer:
         refused = self.guard.authenticate(headers, query, request.rel_url, request.remote or "")
         if refused is not None:
             return refused
+        if changes:
+            return await self._change(request, path)
         if path == "/metrics":
             return await self._off_loop(self.exposition.reply, request.query_string, headers.get("Accept", ""),
                                         headers.get("Accept-Encoding", ""))
         if self._api is None:
             return text_reply(404, "not found: try /metrics or /healthz")
         return await self._off_loop(self._api.route, path, query, request.remote or "")
+
+    async def _change(self, request: web.BaseRequest, path: str) -> Reply:
+        """`POST /api/streams` and `DELETE /api/streams/<name>` (http/changes.py)."""
+        name = stream_named(path) if request.method == "DELETE" else None
+        if not (request.method == "POST" and path == "/api/streams" or name is not None) or self._api is None:
+            return text_reply(405, "method not allowed: POST /api/streams adds a stream, DELETE "
+                                   "/api/streams/<name> removes one; everything else answers GET and HEAD",
+                              {"Allow": ALLOW})
+        if not self.manage or not hasattr(self.pipeline, "add_stream"):
+            return text_reply(403, "streams are not changed over HTTP in this run (runtime.http.manage: false)")
+        if name is not None:
+            return await self._off_loop(remove_stream, self.pipeline, name)
+        data = await read_source(request)
+        if isinstance(data, Reply):
+            return data
+        return await self._off_loop(add_stream, self.pipeline, data)
 
     async def _sample_history(self) -> None:
         while True:

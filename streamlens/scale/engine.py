@@ -11,6 +11,7 @@ An engine is a process of this machine (`engine_main`, started with `multiproces
 or a Ray actor (ray.py). A process speaks over two one-way pipes:
 
     supervisor -> engine:  "stop" (finish what was decoded)   "abort" (at once)
+                           ("add", SourceConfig)  ("remove", name): a stream added or removed
     engine -> supervisor:  ("snapshot", Snapshot) about twice a second
                            ("report", RunReport) when the run has ended
                            ("failed", line)       when it could not start
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import signal
 import socket
 import threading
@@ -37,6 +39,11 @@ from ..frame import FrameResult
 from ..sinks.base import Sink
 from ..wire.keys import RunKeys
 
+log = logging.getLogger("streamlens.scale")
+
+#: spare `seq` marks an engine process has for streams added while it runs (processes.py); a stream
+#: added past them is restarted after what its engine last reported instead (as an actor's is)
+ADDED_SLOTS = 256
 #: how often an engine process sends its figures to the supervisor
 SNAPSHOT_EVERY_S = 0.5
 
@@ -75,6 +82,8 @@ class Snapshot:
     endpoints: dict
     host: str
     pid: int
+    #: streams whose addition this engine could not make, with the one line saying why
+    refused: dict = field(default_factory=dict)
 
 
 class _SeqMark(Sink):
@@ -89,11 +98,18 @@ class _SeqMark(Sink):
         self.marks = marks
         self.last: dict[str, int] = {}
 
+    def add(self, stream: str) -> None:
+        """A stream added while running takes the next slot, as the supervisor counts them (in the
+        order it sent them); past the array's spare slots it has none (see `ADDED_SLOTS`)."""
+        if stream not in self.slot:
+            self.slot[stream] = len(self.slot)
+
     def write(self, item, message, payload) -> None:
         if isinstance(item, FrameResult):
             self.last[item.frame.stream] = item.seq
-            if self.marks is not None:
-                self.marks[self.slot[item.frame.stream]] = item.seq
+            slot = self.slot.get(item.frame.stream)
+            if self.marks is not None and slot is not None and slot < len(self.marks):
+                self.marks[slot] = item.seq
 
 
 class EngineRun:
@@ -106,6 +122,8 @@ class EngineRun:
         self._marks = _SeqMark(spec.streams, marks)
         self._pipeline = None
         self._stopped = threading.Event()  # stop() before the pipeline was built
+        self._changes: queue.SimpleQueue = queue.SimpleQueue()  # streams to add or remove, in order
+        self._refused: dict[str, str] = {}
 
     def run(self, on_tick=None) -> tuple[str, object]:
         """("report", RunReport) once the run has ended, or ("failed", line) if it could not start."""
@@ -117,7 +135,13 @@ class EngineRun:
                                       stats_extra={"engine": spec.index, "engine_restarts": spec.restarts})
             if self._stopped.is_set():
                 self._pipeline.stop()
-            return "report", self._pipeline.run(on_tick=on_tick)
+
+            def tick(pipeline) -> None:
+                self._apply_changes()
+                if on_tick is not None:
+                    on_tick(pipeline)
+
+            return "report", self._pipeline.run(on_tick=tick)
         except StreamlensError as e:
             return "failed", str(e)
 
@@ -131,7 +155,33 @@ class EngineRun:
         return Snapshot({n: p.stats[n].snapshot() for n in names}, {n: p.control_of(n) for n in names},
                         {n: p.queue_depth(n) for n in names}, dict(self._marks.last), p.stopping,
                         list(control.actions) if control is not None else [], p.endpoints(), self.host,
-                        os.getpid())
+                        os.getpid(), dict(self._refused))
+
+    def add(self, source) -> None:
+        """A stream added to this engine (a `SourceConfig` the supervisor checked): its `seq` mark
+        is taken now, in the order of the supervisor's orders; the run takes it at its next tick."""
+        self._marks.add(source.name)
+        self._changes.put(("add", source))
+
+    def remove(self, name: str) -> None:
+        self._changes.put(("remove", name))
+
+    def _apply_changes(self) -> None:
+        """On the run's loop: the streams added and removed since its last tick."""
+        while not self._changes.empty():
+            what, value = self._changes.get()
+            try:
+                if what == "add":
+                    self._pipeline.add_stream(value)
+                else:
+                    self._pipeline.remove_stream(value)
+            except Exception as error:  # noqa: BLE001 - that stream's trouble, told; the run goes on
+                name = value.name if what == "add" else value
+                line = str(error) if isinstance(error, StreamlensError) else f"{type(error).__name__}: {error}"
+                log.warning("engine %d: stream %s not %s: %s", self.spec.index, name,
+                            "added" if what == "add" else "removed", line)
+                if what == "add":
+                    self._refused[name] = line
 
     def stop(self) -> None:
         self._stopped.set()
@@ -174,6 +224,10 @@ def _obey(orders, engine: EngineRun) -> None:
             engine.stop()
         elif order == "abort":
             engine.abort()
+        elif isinstance(order, tuple) and order[0] == "add":
+            engine.add(order[1])
+        elif isinstance(order, tuple) and order[0] == "remove":
+            engine.remove(order[1])
 
 
 __all__ = ["EngineSpec", "EngineRun", "Snapshot", "engine_main", "SNAPSHOT_EVERY_S"]

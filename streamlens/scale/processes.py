@@ -4,13 +4,14 @@ spoken to over two pipes, with its streams' last published `seq` marked in share
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import multiprocessing.connection
 import time
 from typing import Any
 
 from ..sources.ring import remove_rings_of
-from .engine import EngineSpec, engine_main
+from .engine import ADDED_SLOTS, EngineSpec, engine_main
 from .policy import END_WAIT_S
 
 
@@ -31,7 +32,8 @@ class Processes:
     def start(self, engine: Any, spec: EngineSpec) -> None:
         orders_read, orders_write = self.ctx.Pipe(duplex=False)
         up_read, up_write = self.ctx.Pipe(duplex=False)
-        marks = self.ctx.Array("q", [spec.first_seq.get(n, 0) - 1 for n in spec.streams], lock=False)
+        marks = self.ctx.Array("q", [spec.first_seq.get(n, 0) - 1 for n in spec.streams] + [-1] * ADDED_SLOTS,
+                               lock=False)  # and a slot for each stream added while it runs
         # not a daemon: an engine starts its cameras' decode workers, and a daemon may start no process
         process = self.ctx.Process(target=engine_main, args=(spec, orders_read, up_write, marks),
                                    name=f"streamlens-engine-{engine.index}", daemon=False)
@@ -42,7 +44,7 @@ class Processes:
             up_write.close()
         engine.handle = (process, orders_write, up_read, marks)
 
-    def tell(self, engine: Any, order: str) -> None:
+    def tell(self, engine: Any, order: str | tuple) -> None:
         try:
             engine.handle[1].send(order)
         except (OSError, ValueError):  # it has ended
@@ -74,7 +76,11 @@ class Processes:
         marks = engine.handle[3] if engine.handle else None
         if marks is None:
             return dict(engine.first_seq)
-        return {name: marks[j] + 1 for j, name in enumerate(engine.streams)}
+        # a stream added past the spare marks: past its last report, by 30 frames a second since then
+        seqs = engine.snapshot.seqs if engine.snapshot is not None else {}
+        since = math.ceil(30 * (time.monotonic() - engine.snapshot_at + 1.0))
+        return {name: marks[j] + 1 if j < len(marks) else seqs.get(name, -1) + 1 + since
+                for j, name in enumerate(engine.streams)}
 
     def kill(self, engine: Any) -> None:
         engine.handle[0].kill()

@@ -31,6 +31,7 @@ import dataclasses
 import math
 import signal
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -49,6 +50,8 @@ class EngineActor:
 
     def __init__(self):
         self._engine: EngineRun | None = None
+        self._early: list[tuple] = []  # streams added or removed before the engine was made
+        self._lock = threading.Lock()
 
     def run(self, spec: EngineSpec) -> tuple[str, Any]:
         import ray
@@ -59,8 +62,12 @@ class EngineActor:
             curve = spec.keys.write_server(folder) if spec.keys is not None else None
             sinks = [_on_node(s, bind, curve) for s in spec.config.sinks]
             spec.config = spec.config.model_copy(update={"sinks": sinks})
-            self._engine = EngineRun(spec, host=host)
-            return self._engine.run()
+            engine = EngineRun(spec, host=host)
+            with self._lock:
+                for what, value in self._early:
+                    getattr(engine, what)(value)
+                self._engine = engine
+            return engine.run()
 
     def snapshot(self):
         return self._engine.snapshot() if self._engine is not None else None
@@ -72,6 +79,20 @@ class EngineActor:
     def abort(self) -> None:
         if self._engine is not None:
             self._engine.abort()
+
+    def add(self, source) -> None:
+        self._changed(("add", source))
+
+    def remove(self, name: str) -> None:
+        self._changed(("remove", name))
+
+    def _changed(self, change: tuple) -> None:
+        """A stream added or removed: to the engine, or kept for it while the actor makes it."""
+        with self._lock:
+            if self._engine is None:
+                self._early.append(change)
+                return
+        getattr(self._engine, change[0])(change[1])
 
     def pid(self) -> int:
         import os
@@ -134,8 +155,10 @@ class RayActors:
         engine.handle = {"actor": actor, "run": actor.run.remote(spec), "snapshot": None, "asked": 0.0,
                          "fps": {}}
 
-    def tell(self, engine, order: str) -> None:
-        getattr(engine.handle["actor"], order).remote()
+    def tell(self, engine, order: str | tuple) -> None:
+        """`order`: "stop", "abort", or ("add", SourceConfig) / ("remove", name) (engine.py)."""
+        name, *args = (order,) if isinstance(order, str) else order
+        getattr(engine.handle["actor"], name).remote(*args)
 
     def poll(self, engines: list, timeout: float) -> list[tuple[Any, str, Any]]:
         ray, now = self.ray, time.monotonic()

@@ -54,12 +54,14 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..config import PipelineConfig, preflight_problems
-from ..errors import ConfigError
+from ..config.added import added_source
+from ..errors import ConfigError, NoSuchStream, StreamConflict
 from ..graph.stats import RunReport, StreamStats
 from .engine import EngineSpec, Snapshot
 from .engine_config import engine_config
@@ -133,6 +135,8 @@ class Supervisor:
         self._ended_stats: dict[str, StreamStats] = {}
         self._forwarders: dict[str, Forwarder] = {}  # by the sink's key path
         self._error: str | None = None
+        self._removed: set[str] = set()  # streams removed while running (never started again)
+        self._lock = threading.Lock()  # the engines' streams, against streams added or removed meanwhile
 
     # -- what the display and /metrics read --------------------------------------------------
 
@@ -176,6 +180,49 @@ class Supervisor:
     def abort(self) -> None:
         self._stopping = True
         self._tell("abort")
+
+    def add_stream(self, data) -> tuple[str, list[str]]:
+        """Add a stream while running, on the engine with the fewest open streams (`data`: one
+        mapping of `sources`, checked as the file's): its name and warnings. Raises `ConfigError` or
+        `StreamConflict`, as `Pipeline.add_stream` does; the engine builds it (a failure there ends
+        the stream with reason `error` and that engine's line)."""
+        with self._lock:
+            if self._stopping or not any(e.running or e.restart_at is not None for e in self._engines):
+                raise StreamConflict("the run is not running; streams can be changed while it runs")
+            source, warnings = added_source(data, self.config, set(self._engine_of))
+            engine = min(self._engines, key=lambda e: (sum(not self._ended(n) for n in e.streams), e.index))
+            self._placeholders[source.name] = StreamStats(source.name, source.display_uri)
+            self._engine_of[source.name] = engine
+            self.config.sources.append(source)  # after the two above: `stats` reads them by its names
+            engine.streams.append(source.name)
+            engine.sources.append(len(self.config.sources) - 1)
+            if engine.running:  # else it starts with it
+                self._launcher.tell(engine, ("add", source))
+        log.info("stream %s added to engine %d (%s)", source.name, engine.index, source.display_uri)
+        return source.name, warnings
+
+    def remove_stream(self, name: str) -> None:
+        """End stream `name` while running (its `eos`: reason `removed`). Raises `NoSuchStream` or
+        `StreamConflict` (already ended, or the run is not running)."""
+        with self._lock:
+            engine = self._engine_of.get(name)
+            if engine is None:
+                raise NoSuchStream(f"no stream named {name!r}")
+            if self._stopping:
+                raise StreamConflict("the run is not running; streams can be changed while it runs")
+            if self._ended(name):
+                raise StreamConflict(f"stream {name!r} has already ended ({self.stats[name].reason or 'removed'})")
+            self._removed.add(name)
+            if engine.running:
+                self._launcher.tell(engine, ("remove", name))
+            else:  # its engine is being started again: it starts without it
+                st = self._ended_stats[name] = StreamStats(name, self._placeholders[name].uri)
+                st.end("removed", None)
+        log.info("stream %s removed", name)
+
+    def _ended(self, name: str) -> bool:
+        st = self.stats.get(name)
+        return name in self._removed or st is not None and st.reason is not None
 
     def _tell(self, order: str) -> None:
         for engine in self._engines:
@@ -231,8 +278,9 @@ class Supervisor:
         return {e.index: e.restarts for e in self._engines}
 
     def _start(self, engine: _Engine) -> None:
-        spec = EngineSpec(engine.index, self._engine_config(engine), list(engine.streams), dict(engine.first_seq),
-                          self._log_level, engine.restarts)
+        with self._lock:
+            spec = EngineSpec(engine.index, self._engine_config(engine), list(engine.streams),
+                              dict(engine.first_seq), self._log_level, engine.restarts)
         engine.restart_at = None
         engine.started_at = time.monotonic()
         self._launcher.start(engine, spec)
@@ -244,6 +292,7 @@ class Supervisor:
         for engine, kind, value in self._launcher.poll([e for e in self._engines if e.running], tick_s):
             if kind == "snapshot":
                 engine.snapshot, engine.snapshot_at = value, time.monotonic()
+                self._refused(value)
                 if self._launcher.remote:
                     self._connect(engine)
             elif kind == "report":
@@ -277,18 +326,34 @@ class Supervisor:
             if forwarder is not None:
                 forwarder.join(engine.index, endpoint)  # bound on its node's address (ray.py)
 
+    def _refused(self, snapshot: Snapshot) -> None:
+        """Streams an engine could not add end with reason `error` and its line."""
+        for name, line in snapshot.refused.items():
+            if name not in self._ended_stats:
+                st = self._ended_stats[name] = StreamStats(name, self._placeholders[name].uri)
+                st.end("error", line)
+
     def _gone(self, engine: _Engine, how: str | None) -> None:
         """`engine` has ended: after its report (`how` None), or died."""
+        with self._lock:
+            self._gone_locked(engine, how)
+
+    def _gone_locked(self, engine: _Engine, how: str | None) -> None:
         engine.running = False
         if how is None or engine.report is not None or engine.failed is not None:
             return
         next_seq = self._launcher.next_seq(engine)
-        live = [n for n, i in zip(engine.streams, engine.sources) if self.config.sources[i].live]
+        live = [n for n, i in zip(engine.streams, engine.sources)
+                if self.config.sources[i].live and n not in self._removed and n not in self._ended_stats]
         for name in engine.streams:
-            if name not in live:  # a file: started again it would repeat its output (RunReport.incomplete names it)
-                st = (engine.snapshot.stats.get(name) if engine.snapshot else None) or self._placeholders[name]
+            if name in live or name in self._ended_stats:
+                continue
+            st = (engine.snapshot.stats.get(name) if engine.snapshot else None) or self._placeholders[name]
+            if name in self._removed and st.reason is None:
+                st.reason = st.state = "removed"
+            elif st.reason is None:  # a file: started again it would repeat its output (RunReport.incomplete names it)
                 st.reason, st.state, st.detail = "error", "error", f"its engine {engine.index} died ({how})"
-                self._ended_stats[name] = st
+            self._ended_stats[name] = st
         if self._stopping or not live:
             return
         engine.first_seq = {name: next_seq.get(name, 0) for name in live}

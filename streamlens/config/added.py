@@ -1,0 +1,99 @@
+"""A source added to a running pipeline (`POST /api/streams`): one mapping of `sources`, checked as
+the pipeline file's are.
+
+`added_source(data, config, taken)` validates `data` (the JSON of the request) with the same keys,
+defaults and checks as an entry of the file's `sources` (relative paths relative to the pipeline
+file's folder), names it as the file would (`cam<N>` by its place when it has no name), refuses a
+name `taken` in this run, and for a file checks what `streamlens validate` checks (it opens as the
+run will open it). Every mistake is one line in validate's words, under the key path the entry
+would have in the file (`sources[3].uri: file not found: /x/a.mp4`), prefixed with what was asked
+(`POST /api/streams`), and raised as `ConfigError`. What may fail but need not (a camera whose host
+does not resolve now) comes back as warnings.
+
+No `${VAR}` is filled in: a request's text is never interpolated with the run's environment.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> from streamlens.config import load_pipeline
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "p.yaml").write_text("sources: [{uri: rtsp://127.0.0.1/1}]\\ndetector: {backend: motion}\\n")
+    >>> cfg = load_pipeline(d / "p.yaml")
+    >>> src, warnings = added_source({"uri": "rtsp://127.0.0.1/2"}, cfg, {"cam1"})
+    >>> src.name, src.live, warnings
+    ('cam2', True, [])
+    >>> added_source({"uri": "rtsp://127.0.0.1/3", "fps": 5}, cfg, {"cam1"})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    streamlens.errors.ConfigError: POST /api/streams: sources[1].fps: unknown key (expected one of: ...)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import ConfigError
+from .model import PipelineConfig, SourceConfig
+from .preflight import input_problems, preflight_warnings
+from .problems import Problems, from_validation, join_key
+
+#: how the request is named in its messages
+ASKED = "POST /api/streams"
+
+
+class _Under(Problems):
+    """Problems of one entry, each under its key path in the file (`sources[3]`)."""
+
+    def __init__(self, file: str, where: str):
+        super().__init__(file)
+        self.where = where
+
+    def add(self, path: str, message: str) -> None:
+        super().add(join_key(self.where, path) if path else self.where, message)
+
+
+def added_source(data: Any, config: PipelineConfig, taken: set[str]) -> tuple[SourceConfig, list[str]]:
+    """`data` as the next entry of `config.sources` (see the module's docstring): the typed source
+    and its warnings; raises `ConfigError` with one line per mistake."""
+    index = len(config.sources)
+    where = f"sources[{index}]"
+    problems = _Under(ASKED, where)
+    if not isinstance(data, dict):
+        problems.add("", 'expected one source as a JSON object, e.g. {"uri": "rtsp://cam/1", "name": "door"}')
+        raise ConfigError(problems.lines)
+    if data.get("name") is None:
+        data = {**data, "name": _free_name(index, taken)}
+    try:
+        source = SourceConfig.model_validate(data, context={"base": config.path.resolve().parent})
+    except ValidationError as e:
+        from_validation(e, SourceConfig, problems)
+        raise ConfigError(problems.lines) from None
+    if source.name in taken:
+        problems.add("name", f"{source.name!r} is used by another stream of this run")
+    if config.runtime.mode == "bulk":
+        problems.add("", "runtime.mode bulk reads the pipeline file's sources only")
+    if problems.lines:
+        raise ConfigError(problems.lines)
+    alone = config.model_copy(update={"sources": [source]})
+    lines = [_placed(line, where) for line in input_problems(alone)]
+    if lines:
+        raise ConfigError(lines)
+    return source, [_placed(line, where) for line in preflight_warnings(alone)]
+
+
+def _free_name(index: int, taken: set[str]) -> str:
+    """The name the file would give the entry at `index` (`cam<index+1>`), or the next one free."""
+    n = index + 1
+    while f"cam{n}" in taken:
+        n += 1
+    return f"cam{n}"
+
+
+def _placed(line: str, where: str) -> str:
+    """A preflight line about the one-source copy (`FILE: sources[0].uri: ...`) as this request's."""
+    _, _, rest = line.partition(": ")
+    return f"{ASKED}: {rest.replace('sources[0]', where, 1)}"
+
+
+__all__ = ["added_source", "ASKED"]
