@@ -321,7 +321,8 @@ class MediaClock:
 @dataclass(slots=True, eq=False)
 class EndOfStream:
     """The last item a source emits. `frames` is how many frames it produced; `reason` is
-    `"end"` (the input ended), `"stopped"` (the pipeline was asked to stop) or `"error"`."""
+    `"end"` (the input ended), `"stopped"` (the pipeline was asked to stop), `"removed"` (the stream
+    alone was, while running: graph/streams.py) or `"error"`."""
 
     stream: str
     frames: int

@@ -30,7 +30,7 @@ from ..metrics import LatencyHistogram, percentiles
 
 EXIT_DONE, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 #: the states of a stream that has ended: `StreamEnd.reason` ("end" shown as "ended")
-ENDED_STATES = ("ended", "truncated", "stopped", "error")
+ENDED_STATES = ("ended", "truncated", "stopped", "removed", "error")
 
 
 #: the stages of a frame's latency, in order. `latency_ms` of a result has all but `publish` (which

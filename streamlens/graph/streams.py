@@ -10,8 +10,8 @@ first two the same way at the start and for a stream added later.
 
 - `add(data)`, on the caller's thread: the source mapping is checked as the pipeline file's
   `sources[i]` are (config/added.py: a mistake is `ConfigError`, one line in `validate`'s words),
-  its name is reserved, and its source is built there (a file is opened; a camera's connection is
-  made by its own thread later). Then the rest is posted to the engine's mailbox and done on the
+  its figures are listed at once (state `starting`: `/api/streams` shows it), and its source is
+  built there (a file is opened; a camera's connection is made by its own thread later). Then the rest is posted to the engine's mailbox and done on the
   engine thread, the only writer of the lanes: its figures, lane, schedule and admission join the
   others (a live stream joins the shared keyframe schedule and the budget controller, when the run
   has them: it has when its file has a live source), and its source thread starts. Nothing of the
@@ -80,7 +80,6 @@ class StreamChanges:
 
     def __init__(self, pipeline):
         self.p = pipeline
-        self._pending: set[str] = set()  # names reserved by an add not yet done on the engine thread
 
     def add(self, data: dict | SourceConfig) -> tuple[str, list[str]]:
         """Check `data` (one source mapping, or a `SourceConfig` checked already), build its source
@@ -90,25 +89,24 @@ class StreamChanges:
         p = self.p
         with p._lock:
             self._check_running()
-            taken = set(p.stats) | self._pending
             if isinstance(data, SourceConfig):  # checked already (by a supervisor: streamlens/scale)
                 source, warnings = data, []
-                if source.name in taken:
+                if source.name in p.stats:
                     raise StreamConflict(f"a stream named {source.name!r} is already in this run")
             else:
-                source, warnings = added_source(data, p.config, taken)
-            self._pending.add(source.name)
-        st = StreamStats(source.name, source.display_uri)
+                source, warnings = added_source(data, p.config, set(p.stats))
+            # listed at once (state `starting`), its name taken; readers copy `stats` before iterating
+            st = p.stats[source.name] = StreamStats(source.name, source.display_uri)
         try:
             built = open_source(p.config, source, st, p._on_source_state)
         except BaseException:
             with p._lock:
-                self._pending.discard(source.name)
+                del p.stats[source.name]
             raise
         with p._lock:
             ending = p.stopping
             if ending:
-                self._pending.discard(source.name)
+                del p.stats[source.name]
             else:
                 p._all_sources.append(built)  # closed with the run's, whatever happens next
         if ending:
@@ -124,7 +122,7 @@ class StreamChanges:
         with p._lock:
             self._check_running()
             st = p.stats.get(name)
-            if st is None and name not in self._pending:
+            if st is None:
                 raise NoSuchStream(f"no stream named {name!r}")
             if st is not None and st.reason is not None:
                 raise StreamConflict(f"stream {name!r} has already ended ({st.reason})")
@@ -141,11 +139,9 @@ class StreamChanges:
         """The added stream's parts join the run's, and its source thread starts."""
         p = self.p
         name = source.name
-        with p._lock:
-            self._pending.discard(name)
-            if p.stopping:
-                return  # the run is ending: its source is closed with the others
-            p.stats[name] = st
+        if p.stopping:  # the run is ending: its source is closed with the others
+            st.end("stopped", None)
+            return
         p.config.sources.append(source)
         lane = lane_for(p.config, source, built.fps)
         shedder = p.controller.add(name) if p.controller is not None and source.live else None

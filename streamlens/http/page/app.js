@@ -236,7 +236,7 @@
 
   function badgeClass(value) {
     if (["running", "streaming"].includes(value)) return "badge ok";
-    if (["ended", "stopped", "starting"].includes(value)) return "badge";
+    if (["ended", "stopped", "removed", "starting"].includes(value)) return "badge";
     if (["error", "failed", "truncated"].includes(value)) return "badge bad";
     return "badge warn";
   }
