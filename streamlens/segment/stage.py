@@ -18,7 +18,7 @@ Answers come back to the engine's thread and apply from the next result of their
 published (`process`): each mask is pinned to its track's box on its keyframe, and from then on
 moves and scales with the track's box on every frame (streamlens/segment/carry.py) until a fresh
 one replaces it. An answer that comes after its keyframe's own result was published is counted
-`late` (its lag in frames too); one whose track has ended meanwhile is counted `stale`.
+`late`, and how many frames after its keyframe it applied (`lag_frames`, the median).
 
 Example:
     >>> stage = SegmentStage(cfg.segment, cache)    # doctest: +SKIP
@@ -87,6 +87,8 @@ class SegmentStage:
         self.cached = 0  # embeddings found in the cache
         self.foreign = 0  # cached values that were not this encoder's embedding
         self.decoded = 0  # masks decoded (objects)
+        self.segmented = 0  # jobs answered: keyframes segmented
+        self.segmented_frames: deque = deque(maxlen=10_000)  # (stream, frame index, encoded?) per job answered
         self.encode_ms: list[float] = []
         self.decode_ms: list[float] = []  # per job: the decoder's time for all its objects
         self.decode_objects: list[int] = []
@@ -95,7 +97,6 @@ class SegmentStage:
         self.dropped = 0  # jobs the worker's queue had no room for
         self.applied = 0
         self.late = 0
-        self.stale = 0
         self.lag_frames: list[int] = []
 
     # -- the engine's thread ------------------------------------------------------------------
@@ -169,13 +170,13 @@ class SegmentStage:
             table.pop(stream, None)
 
     def stats(self) -> dict:
-        """Encoder runs, embeddings found in the cache, masks decoded, median encoder ms, median
-        decoder ms per object, jobs, jobs dropped, answers applied, late and stale, median lag."""
+        """Keyframes segmented, encoder runs, embeddings found in the cache, masks decoded, median encoder ms, median
+        decoder ms per object, jobs, jobs dropped, answers applied and late, median lag in frames."""
         per_object = [ms / n for ms, n in zip(self.decode_ms[-200:], self.decode_objects[-200:]) if n]
-        return {"source": "sam", "encoded": self.encoded, "cached": self.cached, "foreign": self.foreign,
+        return {"source": "sam", "segmented": self.segmented, "encoded": self.encoded, "cached": self.cached, "foreign": self.foreign,
                 "decoded": self.decoded, "encode_ms": _median(self.encode_ms[-200:]),
                 "decode_ms_per_object": _median(per_object), "jobs": self.jobs, "dropped": self.dropped,
-                "applied": self.applied, "late": self.late, "stale": self.stale,
+                "applied": self.applied, "late": self.late,
                 "lag_frames": _median(self.lag_frames)}
 
     def close(self, timeout: float = 10.0) -> None:
@@ -195,7 +196,10 @@ class SegmentStage:
                     job = self._inbox.get(timeout=0.1)
                 except queue.Empty:
                     continue
+                encoded = self.encoded
                 masks = self._segment(job)
+                self.segmented += 1
+                self.segmented_frames.append((job.stream, job.frame, self.encoded > encoded))
                 self._done[job.stream].append((job, masks))
         except BaseException as e:  # noqa: BLE001 - the engine raises it on its next frame
             log.debug("segment worker failed", exc_info=True)
