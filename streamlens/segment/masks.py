@@ -133,24 +133,29 @@ class BoxMask:
         return f"BoxMask(region={tuple(round(v, 1) for v in self.region)}, bits={self.bits.shape})"
 
 
-def from_logits(logits: np.ndarray, boxes: np.ndarray, to_logits: float, width: int, height: int,
-                threshold: float = 0.0) -> list[BoxMask]:
-    """One `BoxMask` per box (source pixels) from mask logits `logits` (N x L x L, one per box) that
-    cover the frame at `to_logits` logit cells per source pixel (SAM: L/S of the model's side S, times
-    its resize factor), thresholded at `threshold`. Each mask's region is its box grown by `MARGIN`,
+def from_logits(logits: np.ndarray, boxes: np.ndarray, to_logits, width: int, height: int,
+                threshold: float = 0.0, *, offset=(0.0, 0.0), margin: float = MARGIN) -> list[BoxMask]:
+    """One `BoxMask` per box (source pixels) from mask logits `logits` (N x H x W, one per box) laid
+    over the frame so that source pixel (x, y) is logit cell (x * sx + ox, y * sy + oy), with
+    `to_logits` = sx (or (sx, sy)) and `offset` = (ox, oy) (SAM: L / S of the model's side S, times
+    its resize factor, no offset; a `-seg` detector: its prototypes' share of the input, and the
+    letterbox's pad), thresholded at `threshold`. Each mask's region is its box grown by `margin`
+    of its size on each side (0: the mask is cut at its box, as Ultralytics cuts a `-seg` model's),
     clipped to the frame, sampled (bilinear) onto at most `MAX_SIDE` a side."""
+    sx, sy = (to_logits, to_logits) if np.isscalar(to_logits) else to_logits
+    ox, oy = offset
     out = []
     for grid, box in zip(logits, np.asarray(boxes, np.float64)):
         x1, y1, x2, y2 = box
-        mx, my = MARGIN * (x2 - x1), MARGIN * (y2 - y1)
+        mx, my = margin * (x2 - x1), margin * (y2 - y1)
         rx1, ry1 = max(0.0, x1 - mx), max(0.0, y1 - my)
         rx2, ry2 = min(float(width), x2 + mx), min(float(height), y2 + my)
         rw, rh = max(rx2 - rx1, 1.0), max(ry2 - ry1, 1.0)
         scale = min(1.0, MAX_SIDE / max(rw, rh))
         bw, bh = max(1, round(rw * scale)), max(1, round(rh * scale))
         # bitmap pixel (j, i) centre -> the logits' (x, y), both in pixel-centre coordinates
-        sx, sy = rw / bw * to_logits, rh / bh * to_logits
-        matrix = np.array([[sx, 0, rx1 * to_logits + 0.5 * sx - 0.5], [0, sy, ry1 * to_logits + 0.5 * sy - 0.5]])
+        kx, ky = rw / bw * sx, rh / bh * sy
+        matrix = np.array([[kx, 0, rx1 * sx + ox + 0.5 * kx - 0.5], [0, ky, ry1 * sy + oy + 0.5 * ky - 0.5]])
         sampled = cv2.warpAffine(np.ascontiguousarray(grid, np.float32), matrix, (bw, bh),
                                  flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_REPLICATE)
         out.append(BoxMask(sampled > threshold, (rx1, ry1, rx1 + rw, ry1 + rh), box))
