@@ -295,3 +295,20 @@ def test_a_checkpoint_ultralytics_cannot_tell_is_one_clear_line(tmp_path):
     done = run_cli("run", str(pipeline(tmp_path, f"{{model: {bad}}}")))
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "segment.model" in done.stderr and "mobile_sam.pt" in done.stderr, done.stderr
+
+
+def test_zones_may_use_the_masks_area_instead_of_the_anchor_point():
+    """`analytics.zone_anchor: mask`: an object whose box's bottom centre is outside a zone but
+    most of whose mask is inside is in it; without a mask the anchor point decides."""
+    from streamlens.analytics.rules import ZoneRule
+    from streamlens.analytics.stream import StreamAnalytics
+
+    zone = ZoneRule("bay", np.array([[0, 0], [100, 0], [100, 60], [0, 60.]]), inertia=1)
+    bits = np.zeros((10, 10), bool)
+    bits[:6] = True  # the mask's top 60%: inside the zone
+    mask = BoxMask(bits, (10, 10, 60, 110), (10, 10, 60, 110))
+    for anchor, want in (("mask", [["bay"], []]), ("point", [[], []])):
+        rules = StreamAnalytics(zones=[(zone, None)], zone_anchor=anchor)
+        boxes = np.array([[10, 10, 60, 110], [10, 10, 60, 110.]])
+        found = rules.update(0.0, boxes, np.array([1, 2]), ["person"] * 2, np.ones(2), None, [mask, None])
+        assert found.zones == want, anchor

@@ -140,11 +140,11 @@ def write(out: Path, rounds: int, made: dict, laps: dict, command: str) -> None:
     per_object = median(made["decode_ms"][16])
     lines += [
         "",
-        f"The decoder costs about {per_object / enc * 100:.1f}% of an encoder run per object in a batch of 16 "
-        f"(about {enc / per_object:.0f}x cheaper). With `every_s: 2` and a keyframe that has objects due at "
-        "most every 2 s per stream, one engine's mask worker spends about one encoder run per stream per 2 s "
-        "plus the decoder per object; on this loaded machine that is the ceiling: "
-        f"{2000 / enc:.1f} streams' keyframes per 2 s for the encoder alone, before any detector work.",
+        f"Per object in a call of 16 boxes the decoder cost {per_object / enc * 100:.1f}% of an encoder run "
+        f"(about {enc / per_object:.0f}x cheaper); the spread between min and max is the machine's load. With "
+        "`every_s: 2`, a stream whose tracks are all due on one keyframe costs one encoder run per 2 s plus the "
+        f"decoder per object: at these medians the encoder alone keeps up with one such keyframe every "
+        f"{enc / 1000:.1f} s on this machine, before any decoding or detection.",
         "",
         "## Cache: a looping clip's second lap",
         "",

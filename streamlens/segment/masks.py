@@ -107,6 +107,15 @@ class BoxMask:
         part &= rows_ok[:, None] & cols_ok[None, :]
         return part, inside
 
+    def points(self, most: int = 32) -> np.ndarray:
+        """The centres of the mask's pixels in source pixels (N x 2), the bitmap sampled down to at
+        most `most` a side: what `analytics.zone_anchor: mask` tests against a zone."""
+        h, w = self.bits.shape
+        step = max(1, -(-max(h, w) // most))
+        rows, cols = np.nonzero(self.bits[::step, ::step])
+        x1, y1, x2, y2 = self.region
+        return np.stack([x1 + (cols * step + 0.5) * (x2 - x1) / w, y1 + (rows * step + 0.5) * (y2 - y1) / h], 1)
+
     def area(self) -> float:
         """The mask's area in source pixels."""
         x1, y1, x2, y2 = self.region
