@@ -36,7 +36,8 @@ def build_stream_analytics(cfg, stream: str, width: int, height: int) -> StreamA
                                                                 cfg.ground.width_m, cfg.ground.length_m)
     if not lines and not zones and cfg.pixels_per_metre is None and ground is None and (cfg.lines or cfg.zones):
         return None  # rules for other streams only (a section without rules: the objects' life events)
-    return StreamAnalytics(lines, zones, anchor=cfg.anchor, pixels_per_metre=cfg.pixels_per_metre,
+    return StreamAnalytics(lines, zones, anchor=cfg.anchor, zone_anchor=cfg.zone_anchor,
+                           pixels_per_metre=cfg.pixels_per_metre,
                            end_after_s=cfg.end_after_s, ground=ground)
 
 

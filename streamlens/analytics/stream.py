@@ -77,6 +77,10 @@ class _Track:
     attributes: dict | None = None  # what the secondary classifiers know of it
 
 
+#: `analytics.zone_anchor: mask`: an object is in a zone when at least this share of its mask is
+MASK_IN_ZONE = 0.5
+
+
 class StreamAnalytics:
     """The rules of one stream. `lines` and `zones` are (rule, classes) pairs (classes: a set of
     labels, or None for all); `anchor` is the box point the rules watch; anchor motion becomes km/h
@@ -85,7 +89,8 @@ class StreamAnalytics:
 
     def __init__(self, lines: list[tuple[LineRule, set | None]] = (), zones: list[tuple[ZoneRule, set | None]] = (),
                  anchor: str = "bottom_center", pixels_per_metre: float | None = None,
-                 end_after_s: float = END_AFTER_S, ground: np.ndarray | None = None):
+                 end_after_s: float = END_AFTER_S, ground: np.ndarray | None = None, zone_anchor: str = "point"):
+        self.zone_anchor = zone_anchor
         self.lines = list(lines)
         self.zones = list(zones)
         self.anchor = anchor
@@ -98,12 +103,19 @@ class StreamAnalytics:
                                  tuple((rule.name, rule.polygon) for rule, _ in self.zones))
 
     def update(self, t: float, xyxy: np.ndarray, ids: np.ndarray, labels, scores: np.ndarray,
-               attributes: list | None = None) -> FrameAnalytics:
+               attributes: list | None = None, masks=None) -> FrameAnalytics:
         """One frame's objects (`attributes`: per object what the secondary models know of its
-        track, or None); what the rules found."""
+        track, or None; `masks`: per object its mask, a `BoxMask`, or None); what the rules found.
+        With `zone_anchor: mask`, an object with a mask is in a zone when at least `MASK_IN_ZONE` of
+        its mask is; one without, when its anchor point is."""
         points = anchor_points(xyxy, self.anchor)
         distances = [rule.distances(points).tolist() for rule, _ in self.lines]  # every object at once
         insides = [rule.contains(points).tolist() for rule, _ in self.zones]
+        if self.zone_anchor == "mask" and masks is not None and self.zones:
+            for i, mask in enumerate(masks):
+                covered = mask.points() if mask is not None else ()
+                for j, (rule, _) in enumerate(self.zones if len(covered) else ()):
+                    insides[j][i] = bool(rule.contains(covered).mean() >= MASK_IN_ZONE)
         events: list[dict] = []
         zones_of: list = []
         speeds: list = []

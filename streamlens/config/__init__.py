@@ -8,7 +8,7 @@ both are valid). Relative paths are relative to the pipeline file's folder.
 - `model.py`: every key, declared once (type, default, range, meaning); `streamlens schema`
   prints them as JSON Schema. Each section's keys are in its own module (`sources.py`,
   `detector.py`, `keyframes.py`, `tracker.py`, `sinks.py`, `analytics.py`, `secondary.py`,
-  `runtime.py`; what they share in `common.py`), and `model.py` re-exports them;
+  `segment.py`, `runtime.py`; what they share in `common.py`), and `model.py` re-exports them;
 - `yaml_file.py`: the file read with bounds (size, depth, aliases), `${VAR}` filled in;
 - `problems.py`: pydantic's errors in the file's words;
 - `preflight.py`: `preflight_problems(cfg)` checks, without starting anything, what a run needs

@@ -108,6 +108,9 @@ class AnalyticsConfig(_Keys):
 
     anchor: Literal["bottom_center", "center", "top_center", "bottom_left", "bottom_right"] = Field(
         "bottom_center", description="the point of a box the rules watch")
+    zone_anchor: Literal["point", "mask"] = Field("point", description="point: an object is in a zone when its "
+                                                  "anchor is; mask: when half its mask is (objects without a mask: "
+                                                  "their anchor)")
     pixels_per_metre: float | None = Field(None, gt=0, le=1e6, description="speed in km/h from anchor motion")
     ground: GroundConfig | None = Field(None, description="speed in km/h on the ground plane (instead of "
                                                           "pixels_per_metre)")

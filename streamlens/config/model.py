@@ -14,7 +14,7 @@ message the user reads as it is. Relative paths are resolved against the pipelin
 (`context={"base": folder}`; the working directory without one).
 
 Each section is declared in its own module (`sources.py`, `detector.py`, `keyframes.py`,
-`tracker.py`, `sinks.py`, `analytics.py`, `secondary.py`, `runtime.py`), on what `common.py` holds
+`tracker.py`, `sinks.py`, `analytics.py`, `secondary.py`, `segment.py`, `runtime.py`), on what `common.py` holds
 for all of them; this one declares the file as a whole and re-exports every public name.
 
 Example:
@@ -39,6 +39,7 @@ from .keyframes import KeyframeConfig
 from .problems import invalid
 from .runtime import ClusterConfig, HistoryConfig, HttpConfig, RuntimeConfig
 from .secondary import CacheConfig, SecondaryConfig, _unique_secondary
+from .segment import SegmentConfig
 from .sinks import (EVENT_KINDS, CurveConfig, JsonlSinkConfig, MqttSinkConfig, SinkConfig, VideoSinkConfig,
                     WebhookSinkConfig, ZmqSinkConfig)
 from .sources import LIVE_SCHEMES, MAX_PIXELS, SourceConfig, _named_sources
@@ -49,7 +50,7 @@ __all__ = ["INT_MAX", "MAX_SECONDS", "MAX_MS", "MAX_PIXELS", "MAX_QUEUE_SIZE", "
            "SourceConfig", "InputConfig", "DetectorConfig", "KeyframeConfig", "TrackerConfig", "SinkConfig",
            "JsonlSinkConfig", "VideoSinkConfig", "CurveConfig", "ZmqSinkConfig", "MqttSinkConfig",
            "WebhookSinkConfig", "LineConfig", "ZoneConfig", "GroundConfig", "SnapshotConfig", "AnalyticsConfig",
-           "SecondaryConfig", "CacheConfig", "HttpConfig", "HistoryConfig", "ClusterConfig", "RuntimeConfig", "PipelineFile",
+           "SecondaryConfig", "SegmentConfig", "CacheConfig", "HttpConfig", "HistoryConfig", "ClusterConfig", "RuntimeConfig", "PipelineFile",
            "PipelineConfig"]
 
 
@@ -70,6 +71,7 @@ class PipelineFile(_Keys):
     analytics: AnalyticsConfig | None = Field(None, description="lines, zones and speed on tracked objects")
     secondary: Annotated[list[SecondaryConfig], AfterValidator(_unique_secondary)] = Field(
         default_factory=list, description="models run on the crops of tracked objects")
+    segment: SegmentConfig | None = Field(None, description="masks for tracked objects (SAM, or the detector's own)")
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
 
     @field_validator("sources")

@@ -31,11 +31,15 @@ STRIDES = (8, 16, 32)
 
 @dataclass(slots=True)
 class Candidates:
-    """Boxes (N x 4 float32, x1 y1 x2 y2 in input pixels), scores (N float32) and class ids (N int64)."""
+    """Boxes (N x 4 float32, x1 y1 x2 y2 in input pixels), scores (N float32) and class ids (N int64);
+    from a `-seg` model also each box's mask logits (`mask_logits`, N x h x w float32, over the whole
+    input at `mask_scale` cells per input pixel)."""
 
     boxes: np.ndarray
     scores: np.ndarray
     class_ids: np.ndarray
+    mask_logits: np.ndarray | None = None
+    mask_scale: float = 1.0
 
     @staticmethod
     def empty() -> Candidates:

@@ -1,7 +1,10 @@
 """`backend: ultralytics`: any detection model Ultralytics loads, on CPU or CUDA, fully offline.
 
 YOLOv5u/v8/11/12/26 and RT-DETR `.pt` files, and their exports (`.onnx`, `_openvino_model/`,
-`.engine`, `.torchscript`, ...), through Ultralytics' `AutoBackend`. The model must be a local file:
+`.engine`, `.torchscript`, ...), through Ultralytics' `AutoBackend`. A `-seg` model (or its export)
+gives each box its mask too (`gives_masks`): its mask coefficients times its prototypes, as logits
+over the input, made into a `BoxMask` per box in source pixels (streamlens/segment/masks.py), cut at
+the box as Ultralytics cuts them. The model must be a local file:
 streamlens never lets Ultralytics download weights, probe the network or pip-install anything (see
 `ultralytics_offline.py`).
 
@@ -48,6 +51,15 @@ PINNED_SLOTS = 2
 def _short(error: BaseException) -> str:
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _tensors(raw) -> list:
+    """Every tensor in a model's output (tensors, lists, tuples and dicts nested), in order."""
+    if isinstance(raw, (list, tuple)):
+        return [t for part in raw for t in _tensors(part)]
+    if isinstance(raw, dict):
+        return [t for part in raw.values() for t in _tensors(part)]
+    return [raw] if hasattr(raw, "ndim") else []
 
 
 def torch_device(device: str):
@@ -105,9 +117,12 @@ class UltralyticsDetector(NeuralDetector):
         except Exception as e:  # noqa: BLE001 - Ultralytics raises anything from a bad file
             raise DetectorError(f"{where}: Ultralytics cannot load it ({_short(e)})") from None
         self.backend.eval()
-        task = getattr(self.backend, "task", None) or "detect"
-        if task != "detect":
-            raise DetectorError(f"{where}: a {task!r} model; streamlens runs detection models")
+        task = (getattr(self.backend, "task", None) or getattr(getattr(self.backend, "model", None), "task", None)
+                or getattr(self.backend, "metadata", {}).get("task") or "detect")
+        if task not in ("detect", "segment"):
+            raise DetectorError(f"{where}: a {task!r} model; streamlens runs detection (and -seg) models")
+        #: a `-seg` model: each box comes with its mask (`detections.data["masks"]`, streamlens/segment)
+        self.gives_masks = task == "segment"
         self.fp16 = bool(self.backend.fp16)
         self.end2end = bool(getattr(self.backend, "end2end", False))
         inner = type(getattr(self.backend, "model", None)).__name__
@@ -230,13 +245,25 @@ class UltralyticsDetector(NeuralDetector):
             return self._rtdetr_candidates(chunk, raw)
         from ultralytics.utils.nms import non_max_suppression
 
+        protos = None
+        if self.gives_masks:  # [boxes, classes and mask coefficients], prototypes: however nested
+            tensors = _tensors(raw)
+            raw = next(t for t in tensors if t.ndim == 3)
+            protos = next(t for t in tensors if t.ndim == 4)
         kept = non_max_suppression(raw, self.conf, self.iou, self._classes, agnostic=self.agnostic_nms is True,
-                                   max_det=self.max_det, max_time_img=1.0, end2end=self.end2end)
+                                   max_det=self.max_det, max_time_img=1.0, end2end=self.end2end,
+                                   nc=len(self.names) if protos is not None else 0)
         out = []
-        for rows in kept:
+        for i, rows in enumerate(kept):
+            logits = None
+            if protos is not None:  # each box's mask logits over the whole input: coefficients x prototypes
+                proto = protos[i].float()
+                logits = (rows[:, 6:].float() @ proto.view(proto.shape[0], -1)).view(-1, *proto.shape[1:])
+                logits = logits.cpu().numpy()
             rows = rows.float().cpu().numpy() if isinstance(rows, torch.Tensor) else np.asarray(rows, np.float32)
             out.append(Candidates(rows[:, :4].astype(np.float32), rows[:, 4].astype(np.float32),
-                                  rows[:, 5].astype(np.int64)))
+                                  rows[:, 5].astype(np.int64), logits,
+                                  protos.shape[-1] / chunk[0].input_size[0] if protos is not None else 1.0))
         return out
 
     def _rtdetr_candidates(self, chunk: list[PreparedInput], raw) -> list[Candidates]:

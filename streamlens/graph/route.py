@@ -5,6 +5,7 @@ is given and calls on its own thread.
         the stream's figures (StreamStats.count), its file credit given back
         stages, in order, each process(result, messages) -> (result, messages):
             SecondaryStage (attributes, Embedding messages)
+            SegmentStage or DetectorMaskStage (each object's mask: streamlens/segment)
             AnalyticsStage (FrameResult.analytics, Event messages)
             SnapshotStage (each Event's JPEG)
         FanOut.publish(result), then its messages: events, then embeddings
@@ -30,11 +31,12 @@ from .stages import AnalyticsStage, SnapshotStage, Stage
 from .stats import StreamStats
 
 
-def build_stages(config, secondary=None, sources: dict | None = None) -> list[Stage]:
+def build_stages(config, secondary=None, sources: dict | None = None, segment=None) -> list[Stage]:
     """The result stages of a pipeline file, in order: `secondary` (a `SecondaryStage`, made by the
-    runtime with its models and cache; None: the file has none), then `analytics:`, its snapshots
-    and its clips (asked of `sources`, by stream name)."""
-    stages: list[Stage] = [] if secondary is None else [secondary]
+    runtime with its models and cache; None: the file has none), `segment` (the masks:
+    graph/model_stages.py; None: none), then `analytics:`, its snapshots and its clips (asked of
+    `sources`, by stream name)."""
+    stages: list[Stage] = [stage for stage in (secondary, segment) if stage is not None]
     if config.analytics is not None:
         stages.append(AnalyticsStage(config.analytics))
         if config.analytics.snapshots is not None:

@@ -62,6 +62,7 @@ from .drops import Losses
 from .engine import Control, DetectWorker, Engine, Lane, Mail, engine_mailbox
 from .fanout import FanOut
 from .keyframes import build_chooser, longest_gap, stagger_offsets
+from .model_stages import ModelStages, build_model_stages
 from .process import CycleCollector, live_switch_interval
 from .reports import StatsReporter
 from .results import QueueSink, results_of
@@ -95,7 +96,7 @@ class Pipeline:
         self._extra_sinks = list(sinks or [])
         self._first_seq = dict(first_seq or {})
         self._stats_extra = dict(stats_extra or {})
-        self._secondary = None  # the secondary models (streamlens/secondary), when the file has some
+        self._models, self._secondary = ModelStages(), None  # the secondary models and masks, when the file has them
         self._stop_sources = threading.Event()
         self._lock = threading.Lock()
         self._error: str | None = None
@@ -206,6 +207,11 @@ class Pipeline:
         if stage.cache is not None:  # and the values found there that this version cannot read
             out["cache"] = {**stage.cache.stats(), "foreign": stage.foreign}
         return out
+
+    def segment_stats(self) -> dict:
+        """The mask stage's figures (streamlens/segment/stage.py `stats`); empty without masks."""
+        stage = self._models.segment
+        return {} if stage is None else stage.stats()
 
     def embedding(self, stream: str, track: int, name: str | None = None):
         """The embedding kept for `track` of `stream` by the `embed` entry `name` (default: the
@@ -334,8 +340,7 @@ class Pipeline:
             log.debug("the detector is still inside a batch; it is left to end by itself")
         else:
             detector.close()
-        if self._secondary is not None:
-            self._secondary.close()
+        self._models.close()
         if http is not None:
             http.close()
 
@@ -377,13 +382,8 @@ class Pipeline:
                 built.append(sources[-1])
             detector = build_detector(cfg.detector)
             built.append(detector)
-            if cfg.secondary:
-                from ..secondary.cache import build_cache
-                from ..secondary.stage import SecondaryStage
-
-                cache = cfg.runtime.cache
-                self._secondary = SecondaryStage(cfg.secondary, build_cache(cache.items, cache.redis, cache.ttl_s))
-                built.append(self._secondary)
+            self._models = build_model_stages(cfg, detector, built)  # secondary models, masks
+            self._secondary = self._models.secondary
             http = None
             if cfg.runtime.http_port is not None:
                 http = MetricsServer(self, cfg.runtime.http_host, cfg.runtime.http_port)
@@ -440,10 +440,10 @@ class Pipeline:
             secondary_stats=self.secondary_stats if self._secondary is not None else None,
             extra=self._stats_extra, sources=self._sources)
         self._collector = CycleCollector() if cfg.tracker.motion == "mv" else None
-        route = ResultRoute(build_stages(cfg, self._secondary, self._sources), self._out, self.stats, self._reporter,
-                            credits=self._credits, credited=self._credited, collector=self._collector)
-        if self._secondary is not None:
-            self._secondary.start()
+        route = ResultRoute(build_stages(cfg, self._secondary, self._sources, self._models.segment), self._out,
+                            self.stats, self._reporter, credits=self._credits, credited=self._credited,
+                            collector=self._collector)
+        self._models.start()
         self._engine_thread = threading.Thread(target=self._run_engine, args=(detector, lanes, route),
                                                name="engine", daemon=True)
         threads.append(self._engine_thread)

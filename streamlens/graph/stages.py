@@ -73,7 +73,8 @@ class AnalyticsStage:
         if analytics is None:
             return result, messages
         ids, labels, scores = objects_of(result)
-        found = analytics.update(result.media_s, result.detections.xyxy, ids, labels, scores, result.attributes)
+        found = analytics.update(result.media_s, result.detections.xyxy, ids, labels, scores, result.attributes,
+                                 result.detections.data.get("masks"))
         result = replace(result, analytics=found)
         events = []
         for body in found.events:

@@ -1,5 +1,8 @@
-"""Drawing results on frames: boxes, labels and the analytics' rules, the same in the annotated video
-and the JPEG frames.
+"""Drawing results on frames: masks, boxes, labels and the analytics' rules, the same in the annotated
+video and the JPEG frames.
+
+Masks (`segment:`, or a `-seg` detector) are tinted under the boxes, half their box's colour
+(`draw_masks`).
 
 Objects. Labels read like `#7 car 0.83` (`#id` only for a tracked object, `tracker_id >= 0`), and
 `#7 car 0.83 54 km/h` where the analytics measure the object's speed. Colours follow the track id
@@ -60,6 +63,10 @@ LINE_COLORS = sv.ColorPalette.from_hex(["#ffe000", "#ff39c9", "#00e5ff", "#4cfb1
 ZONE_COLORS = sv.ColorPalette.from_hex(["#00c4ff", "#ff7633", "#a351fb", "#40de8a", "#ff4040"])
 #: a zone's fill: this share of its colour is added to the frame within it (a light tint)
 ZONE_TINT = 0.25
+#: the colours of masks, by the same index as their boxes' (supervision's default palette), and how
+#: much of it a mask's pixels take
+MASK_COLORS = sv.ColorPalette.DEFAULT
+MASK_OPACITY = 0.5
 #: label images kept per stream (a count that changes makes a new one)
 LABEL_CACHE = 256
 
@@ -219,6 +226,9 @@ class FrameAnnotator:
         if len(detections):
             speeds = getattr(analytics, "speeds", None) or None
             colors = color_indices_for(detections)
+            masks = detections.data.get("masks")
+            if masks is not None:
+                draw_masks(drawn, masks, colors)
             self._boxes.annotate(drawn, detections, custom_color_lookup=colors)
             self._labels.annotate(drawn, detections, labels=labels_for(detections, speeds),
                                   custom_color_lookup=colors)
@@ -273,6 +283,24 @@ class FrameAnnotator:
         drawn[y:y + part.shape[0], x:x + part.shape[1]] = part
 
 
+def draw_masks(drawn: np.ndarray, masks, colors: np.ndarray, opacity: float = MASK_OPACITY) -> None:
+    """Each object's mask (a `streamlens.segment.masks.BoxMask`, or None) tinted into `drawn` in
+    place, in its box's colour (`colors`: palette indices, as the boxes take them), at `opacity`:
+    what supervision's `MaskAnnotator` draws, worked out over each mask's own region instead of a
+    whole-frame mask per object."""
+    height, width = drawn.shape[:2]
+    for mask, color in zip(masks, colors):
+        made = None if mask is None else mask.raster(width, height)
+        if made is None:
+            continue
+        part, (x0, y0, x1, y1) = made
+        roi = drawn[y0:y1, x0:x1]
+        tint = np.empty_like(roi)
+        tint[:] = MASK_COLORS.by_idx(int(color)).as_bgr()
+        blended = cv2.addWeighted(roi, 1 - opacity, tint, opacity, 0)
+        np.copyto(roi, blended, where=part[..., None])
+
+
 class StreamAnnotators:
     """A `FrameAnnotator` per stream, made again when the stream's frame size changes: what the zmq
     sink's JPEG frames and the live page draw with. Give each stream's frames from one thread at a
@@ -300,5 +328,5 @@ def encode_jpeg(image: np.ndarray, quality: int) -> bytes:
     return data.tobytes()
 
 
-__all__ = ["FrameAnnotator", "StreamAnnotators", "encode_jpeg", "labels_for", "color_indices_for", "in_side_normal",
+__all__ = ["FrameAnnotator", "StreamAnnotators", "draw_masks", "encode_jpeg", "labels_for", "color_indices_for", "in_side_normal",
            "LINE_COLORS", "ZONE_COLORS", "ZONE_TINT"]

@@ -42,6 +42,11 @@ def frame_message(result: FrameResult) -> dict[str, Any]:
         for obj, known in zip(objects, attributes):
             if known:
                 obj["attributes"] = known
+    shapes = det.data.get("mask") if n else None
+    if shapes is not None:  # each object's mask (segment.output: COCO polygons or COCO RLE)
+        for obj, shape in zip(objects, shapes):
+            if shape is not None:
+                obj["mask"] = shape
     found = result.analytics
     if found is not None:  # the zones each tracked object is in, its speed where measured
         for obj, zones, speed in zip(objects, found.zones, found.speeds or [None] * n):

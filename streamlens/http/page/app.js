@@ -142,8 +142,32 @@
     return drawn;
   }
 
+  function drawMasks(ctx, objects) {
+    // each object's mask as COCO polygons (`segment.output: polygon`), tinted in its box's colour at
+    // half opacity under the boxes, as the annotated video draws it; RLE masks are not drawn here
+    let drawn = 0;
+    ctx.save();
+    ctx.globalAlpha = 0.5;
+    for (const obj of objects) {
+      if (!Array.isArray(obj.mask)) continue;
+      ctx.fillStyle = colorOf(obj);
+      ctx.beginPath();
+      for (const part of obj.mask) {
+        if (part.length < 6) continue;
+        ctx.moveTo(part[0], part[1]);
+        for (let k = 2; k + 1 < part.length; k += 2) ctx.lineTo(part[k], part[k + 1]);
+        ctx.closePath();
+      }
+      ctx.fill("evenodd");
+      drawn += 1;
+    }
+    ctx.restore();
+    return drawn;
+  }
+
   function drawObjects(ctx, objects, unit) {
     const boxes = [], colors = [];
+    const masks = drawMasks(ctx, objects);
     ctx.lineWidth = 2 * unit;
     for (const obj of objects) {
       const [x1, y1, x2, y2] = obj.box;
@@ -158,7 +182,7 @@
       const [x1, y1] = obj.box;
       label(ctx, labelOf(obj), x1 - unit, y1 - 1.6 * size, colorOf(obj), size);
     }
-    return {boxes, colors};
+    return {boxes, colors, masks};
   }
 
   function draw(stream) {
@@ -176,9 +200,9 @@
     const scale = Math.min(onScreen.width / width, onScreen.height / height);
     const unit = scale > 0 ? 1 / scale : Math.max(1, width / 640);
     const rules = state.rules ? drawRules(ctx, info, message && message.counts, unit) : 0;
-    let shown = {boxes: [], colors: []};
+    let shown = {boxes: [], colors: [], masks: 0};
     if (state.boxes && message) shown = drawObjects(ctx, message.objects || [], unit);
-    api.drawn[info.name] = {seq: stream.seq, boxes: shown.boxes, colors: shown.colors, rules};
+    api.drawn[info.name] = {seq: stream.seq, boxes: shown.boxes, colors: shown.colors, masks: shown.masks, rules};
     stream.tile.classList.add("drawn");
   }
 

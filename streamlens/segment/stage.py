@@ -1,0 +1,248 @@
+"""The mask stage: SAM run the way video makes cheap, never holding a frame back.
+
+On the engine's thread, for each keyframe the tracker applied (`offer`; a late one too), the
+tracked objects that are due a fresh mask are gathered: the detector saw them on this keyframe
+(their box rests on one of its boxes), their label is in `classes`, their box's shorter side is at
+least `min_size`, no mask of theirs is on its way, and they have none yet or their last is
+`every_s` old. When some are due, the keyframe's pixels (copied: a frame's buffer may be reused)
+and the detector's boxes of those objects go to one worker thread, as one job; when the worker's
+queue is full the job is dropped (counted) and the objects stay due for the next keyframe.
+
+The worker, per job: the encoder's embedding of the frame is looked up in the cache by the frame's
+pixel hash (`crop_key` over the whole frame: streamlens/secondary/cache.py; the same `pack` form,
+keys of their own model id), and computed and stored only when it is not there, so a looping file's
+second pass, a repeated frame or a second pipeline on the same camera never encodes again; then the
+prompt decoder runs once for all the job's boxes (streamlens/segment/model.py).
+
+Answers come back to the engine's thread and apply from the next result of their stream that is
+published (`process`): each mask is pinned to its track's box on its keyframe, and from then on
+moves and scales with the track's box on every frame (streamlens/segment/carry.py) until a fresh
+one replaces it. An answer that comes after its keyframe's own result was published is counted
+`late`, and how many frames after its keyframe it applied (`lag_frames`, the median).
+
+Example:
+    >>> stage = SegmentStage(cfg.segment, cache)    # doctest: +SKIP
+    >>> stage.start(); stage.offer(frame, found, tracked)   # doctest: +SKIP
+    >>> result, messages = stage.process(result, [])        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..frame import FrameResult
+from ..secondary.cache import CacheFormatError, crop_key, pack, unpack
+from ..secondary.stage import detector_boxes
+from .carry import MaskBook
+from .model import load_sam
+
+log = logging.getLogger("streamlens")
+
+#: keyframes waiting for the worker, at most (beyond: dropped and counted)
+QUEUE_SIZE = 2
+#: the largest cached embedding read back (bytes): SAM 2's, as float16, is about 8 MB
+MAX_EMBEDDING_BYTES = 64 << 20
+
+
+@dataclass(slots=True)
+class _Job:
+    stream: str
+    frame: int  # the keyframe's index
+    image: np.ndarray
+    tracks: list[int]
+    prompts: np.ndarray  # the detector's boxes, one per track (source pixels)
+    boxes: np.ndarray  # the tracked boxes on the keyframe, one per track: where each mask is pinned
+
+
+class SegmentStage:
+    """`segment:` with a SAM `model` (see the module's docstring). `start()` the worker, `offer()`
+    each keyframe's objects and `process()` each result (both on the engine's thread), `close()` at
+    the end. `cache`: a `MemoryCache` / `RedisCache` for the embeddings (None: none)."""
+
+    def __init__(self, cfg, cache=None, sam=None):
+        self.cfg = cfg
+        self.sam = sam if sam is not None else load_sam(cfg.model, cfg.decoder, device=cfg.device,
+                                                       threads=cfg.threads)
+        self.cache = cache if cfg.cache else None
+        self.book = MaskBook(cfg.output)
+        self.classes = None if cfg.classes is None else frozenset(cfg.classes)
+        self._last: dict[str, dict[int, float]] = defaultdict(dict)  # stream -> track -> media time of its last job
+        self._pending: dict[str, set[int]] = defaultdict(set)  # stream -> tracks with a job on its way
+        self._now: dict[str, float] = {}
+        self._published: dict[str, int] = {}  # stream -> index of the newest frame published
+        self._done: dict[str, deque] = defaultdict(deque)  # stream -> answered jobs
+        self._inbox: queue.Queue = queue.Queue(QUEUE_SIZE)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="segment", daemon=True)
+        self.error: BaseException | None = None
+        # the worker's counts
+        self.encoded = 0  # encoder runs
+        self.cached = 0  # embeddings found in the cache
+        self.foreign = 0  # cached values that were not this encoder's embedding
+        self.decoded = 0  # masks decoded (objects)
+        self.segmented = 0  # jobs answered: keyframes segmented
+        self.segmented_frames: deque = deque(maxlen=10_000)  # (stream, frame index, encoded?) per job answered
+        self.encode_ms: list[float] = []
+        self.decode_ms: list[float] = []  # per job: the decoder's time for all its objects
+        self.decode_objects: list[int] = []
+        # the engine thread's counts
+        self.jobs = 0
+        self.dropped = 0  # jobs the worker's queue had no room for
+        self.applied = 0
+        self.late = 0
+        self.lag_frames: list[int] = []
+
+    # -- the engine's thread ------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def offer(self, frame, found, det) -> None:
+        """A keyframe whose detections the tracker applied: `found`, the detector's boxes on `frame`;
+        `det`, its tracked objects. The objects due a fresh mask go to the worker as one job."""
+        if det.tracker_id is None or not len(det):
+            return
+        stream = frame.stream
+        t = self._now.get(stream, 0.0)
+        last, pending = self._last[stream], self._pending[stream]
+        labels = det.data.get("class_name")
+        seen = detector_boxes(det.xyxy, found.xyxy if found is not None else np.empty((0, 4)))
+        tracks, prompts, boxes = [], [], []
+        for i, track in enumerate(det.tracker_id.tolist()):
+            box = seen[i]
+            if track < 0 or box is None or track in pending:
+                continue
+            if self.classes is not None and (labels is None or str(labels[i]) not in self.classes):
+                continue
+            if min(box[2] - box[0], box[3] - box[1]) < self.cfg.min_size:
+                continue
+            if track in last and t - last[track] < self.cfg.every_s:
+                continue
+            tracks.append(track)
+            prompts.append(box)
+            boxes.append(det.xyxy[i].astype(np.float64))
+        if not tracks:
+            return
+        job = _Job(stream, frame.index, frame.image.copy(), tracks, np.array(prompts, np.float64), np.array(boxes))
+        try:
+            self._inbox.put_nowait(job)
+        except queue.Full:
+            self.dropped += 1
+            return
+        self.jobs += 1
+        for track in tracks:
+            last[track] = t
+            pending.add(track)
+
+    def process(self, result: FrameResult, messages: list) -> tuple[FrameResult, list]:
+        """A result stage (graph/stages.py): the answers that came back for the result's stream are
+        taken, and the result goes on with each tracked object's mask (streamlens/segment/carry.py)."""
+        if self.error is not None:
+            raise self.error
+        stream = result.frame.stream
+        self._now[stream] = result.media_s
+        done = self._done[stream]
+        pending = self._pending[stream]
+        while done:
+            job, masks = done.popleft()
+            published = self._published.get(stream)
+            if published is not None and published >= job.frame:
+                self.late += 1
+            self.lag_frames.append(result.frame.index - job.frame)
+            del self.lag_frames[:-1000]
+            for track, mask in zip(job.tracks, masks):
+                pending.discard(track)
+                self.book.learn(stream, track, mask)
+            self.applied += 1
+        self._published[stream] = result.frame.index
+        return self.book.attach(result), messages
+
+    def stream_ended(self, stream: str) -> None:
+        self.book.forget(stream)
+        for table in (self._last, self._pending, self._done, self._now, self._published):
+            table.pop(stream, None)
+
+    def stats(self) -> dict:
+        """Keyframes segmented, encoder runs, embeddings found in the cache, masks decoded, median encoder ms, median
+        decoder ms per object, jobs, jobs dropped, answers applied and late, median lag in frames."""
+        per_object = [ms / n for ms, n in zip(self.decode_ms[-200:], self.decode_objects[-200:]) if n]
+        return {"source": "sam", "segmented": self.segmented, "encoded": self.encoded, "cached": self.cached, "foreign": self.foreign,
+                "decoded": self.decoded, "encode_ms": _median(self.encode_ms[-200:]),
+                "decode_ms_per_object": _median(per_object), "jobs": self.jobs, "dropped": self.dropped,
+                "applied": self.applied, "late": self.late,
+                "lag_frames": _median(self.lag_frames)}
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the worker (jobs still waiting are dropped) and close the cache."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        if self.cache is not None:
+            self.cache.close()
+
+    # -- the worker's thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                try:
+                    job = self._inbox.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                encoded = self.encoded
+                masks = self._segment(job)
+                self.segmented += 1
+                self.segmented_frames.append((job.stream, job.frame, self.encoded > encoded))
+                self._done[job.stream].append((job, masks))
+        except BaseException as e:  # noqa: BLE001 - the engine raises it on its next frame
+            log.debug("segment worker failed", exc_info=True)
+            self.error = e
+
+    def embedding(self, image: np.ndarray) -> list[np.ndarray]:
+        """The encoder's embedding of `image`: from the cache when it has it, else computed (and stored)."""
+        key = crop_key(self.sam.id, image) if self.cache is not None else None
+        if key is not None:
+            found = self.cache.get_many([key])[0]
+            if found is not None:
+                try:
+                    arrays = unpack(found, MAX_EMBEDDING_BYTES)
+                except CacheFormatError:
+                    arrays = None
+                if arrays is not None and self.sam.fits(arrays):
+                    self.cached += 1
+                    return arrays
+                self.foreign += 1
+        started = time.perf_counter()
+        arrays = self.sam.encode(image)
+        self.encode_ms.append((time.perf_counter() - started) * 1000)
+        del self.encode_ms[:-1000]
+        self.encoded += 1
+        if key is not None:
+            self.cache.put_many([(key, pack(arrays))])
+        return arrays
+
+    def _segment(self, job: _Job) -> list:
+        arrays = self.embedding(job.image)
+        height, width = job.image.shape[:2]
+        started = time.perf_counter()
+        made = self.sam.decode(arrays, job.prompts, width, height)
+        self.decode_ms.append((time.perf_counter() - started) * 1000)
+        self.decode_objects.append(len(made))
+        del self.decode_ms[:-1000], self.decode_objects[:-1000]
+        self.decoded += len(made)
+        # each mask pinned to its track's box on the keyframe, which later boxes of the track follow
+        return [type(m)(m.bits, m.region, box) for m, box in zip(made, job.boxes)]
+
+
+def _median(values: list) -> float | None:
+    return round(float(np.median(values)), 3) if values else None
+
+
+__all__ = ["SegmentStage", "QUEUE_SIZE"]

@@ -1,0 +1,313 @@
+"""Masks for tracked objects (`segment:`): where SAM's masks land, how they ride with their boxes, the
+contract's COCO forms, the drawing, the embedding cache, and the bad input a user can give.
+
+The correctness tests use a tiny SAM-format ONNX pair whose mask is the middle half of the prompted
+box (tests/sam_models.py); the compute path runs Ultralytics' MobileSAM with random weights."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import supervision as sv
+
+import streamlens
+from streamlens.config.model import SegmentConfig
+from streamlens.frame import Frame, FrameResult
+from streamlens.secondary.cache import MemoryCache
+from streamlens.segment.masks import BoxMask, rle_decode
+from streamlens.segment.stage import SegmentStage
+from streamlens.sinks.draw import MASK_COLORS, FrameAnnotator
+
+from .conftest import REPO, streamlens as run_cli
+from .sam_models import build_random_mobile_sam, build_tiny_sam, inner_box
+
+WAIT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return build_tiny_sam(tmp_path_factory.mktemp("sam"))
+
+
+def stage_with(tiny, cache=None, **keys) -> SegmentStage:
+    encoder, decoder = tiny
+    return SegmentStage(SegmentConfig(model=encoder, decoder=decoder, **keys), cache)
+
+
+def tracked(boxes, ids, labels=None) -> sv.Detections:
+    det = sv.Detections(xyxy=np.array(boxes, np.float32).reshape(-1, 4), confidence=np.full(len(boxes), 0.9, np.float32),
+                        class_id=np.zeros(len(boxes), np.int64), tracker_id=np.array(ids, np.int64))
+    det.data["class_name"] = np.array(labels or ["car"] * len(boxes), dtype=object)
+    return det
+
+
+def image(seed: int = 0, size=(480, 640)) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 255, (*size, 3), np.uint8)
+
+
+def answered(stage: SegmentStage, make_result, want: int) -> FrameResult:
+    """Results made by `make_result(k)` through the stage until `want` answers applied."""
+    import time
+
+    deadline = time.monotonic() + WAIT_S
+    k = 0
+    while True:
+        result, _ = stage.process(make_result(k), [])
+        if stage.applied >= want:
+            return result
+        assert time.monotonic() < deadline, "no answer from the segment worker"
+        time.sleep(0.01)
+        k += 1
+
+
+def polygon_bounds(polygons) -> np.ndarray:
+    points = np.concatenate([np.array(p).reshape(-1, 2) for p in polygons])
+    return np.concatenate([points.min(0), points.max(0)])
+
+
+# -- where masks land, and how they ride ------------------------------------------------------------
+
+def test_masks_land_on_their_objects_and_move_and_scale_with_their_boxes(tiny):
+    """Two objects on one keyframe: one encoder run, one decoder call for both; each mask is the
+    decoder's known shape of its own box, and on later frames it follows its track's box."""
+    stage = stage_with(tiny)
+    stage.start()
+    try:
+        frame = Frame("cam1", 0, 0.0, 0.0, image())
+        boxes = [[40, 60, 240, 300], [360, 80, 600, 400]]
+        det = tracked(boxes, [1, 2])
+        stage.offer(frame, det, det)
+        later = [[140, 60, 340, 300], [360, 80, 480, 240]]  # one moved right, one half as big
+
+        def result(k):
+            return FrameResult(Frame("cam1", 1 + k, (1 + k) / 30, 0.0, image()), 1 + k, False, tracked(later, [1, 2]))
+
+        out = answered(stage, result, 1)
+    finally:
+        stage.close()
+    assert stage.encoded == 1 and stage.decoded == 2 and stage.decode_objects == [2]
+    for shape, box in zip(out.detections.data["mask"], later):
+        assert np.allclose(polygon_bounds(shape), inner_box(box), atol=1.5), (shape, box)
+
+
+def test_a_track_gets_a_fresh_mask_at_most_every_s_and_only_where_the_detector_saw_it(tiny):
+    stage = stage_with(tiny, every_s=2.0, classes=["car"])
+    frame = Frame("cam1", 0, 0.0, 0.0, image())
+    det = tracked([[40, 60, 240, 300], [300, 60, 500, 300], [10, 10, 14, 14]], [1, 2, 3],
+                  ["car", "person", "car"])
+    stage.offer(frame, det, det)  # the person is not in classes; track 3 is under min_size
+    assert stage.jobs == 1 and stage._inbox.get_nowait().tracks == [1]
+    stage._pending["cam1"].clear()
+    stage._now["cam1"] = 1.0
+    stage.offer(frame, det, det)
+    assert stage.jobs == 1  # one second later: not due
+    stage._now["cam1"] = 2.0
+    stage.offer(frame, tracked([], []), det)  # due, but the detector saw nothing there: carried by motion
+    assert stage.jobs == 1
+    stage.offer(frame, det, det)
+    assert stage.jobs == 2
+
+
+def test_a_full_worker_queue_drops_the_keyframe_and_counts_it(tiny):
+    stage = stage_with(tiny, every_s=0.001)  # not started: nothing takes the jobs
+    for k in range(4):
+        stage._now["cam1"] = float(k)
+        det = tracked([[40, 60, 240, 300]], [k + 1])
+        stage.offer(Frame("cam1", k, float(k), 0.0, image()), det, det)
+    assert stage.jobs == 2 and stage.dropped == 2
+
+
+def test_the_contracts_rle_and_polygons_are_the_masks_pixels(tiny):
+    """RLE decodes (as pycocotools would) to the pixels the mask covers; the polygons enclose them."""
+    cv2 = pytest.importorskip("cv2")
+    mask = stage_with(tiny).sam.decode(stage_with(tiny).sam.encode(image()), np.array([[40, 60, 240, 300.]]),
+                                       640, 480)[0]
+    full = rle_decode(mask.rle(480, 640))
+    x1, y1, x2, y2 = inner_box([40, 60, 240, 300])
+    ys, xs = np.nonzero(full)
+    assert abs(xs.min() - x1) <= 1.5 and abs(xs.max() + 1 - x2) <= 1.5
+    assert abs(ys.min() - y1) <= 1.5 and abs(ys.max() + 1 - y2) <= 1.5
+    drawn = np.zeros((480, 640), np.uint8)
+    for part in mask.polygons():
+        cv2.fillPoly(drawn, [np.round(np.array(part).reshape(-1, 2)).astype(np.int32)], 1)
+    agree = (drawn.astype(bool) == full).mean()
+    assert agree > 0.995
+
+
+def test_rle_is_pycocotools_own_encoding():
+    mask_util = pytest.importorskip("pycocotools.mask", reason="pycocotools is not installed")
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        bits = rng.random((rng.integers(1, 40), rng.integers(1, 40))) > 0.5
+        x1, y1 = rng.uniform(-20, 100, 2)
+        mask = BoxMask(bits, (x1, y1, x1 + rng.uniform(1, 80), y1 + rng.uniform(1, 80)), (0, 0, 1, 1))
+        rle = mask.rle(90, 120)
+        ours = rle_decode(rle)
+        assert mask_util.encode(np.asfortranarray(ours.astype(np.uint8)))["counts"].decode() == rle["counts"]
+        assert (mask_util.decode({"size": rle["size"], "counts": rle["counts"].encode()}).astype(bool) == ours).all()
+
+
+def test_masks_are_drawn_where_the_results_put_them(tiny):
+    """The annotated frame: pixels inside an object's mask take its colour, pixels of its box
+    outside the mask keep theirs."""
+    sam = stage_with(tiny).sam
+    grey = np.full((480, 640, 3), 90, np.uint8)
+    box = [40, 60, 440, 420]
+    det = tracked([box], [4])
+    mask = sam.decode(sam.encode(grey), np.array([box], np.float64), 640, 480)[0]
+    det.data["masks"] = np.array([mask], dtype=object)
+    drawn = FrameAnnotator((640, 480)).annotate(grey, det)
+    colour = np.array(MASK_COLORS.by_idx(4).as_bgr())
+    x1, y1, x2, y2 = inner_box(box)
+    inside = drawn[int(y1) + 5:int(y2) - 5, int(x1) + 5:int(x2) - 5].reshape(-1, 3).astype(int)
+    assert np.abs(inside - (0.5 * 90 + 0.5 * colour)).max() <= 1
+    ring = drawn[int(y2) + 5:int(y2) + 20, int(x1):int(x2)]  # in the box, under the mask
+    assert (ring == 90).all()
+
+
+def test_an_onnx_decoder_exported_with_batch_one_is_called_once_per_box(tmp_path):
+    encoder, decoder = build_tiny_sam(tmp_path, batched=False)
+    stage = SegmentStage(SegmentConfig(model=encoder, decoder=decoder))
+    assert not stage.sam.batched
+    boxes = np.array([[40, 60, 240, 300], [360, 80, 600, 400.]])
+    made = stage.sam.decode(stage.sam.encode(image()), boxes, 640, 480)
+    for mask, box in zip(made, boxes):
+        assert np.allclose(polygon_bounds(mask.polygons()), inner_box(box), atol=1.5)
+
+
+# -- the cache ------------------------------------------------------------------------------------
+
+def test_the_same_pixels_never_encode_twice(tiny):
+    stage = stage_with(tiny, MemoryCache(4))
+    first = stage.embedding(image(0))
+    again = stage.embedding(image(0).copy())
+    other = stage.embedding(image(1))
+    assert stage.encoded == 2 and stage.cached == 1
+    assert all((a == b).all() for a, b in zip(first, again)) and not (first[0] == other[0]).all()
+
+
+def pipeline(folder, segment: str, loops: str = "", sinks: str = "[{type: jsonl, path: out.jsonl}]"):
+    path = folder / "p.yaml"
+    path.write_text(f"""
+sources: [{{uri: {REPO / 'samples' / 'traffic.mp4'}{loops}}}]
+detector: {{backend: motion}}
+keyframes: {{interval: 3}}
+segment: {segment}
+sinks: {sinks}
+""")
+    return path
+
+
+def test_the_second_pass_of_a_looping_clip_encodes_nothing(tmp_path, tiny):
+    """Two laps of the 300-frame sample: a keyframe of the second lap whose pixels the first lap
+    segmented (the same frame of the file) finds its embedding in the cache; the encoder runs on the
+    second lap only for a keyframe the first lap did not segment (its objects were not due then)."""
+    encoder, decoder = tiny
+    path = pipeline(tmp_path, f"{{model: {encoder}, decoder: {decoder}, every_s: 0.001, cache_items: 400}}",
+                    loops=", loop: true")
+    with streamlens.Pipeline.from_yaml(path) as pipe:
+        published = 0
+        for item in pipe.results():
+            published += isinstance(item, FrameResult)
+            if published == 600:
+                break
+        stage = pipe._models.segment
+        jobs = list(stage.segmented_frames)
+    first = {frame for _, frame, _ in jobs if frame < 300}
+    second = [(frame - 300, encoded) for _, frame, encoded in jobs if frame >= 300]
+    assert first and second
+    again = [frame for frame, encoded in second if frame in first]
+    assert again and not [frame for frame, encoded in second if frame in first and encoded]
+    assert all(not encoded for frame, encoded in second if frame in first)
+
+
+# -- in a pipeline --------------------------------------------------------------------------------
+
+def test_a_pipeline_publishes_masks_that_follow_their_boxes(tmp_path, tiny):
+    """The sample through the motion detector: objects carry `mask` once their first answer is in
+    (never before their first frame: nothing waited); every mask lies about its box."""
+    encoder, decoder = tiny
+    path = pipeline(tmp_path, f"{{model: {encoder}, decoder: {decoder}, output: polygon}}",
+                    sinks="[{type: jsonl, path: out.jsonl}, {type: video, path: out.mp4}]")
+    with streamlens.Pipeline.from_yaml(path) as pipe:
+        report = pipe.run()
+        stats = pipe.segment_stats()
+    assert report.exit_code == 0, report.error
+    frames = [m for line in (tmp_path / "out.jsonl").read_text().splitlines()
+              for m in [json.loads(line)] if m["type"] == "frame"]
+    assert len(frames) == 300 and (tmp_path / "out.mp4").stat().st_size > 0
+    masked = [o for m in frames for o in m["objects"] if "mask" in o]
+    assert masked and stats["encoded"] >= 1 and stats["encoded"] + stats["cached"] == stats["segmented"]
+    for obj in masked:
+        x1, y1, x2, y2 = obj["box"]
+        bx1, by1, bx2, by2 = polygon_bounds(obj["mask"])
+        pad = 0.15 * max(x2 - x1, y2 - y1) + 2
+        assert x1 - pad <= bx1 and bx2 <= x2 + pad and y1 - pad <= by1 and by2 <= y2 + pad, obj
+
+
+def test_mobile_sam_with_random_weights_masks_a_run(tmp_path_factory):
+    """The compute path: Ultralytics' MobileSAM (random weights, built offline): a run completes,
+    objects carry masks in RLE, and the encoder ran once per keyframe that had objects due. The
+    file is paced at its own rate (`live: true`), so answers come while it plays."""
+    folder = tmp_path_factory.mktemp("mobile")
+    model = build_random_mobile_sam(folder)
+    path = folder / "p.yaml"
+    path.write_text(f"""
+sources: [{{uri: {REPO / 'samples' / 'traffic.mp4'}, live: true}}]
+detector: {{backend: motion}}
+keyframes: {{interval: 3}}
+segment: {{model: {model}, every_s: 30, output: rle}}
+sinks: [{{type: jsonl, path: out.jsonl}}]
+""")
+    with streamlens.Pipeline.from_yaml(path) as pipe:
+        report = pipe.run()
+        stats = pipe.segment_stats()
+    assert report.exit_code == 0, report.error
+    assert stats["encoded"] >= 1 and stats["encoded"] + stats["cached"] == stats["segmented"]
+    frames = [json.loads(line) for line in (folder / "out.jsonl").read_text().splitlines()]
+    rles = [o["mask"] for m in frames if m["type"] == "frame" for o in m["objects"] if "mask" in o]
+    assert rles and all(r["size"] == [frames[0]["height"], frames[0]["width"]] for r in rles)
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+def test_a_missing_model_file_is_one_line_naming_it(tmp_path):
+    path = pipeline(tmp_path, "{model: nowhere/mobile_sam.pt}")
+    done = run_cli("run", str(path))
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "segment.model" in lines[0] and "mobile_sam.pt" in lines[0], done.stderr
+
+
+def test_an_onnx_encoder_without_its_decoder_names_the_key(tmp_path, tiny):
+    encoder, _ = tiny
+    done = run_cli("run", str(pipeline(tmp_path, f"{{model: {encoder}}}")))
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "segment.decoder" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_checkpoint_ultralytics_cannot_tell_is_one_clear_line(tmp_path):
+    bad = tmp_path / "weights.pt"
+    bad.write_bytes(b"not a checkpoint")
+    done = run_cli("run", str(pipeline(tmp_path, f"{{model: {bad}}}")))
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "segment.model" in done.stderr and "mobile_sam.pt" in done.stderr, done.stderr
+
+
+def test_zones_may_use_the_masks_area_instead_of_the_anchor_point():
+    """`analytics.zone_anchor: mask`: an object whose box's bottom centre is outside a zone but
+    most of whose mask is inside is in it; without a mask the anchor point decides."""
+    from streamlens.analytics.rules import ZoneRule
+    from streamlens.analytics.stream import StreamAnalytics
+
+    zone = ZoneRule("bay", np.array([[0, 0], [100, 0], [100, 60], [0, 60.]]), inertia=1)
+    bits = np.zeros((10, 10), bool)
+    bits[:6] = True  # the mask's top 60%: inside the zone
+    mask = BoxMask(bits, (10, 10, 60, 110), (10, 10, 60, 110))
+    for anchor, want in (("mask", [["bay"], []]), ("point", [[], []])):
+        rules = StreamAnalytics(zones=[(zone, None)], zone_anchor=anchor)
+        boxes = np.array([[10, 10, 60, 110], [10, 10, 60, 110.]])
+        found = rules.update(0.0, boxes, np.array([1, 2]), ["person"] * 2, np.ones(2), None, [mask, None])
+        assert found.zones == want, anchor
