@@ -18,6 +18,7 @@ from streamlens.frame import Frame, FrameResult
 from streamlens.secondary.cache import MemoryCache
 from streamlens.segment.masks import BoxMask, rle_decode
 from streamlens.segment.stage import SegmentStage
+from streamlens.sinks.base import Sink
 from streamlens.sinks.draw import MASK_COLORS, FrameAnnotator
 
 from .conftest import REPO, streamlens as run_cli
@@ -225,19 +226,37 @@ def test_the_second_pass_of_a_looping_clip_encodes_nothing(tmp_path, tiny):
 
 # -- in a pipeline --------------------------------------------------------------------------------
 
+class StatsKept(Sink):
+    """Keeps the `stats` messages a run publishes."""
+
+    name = "stats-kept"
+    wants_stats = True
+
+    def __init__(self):
+        self.messages: list[dict] = []
+
+    def write(self, item, message, payload) -> None:
+        if message.get("type") == "stats":
+            self.messages.append(message)
+
+
 def test_a_pipeline_publishes_masks_that_follow_their_boxes(tmp_path, tiny):
     """The sample through the motion detector: objects carry `mask` once their first answer is in
     (never before their first frame: nothing waited); every mask lies about its box."""
     encoder, decoder = tiny
     path = pipeline(tmp_path, f"{{model: {encoder}, decoder: {decoder}, output: polygon}}",
                     sinks="[{type: jsonl, path: out.jsonl}, {type: video, path: out.mp4}]")
-    with streamlens.Pipeline.from_yaml(path) as pipe:
+    told = StatsKept()
+    with streamlens.Pipeline.from_yaml(path, sinks=[told]) as pipe:
         report = pipe.run()
         stats = pipe.segment_stats()
     assert report.exit_code == 0, report.error
     frames = [m for line in (tmp_path / "out.jsonl").read_text().splitlines()
               for m in [json.loads(line)] if m["type"] == "frame"]
     assert len(frames) == 300 and (tmp_path / "out.mp4").stat().st_size > 0
+    # every stats message says what the masks did (the last, just before the eos, all of it)
+    assert told.messages and all("segment" in m for m in told.messages)
+    assert told.messages[-1]["segment"]["encoded"] == stats["encoded"]
     masked = [o for m in frames for o in m["objects"] if "mask" in o]
     assert masked and stats["encoded"] >= 1 and stats["encoded"] + stats["cached"] == stats["segmented"]
     for obj in masked:

@@ -37,6 +37,35 @@ class ModelStages:
             if stage is not None and hasattr(stage, "close"):
                 stage.close()
 
+    @property
+    def running(self) -> bool:
+        return self.secondary is not None or self.segment is not None
+
+    def secondary_stats(self) -> dict:
+        """Per `secondary` entry: looks answered (`calls`), tracks looked at, looks per track, crops
+        computed and found in the cache, its hit rate, mean batch, ms per computed crop, crops dropped;
+        and under `cache` the cache's own counters. Empty without secondary models."""
+        stage = self.secondary
+        if stage is None:
+            return {}
+        out = stage.stats()
+        if stage.cache is not None:  # and the values found there that this version cannot read
+            out["cache"] = {**stage.cache.stats(), "foreign": stage.foreign}
+        return out
+
+    def segment_stats(self) -> dict:
+        """The mask stage's figures (`SegmentStage.stats`, `DetectorMaskStage.stats`); empty without masks."""
+        return {} if self.segment is None else self.segment.stats()
+
+    def figures(self) -> dict:
+        """What a `stats` message says of them: `secondary` and `segment`, each where it runs."""
+        out = {}
+        if self.secondary is not None:
+            out["secondary"] = self.secondary_stats()
+        if self.segment is not None:
+            out["segment"] = self.segment_stats()
+        return out
+
 
 def segment_cache(cfg):
     """The embeddings' cache for `cfg` (a `PipelineConfig` with `segment`), None when off."""

@@ -25,17 +25,17 @@ class StatsReporter:
     `stats`: each stream's figures; `out`: the fan-out; `losses`: its loss accounting; `capped`:
     the streams whose rate is capped (`max_fps`: they deliver fewer frames than their input
     declares, so their `eos` expects none); `queue_depth(stream)`: frames waiting for the engine;
-    `controller`: the budget controller (None: none); `secondary_stats()`: the secondary models'
-    figures (None: no secondary models); `extra`: values added to every message; `sources`: the
+    `controller`: the budget controller (None: none); `model_stats()`: the secondary models' and the
+    masks' figures, by `secondary` and `segment` (None: neither runs, graph/model_stages.py); `extra`: values added to every message; `sources`: the
     run's sources by name (a live source adds its own figures)."""
 
     def __init__(self, stats: dict[str, StreamStats], out: FanOut, losses: Losses, *, capped: set[str],
                  queue_depth: Callable[[str], int], controller=None,
-                 secondary_stats: Callable[[], dict] | None = None, extra: dict | None = None,
+                 model_stats: Callable[[], dict] | None = None, extra: dict | None = None,
                  sources: dict | None = None):
         self.stats, self.out, self.losses, self.capped = stats, out, losses, capped
         self.queue_depth, self.controller = queue_depth, controller
-        self.secondary_stats, self.extra, self.sources = secondary_stats, dict(extra or {}), sources or {}
+        self.model_stats, self.extra, self.sources = model_stats, dict(extra or {}), sources or {}
         self._ends_lock = threading.Lock()  # a stream's last stats and its eos, against the periodic stats
 
     def refresh(self) -> None:
@@ -73,15 +73,14 @@ class StatsReporter:
 
     def _publish(self, names: list[str]) -> None:
         reports = []
-        secondary = self.secondary_stats() if self.secondary_stats is not None else None  # one for every stream
+        models = self.model_stats() if self.model_stats is not None else {}  # one for every stream
         controller = self.controller
         for name in names:
             st = self.stats[name]
             values = st.report(self.queue_depth(name))
             if controller is not None and name in controller.shedders:
                 values["control"] = controller.state(name)
-            if secondary is not None:
-                values["secondary"] = secondary
+            values.update(models)
             values.update(self.extra)
             source_stats = getattr(self.sources.get(name), "stats", None)
             if callable(source_stats):  # a live source: reconnects, last error (URL masked)

@@ -200,18 +200,11 @@ class Pipeline:
         """Per `secondary` entry: looks answered (`calls`), tracks looked at, looks per track, crops
         computed and found in the cache, its hit rate, mean batch, ms per computed crop, crops dropped;
         and under `cache` the cache's own counters. Empty without secondary models."""
-        stage = self._secondary
-        if stage is None:
-            return {}
-        out = stage.stats()
-        if stage.cache is not None:  # and the values found there that this version cannot read
-            out["cache"] = {**stage.cache.stats(), "foreign": stage.foreign}
-        return out
+        return self._models.secondary_stats()
 
     def segment_stats(self) -> dict:
         """The mask stage's figures (streamlens/segment/stage.py `stats`); empty without masks."""
-        stage = self._models.segment
-        return {} if stage is None else stage.stats()
+        return self._models.segment_stats()
 
     def embedding(self, stream: str, track: int, name: str | None = None):
         """The embedding kept for `track` of `stream` by the `embed` entry `name` (default: the
@@ -437,7 +430,7 @@ class Pipeline:
         self._reporter = StatsReporter(
             self.stats, self._out, self._losses, capped={s.name for s in cfg.sources if s.max_fps},
             queue_depth=self._inbox.depth, controller=self.controller,
-            secondary_stats=self.secondary_stats if self._secondary is not None else None,
+            model_stats=self._models.figures if self._models.running else None,
             extra=self._stats_extra, sources=self._sources)
         self._collector = CycleCollector() if cfg.tracker.motion == "mv" else None
         route = ResultRoute(build_stages(cfg, self._secondary, self._sources, self._models.segment), self._out,

@@ -110,6 +110,7 @@ class Collector:
                     family.add_metric([] if name == "cache" else [name], figures[key])
         yield from secondary.values()
         yield from cache.values()
+        yield from self._segment()
         for st in list(self.pipeline.stats.values()):
             v = [st.name]
             shed.add_metric(v, st.shed)
@@ -148,6 +149,20 @@ class Collector:
                 family.add_metric([str(index)], n)
             yield family
 
+    def _segment(self):
+        """The masks' figures (streamlens/segment), where this process makes them."""
+        from prometheus_client.core import CounterMetricFamily
+
+        figures = getattr(self.pipeline, "segment_stats", dict)()
+        for key, what in (("encoded", "Keyframes SAM's image encoder ran on"),
+                          ("cached", "Keyframes whose image embedding the cache had (an encoder run saved)"),
+                          ("decoded", "Masks SAM's prompt decoder made"), ("masks", "Masks a -seg detector gave"),
+                          ("dropped", "Keyframes the mask worker's queue had no room for"),
+                          ("late", "Masks that came after their keyframe's result had gone out")):
+            if isinstance(figures.get(key), (int, float)):
+                family = CounterMetricFamily(f"streamlens_segment_{key}", what)
+                family.add_metric([], figures[key])
+                yield family
 
 def health(pipeline: RunView) -> Reply:
     """`/healthz`: `{"state": ..., "streams": {name: state}}`, 200 while the run is `running` or
