@@ -1,0 +1,110 @@
+"""What a stream's packet window for `analytics.clips` holds: bytes and Python memory, for a 720p
+camera at 2 Mbit/s with `pre_s: 5` (issue 28's target: at most 2 MB).
+
+The shared 720p clip is encoded once with FFmpeg as a camera would send it (H.264, 2 Mbit/s, a key
+frame every 1 or 2 s), then its packets, demuxed with PyAV, go through `PacketWindow` as a reader
+adds them (`keep_s` = `pre_s` + the reader's margin, as `clips_spec` makes it). Reported per GOP:
+the most bytes the window held, the most packets, and the Python memory it took at its largest
+(tracemalloc: the packets' copies and the bookkeeping). Bytes, not time: the machine's load does not
+change them.
+
+    python tools/bench_clip_window.py            # writes tools/results/clip_window.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import subprocess
+import sys
+import tempfile
+import tracemalloc
+from pathlib import Path
+
+import av
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from streamlens.sources import CLIP_MARGIN_S  # noqa: E402
+from streamlens.sources.clips import PacketWindow, _Packet  # noqa: E402
+
+CLIP = ROOT.parent / "shared" / "data" / "video" / "highway_720p30.mp4"
+BITRATE = "2M"
+PRE_S = 5.0
+
+
+def camera_copy(folder: Path, gop_s: float) -> Path:
+    """The clip as a 2 Mbit/s camera with a key frame every `gop_s` seconds, looped to 60 s."""
+    out = folder / f"cam_gop{gop_s:g}.mp4"
+    subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-stream_loop", "-1", "-i", str(CLIP), "-t", "60",
+                    "-an", "-c:v", "libx264", "-preset", "veryfast", "-b:v", BITRATE, "-maxrate", BITRATE,
+                    "-bufsize", "4M", "-g", str(round(30 * gop_s)), "-keyint_min", str(round(30 * gop_s)),
+                    "-sc_threshold", "0", str(out)], check=True)
+    return out
+
+
+def measure(path: Path) -> dict:
+    window = PacketWindow(PRE_S + CLIP_MARGIN_S)
+    most_bytes = most_packets = 0
+    payload = 0
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    most_memory = 0
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        tb = float(stream.time_base)
+        for packet in container.demux(stream):
+            if packet.size == 0 or packet.pts is None:
+                continue
+            payload += packet.size
+            window.add(_Packet(bytes(packet), packet.pts, packet.dts, bool(packet.is_keyframe), packet.pts * tb))
+            if window.bytes > most_bytes:
+                most_bytes, most_packets = window.bytes, len(window.packets)
+                most_memory = max(most_memory, tracemalloc.get_traced_memory()[0] - base)
+        seconds = float(stream.duration * tb) if stream.duration else 60.0
+    tracemalloc.stop()
+    return {"bytes": most_bytes, "packets": most_packets, "memory": most_memory,
+            "mbit_s": payload * 8 / seconds / 1e6}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=ROOT / "tools" / "results" / "clip_window.md")
+    args = parser.parse_args()
+    if not CLIP.is_file():
+        print(f"{CLIP} not found: the shared clips live in ../shared/data", file=sys.stderr)
+        return 2
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for gop_s in (1.0, 2.0):
+            found = measure(camera_copy(Path(folder), gop_s))
+            rows.append(f"| {gop_s:g} s | {found['mbit_s']:.2f} | {found['packets']} | {found['bytes'] / 1e6:.2f} | "
+                        f"{found['memory'] / 1e6:.2f} |")
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    text = f"""# The packet window of `analytics.clips`: what one camera holds
+
+Command: `python tools/bench_clip_window.py`. Date: {now}. Machine: {platform.machine()}, Python
+{platform.python_version()}, PyAV {av.__version__}.
+
+`{CLIP.name}` (1280x720, 30 fps) encoded by FFmpeg as a camera sends it: H.264 at {BITRATE}bit/s
+(`-b:v {BITRATE} -maxrate {BITRATE}`), a key frame every 1 or 2 s, 60 s; its packets through
+`PacketWindow` with `pre_s: {PRE_S:g}` (the window keeps {PRE_S + CLIP_MARGIN_S:g} s and back to the key frame before).
+Target (issue 28): at most 2 MB per 720p camera at 2 Mbit/s with `pre_s: 5`.
+
+| key frame every | Mbit/s delivered | most packets held | most bytes held (MB) | Python memory at most (MB) |
+|---|---|---|---|---|
+{chr(10).join(rows)}
+
+Bytes and memory, not time: the same on a loaded machine. The window holds at most `pre_s` + 1 s plus
+one GOP of packets, so a longer GOP (cameras with a key frame every 4 s or more) costs more in
+proportion; `MAX_WINDOW_BYTES` (64 MB) bounds it whatever the camera sends.
+"""
+    args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
