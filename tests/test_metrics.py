@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 
 import streamlens
+from streamlens.sinks.base import Sink
 
 from .conftest import REPO
 
@@ -25,13 +26,13 @@ def get(url: str) -> tuple[int, str]:
 
 
 @contextlib.contextmanager
-def running(tmp_path, sources: str, http: str = "port: 0"):
+def running(tmp_path, sources: str, http: str = "port: 0", sinks: list | None = None):
     """A pipeline with these sources and the HTTP server on a free port (`http`: the keys of
     `runtime.http`), running on a thread."""
     path = tmp_path / "p.yaml"
     path.write_text(f"sources:\n{sources}\ndetector: {{backend: motion}}\ntracker: none\n"
                     f"runtime: {{http: {{{http}}}}}\n")
-    pipeline = streamlens.Pipeline.from_yaml(path)
+    pipeline = streamlens.Pipeline.from_yaml(path, sinks=sinks)
     runner = threading.Thread(target=pipeline.run)
     runner.start()
     try:
@@ -42,8 +43,24 @@ def running(tmp_path, sources: str, http: str = "port: 0"):
     assert not runner.is_alive()
 
 
+class HeldClose(Sink):
+    """A sink whose `close()` waits until `release` is set: the run stays `stopping` until then."""
+
+    name = "held"
+
+    def __init__(self):
+        self.release = threading.Event()
+
+    def write(self, item, message, payload) -> None:
+        pass
+
+    def close(self) -> None:
+        self.release.wait(30)
+
+
 def test_metrics_and_health_while_a_live_stream_runs(tmp_path):
-    with running(tmp_path, f"  - {{name: cam1, uri: {SAMPLE}, live: true}}") as pipeline:
+    held = HeldClose()
+    with running(tmp_path, f"  - {{name: cam1, uri: {SAMPLE}, live: true}}", sinks=[held]) as pipeline:
         deadline = time.monotonic() + 10
         while (pipeline.http_port is None or pipeline.stats["cam1"].frames < 30) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -63,7 +80,10 @@ def test_metrics_and_health_while_a_live_stream_runs(tmp_path):
         assert float(text.split("\nstreamlens_http_cpu_seconds_total ")[1].split()[0]) >= 0  # in 10 ms ticks
         assert get(base + "/nope")[0] == 404
         pipeline.stop()
-        code, body = get(base + "/healthz")
+        try:  # the run cannot end before `held` closes: the server still answers
+            code, body = get(base + "/healthz")
+        finally:
+            held.release.set()
         assert code == 503 and json.loads(body)["state"] == "stopping"
 
 
