@@ -232,8 +232,8 @@ class OnnxDetector(NeuralDetector):
             raise DetectorError(f"{where}: fails on a blank {size[1]}x{size[0]} input ({_short(e)})") from None
 
     def prepare_input(self, frame: Frame) -> PreparedInput:
-        geometry = self.spec.geometry((frame.width, frame.height))
-        canvas = place(frame.image, geometry, self.spec.pad_value)
+        image, geometry = self.placement(frame)
+        canvas = place(image, geometry, self.spec.pad_value)
         return PreparedInput(to_chw(canvas, self.spec), geometry)
 
     def run_chunk(self, inputs: list[PreparedInput]) -> list[Candidates]:

@@ -52,6 +52,9 @@ class Geometry:
     placed_size: tuple[int, int]
     pad_x: int
     pad_y: int
+    #: where the placed image's top-left corner is in the frame: (0, 0) for the whole frame, the
+    #: region's corner for a region of it (`region_geometry`); `source_size` is then the region's
+    origin: tuple[int, int] = (0, 0)
 
     @property
     def scale_x(self) -> float:
@@ -62,19 +65,21 @@ class Geometry:
         return self.placed_size[1] / self.source_size[1]
 
     def to_source(self, xyxy: np.ndarray) -> np.ndarray:
-        """Boxes (N x 4, x1 y1 x2 y2) in input pixels -> float32 boxes in source pixels, clipped to the frame."""
+        """Boxes (N x 4, x1 y1 x2 y2) in input pixels -> float32 boxes in frame pixels, clipped to what
+        was placed (the frame, or the region of it)."""
         out = np.empty((len(xyxy), 4), np.float32)
-        out[:, 0::2] = (np.asarray(xyxy[:, 0::2], np.float64) - self.pad_x) / self.scale_x
-        out[:, 1::2] = (np.asarray(xyxy[:, 1::2], np.float64) - self.pad_y) / self.scale_y
-        np.clip(out[:, 0::2], 0, self.source_size[0], out=out[:, 0::2])
-        np.clip(out[:, 1::2], 0, self.source_size[1], out=out[:, 1::2])
+        (ox, oy), (sw, sh) = self.origin, self.source_size
+        out[:, 0::2] = (np.asarray(xyxy[:, 0::2], np.float64) - self.pad_x) / self.scale_x + ox
+        out[:, 1::2] = (np.asarray(xyxy[:, 1::2], np.float64) - self.pad_y) / self.scale_y + oy
+        np.clip(out[:, 0::2], ox, ox + sw, out=out[:, 0::2])
+        np.clip(out[:, 1::2], oy, oy + sh, out=out[:, 1::2])
         return out
 
     def to_input(self, xyxy: np.ndarray) -> np.ndarray:
-        """Boxes in source pixels -> float32 boxes in input pixels (the inverse of `to_source`)."""
+        """Boxes in frame pixels -> float32 boxes in input pixels (the inverse of `to_source`)."""
         out = np.empty((len(xyxy), 4), np.float32)
-        out[:, 0::2] = np.asarray(xyxy[:, 0::2], np.float64) * self.scale_x + self.pad_x
-        out[:, 1::2] = np.asarray(xyxy[:, 1::2], np.float64) * self.scale_y + self.pad_y
+        out[:, 0::2] = (np.asarray(xyxy[:, 0::2], np.float64) - self.origin[0]) * self.scale_x + self.pad_x
+        out[:, 1::2] = (np.asarray(xyxy[:, 1::2], np.float64) - self.origin[1]) * self.scale_y + self.pad_y
         return out
 
 
@@ -141,6 +146,33 @@ class InputSpec:
             return resize_geometry(source_size, self.size)
         size = bucket_size(source_size, self.size, self.stride) if self.resize == "bucket" else self.size
         return letterbox_geometry(source_size, size, center=self.pad == "center")
+
+    def region_geometry(self, frame_size: tuple[int, int], region: tuple[int, int, int, int]) -> Geometry:
+        """Where the `region` (x1, y1, x2, y2, whole pixels) of a frame of `frame_size` goes in the input.
+
+        `bucket` (a model that runs at any size): at the scale the whole frame would get, in the
+        smallest stride-multiple rectangle that holds it, so objects look to the model as they do
+        on the whole frame and a small region costs a small input. Otherwise (a model of one fixed
+        size): fitted to the input as a frame of that size would be, letterboxed or stretched.
+
+        Example:
+            >>> spec = InputSpec((416, 416), pad="corner", resize="bucket")
+            >>> g = spec.region_geometry((1280, 720), (640, 360, 960, 560))
+            >>> g.input_size, g.placed_size, g.origin
+            ((128, 96), (104, 65), (640, 360))
+        """
+        x1, y1, x2, y2 = region
+        size = (x2 - x1, y2 - y1)
+        if self.resize == "bucket":
+            (fw, fh), (mw, mh) = frame_size, self.size
+            r = min(mw / fw, mh / fh)
+            placed = (min(mw, max(1, round(size[0] * r))), min(mh, max(1, round(size[1] * r))))
+            s = self.stride
+            box = (min(mw, math.ceil(placed[0] / s) * s), min(mh, math.ceil(placed[1] / s) * s))
+            pad = ((box[0] - placed[0]) // 2, (box[1] - placed[1]) // 2) if self.pad == "center" else (0, 0)
+            return Geometry(size, box, placed, pad[0], pad[1], (x1, y1))
+        g = self.geometry(size)
+        return Geometry(size, g.input_size, g.placed_size, g.pad_x, g.pad_y, (x1, y1))
 
     @property
     def is_identity_normalisation(self) -> bool:

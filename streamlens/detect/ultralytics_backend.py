@@ -153,12 +153,12 @@ class UltralyticsDetector(NeuralDetector):
         the device). On CUDA it is letterboxed straight into pinned memory (torch's caching host
         allocator, which reuses a block only once the copies that read it have finished), so the
         batch goes to the GPU with no further copy on the host."""
-        geometry = self.spec.geometry((frame.width, frame.height))
+        image, geometry = self.placement(frame)
         if not self._cuda:
-            return PreparedInput(place(frame.image, geometry, self.spec.pad_value), geometry)
+            return PreparedInput(place(image, geometry, self.spec.pad_value), geometry)
         width, height = geometry.input_size
         host = self._torch.empty((height, width, 3), dtype=self._torch.uint8, pin_memory=True)
-        place(frame.image, geometry, self.spec.pad_value, out=host.numpy())
+        place(image, geometry, self.spec.pad_value, out=host.numpy())
         return PreparedInput(host, geometry)
 
     def _to_device(self, inputs: list[PreparedInput]):
