@@ -26,7 +26,7 @@ from ..frame import Frame, empty_detections
 from .base import Detector
 from .detections import to_detections
 from .heads import Candidates
-from .preprocess import Geometry, InputSpec
+from .preprocess import Geometry, InputSpec, place, place_region
 
 
 @dataclass(slots=True)
@@ -68,13 +68,12 @@ class NeuralDetector(Detector):
         frame.prepared = self.prepare_input(frame)
 
     def placement(self, frame: Frame) -> tuple[np.ndarray, Geometry]:
-        """What of `frame` goes into the model, and where: the whole picture, or its `region` (a
-        view, not a copy) with the region's geometry (`InputSpec.region_geometry`)."""
-        region = frame.region
-        if region is None:
-            return frame.image, self.spec.geometry((frame.width, frame.height))
-        x1, y1, x2, y2 = region
-        return frame.image[y1:y2, x1:x2], self.spec.region_geometry((frame.width, frame.height), region)
+        """The model input (uint8 H x W x 3, the frame's channel order) for `frame` and its geometry:
+        the whole picture, or its `region` (`place_region`)."""
+        if frame.region is None:
+            geometry = self.spec.geometry((frame.width, frame.height))
+            return place(frame.image, geometry, self.spec.pad_value), geometry
+        return place_region(frame.image, self.spec, frame.region)
 
     def prepare_input(self, frame: Frame) -> PreparedInput:
         raise NotImplementedError
