@@ -1,7 +1,7 @@
 """Detection where things move (`detector.regions: motion`): what it does to F1 and to detector time, per clip.
 
-    python tools/bench_regions.py                         # every clip in ../shared/data/video: about 30 minutes
-    python tools/bench_regions.py --clips person_indoor_768x432.mp4 --levels 12 --full 1
+    python tools/bench_regions.py                         # every clip in ../shared/data/video: about 15 minutes
+    python tools/bench_regions.py --clips person_indoor_768x432.mp4 --levels 12 --full 1 --margins 0.1
 
 For each clip of ../shared/data/video, with the detector and keyframes of the pipeline it belongs to
 (pipelines/highway_yolox.yaml for the traffic clips, pipelines/indoor_yolox.yaml for the people;
@@ -19,9 +19,9 @@ the shared YOLOX-Nano, `resize: bucket`, one onnxruntime thread) and the `mv` tr
    empty costs nothing (the detector is not run). `time ratio` = the run's detector time with
    regions over the same keyframes as whole frames.
 
-The change level (`--levels`) and `region_full_s` (`--full`) are chosen by leaving one clip out: for
-each clip, on the others only, the pair with the least detector time among those that keep F1 (all
-frames) within `--max-drop` of `off` on every one of them; that pair's figures on the held-out clip
+The change level (`--levels`), `region_full_s` (`--full`) and the margin (`--margins`) are chosen by
+leaving one clip out: for each clip, on the others only, the point with the least detector time among those that keep F1 (all
+frames) within `--max-drop` of `off` on every one of them; that point's figures on the held-out clip
 are the ones that count.
 
 `--resize letterbox` runs the same with the model at its fixed 416x416 input (a region is then
@@ -66,9 +66,10 @@ def sections(pipeline: str, data: Path, resize: str) -> tuple[dict, dict]:
     return detector, dict(tree["keyframes"])
 
 
-def run(video: str, detector: dict, keyframes: dict, level: float | None, work: Path, full_s: float = 1.0) -> dict:
-    """One file-mode run (`level` None: `regions: off`; `full_s`: `region_full_s`): per frame its index,
-    pts, boxes and region."""
+def run(video: str, detector: dict, keyframes: dict, level: float | None, work: Path, full_s: float = 1.0,
+        margin: float | None = None) -> dict:
+    """One file-mode run (`level` None: `regions: off`; `full_s`: `region_full_s`; `margin`: the
+    planner's `MARGIN`): per frame its index, pts, boxes and region."""
     import yaml
 
     import streamlens
@@ -77,6 +78,8 @@ def run(video: str, detector: dict, keyframes: dict, level: float | None, work: 
 
     if level is not None:
         regions.CHANGE_LEVEL = level
+    if margin is not None:
+        regions.MARGIN = margin
     tree = {"sources": [{"name": "clip", "uri": video}],
             "detector": dict(detector, regions="off" if level is None else "motion", region_full_s=full_s),
             "keyframes": keyframes, "tracker": {"motion": "mv"}, "sinks": []}
@@ -167,8 +170,8 @@ def summarise(result: dict, timing: dict, frame_area: int) -> dict:
 
 
 def leave_one_out(clips: dict, levels: list[str], max_drop: float) -> dict:
-    """Per held-out clip: the point (change level / region_full_s) chosen on the others (see the
-    module docs) and its figures there."""
+    """Per held-out clip: the point (change level / region_full_s / margin) chosen on the others (see
+    the module docs) and its figures there."""
     chosen = {}
     for held in clips:
         others = [c for c in clips if c != held]
@@ -204,7 +207,7 @@ def write_page(data: dict, out: Path) -> None:
     for name, clip in data["clips"].items():
         off = clip["off"]
         lines += [f"## {name} ({clip['frames']} frames, {clip['size'][0]}x{clip['size'][1]})", "",
-                  "| regions | change level / full s | keyframes | whole / region / empty | region share | F1 all | "
+                  "| regions | change level / full s / margin | keyframes | whole / region / empty | region share | F1 all | "
                   "F1 keyframes | ms whole | ms region | time |", "|---|---|---|---|---|---|---|---|---|---|",
                   f"| off | - | {off['keyframes']} | - | - | {off['f1']['all']:.3f} | {off['f1']['keyframes']:.3f} "
                   "| - | - | 1 |"]
@@ -215,9 +218,9 @@ def write_page(data: dict, out: Path) -> None:
                          f"**{r['time_ratio']}** |")
         lines.append("")
     if data.get("loo"):
-        lines += [f"## The change level and full_s, by leaving one clip out (F1 within {data['max_drop']} of off on every "
+        lines += [f"## The change level, full_s and margin, by leaving one clip out (F1 within {data['max_drop']} of off on every "
                   "other clip, least detector time)", "",
-                  "| held-out clip | level / full s chosen on the others | F1 off | F1 motion | drop | time |",
+                  "| held-out clip | level / full s / margin chosen on the others | F1 off | F1 motion | drop | time |",
                   "|---|---|---|---|---|---|"]
         for name, c in data["loo"].items():
             if c["level"] is None:
@@ -235,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--clips", default=",".join(CLIPS))
-    parser.add_argument("--levels", default="8,12,18")
+    parser.add_argument("--levels", default="12")
+    parser.add_argument("--margins", default="0.06,0.1,0.15", help="the planner's MARGIN values")
     parser.add_argument("--full", default="1,2", help="region_full_s values (seconds)")
     parser.add_argument("--max-drop", type=float, default=0.01)
     parser.add_argument("--resize", default="bucket", choices=["bucket", "letterbox"])
@@ -250,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     load = ", ".join(f"{v:.1f}" for v in __import__("os").getloadavg())
-    points = [(float(level), float(full)) for level in args.levels.split(",") for full in args.full.split(",")]
+    points = [(float(level), float(full), float(margin)) for level in args.levels.split(",")
+              for full in args.full.split(",") for margin in args.margins.split(",")]
     clips = {}
     with tempfile.TemporaryDirectory() as work:
         for name in args.clips.split(","):
@@ -261,10 +266,10 @@ def main(argv: list[str] | None = None) -> int:
             clip = {"frames": len(off["index"]), "off": {"keyframes": len(off["region"]), "f1": score(off, ref),
                                                          "seconds": round(off["seconds"], 1)}, "levels": {}}
             clip["size"] = off["size"]
-            for level, full in points:
-                on = run(video, detector, keyframes, level, Path(work), full)
+            for level, full, margin in points:
+                on = run(video, detector, keyframes, level, Path(work), full, margin)
                 timing = time_detector(video, detector, on["region"])
-                size, key = clip["size"], f"{level:g}/{full:g}"
+                size, key = clip["size"], f"{level:g}/{full:g}/{margin:g}"
                 clip["levels"][key] = {**summarise(on, timing, size[0] * size[1]), "f1": score(on, ref),
                                        "seconds": round(on["seconds"], 1)}
                 print(name, key, json.dumps(clip["levels"][key]), flush=True)
@@ -276,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
             "cores": __import__("os").cpu_count(), "load": load, "resize": args.resize, "max_drop": args.max_drop,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "commit": commit.strip(), "clips": clips,
-            "loo": leave_one_out(clips, [f"{lv:g}/{f:g}" for lv, f in points], args.max_drop) if len(clips) > 1 else {}}
+            "loo": leave_one_out(clips, [f"{lv:g}/{f:g}/{m:g}" for lv, f, m in points], args.max_drop)
+            if len(clips) > 1 else {}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
     write_page(data, args.out)
