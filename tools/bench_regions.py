@@ -169,24 +169,30 @@ def summarise(result: dict, timing: dict, frame_area: int) -> dict:
             "time_ratio": round(sum(used) / sum(whole), 3) if whole else None}
 
 
+def choose(clips: dict, names: list[str], levels: list[str], max_drop: float) -> str | None:
+    """The point with the least summed time ratio over the clips `names` among those that keep F1
+    (all frames) within `max_drop` of off on each of them (None: none does)."""
+    best = None
+    for level in levels:
+        runs = [clips[c]["levels"][level] for c in names]
+        if all(r["f1"]["all"] >= clips[c]["off"]["f1"]["all"] - max_drop for r, c in zip(runs, names)):
+            cost = sum(r["time_ratio"] for r in runs)
+            if best is None or cost < best[0]:
+                best = (cost, level)
+    return None if best is None else best[1]
+
+
 def leave_one_out(clips: dict, levels: list[str], max_drop: float) -> dict:
     """Per held-out clip: the point (change level / region_full_s / margin) chosen on the others (see
-    the module docs) and its figures there."""
+    the module docs) and its figures there; under "all clips", the point chosen on every clip."""
     chosen = {}
-    for held in clips:
-        others = [c for c in clips if c != held]
-        best = None
-        for level in levels:
-            runs = [clips[c]["levels"][level] for c in others]
-            if all(r["f1"]["all"] >= clips[c]["off"]["f1"]["all"] - max_drop for r, c in zip(runs, others)):
-                cost = sum(r["time_ratio"] for r in runs)
-                if best is None or cost < best[0]:
-                    best = (cost, level)
-        if best is None:
-            chosen[held] = {"level": None}
+    for held in [*clips, "all clips"]:
+        level = choose(clips, [c for c in clips if c != held], levels, max_drop)
+        if level is None or held == "all clips":
+            chosen[held] = {"level": level}
             continue
-        r = clips[held]["levels"][best[1]]
-        chosen[held] = {"level": best[1], "f1_all": r["f1"]["all"], "f1_off": clips[held]["off"]["f1"]["all"],
+        r = clips[held]["levels"][level]
+        chosen[held] = {"level": level, "f1_all": r["f1"]["all"], "f1_off": clips[held]["off"]["f1"]["all"],
                         "drop": round(clips[held]["off"]["f1"]["all"] - r["f1"]["all"], 4),
                         "time_ratio": r["time_ratio"]}
     return chosen
@@ -225,6 +231,8 @@ def write_page(data: dict, out: Path) -> None:
         for name, c in data["loo"].items():
             if c["level"] is None:
                 lines.append(f"| {name} | none keeps F1 | | | | |")
+            elif name == "all clips":
+                lines.append(f"| (chosen on every clip) | **{c['level']}** | | | | |")
             else:
                 lines.append(f"| {name} | {c['level']} | {c['f1_off']:.3f} | {c['f1_all']:.3f} | {c['drop']:+.3f} | "
                              f"{c['time_ratio']} |")
@@ -245,7 +253,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resize", default="bucket", choices=["bucket", "letterbox"])
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "streamlens_bench_regions")
     parser.add_argument("--out", type=Path, default=REPO / "tools" / "results" / "regions.md")
+    parser.add_argument("--from-json", type=Path, help="measure nothing: choose again and rewrite the page from "
+                                                       "a regions.json this tool wrote")
     args = parser.parse_args(argv)
+    if args.from_json:
+        data = json.loads(args.from_json.read_text())
+        levels = list(next(iter(data["clips"].values()))["levels"])
+        data["loo"] = leave_one_out(data["clips"], levels, data["max_drop"]) if len(data["clips"]) > 1 else {}
+        args.out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+        write_page(data, args.out)
+        return 0
     if not (args.data / MODEL).is_file():
         print(f"no shared data at {args.data}: nothing to measure", file=sys.stderr)
         return 1

@@ -105,7 +105,7 @@ class DetectorConfig(_Keys):
         description="what of a keyframe the detector sees: off (the whole frame) or motion (the part that changed "
                     "since the stream's last keyframe, with every tracked box, and the whole frame every "
                     "region_full_s; see docs/regions.md)")
-    region_full_s: float = Field(1.0, gt=0, le=MAX_SECONDS, json_schema_extra=_only(_NEURAL),
+    region_full_s: float = Field(2.0, gt=0, le=MAX_SECONDS, json_schema_extra=_only(_NEURAL),
                                  description="regions: motion: the most seconds between two whole frames of a stream")
     max_det: int = Field(300, ge=1, le=INT_MAX, json_schema_extra=_only(_NEURAL),
                          description="detections per frame, at most")

@@ -35,7 +35,7 @@ Example:
     >>> planner.plan(Frame("cam", 0, 0.0, 0.0, still), held), planner.reason  # the first: whole frame
     (None, 'first')
     >>> planner.plan(Frame("cam", 5, 0.2, 0.0, moved), held), planner.reason
-    ((278, 78, 402, 182), 'motion')
+    ((264, 64, 416, 196), 'motion')
     >>> planner.plan(Frame("cam", 10, 0.4, 0.0, moved), held), planner.reason  # nothing new, nothing held
     ((0, 0, 0, 0), 'empty')
 """
@@ -52,12 +52,13 @@ from .keyframes import grey_thumbnail
 #: a thumbnail cell (`THUMBNAIL_WIDTH`: about 1/64 of the frame's width, area-averaged) counts as changed when its grey
 #: level moved by more than this (0-255) since the stream's previous keyframe
 CHANGE_LEVEL = 12.0
-#: the rectangle grows by this share of the frame's shorter side on every side
-MARGIN = 0.06
+#: the rectangle grows by this share of the frame's shorter side on every side (context: an object
+#: near the edge of what the model sees can score otherwise than on the whole frame)
+MARGIN = 0.1
 #: past this share of the frame's area, the whole frame goes
 MAX_SHARE = 0.6
 #: the most seconds between two whole frames of a stream (`detector.region_full_s`)
-FULL_S = 1.0
+FULL_S = 2.0
 #: frames a second assumed for a stream whose frames carry no time stamps
 DEFAULT_FPS = 30.0
 
