@@ -199,7 +199,8 @@ def leave_one_out(clips: dict, levels: list[str], max_drop: float) -> dict:
 
 
 def write_page(data: dict, out: Path) -> None:
-    lines = ["# Detection where things move (`detector.regions: motion`)", "",
+    title = "" if data["resize"] == "bucket" else f", on a fixed-size input (`resize: {data['resize']}`)"
+    lines = [f"# Detection where things move (`detector.regions: motion`){title}", "",
              f"Command: `{data['command']}` ({data['seconds']:.0f} s)  ",
              f"Machine: {data['machine']}, {data['cores']} cores shared with other work (load average "
              f"{data['load']} at the start); date {data['date']}, commit {data['commit']}  ",
@@ -230,7 +231,7 @@ def write_page(data: dict, out: Path) -> None:
                   "|---|---|---|---|---|---|"]
         for name, c in data["loo"].items():
             if c["level"] is None:
-                lines.append(f"| {name} | none keeps F1 | | | | |")
+                lines.append(f"| {'(chosen on every clip)' if name == 'all clips' else name} | none keeps F1 | | | | |")
             elif name == "all clips":
                 lines.append(f"| (chosen on every clip) | **{c['level']}** | | | | |")
             else:
