@@ -58,7 +58,8 @@ class Frame:
       dropped by the engine (a deferred keyframe) or by the detector once used: the thread that
       holds the frame then;
     - `queued`: the source thread, as it puts the frame into the inbox;
-    - `keyframe` (decided in one place, `Engine._is_keyframe`), `submitted`: the engine thread;
+    - `keyframe` (decided in one place, `Engine._is_keyframe`), `submitted`, `region`: the engine
+      thread;
     - `timings`: the source thread (`decode`) until the inbox, then the engine thread (`queue`,
       `batch`, `detect`, `track`, `total`);
     - `_image`, `_decoded`: the picture's cache: whichever thread reads `image` first converts it
@@ -71,7 +72,8 @@ class Frame:
     """
 
     __slots__ = ("stream", "index", "pts", "ts", "_image", "_decoded", "_size", "timings", "motion_vectors",
-                 "keyframe", "scheduled", "prepared", "observed", "queued", "submitted", "clock", "scene_cut")
+                 "keyframe", "scheduled", "prepared", "observed", "queued", "submitted", "clock", "scene_cut",
+                 "region")
 
     def __init__(self, stream: str, index: int, pts: float | None, ts: float, image: np.ndarray | None = None,
                  timings: dict[str, float] | None = None, motion_vectors: np.ndarray | None = None,
@@ -105,6 +107,9 @@ class Frame:
         self.queued: float | None = None
         #: when the engine handed the frame to the detector (`time.perf_counter()`), else None
         self.submitted: float | None = None
+        #: the part of a keyframe the detector looks at, (x1, y1, x2, y2) in whole source pixels
+        #: (`detector.regions`, graph/regions.py): None for the whole frame; one of no area for none
+        self.region: tuple[int, int, int, int] | None = None
 
     @property
     def image(self) -> np.ndarray:

@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
-from .common import INT_MAX, MAX_BATCH, MAX_IMGSZ, MAX_MS, MAX_THREADS, PathKey, _Keys, _misplaced_keys, _only
+from .common import (INT_MAX, MAX_BATCH, MAX_IMGSZ, MAX_MS, MAX_SECONDS, MAX_THREADS, PathKey, _Keys,
+                     _misplaced_keys, _only)
 from .problems import invalid, show
 
 _NEURAL = "backend onnx, openvino or ultralytics"
@@ -99,6 +100,13 @@ class DetectorConfig(_Keys):
         description="boxes of different classes on one place: auto (with a tracker, one box where the model sees "
                     "one object as two classes, a van as car and truck, so it is tracked and counted once; "
                     "without, per class), true (NMS across classes at iou), false (per class)")
+    regions: Literal["off", "motion"] = Field(
+        "off", json_schema_extra=_only(_NEURAL),
+        description="what of a keyframe the detector sees: off (the whole frame) or motion (the part that changed "
+                    "since the stream's last keyframe, with every tracked box, and the whole frame every "
+                    "region_full_s; see docs/regions.md)")
+    region_full_s: float = Field(2.0, gt=0, le=MAX_SECONDS, json_schema_extra=_only(_NEURAL),
+                                 description="regions: motion: the most seconds between two whole frames of a stream")
     max_det: int = Field(300, ge=1, le=INT_MAX, json_schema_extra=_only(_NEURAL),
                          description="detections per frame, at most")
     input: InputConfig | None = Field(None, json_schema_extra=_only(_ONNX),

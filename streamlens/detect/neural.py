@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import supervision as sv
 
-from ..frame import Frame
+from ..frame import Frame, empty_detections
 from .base import Detector
 from .detections import to_detections
 from .heads import Candidates
-from .preprocess import Geometry, InputSpec
+from .preprocess import Geometry, InputSpec, place, place_region
 
 
 @dataclass(slots=True)
@@ -67,6 +67,14 @@ class NeuralDetector(Detector):
     def prepare(self, frame: Frame) -> None:
         frame.prepared = self.prepare_input(frame)
 
+    def placement(self, frame: Frame) -> tuple[np.ndarray, Geometry]:
+        """The model input (uint8 H x W x 3, the frame's channel order) for `frame` and its geometry:
+        the whole picture, or its `region` (`place_region`)."""
+        if frame.region is None:
+            geometry = self.spec.geometry((frame.width, frame.height))
+            return place(frame.image, geometry, self.spec.pad_value), geometry
+        return place_region(frame.image, self.spec, frame.region)
+
     def prepare_input(self, frame: Frame) -> PreparedInput:
         raise NotImplementedError
 
@@ -79,15 +87,20 @@ class NeuralDetector(Detector):
         return [self.run_chunk(chunk) for chunk in groups]
 
     def detect(self, frames: list[Frame]) -> list[sv.Detections]:
-        inputs = [f.prepared or self.prepare_input(f) for f in frames]
-        for f in frames:
-            f.prepared = None  # the frame goes on to the sinks; its model input is no longer needed
+        """One `sv.Detections` per frame, in source pixels. A frame whose `region` has no area (nothing
+        moved, nothing tracked: see graph/regions.py) is not run: it gets no boxes."""
+        results: list[sv.Detections | None] = [None] * len(frames)
+        inputs: list[PreparedInput | None] = [None] * len(frames)
         by_size: dict[tuple[int, int], list[int]] = {}
-        for i, prepared in enumerate(inputs):
-            by_size.setdefault(prepared.input_size, []).append(i)
+        for i, f in enumerate(frames):
+            if f.region is not None and (f.region[2] <= f.region[0] or f.region[3] <= f.region[1]):
+                results[i] = empty_detections()
+            else:
+                inputs[i] = prepared = f.prepared or self.prepare_input(f)
+                by_size.setdefault(prepared.input_size, []).append(i)
+            f.prepared = None  # the frame goes on to the sinks; its model input is no longer needed
         order = [part for idx in by_size.values() for part in chunks(idx, self.max_batch)]
         found = self.run_groups([[inputs[i] for i in part] for part in order])
-        results: list[sv.Detections | None] = [None] * len(frames)
         for part, candidates in zip(order, found):
             for i, cand in zip(part, candidates):
                 results[i] = to_detections(cand, inputs[i].geometry, self.names, iou=self.iou,

@@ -40,7 +40,7 @@ from .heads import Candidates, identify_head
 from .input_spec import input_spec_for
 from .names import parse_names, resolve_names, wanted_class_ids
 from .neural import NeuralDetector, PreparedInput
-from .preprocess import place, to_chw
+from .preprocess import to_chw
 
 log = logging.getLogger("streamlens")
 
@@ -232,8 +232,7 @@ class OnnxDetector(NeuralDetector):
             raise DetectorError(f"{where}: fails on a blank {size[1]}x{size[0]} input ({_short(e)})") from None
 
     def prepare_input(self, frame: Frame) -> PreparedInput:
-        geometry = self.spec.geometry((frame.width, frame.height))
-        canvas = place(frame.image, geometry, self.spec.pad_value)
+        canvas, geometry = self.placement(frame)
         return PreparedInput(to_chw(canvas, self.spec), geometry)
 
     def run_chunk(self, inputs: list[PreparedInput]) -> list[Candidates]:

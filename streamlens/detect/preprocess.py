@@ -52,6 +52,9 @@ class Geometry:
     placed_size: tuple[int, int]
     pad_x: int
     pad_y: int
+    #: where what was placed begins in the frame: (0, 0) for the whole frame, the region's corner for
+    #: a region fitted to a fixed input (`InputSpec.region_geometry`; `source_size` is the region's)
+    origin: tuple[int, int] = (0, 0)
 
     @property
     def scale_x(self) -> float:
@@ -62,19 +65,27 @@ class Geometry:
         return self.placed_size[1] / self.source_size[1]
 
     def to_source(self, xyxy: np.ndarray) -> np.ndarray:
-        """Boxes (N x 4, x1 y1 x2 y2) in input pixels -> float32 boxes in source pixels, clipped to the frame."""
+        """Boxes (N x 4, x1 y1 x2 y2) in input pixels -> float32 boxes in frame pixels, clipped to what
+        was placed (the frame, or the region of it)."""
         out = np.empty((len(xyxy), 4), np.float32)
-        out[:, 0::2] = (np.asarray(xyxy[:, 0::2], np.float64) - self.pad_x) / self.scale_x
-        out[:, 1::2] = (np.asarray(xyxy[:, 1::2], np.float64) - self.pad_y) / self.scale_y
-        np.clip(out[:, 0::2], 0, self.source_size[0], out=out[:, 0::2])
-        np.clip(out[:, 1::2], 0, self.source_size[1], out=out[:, 1::2])
+        (ox, oy), (sw, sh) = self.origin, self.source_size
+        out[:, 0::2] = (np.asarray(xyxy[:, 0::2], np.float64) - self.pad_x) / self.scale_x + ox
+        out[:, 1::2] = (np.asarray(xyxy[:, 1::2], np.float64) - self.pad_y) / self.scale_y + oy
+        np.clip(out[:, 0::2], ox, ox + sw, out=out[:, 0::2])
+        np.clip(out[:, 1::2], oy, oy + sh, out=out[:, 1::2])
         return out
 
+    def window(self, x1: int, y1: int, x2: int, y2: int) -> Geometry:
+        """The geometry of the window (x1, y1, x2, y2) of this input, as an input of its own: its
+        pads may then be negative (the placed frame starts before the window). Not for `place`."""
+        return Geometry(self.source_size, (x2 - x1, y2 - y1), self.placed_size, self.pad_x - x1, self.pad_y - y1,
+                        self.origin)
+
     def to_input(self, xyxy: np.ndarray) -> np.ndarray:
-        """Boxes in source pixels -> float32 boxes in input pixels (the inverse of `to_source`)."""
+        """Boxes in frame pixels -> float32 boxes in input pixels (the inverse of `to_source`)."""
         out = np.empty((len(xyxy), 4), np.float32)
-        out[:, 0::2] = np.asarray(xyxy[:, 0::2], np.float64) * self.scale_x + self.pad_x
-        out[:, 1::2] = np.asarray(xyxy[:, 1::2], np.float64) * self.scale_y + self.pad_y
+        out[:, 0::2] = (np.asarray(xyxy[:, 0::2], np.float64) - self.origin[0]) * self.scale_x + self.pad_x
+        out[:, 1::2] = (np.asarray(xyxy[:, 1::2], np.float64) - self.origin[1]) * self.scale_y + self.pad_y
         return out
 
 
@@ -142,6 +153,38 @@ class InputSpec:
         size = bucket_size(source_size, self.size, self.stride) if self.resize == "bucket" else self.size
         return letterbox_geometry(source_size, size, center=self.pad == "center")
 
+    def region_geometry(self, frame_size: tuple[int, int], region: tuple[int, int, int, int]) -> Geometry:
+        """Where the `region` (x1, y1, x2, y2, whole pixels) of a frame of `frame_size` goes in an input
+        of one fixed size: fitted to it as a frame of the region's size would be (letterboxed or
+        stretched: a zoom). See `place_region` for the modes that run at any size.
+
+        Example:
+            >>> spec = InputSpec((416, 416), pad="corner")
+            >>> g = spec.region_geometry((1280, 720), (640, 360, 960, 568))
+            >>> g.input_size, g.placed_size, g.origin
+            ((416, 416), (416, 270), (640, 360))
+        """
+        x1, y1, x2, y2 = region
+        g = self.geometry((x2 - x1, y2 - y1))
+        return Geometry(g.source_size, g.input_size, g.placed_size, g.pad_x, g.pad_y, (x1, y1))
+
+    def region_window(self, whole: Geometry, region: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+        """The window (x1, y1, x2, y2, input pixels) of the whole frame's input `whole` that holds
+        `region` (frame pixels), its edges on multiples of the stride: a model that runs at any size
+        then sees the very pixels, on the very grid, that it sees on the whole frame.
+
+        Example:
+            >>> spec = InputSpec((416, 416), pad="corner", resize="bucket")
+            >>> whole = spec.geometry((1280, 720))
+            >>> spec.region_window(whole, (640, 360, 960, 568))
+            (192, 96, 320, 192)
+        """
+        (ix, iy), s = whole.input_size, self.stride
+        box = whole.to_input(np.array([region], np.float64))[0]
+        x1, y1 = (max(0, math.floor(v / s) * s) for v in box[:2])
+        x2, y2 = min(ix, math.ceil(box[2] / s) * s), min(iy, math.ceil(box[3] / s) * s)
+        return (x1, y1, max(x2, x1 + min(s, ix - x1)), max(y2, y1 + min(s, iy - y1)))
+
     @property
     def is_identity_normalisation(self) -> bool:
         return self.mean == (0.0, 0.0, 0.0) and self.std == (1.0, 1.0, 1.0)
@@ -176,6 +219,29 @@ def place(image: np.ndarray, geometry: Geometry, pad_value: int = 114, out: np.n
     if x + pw < iw:
         out[y:y + ph, x + pw:] = pad_value
     return out
+
+
+def place_region(image: np.ndarray, spec: InputSpec, region: tuple[int, int, int, int]) -> tuple[np.ndarray, Geometry]:
+    """The model input (uint8, H x W x 3) for the `region` (x1, y1, x2, y2) of the frame `image`, and
+    its geometry (boxes map back to frame pixels). `bucket`: the window of the whole frame's input
+    that holds the region (`InputSpec.region_window`): the pixels the model would see there on the
+    whole frame, in a smaller input. Other modes (one fixed input size): the region fitted to the
+    input (`InputSpec.region_geometry`).
+
+    Example:
+        >>> spec = InputSpec((416, 416), pad="corner", resize="bucket")
+        >>> canvas, g = place_region(np.zeros((720, 1280, 3), np.uint8), spec, (640, 360, 960, 568))
+        >>> canvas.shape, g.to_source(np.array([[0.0, 0.0, 128.0, 96.0]])).round().tolist()
+        ((96, 128, 3), [[591.0, 295.0, 985.0, 591.0]])
+    """
+    height, width = image.shape[:2]
+    if spec.resize != "bucket":
+        x1, y1, x2, y2 = region
+        geometry = spec.region_geometry((width, height), region)
+        return place(image[y1:y2, x1:x2], geometry, spec.pad_value), geometry
+    whole = spec.geometry((width, height))
+    x1, y1, x2, y2 = spec.region_window(whole, region)
+    return place(image, whole, spec.pad_value)[y1:y2, x1:x2], whole.window(x1, y1, x2, y2)
 
 
 def to_chw(canvas: np.ndarray, spec: InputSpec, out: np.ndarray | None = None) -> np.ndarray:

@@ -168,9 +168,14 @@ class UltralyticsDetector(NeuralDetector):
         the device). On CUDA it is letterboxed straight into pinned memory (torch's caching host
         allocator, which reuses a block only once the copies that read it have finished), so the
         batch goes to the GPU with no further copy on the host."""
+        if not self._cuda or frame.region is not None:  # a region: placed, then copied if on CUDA
+            canvas, geometry = self.placement(frame)
+            if not self._cuda:
+                return PreparedInput(canvas, geometry)
+            host = self._torch.empty(canvas.shape, dtype=self._torch.uint8, pin_memory=True)
+            host.numpy()[...] = canvas
+            return PreparedInput(host, geometry)
         geometry = self.spec.geometry((frame.width, frame.height))
-        if not self._cuda:
-            return PreparedInput(place(frame.image, geometry, self.spec.pad_value), geometry)
         width, height = geometry.input_size
         host = self._torch.empty((height, width, 3), dtype=self._torch.uint8, pin_memory=True)
         place(frame.image, geometry, self.spec.pad_value, out=host.numpy())

@@ -54,6 +54,7 @@ from ..track import Tracker
 from .channel import Channel, ChannelClosed, get_any
 from .detect_worker import Detected, DetectWorker
 from .keyframes import KeyframeChooser
+from .regions import build_planner
 
 #: tracker steps of a late keyframe's replay done at a time while the inbox is empty
 REPLAY_CHUNK = 4
@@ -189,10 +190,12 @@ class Engine:
                  publish: Callable[[FrameResult | StreamEnd], None], late_after_s: float,
                  on_detected: Callable[[Detected], None] | None = None, chooser: KeyframeChooser | None = None,
                  on_keyframe: Callable[[Frame, sv.Detections, sv.Detections], None] | None = None,
-                 mail: Channel | None = None):
+                 mail: Channel | None = None, regions=None):
         """`publish`: where each result and stream end goes (`ResultRoute.publish`, graph/route.py);
         `mail`: the engine's mailbox, made with `Channel(share=inbox)` (default: one of its own):
-        `Mail` and `Control` items posted there run on the engine thread before its next input."""
+        `Mail` and `Control` items posted there run on the engine thread before its next input;
+        `regions`: the `detector` section, whose `regions` key gives each stream a `RegionPlanner`
+        (graph/regions.py) that chooses what of its keyframes the detector sees (None: whole frames)."""
         self.on_detected = on_detected  # told of every keyframe back from the detector, late ones too
         #: told of every keyframe whose detections the tracker applied (late ones too, when applied):
         #: the frame, the detector's boxes on it and the tracked objects they gave
@@ -212,6 +215,9 @@ class Engine:
         self._wait_s = late_after_s  # as configured
         self._gaps = {lane.name: lane.interval for lane in lanes}  # as configured
         self.mail = mail if mail is not None else engine_mailbox(inbox)
+        #: per stream, the planner of its keyframes' regions (absent: the detector sees whole frames)
+        self.regions = {lane.name: p for lane in lanes if (p := build_planner(regions)) is not None}
+        self._regions = regions  # for the planners of streams added later
         self._control = Control(1.0, True, False)  # the budget controller's rung as last applied
         #: go on with no stream open: the last one was removed (graph/streams.py), more may be added
         self.hold_open = False
@@ -227,6 +233,9 @@ class Engine:
         shared schedule when live, and the budget controller's rung as last applied."""
         self.lanes[lane.name] = lane
         self._gaps[lane.name] = lane.interval
+        planner = build_planner(self._regions)
+        if planner is not None:
+            self.regions[lane.name] = planner
         if self.chooser is not None and lane.live:
             self.chooser.add(lane.name, lane.period_s)
         if lane.live:
@@ -334,6 +343,11 @@ class Engine:
                     in_time = time.monotonic() + self.worker.expected_s() <= deadline
                     lane.deadlines[item.index] = deadline if in_time else 0.0
                     lane.unwaited += not in_time
+                planner = self.regions.get(lane.name)
+                if planner is not None:
+                    item.region = planner.plan(item, lane.tracker.held_boxes())
+                    if item.region is not None:
+                        item.prepared = None  # made ahead for the whole frame
                 self.worker.submit(item)
         lane.waiting.append(item)
 

@@ -233,14 +233,14 @@ class SceneCutDetector:
     def is_cut(self, image: np.ndarray) -> bool:
         if image is None or image.size == 0:
             return False
-        thumbnail = _thumbnail(image[:, :, 1] if image.ndim == 3 else image)
+        thumbnail = grey_thumbnail(image[:, :, 1] if image.ndim == 3 else image)
         previous, self._previous = self._previous, thumbnail
         if previous is None or previous.shape != thumbnail.shape:
             return False
         return float(np.abs(thumbnail - previous).mean()) > self.difference
 
 
-def _thumbnail(grey: np.ndarray) -> np.ndarray:
+def grey_thumbnail(grey: np.ndarray) -> np.ndarray:
     """`grey` shrunk to about THUMBNAIL_WIDTH wide by area averaging (a small shift changes it little)."""
     width = min(THUMBNAIL_WIDTH, grey.shape[1])
     height = max(1, round(grey.shape[0] * width / grey.shape[1]))

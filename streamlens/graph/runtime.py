@@ -466,7 +466,7 @@ class Pipeline:
                                        late_after_s=budget / 1000 if budget else float("inf"),
                                        on_detected=lambda done: self.stats[done.frame.stream].detected(
                                            done.batch_ms, done.detect_ms), chooser=self._chooser,
-                                       on_keyframe=route.offer, mail=self._mail)
+                                       on_keyframe=route.offer, mail=self._mail, regions=cfg.detector)
         try:
             engine.run()
         except BaseException as e:  # noqa: BLE001

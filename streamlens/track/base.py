@@ -58,6 +58,12 @@ class Tracker:
         nothing is left. A tracker that never replays has nothing to do."""
         return True
 
+    def held_boxes(self) -> np.ndarray:
+        """Every box the tracker still holds, `(N, 4)` x1 y1 x2 y2 in source pixels, whatever its
+        track's state (lost ones too): where the detector must look again even if nothing there
+        moves (`detector.regions`, graph/regions.py). The default holds none."""
+        return np.empty((0, 4), np.float32)
+
 
 class PassThrough(Tracker):
     """`tracker: none`: the detector's boxes (id -1), nothing between keyframes.
@@ -72,13 +78,21 @@ class PassThrough(Tracker):
         0
     """
 
+    def __init__(self):
+        self._held = np.empty((0, 4), np.float32)
+
     def update(self, frame: Frame, detections: sv.Detections, catch_up: bool = True) -> sv.Detections:
         boxes, shown = clip_to_frame(detections.xyxy, frame.width, frame.height)
         detections.xyxy = boxes
         if not shown.all():
             detections = detections[shown]
         detections.tracker_id = np.full(len(detections), -1, dtype=np.int64)
+        self._held = np.asarray(detections.xyxy, np.float32).reshape(-1, 4)
         return detections
+
+    def held_boxes(self) -> np.ndarray:
+        """The last keyframe's boxes."""
+        return self._held
 
     def propagate(self, frame: Frame) -> sv.Detections:
         return empty_detections()

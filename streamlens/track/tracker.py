@@ -266,6 +266,10 @@ class KeyframeTracker(Tracker):
         latest = self._history.latest
         return self.objects_of(self.tracks, latest.time if latest else 0.0)
 
+    def held_boxes(self) -> np.ndarray:
+        """Every track's box now (tentative, confirmed and lost alike), in source pixels."""
+        return xywh_to_xyxy(self.tracks.means[:, :4]).astype(np.float32, copy=False)
+
     def objects_of(self, tracks: TrackTable, now: float) -> sv.Detections:
         """The tracks of `tracks` shown at time `now`, as detections (see the module's docs)."""
         rows = (tracks.states == CONFIRMED) | (tracks.states == TENTATIVE)
