@@ -81,9 +81,21 @@ def _limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (RUN_NOFILE, RUN_NOFILE))
 
 
-def _flood(port: int, clients: int, nice: int, go, done, figures) -> None:
+#: `--pin`: the run on every core but the last; the flood and the probes (this process) on the last
+CORES = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+RUN_CORES, OUTSIDE_CORES = set(CORES[:-1]), set(CORES[-1:])
+
+
+def _limit_pinned() -> None:
+    _limit()
+    os.sched_setaffinity(0, RUN_CORES)
+
+
+def _flood(port: int, clients: int, nice: int, go, done, figures, pin: bool = False) -> None:
     """The flood's process: `clients` slow clients from `go` to `done`; (opened, closed) put in `figures`."""
     os.nice(nice)
+    if pin:
+        os.sched_setaffinity(0, OUTSIDE_CORES)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, clients + 256)), hard))
     go.wait()
@@ -102,8 +114,15 @@ def main() -> int:
     p.add_argument("--phase-s", type=float, default=20.0)
     p.add_argument("--rounds", type=int, default=2, help="pairs of phases (without, with)")
     p.add_argument("--flood-nice", type=int, default=19, help="the flood process's niceness")
+    p.add_argument("--pin", action="store_true",
+                   help="the run on every core but the last, the flood and the probes on the last: the "
+                        "attacker's own CPU (on its own machine in the wild) then takes nothing from the run")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
+    if args.pin and len(CORES) < 2:
+        raise SystemExit("bench_http_flood: --pin needs at least 2 cores")
+    if args.pin:
+        os.sched_setaffinity(0, OUTSIDE_CORES)
     folder = Path(tempfile.mkdtemp(prefix="bench_http_flood-"))
     port = free_port()
     sources = "\n".join(f"  - {{name: s{i}, uri: {SAMPLE}, live: false, loop: true}}" for i in range(args.streams))
@@ -111,7 +130,7 @@ def main() -> int:
                                           f"tracker: {{motion: kalman}}\nruntime: {{http: {{port: {port}}}}}\n")
     run = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", "pipeline.yaml"], cwd=folder,
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                           start_new_session=True, preexec_fn=_limit)
+                           start_new_session=True, preexec_fn=_limit_pinned if args.pin else _limit)
     rows = []
     try:
         deadline = time.monotonic() + 60
@@ -127,7 +146,8 @@ def main() -> int:
         for round_ in range(args.rounds):
             rows.append(("without", round_ + 1, phase(port, args.phase_s), None))
             go, done, said = multiprocessing.Event(), multiprocessing.Event(), multiprocessing.Queue()
-            flood = multiprocessing.Process(target=_flood, args=(port, args.clients, args.flood_nice, go, done, said))
+            flood = multiprocessing.Process(target=_flood, args=(port, args.clients, args.flood_nice, go, done, said,
+                                                                 args.pin))
             flood.start()
             go.set()
             assert said.get(timeout=120)[0] == "ready"
@@ -151,7 +171,9 @@ def main() -> int:
         f"A `streamlens run` held to {RUN_NOFILE} descriptors, {args.streams} copies of samples/traffic.mp4 "
         "(640x360) read unpaced and looped, motion detector, Kalman tracker; phases of "
         f"{args.phase_s:g} s without and with {args.clients} slow clients (half a request, a byte every 3 s, "
-        f"reconnecting when closed; a process of their own at nice {args.flood_nice}), alternating. `/metrics`: "
+        f"reconnecting when closed; a process of their own at nice {args.flood_nice}), alternating"
+        + (f"; the run pinned to core(s) {sorted(RUN_CORES)}, the flood and the probes to core {sorted(OUTSIDE_CORES)}"
+           if args.pin else "") + ". `/metrics`: "
         "the median (and the slowest) of 10 probes, each on a new connection (one unanswered counts as 60 s); "
         "frames a second: all streams, from `streamlens_frames_total`; HTTP CPU: the share of one core the "
         "HTTP server's threads used during the phase (`streamlens_http_cpu_seconds_total`).",
