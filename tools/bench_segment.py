@@ -161,13 +161,11 @@ def write(out: Path, rounds: int, made: dict, laps: dict, command: str) -> None:
         "",
         f"Jobs dropped (the worker's queue full): {laps['dropped']}.",
         "",
-        "## Not measured here",
+        "## Elsewhere, and not here",
         "",
         "- How many tracked objects one engine keeps masked at `every_s: 2` while 4 live 720p streams keep every "
-        "frame with p95 <= 33 ms: not run (the machine was shared and loaded; the encoder alone takes the figure "
-        "above per keyframe, on the same 2 cores as decoding and detection).",
-        "- F1 of the boxes beside these figures: the mask stages never change a box (they only add `mask`), so "
-        "a run's box F1 is the same with and without them; no separate F1 run was made for this page.",
+        "frame with p95 <= 33 ms, with the boxes' F1 beside it: [segment_live.md](segment_live.md) "
+        "(`python tools/bench_segment_live.py`).",
         "- Real MobileSAM weights (no download here): the times are the architecture's, the masks of random "
         "weights mean nothing.",
         "",
