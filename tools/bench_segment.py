@@ -121,9 +121,9 @@ def write(out: Path, rounds: int, made: dict, laps: dict, command: str) -> None:
         "",
         f"Command: `{command}`  ",
         f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  ",
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs seen, Python {platform.python_version()}; the "
-        "machine is **shared with other engineers' work and was loaded** while this ran, so every figure is "
-        f"a median of {rounds} alternating rounds and absolute times are pessimistic.",
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs seen, Python {platform.python_version()}; load "
+        f"average (1 min) {os.getloadavg()[0]:.2f} at the end. Every figure is a median of {rounds} alternating "
+        "rounds; the spread between min and max is the machine's load.",
         "",
         "## Encoder and decoder (Ultralytics MobileSAM, random weights, CPU, torch's default threads)",
         "",
