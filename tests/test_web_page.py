@@ -491,3 +491,33 @@ def test_with_a_history_the_counts_show_the_last_24_hours(browser, tmp_path):
         assert js(browser, "document.querySelector('#counts td.day').textContent").startswith("24 h:")
         assert errors(browser) == []
         browser.get("about:blank")
+
+
+def test_rle_masks_are_drawn_and_decoded_as_pycocotools_reads_them(browser, tmp_path):
+    """`segment.output: rle` (the tests' tiny SAM-format ONNX pair): the page draws each object's
+    mask, and reads every COCO RLE string of the results to the counts pycocotools writes."""
+    from pycocotools import mask as coco
+
+    from .sam_models import build_tiny_sam
+
+    (tmp_path / "sam").mkdir()
+    encoder, decoder = build_tiny_sam(tmp_path / "sam")
+    path = pipeline_file(tmp_path / "p", streams=("cam1",))
+    path.write_text(path.read_text() + f"segment: {{model: {encoder}, decoder: {decoder}, output: rle, every_s: 0.5}}\n")
+    with tool.running(path) as pipeline:
+        open_page(browser, f"http://127.0.0.1:{pipeline.http_port}/")
+        wait_for(lambda: (js(browser, "window.streamlens.drawn['cam1']") or {}).get("masks", 0) > 0, 60,
+                 "a frame drawn with its masks")
+        results = tmp_path / "p" / "results.jsonl"
+        wait_for(lambda: any("mask" in o for m in lines_of(results) if m["type"] == "frame" for o in m["objects"]),
+                 60, "masks in the results")
+    rles = [o["mask"] for m in lines_of(results) if m["type"] == "frame" for o in m["objects"] if "mask" in o][:20]
+    assert rles
+    for rle in rles:
+        expected = coco.decode({"size": rle["size"], "counts": rle["counts"].encode()})
+        counts = js(browser, f"window.streamlens.rleCounts({json.dumps(rle['counts'])})")
+        flat = np.repeat(np.arange(len(counts)) % 2, counts).astype(np.uint8)  # 0s first, column-major
+        assert flat.size == rle["size"][0] * rle["size"][1]
+        assert np.array_equal(flat.reshape(rle["size"][1], rle["size"][0]).T, expected)
+    assert not errors(browser)
+

@@ -14,12 +14,9 @@ over the trial's whole run (warm-up included).
 
 from __future__ import annotations
 
-import argparse
 import datetime
-import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -28,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from bench_clips import MODEL, VIDEO, trial  # noqa: E402
+from ab_trials import MODEL, VIDEO, ab_arguments, figures, in_turns, medians  # noqa: E402
 
 PIPELINE = """sources: [{{name: highway, uri: {video}, live: true}}]
 detector: {{backend: onnx, model: {model}/yolox_nano.onnx, names: {model}/coco_classes.txt, conf: 0.3,
@@ -40,41 +37,27 @@ sinks: [{{type: zmq, endpoint: "tcp://127.0.0.1:5555"}}]
 """
 
 
+def row(r: int, name: str, load: float, found: dict) -> str:
+    """A trial's row, with the masks a second from the mask stage's figures in its last `stats` message."""
+    bench = found["bench"]
+    made = next((s["stats"].get("segment") for s in bench["trials"][0]["streams"].values()
+                 if s.get("stats", {}).get("segment")), None)
+    whole_s = bench["warmup_s"] + bench["seconds"]
+    masks = f"{made['decoded'] / whole_s:.2f} / {made['encoded'] / whole_s:.2f}" if made else "-"
+    return f"| {r} | {name} | {load:.2f} | {figures(found)} | {masks} |"
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--streams", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--seconds", type=int, default=20)
-    parser.add_argument("--out", type=Path, default=ROOT / "tools" / "results" / "segment_live.md")
-    args = parser.parse_args()
-    if not VIDEO.is_file():
-        print(f"{VIDEO} not found: the shared clips live in ../shared/data", file=sys.stderr)
-        return 2
+    args = ab_arguments(__doc__, 4, 2, "segment_live.md")
     from tests.sam_models import build_random_mobile_sam
 
-    rows, results = [], {"without": [], "with": []}
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         model = build_random_mobile_sam(folder)
         segment = f"segment: {{model: {model}, every_s: 2, classes: [car, truck, bus, motorbike]}}"
         for name, text in (("without", ""), ("with", segment)):
             (folder / f"{name}.yaml").write_text(PIPELINE.format(video=VIDEO, model=MODEL, segment=text))
-        for r in range(args.rounds):
-            for name in ("without", "with"):
-                load = os.getloadavg()[0]
-                out = folder / f"{name}-{r}.json"
-                found = trial(folder / f"{name}.yaml", args.streams, args.seconds, out)
-                bench = json.loads(out.read_text())
-                figures = next((s["stats"].get("segment") for s in bench["trials"][0]["streams"].values()
-                                if s.get("stats", {}).get("segment")), None)
-                whole_s = bench["warmup_s"] + bench["seconds"]
-                masks = f"{figures['decoded'] / whole_s:.2f} / {figures['encoded'] / whole_s:.2f}" if figures else "-"
-                results[name].append(found)
-                rows.append(f"| {r + 1} | {name} | {load:.2f} | {found['kept']:.1%} ({found['kept_min']:.1%}) | "
-                            f"{found['p95']:.1f} | {found['f1']:.3f} ({found['f1_min']:.3f}) | {masks} |")
-                print(rows[-1], flush=True)
-    med = {name: {key: statistics.median(t[key] for t in trials) for key in ("kept", "kept_min", "p95", "f1")}
-           for name, trials in results.items()}
+        rows, results = in_turns(folder, args, row)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = f"""# Masks on live streams: MobileSAM beside {args.streams} live 720p streams
 
@@ -93,9 +76,7 @@ Masks a second: masks SAM's decoder made / encoder runs, a second, over the whol
 |---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
-Medians: without {med['without']['kept']:.1%} kept (worst {med['without']['kept_min']:.1%}), p95
-{med['without']['p95']:.1f} ms, F1 {med['without']['f1']:.3f}; with {med['with']['kept']:.1%} (worst
-{med['with']['kept_min']:.1%}), p95 {med['with']['p95']:.1f} ms, F1 {med['with']['f1']:.3f}.
+Medians, {medians(results)}
 """
     args.out.write_text(text)
     print(text)

@@ -52,6 +52,7 @@
     setPaused(paused, show = true) { setPaused(paused, show); },
     open(name) { openLarge(name); },
     close() { closeLarge(); },
+    rleCounts(text) { return rleCounts(text); },  // for the tests: COCO RLE as the page reads it
   };
 
   async function getJson(url) {
@@ -142,13 +143,78 @@
     return drawn;
   }
 
+  function rleCounts(text) {
+    // COCO's compressed RLE counts (pycocotools' rleFrString): 5 bits a character from '0', a sixth
+    // saying more follow, the last chunk's top bit the sign; from the third on, a delta on the one two before
+    const counts = [];
+    let p = 0;
+    while (p < text.length) {
+      let x = 0, k = 0, more = true;
+      while (more) {
+        const c = text.charCodeAt(p) - 48;
+        x |= (c & 0x1f) << (5 * k);
+        more = (c & 0x20) !== 0;
+        p += 1;
+        k += 1;
+        if (!more && (c & 0x10)) x |= -1 << (5 * k);
+      }
+      if (counts.length > 2) x += counts[counts.length - 2];
+      counts.push(x);
+    }
+    return counts;
+  }
+
+  function rleCanvas(rle, color) {
+    // an RLE mask (column-major runs over the frame, 0s first) as a canvas of its bounding box in
+    // `color`, and where that box lies: {canvas, x, y}; null when it has no pixel
+    const [h] = rle.size;
+    const counts = typeof rle.counts === "string" ? rleCounts(rle.counts) : rle.counts;
+    const runs = [];
+    let at = 0, x1 = Infinity, y1 = Infinity, x2 = -1, y2 = -1;
+    counts.forEach((n, i) => {
+      if (i % 2 === 1 && n > 0) {
+        runs.push([at, n]);
+        const c1 = Math.floor(at / h), c2 = Math.floor((at + n - 1) / h);
+        x1 = Math.min(x1, c1); x2 = Math.max(x2, c2);
+        y1 = Math.min(y1, c1 === c2 ? at % h : 0); y2 = Math.max(y2, c1 === c2 ? (at + n - 1) % h : h - 1);
+      }
+      at += n;
+    });
+    if (!runs.length) return null;
+    const w = x2 - x1 + 1, hh = y2 - y1 + 1;
+    const image = new ImageData(w, hh);
+    for (const [start, n] of runs) {
+      for (let idx = start; idx < start + n; idx += 1) {
+        const o = ((idx % h - y1) * w + Math.floor(idx / h) - x1) * 4;
+        image.data[o + 3] = 255;
+      }
+    }
+    const canvas = document.createElement("canvas");
+    canvas.width = w;
+    canvas.height = hh;
+    const c = canvas.getContext("2d");
+    c.putImageData(image, 0, 0);
+    c.globalCompositeOperation = "source-in";  // the mask's pixels take the colour
+    c.fillStyle = color;
+    c.fillRect(0, 0, w, hh);
+    return {canvas, x: x1, y: y1};
+  }
+
   function drawMasks(ctx, objects) {
-    // each object's mask as COCO polygons (`segment.output: polygon`), tinted in its box's colour at
-    // half opacity under the boxes, as the annotated video draws it; RLE masks are not drawn here
+    // each object's mask, COCO polygons or COCO RLE (`segment.output`), tinted in its box's colour at
+    // half opacity under the boxes, as the annotated video draws it
     let drawn = 0;
     ctx.save();
     ctx.globalAlpha = 0.5;
     for (const obj of objects) {
+      if (obj.mask && obj.mask.counts !== undefined && Array.isArray(obj.mask.size)) {
+        const made = rleCanvas(obj.mask, colorOf(obj));
+        if (made) {
+          ctx.drawImage(made.canvas, made.x, made.y);
+          drawn += 1;
+        }
+        continue;
+      }
       if (!Array.isArray(obj.mask)) continue;
       ctx.fillStyle = colorOf(obj);
       ctx.beginPath();
