@@ -12,7 +12,7 @@ import json
 import pytest
 
 from streamlens.bench.search import StreamSearch, parse_streams
-from streamlens.bench.trial import measure
+from streamlens.bench.trial import measure, trial_overrides
 
 from .conftest import REPO, need_video, streamlens
 
@@ -96,6 +96,18 @@ def test_frames_after_the_window_and_silent_streams():
 
 
 # -- the command, for real ---------------------------------------------------------------------
+
+
+def test_every_copy_decodes_as_the_files_first_source_does():
+    """A trial's K copies of the video take the first source's decoding keys (`fast_decode`, ...):
+    what is measured is how the file decodes, and they load as a pipeline file's sources."""
+    from streamlens.config import load_pipeline
+
+    overrides = trial_overrides(str(REPO / "samples" / "traffic.mp4"), 3, "tcp://127.0.0.1:1",
+                                source_keys={"fast_decode": True, "decode": "process"})
+    config = load_pipeline(REPO / "pipelines" / "quickstart.yaml", overrides=overrides)
+    assert [(s.name, s.fast_decode, s.decode, s.live) for s in config.sources] == [
+        (f"s{i}", True, "process", True) for i in range(3)]
 
 
 def test_two_trials_on_the_quickstart_pipeline(tmp_path):

@@ -472,3 +472,28 @@ def test_the_reused_converter_gives_pyav_own_bgr_for_every_size_and_thread(tmp_p
     worker.start()
     worker.join(30)
     assert all(np.array_equal(a, w) for a, w in zip(reversed(other), want))
+
+
+@pytest.mark.parametrize("decode", ["thread", "process"])
+def test_fast_decode_skips_the_loop_filter_and_keeps_the_picture(decode):
+    """`fast_decode: true` (H.264: the shipped sample): every frame still comes, in order; pictures
+    differ from a full decode (the deblocking filter was skipped: it reached the decoder, on a thread
+    and in a decode worker) yet stay close to it."""
+    import numpy as np
+
+    from .conftest import REPO
+
+    sample = REPO / "samples" / "traffic.mp4"
+
+    def pictures(fast: bool) -> list:
+        source = FileSource("cam1", sample, fast_decode=fast, decode=decode)
+        try:
+            return [frame.image.astype(np.int16) for frame in source.frames(threading.Event())][:60]
+        finally:
+            source.close()
+
+    full, fast = pictures(False), pictures(True)
+    assert len(full) == len(fast) == 60
+    differences = [float(np.abs(a - b).mean()) for a, b in zip(full, fast)]
+    assert max(differences) > 0.05  # the filter was skipped
+    assert max(differences) < 3.0  # the same pictures, a little blockier

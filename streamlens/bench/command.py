@@ -122,7 +122,7 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
 # -- inputs --------------------------------------------------------------------------------------
 
 
-def _inputs(args) -> tuple[object, str, float, dict, str | None, str]:
+def _inputs(args) -> tuple[object, str, float, dict, str | None, str, dict]:
     """Validate everything before anything runs: (config, video, budget, sink options, baseline
     model or None, why the baseline is skipped). Raises `ConfigError` (exit 2)."""
     from ..config import load_pipeline
@@ -140,11 +140,14 @@ def _inputs(args) -> tuple[object, str, float, dict, str | None, str]:
                                "the bench replays a video file: pass --video PATH"])
         video = first.uri
     # the trial's own sources and sink must be valid too (e.g. a per-source key the copies lack)
-    from .trial import trial_overrides
+    from .trial import SOURCE_KEYS, trial_overrides
 
     sink = next((s.options for s in config.sinks if s.type == "zmq"), {})
     sink_options = {k: sink[k] for k in ("format", "hwm", "frames", "jpeg_quality", "annotate") if k in sink}
-    load_pipeline(args.pipeline, overrides=trial_overrides(video, 1, "tcp://127.0.0.1:1", sink_options))
+    first = config.sources[0]  # how the copies decode: as the file's first source does
+    source_keys = {k: getattr(first, k) for k in SOURCE_KEYS if k in first.model_fields_set}
+    load_pipeline(args.pipeline, overrides=trial_overrides(video, 1, "tcp://127.0.0.1:1", sink_options,
+                                                           source_keys=source_keys))
     budget = args.budget_ms or config.runtime.budget_ms
     model, skipped = None, ""
     if args.no_baseline:
@@ -159,7 +162,7 @@ def _inputs(args) -> tuple[object, str, float, dict, str | None, str]:
     else:
         skipped = (f"the pipeline's detector is {config.detector.backend}, which Ultralytics cannot load; "
                    "pass --baseline-model (e.g. a YOLO .pt of the same size)")
-    return config, video, float(budget), sink_options, model, skipped
+    return config, video, float(budget), sink_options, model, skipped, source_keys
 
 
 # -- output --------------------------------------------------------------------------------------
@@ -272,7 +275,7 @@ def _run(args) -> int:
     from .reference import default_cache_dir, reference_for
     from .trial import TrialFailed, run_hold_trial, run_trial
 
-    config, video, budget, sink_options, model, skipped = _inputs(args)
+    config, video, budget, sink_options, model, skipped, source_keys = _inputs(args)
     try:
         info = video_info(video)
     except Exception as e:  # noqa: BLE001 - an unreadable video is one line
@@ -339,7 +342,7 @@ def _run(args) -> int:
             trial = run_trial(args.pipeline, video, k, warmup=args.warmup, seconds=args.seconds, budget_ms=budget,
                               min_kept=args.min_kept, min_f1=args.min_f1, reference=reference,
                               sink_options=sink_options, workers=args.workers, debug=args.debug,
-                              curve=args.curve, max_spread=args.max_spread)
+                              curve=args.curve, max_spread=args.max_spread, source_keys=source_keys)
         except TrialFailed as e:
             print(f"streamlens bench: error: {e}", file=sys.stderr, flush=True)
             trial = {"k": k, "status": "error", "error": str(e), "passed": False}

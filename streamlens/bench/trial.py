@@ -73,12 +73,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: the keys of the pipeline's first source that every copy of a trial takes: how it decodes
+SOURCE_KEYS = ("decode", "fast_decode", "options", "max_pixels")
+
+
 def trial_overrides(video: str, k: int, endpoint: str, sink_options: dict | None = None,
-                    workers: int | None = None) -> dict:
-    """The `load_pipeline` overrides of a trial: K looping live copies of `video`, one zmq sink that
-    waits for the listener's subscriptions, real-time mode and no `/metrics` server; `workers`:
-    `runtime.workers` (None: the file's)."""
-    sources = [{"name": name, "uri": video, "live": True, "loop": True} for name in stream_names(k)]
+                    workers: int | None = None, source_keys: dict | None = None) -> dict:
+    """The `load_pipeline` overrides of a trial: K looping live copies of `video` (each with
+    `source_keys`, the first source's `SOURCE_KEYS`), one zmq sink that waits for the listener's
+    subscriptions, real-time mode and no `/metrics` server; `workers`: `runtime.workers` (None: the
+    file's)."""
+    sources = [{**(source_keys or {}), "name": name, "uri": video, "live": True, "loop": True}
+               for name in stream_names(k)]
     sink = {**(sink_options or {}), "type": "zmq", "endpoint": endpoint, "mode": "pub",
             "wait_subscribers": len(TOPICS), "wait_timeout_s": 60}
     runtime = {"mode": "realtime", "http": None} | ({"workers": workers} if workers is not None else {})
@@ -282,10 +288,10 @@ def _result(k: int, heard: dict, report: dict, warmup: float, seconds: float, re
 def run_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds: float, budget_ms: float,
               min_kept: float, min_f1: float = 0.0, reference=None, sink_options: dict | None = None,
               workers: int | None = None, debug: bool = False, curve: bool = False,
-              max_spread: float = 0.10) -> dict:
+              max_spread: float = 0.10, source_keys: dict | None = None) -> dict:
     """Run one trial with `k` streams; its figures as a dict (see `measure`), with `passed`.
     Raises `TrialFailed` when the pipeline process fails; KeyboardInterrupt ends both children."""
-    overrides = trial_overrides(video, k, "{endpoint}", sink_options, workers)
+    overrides = trial_overrides(video, k, "{endpoint}", sink_options, workers, source_keys)
     command = [sys.executable, "-m", "streamlens.bench.runner", str(pipeline), "--overrides", json.dumps(overrides),
                "--warmup", str(warmup), "--seconds", str(seconds), "--startup-s", str(STARTUP_S)]
     report, heard = _run_with_listener(k, command + (["--debug"] if debug else []), "pipeline",

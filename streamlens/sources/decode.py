@@ -1,6 +1,6 @@
 """Decoding rules shared by the file source (`file.py`) and the live inputs' decode sessions
-(`session.py`): presentation times made strictly increasing, a frame-rate cap, and a live decoder's
-catch-up when it falls behind its camera."""
+(`session.py`): the decoder's options, presentation times made strictly increasing, a frame-rate
+cap, and a live decoder's catch-up when it falls behind its camera."""
 
 from __future__ import annotations
 
@@ -9,6 +9,20 @@ from collections import deque
 from fractions import Fraction
 
 import av
+
+
+def decoder_options(export_mvs: bool, fast: bool) -> dict[str, str]:
+    """FFmpeg's decoder options for a source: the motion vectors exported (`flags2`, for the `mv`
+    tracker), and with `sources[i].fast_decode` the loop (deblocking) filter skipped.
+
+    Example:
+        >>> decoder_options(True, True)
+        {'flags2': '+export_mvs', 'skip_loop_filter': 'all'}
+    """
+    options = {"flags2": "+export_mvs"} if export_mvs else {}
+    if fast:
+        options["skip_loop_filter"] = "all"
+    return options
 
 
 class PresentationTimes:

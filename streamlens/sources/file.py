@@ -144,7 +144,8 @@ class FileSource(Source):
         self._recorder = None  # decode="thread": the current pass's ClipRecorder
 
         spec = FileSpec(self.path, self.display_path, self.options, live=cfg.live, loop=cfg.loop,
-                        max_fps=cfg.max_fps, export_mvs=export_mvs, max_pixels=cfg.max_pixels,
+                        max_fps=cfg.max_fps, export_mvs=export_mvs, fast_decode=cfg.fast_decode,
+                        max_pixels=cfg.max_pixels,
                         clips=None if clips is None else dataclasses.replace(clips, stream=cfg.name))
         container = open_file(spec)
         stream = container.streams.video[0]

@@ -19,7 +19,7 @@ from ..errors import SourceError
 from ..frame import YuvPicture
 from ..urls import is_url
 from .clips import CLOSE_S as CLIPS_CLOSE_S, ClipSpec
-from .decode import FrameRateCap, PresentationTimes
+from .decode import FrameRateCap, PresentationTimes, decoder_options
 from .motion_vectors import ReferenceDistance, frame_motion_vectors
 from .session import too_large
 
@@ -44,6 +44,7 @@ class FileSpec:
     loop: bool = False
     max_fps: float | None = None
     export_mvs: bool = False
+    fast_decode: bool = False  # `sources[i].fast_decode`: the loop filter skipped
     #: the file's frame rate (None: it states none) and the frames its container declares (0: none)
     fps: float | None = None
     declared_frames: int = 0
@@ -88,8 +89,9 @@ def open_file(spec: FileSpec) -> av.container.InputContainer:
     # differ from run to run (16 different results in 30 decodes of a clip with B-frames, on a
     # busy machine): with vectors, slices only, so results on files stay the same on every run
     stream.thread_type = "SLICE" if spec.live or spec.export_mvs else "AUTO"
-    if spec.export_mvs:
-        stream.codec_context.options = {**stream.codec_context.options, "flags2": "+export_mvs"}
+    options = decoder_options(spec.export_mvs, spec.fast_decode)
+    if options:
+        stream.codec_context.options = {**stream.codec_context.options, **options}
     return container
 
 

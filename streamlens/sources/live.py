@@ -136,7 +136,8 @@ class LiveSource(Source):
             uri=uri,
             options=input_options(uri, transport=cfg.transport, timeout_s=cfg.timeout_s, user=dict(cfg.options)),
             format="v4l2" if uri.startswith("/dev/video") else None,
-            max_fps=cfg.max_fps, export_mvs=export_mvs, max_pixels=cfg.max_pixels, behind_s=behind_limit(uri),
+            max_fps=cfg.max_fps, export_mvs=export_mvs, fast_decode=cfg.fast_decode, max_pixels=cfg.max_pixels,
+            behind_s=behind_limit(uri),
             clips=None if clips is None else dataclasses.replace(clips, stream=cfg.name))
         self.fps: float | None = None
         self.total_frames = None

@@ -92,6 +92,7 @@ class SessionSpec:
     format: str | None = None
     max_fps: float | None = None
     export_mvs: bool = False
+    fast_decode: bool = False  # `sources[i].fast_decode`: the loop filter skipped
     #: the largest picture (width x height) taken; a larger one ends the session as `refused`
     #: (None: no limit; a pipeline file's sources have one, `sources[i].max_pixels`)
     max_pixels: int | None = None
@@ -202,13 +203,14 @@ def run_session(spec: SessionSpec, out: SessionOutput, should_stop: Callable[[],
 
 
 def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tuple[str, str]:
-    from .decode import CatchUp, FrameRateCap, PresentationTimes  # the file source's rules too
+    from .decode import CatchUp, FrameRateCap, PresentationTimes, decoder_options  # the file source's rules too
     from .motion_vectors import ReferenceDistance
 
     stream = container.streams.video[0]
     stream.thread_type = "SLICE"  # low latency: frame threads would hold frames back
-    if spec.export_mvs:
-        stream.codec_context.options = {"flags2": "+export_mvs"}
+    options = decoder_options(spec.export_mvs, spec.fast_decode)
+    if options:
+        stream.codec_context.options = options
     rate = stream.average_rate or stream.guessed_rate
     fps = float(rate) if rate else None
     ctx = stream.codec_context
