@@ -62,12 +62,12 @@ def to_detections(found: Candidates, geometry: Geometry, names: dict[int, str], 
         tracker_id=np.full(len(keep), -1, dtype=np.int64),
     )
     detections.data["class_name"] = np.array([names.get(int(c), str(int(c))) for c in class_id], dtype=object)
-    if found.mask_logits is not None:  # a `-seg` model: each box's mask, cut at its box, in source pixels
+    if found.has_masks:  # a `-seg` model: each box's mask, cut at its box, in source pixels
         from ..segment.masks import from_logits
 
         k = found.mask_scale
         width, height = geometry.source_size
-        masks = from_logits(found.mask_logits[keep], xyxy, (geometry.scale_x * k, geometry.scale_y * k), width,
+        masks = from_logits(found.logits_of(keep), xyxy, (geometry.scale_x * k, geometry.scale_y * k), width,
                             height, offset=(geometry.pad_x * k, geometry.pad_y * k), margin=0.0)
         detections.data["masks"] = np.empty(len(masks), dtype=object)
         detections.data["masks"][:] = masks

@@ -5,7 +5,9 @@ size: 3549 at 416x416, 8400 at 640x640):
 - `yolox`: [B, N, 5 + C], the raw YOLOX head. Per row cx, cy, w, h, objectness, C class scores;
   cx, cy = (raw + grid) * stride, w, h = exp(raw) * stride; score = objectness * class score.
 - `yolov8`: [B, 4 + C, N], Ultralytics YOLOv5u/v8/11/12 heads: cx, cy, w, h in input pixels, then C
-  class scores.
+  class scores. A `-seg` model's ([B, 4 + C + M, N], then M mask coefficients) comes with a second
+  output, its prototypes [B, M, H/4, W/4] (M = 32): each box's mask logits are its coefficients times
+  the prototypes (`mask_logits`), worked out only for the boxes NMS keeps.
 - `end2end`: [B, K, 6], heads that select their own boxes (YOLOv10, YOLO26 exported end to end):
   x1, y1, x2, y2 in input pixels, score, class. No NMS afterwards.
 
@@ -29,17 +31,44 @@ from ..errors import DetectorError
 STRIDES = (8, 16, 32)
 
 
+def mask_logits(coefficients, prototypes):
+    """A `-seg` model's mask logits, K x h x w, for K boxes' mask coefficients (K x M) and the image's
+    prototypes (M x h x w): the coefficients times the prototypes, over the whole input (a sigmoid
+    away from probabilities). numpy arrays or torch tensors alike.
+
+    Example:
+        >>> mask_logits(np.array([[1.0, -1.0]]), np.stack([np.ones((2, 3)), np.zeros((2, 3))])).tolist()
+        [[[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]]
+    """
+    m, h, w = prototypes.shape
+    return (coefficients @ prototypes.reshape(m, h * w)).reshape(-1, h, w)
+
+
 @dataclass(slots=True)
 class Candidates:
     """Boxes (N x 4 float32, x1 y1 x2 y2 in input pixels), scores (N float32) and class ids (N int64);
     from a `-seg` model also each box's mask logits (`mask_logits`, N x h x w float32, over the whole
-    input at `mask_scale` cells per input pixel)."""
+    input at `mask_scale` cells per input pixel), or what makes them: each box's mask coefficients
+    (`mask_coefficients`, N x M) and the image's `prototypes` (M x h x w), see `logits_of`."""
 
     boxes: np.ndarray
     scores: np.ndarray
     class_ids: np.ndarray
     mask_logits: np.ndarray | None = None
     mask_scale: float = 1.0
+    mask_coefficients: np.ndarray | None = None
+    prototypes: np.ndarray | None = None
+
+    @property
+    def has_masks(self) -> bool:
+        return self.mask_logits is not None or self.mask_coefficients is not None
+
+    def logits_of(self, rows: np.ndarray) -> np.ndarray:
+        """The mask logits (float32) of the boxes `rows`: made only for those when the model gave
+        coefficients and prototypes (a few boxes after NMS, not the thousands before it)."""
+        if self.mask_logits is not None:
+            return self.mask_logits[rows]
+        return mask_logits(self.mask_coefficients[rows], self.prototypes).astype(np.float32, copy=False)
 
     @staticmethod
     def empty() -> Candidates:
@@ -62,18 +91,28 @@ def _cxcywh_to_xyxy(cx, cy, w, h) -> np.ndarray:
 
 
 class Head:
-    """Decodes one output tensor. `num_classes` is C; `needs_nms` is False for end-to-end heads."""
+    """Decodes one output tensor. `num_classes` is C; `needs_nms` is False for end-to-end heads;
+    `mask_dim` is M, the mask coefficients after the class scores of a `-seg` head (0: none)."""
 
     name = "head"
     needs_nms = True
 
-    def __init__(self, num_classes: int):
+    def __init__(self, num_classes: int, mask_dim: int = 0):
         self.num_classes = num_classes
+        self.mask_dim = mask_dim
 
     def decode(self, raw: np.ndarray, input_size: tuple[int, int], conf: float,
-               wanted: np.ndarray | None = None) -> list[Candidates]:
-        """One `Candidates` per image of the batch `raw`, for an input of `input_size` (w, h)."""
-        return [self.decode_one(r, input_size, conf, wanted) for r in raw]
+               wanted: np.ndarray | None = None, prototypes: np.ndarray | None = None) -> list[Candidates]:
+        """One `Candidates` per image of the batch `raw`, for an input of `input_size` (w, h); with a
+        `-seg` head's `prototypes` (B x M x h x w), each with its boxes' coefficients and its prototypes."""
+        found = [self.decode_one(r, input_size, conf, wanted) for r in raw]
+        if prototypes is not None:
+            scale = prototypes.shape[-1] / input_size[0]
+            for cand, proto in zip(found, prototypes):
+                if cand.mask_coefficients is None:  # no box: no coefficients either
+                    cand.mask_coefficients = np.empty((0, self.mask_dim), np.float32)
+                cand.prototypes, cand.mask_scale = proto, scale
+        return found
 
     def decode_one(self, raw: np.ndarray, input_size: tuple[int, int], conf: float,
                    wanted: np.ndarray | None) -> Candidates:
@@ -121,12 +160,13 @@ class YoloxHead(Head):
 
 
 class Yolov8Head(Head):
-    """Ultralytics' anchor-free head, [B, 4 + C, N], boxes already decoded to input pixels."""
+    """Ultralytics' anchor-free head, [B, 4 + C, N], boxes already decoded to input pixels; a `-seg`
+    head's [B, 4 + C + M, N] ends with each anchor's M mask coefficients."""
 
     name = "yolov8"
 
     def decode_one(self, raw, input_size, conf, wanted) -> Candidates:
-        class_scores = raw[4:]
+        class_scores = raw[4:4 + self.num_classes]
         best = class_scores.max(axis=0)
         keep = np.flatnonzero(best > conf)
         if keep.size == 0:
@@ -136,7 +176,10 @@ class Yolov8Head(Head):
             mask = np.isin(class_ids, wanted)
             keep, class_ids = keep[mask], class_ids[mask]
         cx, cy, w, h = raw[:4, keep]
-        return Candidates(_cxcywh_to_xyxy(cx, cy, w, h), best[keep].astype(np.float32), class_ids.astype(np.int64))
+        found = Candidates(_cxcywh_to_xyxy(cx, cy, w, h), best[keep].astype(np.float32), class_ids.astype(np.int64))
+        if self.mask_dim:
+            found.mask_coefficients = raw[4 + self.num_classes:, keep].T.astype(np.float32)
+        return found
 
 
 class End2EndHead(Head):
@@ -154,13 +197,22 @@ class End2EndHead(Head):
 
 
 def identify_head(shape: tuple, input_size: tuple[int, int], *, ultralytics: bool, end2end: bool = False,
-                  where: str = "detector.model") -> Head:
+                  where: str = "detector.model", prototypes: tuple | None = None) -> Head:
     """The head whose output has `shape` for an input of `input_size` (w, h); a `DetectorError` if none fits.
 
     `ultralytics` (the model's metadata says it is an Ultralytics export) and `end2end` (its metadata
-    says the head selects its own boxes) settle shapes that two heads could share.
+    says the head selects its own boxes) settle shapes that two heads could share. `prototypes` is
+    the shape of a `-seg` model's second output, [B, M, h, w]: the head must then be YOLOv8's with M
+    mask coefficients after the class scores.
+
+    Example:
+        >>> head = identify_head((1, 116, 2100), (320, 320), ultralytics=True, prototypes=(1, 32, 80, 80))
+        >>> head.name, head.num_classes, head.mask_dim
+        ('yolov8', 80, 32)
     """
     n = anchor_count(input_size)
+    if prototypes is not None:
+        return _seg_head(shape, prototypes, input_size, n, where)
     if len(shape) == 3 and all(isinstance(d, int) for d in shape):
         _, rows, cols = shape
         if cols == 6 and (end2end or (ultralytics and rows != n)):
@@ -171,3 +223,15 @@ def identify_head(shape: tuple, input_size: tuple[int, int], *, ultralytics: boo
             return YoloxHead(cols - 5)
     raise DetectorError(f"{where}: output shape {list(shape)} fits no known head for input {input_size[0]}x"
                         f"{input_size[1]} (YOLOX [1, {n}, 5+C], YOLOv8 [1, 4+C, {n}], end-to-end [1, K, 6])")
+
+
+def _seg_head(shape: tuple, prototypes: tuple, input_size: tuple[int, int], n: int, where: str) -> Head:
+    """A `-seg` model's head: [B, 4 + C + M, N] beside prototypes [B, M, H/4, W/4]."""
+    w, h = input_size
+    if len(shape) == 3 and len(prototypes) == 4 and all(isinstance(d, int) for d in (*shape, *prototypes)):
+        batch, rows, cols = shape
+        pb, m, ph, pw = prototypes
+        if pb == batch and cols == n and m > 0 and rows > 4 + m and (pw, ph) == (w // 4, h // 4):
+            return Yolov8Head(rows - 4 - m, m)
+    raise DetectorError(f"{where}: outputs {list(shape)} and {list(prototypes)} fit no known -seg head for input "
+                        f"{w}x{h} (YOLOv8-seg: [1, 4+C+32, {n}] and prototypes [1, 32, {h // 4}, {w // 4}])")

@@ -7,6 +7,10 @@ comes from the pipeline file (`imgsz`, `names`, `input`; see `input_spec.py`). A
 runs once on a blank input: that checks the output against the known heads before any frame
 arrives, and warms it up.
 
+Masks: a model with a second output of rank 4 is taken for a `-seg` model (YOLOv8/11-seg: the
+first output [B, 4 + C + 32, N], the second the prototypes [B, 32, H/4, W/4]); it then gives each
+box its mask (`gives_masks`), made as the `ultralytics` backend makes it (`heads.mask_logits`).
+
 Batches: a model with a dynamic batch runs up to `max_batch` frames at once; one with a fixed batch
 B runs B at a time (a short chunk is padded with blank images).
 
@@ -142,8 +146,9 @@ class OnnxDetector(NeuralDetector):
         self.prepare_ahead = "CUDAExecutionProvider" in self.session.get_providers()
         meta = _model_metadata(self.session)
         ultralytics = meta.get("author", "").startswith("Ultralytics")
-        if ultralytics and meta.get("task", "detect") != "detect":
-            raise DetectorError(f"{where}: an Ultralytics {meta['task']!r} model; streamlens runs detection models")
+        task = meta.get("task", "detect") if ultralytics else None
+        if task not in (None, "detect", "segment"):
+            raise DetectorError(f"{where}: an Ultralytics {task!r} model; streamlens runs detection (and -seg) models")
 
         inputs = self.session.get_inputs()
         if len(inputs) != 1 or len(inputs[0].shape) != 4:
@@ -185,14 +190,25 @@ class OnnxDetector(NeuralDetector):
 
         outputs = self.session.get_outputs()
         self.output_name = outputs[0].name
+        # a `-seg` model: its prototypes [B, M, H/4, W/4] are a second output, of rank 4
+        seg = len(outputs) == 2 and len(outputs[1].shape) == 4
+        if task == "segment" and not seg:
+            shapes = ", ".join(f"{o.name} {list(o.shape)}" for o in outputs)
+            raise DetectorError(f"{where}: an Ultralytics 'segment' model whose outputs ({shapes}) are not boxes "
+                                f"and prototypes [B, 32, H/4, W/4]")
+        self.output_names = [o.name for o in outputs[:2 if seg else 1]]
         raw = self._probe(size, where)
         end2end = str(meta.get("end2end", "False")) == "True" or "'nms': True" in meta.get("args", "")
-        self.head = identify_head(tuple(raw.shape), size, ultralytics=ultralytics, end2end=end2end, where=where)
+        self.head = identify_head(tuple(raw[0].shape), size, ultralytics=ultralytics, end2end=end2end, where=where,
+                                  prototypes=tuple(raw[1].shape) if seg else None)
+        #: a `-seg` model: each box comes with its mask (`detections.data["masks"]`, streamlens/segment)
+        self.gives_masks = seg
         if freed:  # it must also run, and give the same head, at a size it was not exported for
             other = (size[0], max(32, size[1] - 5 * 32))
             try:
-                identify_head(tuple(self._probe(other, where).shape), other, ultralytics=ultralytics,
-                              end2end=end2end, where=where)
+                raw = self._probe(other, where)
+                identify_head(tuple(raw[0].shape), other, ultralytics=ultralytics, end2end=end2end, where=where,
+                              prototypes=tuple(raw[1].shape) if seg else None)
             except DetectorError as e:
                 raise DetectorError(f"detector.resize: bucket: {self.path} takes a fixed {fixed[1]}x{fixed[0]} "
                                     f"input and does not run at another size ({e})") from None
@@ -223,11 +239,11 @@ class OnnxDetector(NeuralDetector):
         source = free_spatial_dims(self.path) if freed else str(self.path)
         return ort.InferenceSession(source, options, providers=onnx_providers(device))
 
-    def _probe(self, size: tuple[int, int], where: str) -> np.ndarray:
-        """The model's output on a blank input of `size` (w, h)."""
+    def _probe(self, size: tuple[int, int], where: str) -> list[np.ndarray]:
+        """The model's outputs (`output_names`) on a blank input of `size` (w, h)."""
         probe = np.zeros((self.fixed_batch or 1, 3, size[1], size[0]), self.input_dtype)
         try:
-            return self.session.run([self.output_name], {self.input_name: probe})[0]
+            return self.session.run(self.output_names, {self.input_name: probe})
         except Exception as e:  # noqa: BLE001
             raise DetectorError(f"{where}: fails on a blank {size[1]}x{size[0]} input ({_short(e)})") from None
 
@@ -241,13 +257,19 @@ class OnnxDetector(NeuralDetector):
         if self.fixed_batch and count < self.fixed_batch:
             blank = np.zeros((self.fixed_batch - count, *batch.shape[1:]), batch.dtype)
             batch = np.concatenate([batch, blank])
-        raw = self.run_raw(batch)[:count]
-        return self.head.decode(raw, inputs[0].input_size, self.conf, self.wanted)
+        outputs = self.run_outputs(batch)
+        prototypes = outputs[1][:count] if len(outputs) > 1 else None
+        return self.head.decode(outputs[0][:count], inputs[0].input_size, self.conf, self.wanted, prototypes)
+
+    def run_outputs(self, batch: np.ndarray) -> list[np.ndarray]:
+        """The model's outputs (float32) for a ready input batch [B, 3, H, W]: the head's, and a
+        `-seg` model's prototypes."""
+        outputs = self.session.run(self.output_names, {self.input_name: batch})
+        return [out.astype(np.float32, copy=False) for out in outputs]
 
     def run_raw(self, batch: np.ndarray) -> np.ndarray:
-        """The model's raw output (float32) for a ready input batch [B, 3, H, W]."""
-        raw = self.session.run([self.output_name], {self.input_name: batch})[0]
-        return raw.astype(np.float32, copy=False)
+        """The model's raw output (float32) for a ready input batch [B, 3, H, W]: the head's."""
+        return self.run_outputs(batch)[0]
 
     def close(self) -> None:
         self.session = None  # type: ignore[assignment]

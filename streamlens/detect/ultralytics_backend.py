@@ -36,7 +36,7 @@ import numpy as np
 
 from ..errors import DetectorError
 from ..frame import Frame
-from .heads import Candidates
+from .heads import Candidates, mask_logits
 from .input_spec import ULTRALYTICS_CONVENTION
 from .names import resolve_names, wanted_class_ids
 from .neural import NeuralDetector, PreparedInput
@@ -262,9 +262,7 @@ class UltralyticsDetector(NeuralDetector):
         for i, rows in enumerate(kept):
             logits = None
             if protos is not None:  # each box's mask logits over the whole input: coefficients x prototypes
-                proto = protos[i].float()
-                logits = (rows[:, 6:].float() @ proto.view(proto.shape[0], -1)).view(-1, *proto.shape[1:])
-                logits = logits.cpu().numpy()
+                logits = mask_logits(rows[:, 6:].float(), protos[i].float()).cpu().numpy()
             rows = rows.float().cpu().numpy() if isinstance(rows, torch.Tensor) else np.asarray(rows, np.float32)
             out.append(Candidates(rows[:, :4].astype(np.float32), rows[:, 4].astype(np.float32),
                                   rows[:, 5].astype(np.int64), logits,

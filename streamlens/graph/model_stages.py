@@ -6,8 +6,9 @@ closes them at the end; each has `start()`, `stats()` and `close()`.
 Which mask stage a pipeline gets:
 - `segment.model` set: `SegmentStage`, SAM's encoder and decoder on a worker thread;
 - no `segment.model`, and a detector that gives masks (`gives_masks`: an Ultralytics `-seg`
-  model): `DetectorMaskStage`, those masks carried between keyframes (`segment:` then only says
-  `output` and `classes`; it may be left out);
+  model on the `ultralytics` backend, or its ONNX export on `onnx` or `openvino`):
+  `DetectorMaskStage`, those masks carried between keyframes (`segment:` then only says `output`
+  and `classes`; it may be left out);
 - otherwise none: objects carry no `mask`.
 
 The embeddings SAM's encoder makes are megabytes each, against a few kilobytes for a secondary
