@@ -75,9 +75,9 @@ class SourceConfig(_Keys):
         None, description="where the source decodes: a CPU worker process, or a thread of the engine's process "
                           "(default: process for cameras, thread for files)")
     fast_decode: bool = Field(False, description=(
-        "skip the H.264/HEVC decoder's loop (deblocking) filter: decoding costs about 30% less on 720p and "
+        "skip the H.264/HEVC decoder's loop (deblocking) filter: decoding costs 17-31% less on 720p and "
         "1080p H.264, pictures are slightly blockier (the detector's boxes agree with full decoding at F1 "
-        "0.97 on the shared highway clips, tools/results/fast_decode.md)"))
+        "0.97 on the shared highway clips, tools/results/fast_decode.md): for cores that decoding fills"))
     max_pixels: int = Field(MAX_PIXELS, ge=1, le=1 << 31, description=(
         "the largest picture (width x height) the source takes; a larger one is refused, counted and retried "
         "like a lost connection (a file ends with error); default 8K UHD, 7680 x 4320"))
