@@ -101,6 +101,7 @@ sys.path.insert(0, str(REPO))
 from streamlens.bench.accuracy import MATCH_IOU, combine, score_stream  # noqa: E402
 from streamlens.bench.probe import machine, versions, video_info  # noqa: E402
 from streamlens.bench.reference import reference_for  # noqa: E402
+from streamlens.bench.trial import SOURCE_KEYS  # noqa: E402
 from streamlens.config import load_pipeline, read_pipeline_tree  # noqa: E402
 from streamlens.metrics import nearest_rank  # noqa: E402
 from streamlens.track.matching import box_iou, match_by_iou  # noqa: E402
@@ -264,8 +265,10 @@ def write_pipeline(pipeline: Path, urls: dict[str, str], workers: int, zmq_port:
     config = load_pipeline(pipeline)
     zmq_sink = next((s.model_dump(exclude_none=True) for s in config.sinks if s.type == "zmq"), {})
     keep = {k: zmq_sink[k] for k in ("format", "hwm", "frames") if k in zmq_sink}
+    first = config.sources[0]  # each camera decodes as the file's first source does (`fast_decode`, ...)
+    decoding = {k: getattr(first, k) for k in SOURCE_KEYS if k in first.model_fields_set}
     tree = read_pipeline_tree(pipeline, {
-        "sources": [{"name": name, "uri": url} for name, url in urls.items()],
+        "sources": [{**decoding, "name": name, "uri": url} for name, url in urls.items()],
         "sinks": [{**keep, "type": "zmq", "endpoint": f"tcp://127.0.0.1:{zmq_port}", "mode": "pub",
                    "wait_subscribers": LISTENER_TOPICS, "wait_timeout_s": 60}],
         "runtime": {"workers": workers, "mode": "realtime", "http": {"port": http_port}}})
