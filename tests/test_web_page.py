@@ -523,3 +523,28 @@ def test_rle_masks_are_drawn_and_decoded_as_pycocotools_reads_them(browser, tmp_
         assert not errors(browser)  # while the run is up: its end would refuse the page's next request
     browser.get("about:blank")  # the module's other tests open their own page
 
+
+
+def test_a_stream_added_while_running_appears_on_the_page_and_a_removed_one_says_so(browser, tmp_path):
+    """`POST /api/streams` while the page is open: the new stream gets its tile and plays without a
+    reload; `DELETE` it and its badge says `removed`."""
+    path = pipeline_file(tmp_path / "p", streams=("cam1",))
+    with tool.running(path) as pipeline:
+        base = f"http://127.0.0.1:{pipeline.http_port}"
+        open_page(browser, base + "/")
+        wait_for(lambda: js(browser, "window.streamlens.drawn['cam1']"), 60, "cam1 drawn: the run is running")
+        body = json.dumps({"name": "door", "uri": str(SAMPLE), "live": True, "loop": True, "max_fps": 10}).encode()
+        request = urllib.request.Request(base + "/api/streams", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert answer.status == 201
+        wait_for(lambda: (js(browser, "window.streamlens.drawn['door']") or {}).get("seq", -1) >= 3, 60,
+                 "the added stream drawn on the page")
+        request = urllib.request.Request(base + "/api/streams/door", method="DELETE")
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert answer.status == 202
+        wait_for(lambda: js(browser, "document.querySelector('[data-stream=\"door\"] .state')?.textContent")
+                 == "removed", 60,
+                 "the removed stream's badge")
+        assert not errors(browser)
+    browser.get("about:blank")
