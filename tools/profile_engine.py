@@ -45,7 +45,7 @@ from tests.rtsp_server import free_port  # noqa: E402
 
 #: (stage, substrings of a sample's stack): the first stage whose substring a stack holds is its stage
 STAGES = [
-    ("detector: inference (onnxruntime)", ["OnnxDetector.run_raw"]),
+    ("detector: inference (onnxruntime)", ["OnnxDetector.run_outputs", "OnnxDetector.run_raw"]),
     ("detector: pre- and post-processing", ["streamlens/detect/"]),
     ("detector thread: batching", ["detect_worker.py", "batcher.py"]),
     ("decoding (PyAV, source threads)", ["file_passes.py", "sources/decode.py", "sources/file.py",

@@ -189,7 +189,6 @@ class OnnxDetector(NeuralDetector):
                                 f"set detector.imgsz")
 
         outputs = self.session.get_outputs()
-        self.output_name = outputs[0].name
         # a `-seg` model: its prototypes [B, M, H/4, W/4] are a second output, of rank 4
         seg = len(outputs) == 2 and len(outputs[1].shape) == 4
         if task == "segment" and not seg:

@@ -238,11 +238,7 @@ class Engine:
             self.regions[lane.name] = planner
         if self.chooser is not None and lane.live:
             self.chooser.add(lane.name, lane.period_s)
-        if lane.live:
-            c = self._control
-            lane.interval = max(1, round(lane.interval * c.stretch))
-            lane.stretch, lane.max_wait_s = c.stretch, c.max_wait_s
-            lane.publish_view()
+        self._rung(lane, self._control.stretch, self._control.max_wait_s)
         self.hold_open = False
 
     def post(self, fn: Callable[[], None], key: str = "mail") -> None:
@@ -266,12 +262,17 @@ class Engine:
         if self.chooser is not None:
             self.chooser.stretch = stretch
         for lane in self.lanes.values():
-            if lane.live:
-                lane.interval = max(1, round(self._gaps[lane.name] * stretch))
-                lane.stretch, lane.max_wait_s = stretch, max_wait_s
-                lane.publish_view()
+            self._rung(lane, stretch, max_wait_s)
         self.late_after_s = self._wait_s if wait else 0.0
         self.worker.batcher.budget_ms = None if throughput else self.worker.budget_ms
+
+    def _rung(self, lane: Lane, stretch: float, max_wait_s: float | None) -> None:
+        """A live lane's share of the controller's rung: its longest gap as configured x `stretch`,
+        and the wait limit."""
+        if lane.live:
+            lane.interval = max(1, round(self._gaps[lane.name] * stretch))
+            lane.stretch, lane.max_wait_s = stretch, max_wait_s
+            lane.publish_view()
 
     def _on_mail(self, item: Mail | Control) -> None:
         if isinstance(item, Control):

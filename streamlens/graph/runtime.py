@@ -96,7 +96,7 @@ class Pipeline:
         self._extra_sinks = list(sinks or [])
         self._first_seq = dict(first_seq or {})
         self._stats_extra = dict(stats_extra or {})
-        self._models, self._secondary = ModelStages(), None  # the secondary models and masks, when the file has them
+        self._models = ModelStages()  # the secondary models and masks, when the file has them
         self._stop_sources = threading.Event()
         self._lock = threading.Lock()
         self._error: str | None = None
@@ -209,7 +209,8 @@ class Pipeline:
     def embedding(self, stream: str, track: int, name: str | None = None):
         """The embedding kept for `track` of `stream` by the `embed` entry `name` (default: the
         first), a unit vector, or None; see streamlens/secondary."""
-        return None if self._secondary is None else self._secondary.embedding(stream, track, name)
+        secondary = self._models.secondary
+        return None if secondary is None else secondary.embedding(stream, track, name)
 
     def control_of(self, stream: str) -> tuple[float, bool, float] | None:
         """The budget controller's hold on `stream`: (interval stretch, whether keyframes wait for
@@ -376,7 +377,6 @@ class Pipeline:
             detector = build_detector(cfg.detector)
             built.append(detector)
             self._models = build_model_stages(cfg, detector, built)  # secondary models, masks
-            self._secondary = self._models.secondary
             http = None
             if cfg.runtime.http_port is not None:
                 http = MetricsServer(self, cfg.runtime.http_host, cfg.runtime.http_port)
@@ -433,7 +433,7 @@ class Pipeline:
             model_stats=self._models.figures if self._models.running else None,
             extra=self._stats_extra, sources=self._sources)
         self._collector = CycleCollector() if cfg.tracker.motion == "mv" else None
-        route = ResultRoute(build_stages(cfg, self._secondary, self._sources, self._models.segment), self._out,
+        route = ResultRoute(build_stages(cfg, self._models.secondary, self._sources, self._models.segment), self._out,
                             self.stats, self._reporter, credits=self._credits, credited=self._credited,
                             collector=self._collector)
         self._models.start()

@@ -116,13 +116,16 @@ class EngineRun:
     """Runs the pipeline of `spec` once: `run()` on one thread, `snapshot()`, `stop()` and
     `abort()` from others."""
 
-    def __init__(self, spec: EngineSpec, marks=None, host: str | None = None):
+    def __init__(self, spec: EngineSpec, marks=None, host: str | None = None,
+                 changes: queue.SimpleQueue | None = None):
+        """`changes`: where ("add", SourceConfig) and ("remove", name) wait for the run's next tick
+        (an actor's own, filled before it makes this engine too; default: a new one)."""
         self.spec = spec
         self.host = host or socket.gethostname()
         self._marks = _SeqMark(spec.streams, marks)
         self._pipeline = None
         self._stopped = threading.Event()  # stop() before the pipeline was built
-        self._changes: queue.SimpleQueue = queue.SimpleQueue()  # streams to add or remove, in order
+        self._changes = changes if changes is not None else queue.SimpleQueue()  # in order
         self._refused: dict[str, str] = {}
 
     def run(self, on_tick=None) -> tuple[str, object]:

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import queue
 import signal
 import tempfile
-import threading
 import time
 from typing import Any
 
@@ -50,8 +50,7 @@ class EngineActor:
 
     def __init__(self):
         self._engine: EngineRun | None = None
-        self._early: list[tuple] = []  # streams added or removed before the engine was made
-        self._lock = threading.Lock()
+        self._changes: queue.SimpleQueue = queue.SimpleQueue()  # streams added or removed, for the engine
 
     def run(self, spec: EngineSpec) -> tuple[str, Any]:
         import ray
@@ -62,12 +61,8 @@ class EngineActor:
             curve = spec.keys.write_server(folder) if spec.keys is not None else None
             sinks = [_on_node(s, bind, curve) for s in spec.config.sinks]
             spec.config = spec.config.model_copy(update={"sinks": sinks})
-            engine = EngineRun(spec, host=host)
-            with self._lock:
-                for what, value in self._early:
-                    getattr(engine, what)(value)
-                self._engine = engine
-            return engine.run()
+            self._engine = EngineRun(spec, host=host, changes=self._changes)
+            return self._engine.run()
 
     def snapshot(self):
         return self._engine.snapshot() if self._engine is not None else None
@@ -81,18 +76,11 @@ class EngineActor:
             self._engine.abort()
 
     def add(self, source) -> None:
-        self._changed(("add", source))
+        """A stream added (an actor marks no `seq` in shared memory: its queue is all it needs)."""
+        self._changes.put(("add", source))
 
     def remove(self, name: str) -> None:
-        self._changed(("remove", name))
-
-    def _changed(self, change: tuple) -> None:
-        """A stream added or removed: to the engine, or kept for it while the actor makes it."""
-        with self._lock:
-            if self._engine is None:
-                self._early.append(change)
-                return
-        getattr(self._engine, change[0])(change[1])
+        self._changes.put(("remove", name))
 
     def pid(self) -> int:
         import os

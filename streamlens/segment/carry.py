@@ -49,9 +49,6 @@ class MaskBook:
     def learn(self, stream: str, track: int, mask: BoxMask) -> None:
         self._masks[stream][track] = mask
 
-    def has(self, stream: str, track: int) -> bool:
-        return track in self._masks.get(stream, {})
-
     def attach(self, result: FrameResult, untracked: list | None = None) -> FrameResult:
         """`result` with each tracked object's mask (see the module); `untracked`: masks of its
         objects that no track carries (the detector's own, with `tracker: none`), one per object or None."""

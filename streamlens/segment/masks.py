@@ -116,11 +116,6 @@ class BoxMask:
         x1, y1, x2, y2 = self.region
         return np.stack([x1 + (cols * step + 0.5) * (x2 - x1) / w, y1 + (rows * step + 0.5) * (y2 - y1) / h], 1)
 
-    def area(self) -> float:
-        """The mask's area in source pixels."""
-        x1, y1, x2, y2 = self.region
-        return float(self.bits.mean()) * (x2 - x1) * (y2 - y1)
-
     def rle(self, height: int, width: int) -> dict:
         """COCO compressed RLE of the mask over the whole `height` x `width` frame."""
         made = self.raster(width, height)

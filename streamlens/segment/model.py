@@ -44,7 +44,6 @@ PIXEL_MEAN = np.array([123.675, 116.28, 103.53], np.float32)
 PIXEL_STD = np.array([58.395, 57.12, 57.375], np.float32)
 #: the decoder's inputs and outputs (segment-anything's ONNX export)
 DECODER_INPUTS = ("image_embeddings", "point_coords", "point_labels", "mask_input", "has_mask_input", "orig_im_size")
-DECODER_OUTPUTS = ("masks", "iou_predictions", "low_res_masks")
 
 
 def files_id(paths: list[Path], side: int) -> str:
@@ -228,4 +227,4 @@ def _fits(arrays: list[np.ndarray], shapes: list[tuple] | None) -> bool:
             and all(a.dtype == np.float16 and a.shape == s and np.isfinite(a).all() for a, s in zip(arrays, shapes)))
 
 
-__all__ = ["load_sam", "UltralyticsSam", "OnnxSam", "SAM_NAMES", "files_id", "DECODER_INPUTS", "DECODER_OUTPUTS"]
+__all__ = ["load_sam", "UltralyticsSam", "OnnxSam", "SAM_NAMES", "files_id", "DECODER_INPUTS"]

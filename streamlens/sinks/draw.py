@@ -295,10 +295,11 @@ def draw_masks(drawn: np.ndarray, masks, colors: np.ndarray, opacity: float = MA
             continue
         part, (x0, y0, x1, y1) = made
         roi = drawn[y0:y1, x0:x1]
-        tint = np.empty_like(roi)
-        tint[:] = MASK_COLORS.by_idx(int(color)).as_bgr()
-        blended = cv2.addWeighted(roi, 1 - opacity, tint, opacity, 0)
-        np.copyto(roi, blended, where=part[..., None])
+        inside = roi[part]  # the mask's pixels only (N x 3): blended where they are, nothing else made
+        if len(inside):
+            tint = np.empty_like(inside)
+            tint[:] = MASK_COLORS.by_idx(int(color)).as_bgr()
+            roi[part] = cv2.addWeighted(inside, 1 - opacity, tint, opacity, 0)
 
 
 class StreamAnnotators:
