@@ -268,9 +268,11 @@ def test_a_pipeline_publishes_masks_that_follow_their_boxes(tmp_path, tiny):
         report = pipe.run()
         stats = pipe.segment_stats()
     assert report.exit_code == 0, report.error
-    frames = [m for line in (tmp_path / "out.jsonl").read_text().splitlines()
-              for m in [json.loads(line)] if m["type"] == "frame"]
-    assert len(frames) == 300 and (tmp_path / "out.mp4").stat().st_size > 0
+    messages = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    frames = [m for m in messages if m["type"] == "frame"]
+    lost = sum(n for cause, n in next(m for m in messages if m["type"] == "eos")["lost"].items()
+               if cause != "corrupt")  # frames: paced, a busy machine may drop some, each counted
+    assert len(frames) + lost == 300 and (tmp_path / "out.mp4").stat().st_size > 0
     # every stats message says what the masks did (the last, just before the eos, all of it)
     assert told.messages and all("segment" in m for m in told.messages)
     # the worker may still answer a job after the last message, before it is closed
