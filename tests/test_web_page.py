@@ -126,6 +126,10 @@ def errors(driver) -> list[dict]:
 
 
 def open_page(driver, url: str) -> None:
+    """Open `url` with an empty console log: what an earlier page logged while its server went away
+    is not this page's error."""
+    driver.get("about:blank")
+    errors(driver)
     driver.get(url)
     wait_for(lambda: js(driver, "window.streamlens && window.streamlens.ready"), 30, "the page to load its streams")
 
@@ -521,7 +525,7 @@ def test_rle_masks_are_drawn_and_decoded_as_pycocotools_reads_them(browser, tmp_
             assert flat.size == rle["size"][0] * rle["size"][1]
             assert np.array_equal(flat.reshape(rle["size"][1], rle["size"][0]).T, expected)
         assert not errors(browser)  # while the run is up: its end would refuse the page's next request
-    browser.get("about:blank")  # the module's other tests open their own page
+        browser.get("about:blank")  # the module's other tests open their own page
 
 
 
@@ -547,4 +551,4 @@ def test_a_stream_added_while_running_appears_on_the_page_and_a_removed_one_says
                  == "removed", 60,
                  "the removed stream's badge")
         assert not errors(browser)
-    browser.get("about:blank")
+        browser.get("about:blank")
