@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import threading
 from importlib.metadata import PackageNotFoundError, version
@@ -33,6 +32,7 @@ from .commands import subscribe as subscribe_command
 from .config import load_pipeline, preflight_problems
 from .eval import command as eval_command
 from .errors import ConfigError, StreamlensError
+from .signals import SignalRelay
 
 EXIT_USAGE = 2
 #: after a second Ctrl-C, how long the run may take to close its sinks before the process exits anyway
@@ -118,13 +118,9 @@ def _exit_soon(code: int, seconds: float) -> None:
 
 
 def _cmd_run(args) -> int:
-    presses, pipeline, display = 0, None, None
+    pipeline, display = None, None
 
-    def on_signal(signum, frame) -> None:
-        nonlocal presses
-        presses += 1
-        if pipeline is None:  # still loading: nothing has been produced, nothing to finish
-            raise KeyboardInterrupt
+    def on_signal(presses: int) -> None:  # on the relay's thread (streamlens/signals.py)
         if presses == 1:
             message = "stopping: finishing what was decoded (Ctrl-C again to stop at once)"
             display.note(message) if display else print(message, file=sys.stderr)
@@ -134,8 +130,9 @@ def _cmd_run(args) -> int:
             if presses == 2:
                 _exit_soon(130, ABORT_GRACE_S)
 
-    # the handlers come first: a SIGTERM while the modules and the model load ends the run cleanly too
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    # the handlers come first: a SIGTERM while the modules and the model load ends the run cleanly
+    # too (still loading: nothing has been produced, nothing to finish)
+    relay = SignalRelay(on_signal, early=lambda: pipeline is None)
     try:
         from .config import ClusterConfig
         from .progress import ProgressDisplay, summary
@@ -153,8 +150,7 @@ def _cmd_run(args) -> int:
         pipeline = runner_for(config, log_level=logging.getLogger().level)
         report = pipeline.run(on_tick=display)
     finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
+        relay.close()
     if not args.quiet:
         print(summary(report), file=sys.stderr)
     if report.error:

@@ -21,12 +21,12 @@ import argparse
 import dataclasses
 import json
 import logging
-import signal
 import sys
 import time
 
 from ..config import load_pipeline
 from ..errors import StreamlensError
+from ..signals import SignalRelay
 
 MARKER = "BENCH-REPORT "
 #: run this much past warm-up + seconds, so that the last frames of the window are surely sent
@@ -53,15 +53,7 @@ def run(path: str, overrides: dict, warmup: float, seconds: float, startup_s: fl
 
     config = load_pipeline(path, overrides=overrides)
     pipeline = runner_for(config)
-    signals = 0
-
-    def on_signal(signum, _frame) -> None:
-        nonlocal signals
-        signals += 1
-        pipeline.stop() if signals == 1 else pipeline.abort()
-
-    for s in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(s, on_signal)
+    relay = SignalRelay(lambda presses: pipeline.stop() if presses == 1 else pipeline.abort())
     begun = time.monotonic()
     first: list[float] = []
 
@@ -83,8 +75,10 @@ def run(path: str, overrides: dict, warmup: float, seconds: float, startup_s: fl
         report = pipeline.run(on_tick=on_tick)
     except StreamlensError as e:  # a node could not be built: nothing ran
         return {"status": "failed", "error": str(e), "wall_s": time.monotonic() - begun, "streams": []}
+    finally:
+        relay.close()
     status = report.status
-    if status == "interrupted" and signals == 0:
+    if status == "interrupted" and relay.presses == 0:
         status = "done"  # stopped by the bench's own clock, as planned
     return {"status": status, "error": report.error, "wall_s": round(report.wall_s, 3),
             "streams": [stream_counters(st) for st in report.streams]}
