@@ -5,6 +5,10 @@ capacity, so one busy stream never takes another's room. When a key's share is f
 blocks (files: nothing may be lost) or drops that key's oldest item (live streams: fresh beats
 complete); every drop is counted per key. The consumer takes items in arrival order.
 
+Every operation under the lock is O(1) (a drop marks the key's oldest entry dead; `get` skips dead
+entries): with a hundred streams' threads putting, a holder preempted for the GIL while it scans
+would keep the lock, and the consumer behind it, waiting for a turn of every thread.
+
 Channels made with `share=` another one wait on the same condition, so one consumer can wait on
 several at once: `get_any(channels)` takes from the first that has an item (the engine takes the
 detector's results before new frames this way).
@@ -38,8 +42,10 @@ class Channel:
             raise ValueError("capacity must be >= 1")
         self.capacity = capacity
         self.name = name
-        self._items: deque[tuple[str, Any]] = deque()
-        self._count: Counter[str] = Counter()
+        #: entries `[key, item, alive]` in arrival order; a dropped one stays, dead, until reached
+        self._items: deque[list] = deque()
+        self._by_key: dict[str, deque[list]] = {}  # each key's live entries, oldest first
+        self._live = 0
         #: shared with `share`: a waiter on either wakes for both (see `get_any`)
         self._cond = share._cond if share is not None else threading.Condition()
         self._closed = False
@@ -55,25 +61,24 @@ class Channel:
         """Add `item` under `key`. Returns False (item not added) once the channel is closed."""
         with self._cond:
             capacity = self._capacity_of.get(key, self.capacity)
-            while not self._closed and self._count[key] >= capacity:
+            mine = self._by_key.get(key)
+            if mine is None:
+                mine = self._by_key[key] = deque()
+            while not self._closed and len(mine) >= capacity:
                 if drop_oldest:
-                    self._drop_oldest(key)
+                    mine.popleft()[2] = False
+                    self._live -= 1
+                    self.dropped[key] += 1
                     break
                 self._cond.wait()
             if self._closed:
                 return False
-            self._items.append((key, item))
-            self._count[key] += 1
+            entry = [key, item, True]
+            self._items.append(entry)
+            mine.append(entry)
+            self._live += 1
             self._cond.notify_all()
             return True
-
-    def _drop_oldest(self, key: str) -> None:
-        for i, (k, _) in enumerate(self._items):
-            if k == key:
-                del self._items[i]
-                self._count[key] -= 1
-                self.dropped[key] += 1
-                return
 
     def get(self, timeout: float | None = None) -> Any:
         """Take the oldest item; wait up to `timeout` seconds (None: forever, 0: not at all).
@@ -82,7 +87,7 @@ class Channel:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while not self._items:
+            while not self._live:
                 if self._closed:
                     raise ChannelClosed(self.name)
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -92,10 +97,15 @@ class Channel:
             return self._pop()
 
     def _pop(self) -> Any:
-        key, item = self._items.popleft()
-        self._count[key] -= 1
+        """The oldest live item (there is one: `_live` > 0)."""
+        items = self._items
+        entry = items.popleft()
+        while not entry[2]:
+            entry = items.popleft()
+        self._by_key[entry[0]].popleft()  # the key's oldest live entry is this one
+        self._live -= 1
         self._cond.notify_all()
-        return item
+        return entry[1]
 
     def close(self, *, discard: bool = False) -> None:
         """No more puts; `get` drains what is left (or nothing, with `discard`), then raises."""
@@ -103,7 +113,8 @@ class Channel:
             self._closed = True
             if discard:
                 self._items.clear()
-                self._count.clear()
+                self._by_key.clear()
+                self._live = 0
             self._cond.notify_all()
 
     @property
@@ -111,9 +122,12 @@ class Channel:
         return self._closed
 
     def depth(self, key: str | None = None) -> int:
-        """Items waiting, for one key or in all."""
-        with self._cond:
-            return len(self._items) if key is None else self._count[key]
+        """Items waiting, for one key or in all: read without the lock (a figure for the stats,
+        which ask it of every stream once a second, behind every putting thread otherwise)."""
+        if key is None:
+            return self._live
+        mine = self._by_key.get(key)
+        return len(mine) if mine is not None else 0
 
 
 def get_any(channels: list[Channel], timeout: float | None = None) -> Any:
@@ -135,7 +149,7 @@ def get_any(channels: list[Channel], timeout: float | None = None) -> Any:
     with first._cond:
         while True:
             for ch in channels:
-                if ch._items:
+                if ch._live:
                     return ch._pop()
             closed = next((ch for ch in channels if ch._closed), None)
             if closed is not None:

@@ -288,9 +288,13 @@ class Pipeline:
         streams' losses, an abort's deadline for stuck sinks, once a second the budget controller
         and the `stats` messages, and `on_tick`."""
         next_stats = time.monotonic() + stats_every_s
-        while any(t.is_alive() for t in threads):
-            for t in threads:
-                t.join(tick_s / len(threads))
+        while True:
+            alive = next((t for t in threads if t.is_alive()), None)
+            if alive is None:
+                break
+            # one wait a tick, not one per thread: with a hundred sources' threads each wake-up
+            # waits its turn for the GIL, and a tick of a wake-up per thread took seconds
+            alive.join(tick_s)
             if self._engine_thread.is_alive():  # the stats' writer: the engine thread, then this one
                 self._mail.put(Mail(self._reporter.refresh), key="refresh", drop_oldest=True)
             else:
@@ -347,7 +351,8 @@ class Pipeline:
         replaces one not yet applied), and the engine applies it on its thread before its next input."""
         control = self.controller
         if control is not None:
-            control.tick(self._losses.uncarried(list(control.shedders)))
+            names = list(control.shedders)
+            control.tick(self._losses.uncarried(names), self._losses.unshed(names))
             self._mail.put(Control(control.stretch, control.wait, control.throughput, control.max_wait_s),
                            key="control", drop_oldest=True)
 
