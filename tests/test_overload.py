@@ -149,6 +149,40 @@ def test_streams_shedding_the_same_share_drop_the_same_frames_count_on_staggered
     assert not (pattern[1:] & pattern[:-1]).any()
 
 
+def test_while_shedding_a_stream_that_loses_more_elsewhere_is_shed_less_so_all_keep_alike():
+    """Frames too old for the engine fall where the scheduler puts each stream's thread, not evenly:
+    the controller sheds less from the streams those losses hit, more from the others."""
+    clock = Clock()
+    c = BudgetController(33, ["a", "b", "c"], max_stretch=1, clock=clock)
+    feed(c, clock, {"a": 40, "b": 40, "c": 40}, dict.fromkeys("abc", 0))  # batching for throughput
+    # a second that lost as many frames as it published: shedding goes to 1 in 2
+    assert feed(c, clock, dict.fromkeys("abc", 20.0), dict.fromkeys("abc", 32)) == ["dropping 1 in 2"]
+    carried = dict.fromkeys("abc", 32)  # the engine's own losses stop there: the rung holds
+    published = dict.fromkeys("abc", 32)  # feed's 32 frames a stream a second
+    # every second now, stream c loses 32 frames late from its source, b 8, a none (losses that do
+    # not make the controller climb, but do make a stream keep less)
+    for second in range(1, 16):
+        lost = {"a": 32, "b": 32 + 8 * second, "c": 32 + 32 * second}
+        for _ in range(32):
+            clock.now += 1 / 32
+            for stream in lost:
+                c.observe(stream, 20.0)
+        assert c.tick(carried, lost) is None
+    lost = {"a": 0, "b": 8 * 15, "c": 32 * 15}
+    assert c.shed == 0.5
+    shares = {name: s.fraction for name, s in c.shedders.items()}
+    assert shares["a"] > shares["b"] > shares["c"]
+    # what each keeps: (1 - shed) x (1 - its other losses' share) is about the same for all
+    other = {name: (n / 15) / (n / 15 + published[name]) for name, n in lost.items()}
+    kept = [(1 - shares[name]) * (1 - other[name]) for name in lost]
+    assert max(kept) - min(kept) < 0.03, (shares, kept)
+    # streams that lose alike shed alike: the rung's share exactly
+    even = BudgetController(33, ["a", "b"], max_stretch=1, clock=clock)
+    feed(even, clock, {"a": 40, "b": 40}, {"a": 0, "b": 0})
+    feed(even, clock, {"a": 20, "b": 20}, {"a": 32, "b": 32})
+    assert [s.fraction for s in even.shedders.values()] == [even.shed, even.shed]
+
+
 # -- the engine and admission ---------------------------------------------------------------------
 
 

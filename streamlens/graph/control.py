@@ -37,6 +37,12 @@ published its result. Two parts hold it:
    shedding within a tick or two. Keyframes keep their spacing in time (the schedules count the
    frames shed), so shedding costs frames, not detections.
 
+While it sheds, the share is the same for every stream only in what each keeps: a stream that
+lost more of its frames otherwise (too old for the engine or from its source, a full queue: which
+thread the scheduler serves first decides where those fall) is shed less, one that lost fewer is
+shed more, so that every live stream keeps about the same share (`fair_shares`; the losses are
+smoothed over a few seconds, `FAIR_SMOOTHING`).
+
 Every frame it drops is counted (`shed`, part of `dropped`) in stats, metrics and the summary.
 When every live stream has stayed under 60% of the budget, without losing more than that tail, for
 `calm_s`, it comes down one rung, in the reverse order. A load within the budget but above that
@@ -89,6 +95,27 @@ MIN_WAIT_SHARE = 0.25
 MAX_CALM_S = 60.0
 #: a load within the budget but not calm steps down after this many times the calm wait
 PROBE_CALMS = 3
+#: the weight of each new second in the streams' smoothed losses, for fair shares
+FAIR_SMOOTHING = 0.25
+
+
+def fair_shares(shed: float, lost: dict[str, float], most: float = SHED_STEPS[-1]) -> dict[str, float]:
+    """Each stream's share to shed so that all keep about what they would with `shed` alike and
+    the mean of their other losses: `lost` is each stream's share of frames lost otherwise (of
+    those not shed). A stream that loses more than that leaves is shed nothing; none more than `most`.
+
+    Example:
+        >>> shares = fair_shares(0.5, {"a": 0.0, "b": 0.2, "c": 0.4})
+        >>> {k: round(v, 3) for k, v in shares.items()}
+        {'a': 0.6, 'b': 0.5, 'c': 0.333}
+        >>> {k: round((1 - v) * (1 - lost), 2) for (k, v), lost in zip(shares.items(), (0.0, 0.2, 0.4))}
+        {'a': 0.4, 'b': 0.4, 'c': 0.4}
+    """
+    if shed <= 0.0 or len(set(lost.values())) <= 1:  # nothing to even out
+        return dict.fromkeys(lost, max(0.0, shed))
+    keep = (1.0 - shed) * (1.0 - sum(lost.values()) / len(lost))
+    return {name: min(most, max(0.0, 1.0 - keep / (1.0 - share))) if share < 1.0 else 0.0
+            for name, share in lost.items()}
 
 
 def shed_name(fraction: float) -> str:
@@ -157,6 +184,8 @@ class BudgetController:
         self._samples = {name: deque() for name in streams}
         self._lock = threading.Lock()
         self._drops: dict[str, int] = {}
+        self._losses: dict[str, int] = {}  # each stream's frames lost but shed, so far
+        self._smoothed: dict[str, tuple[float, float]] = {}  # (lost, published) a second, smoothed
         self._calm_since: float | None = None  # every stream calm since
         self._steady_since: float | None = None  # every stream within the budget since
         self._last_up: float | None = None
@@ -200,13 +229,18 @@ class BudgetController:
             values = sorted(ms for _, ms in self._samples[stream])
         return nearest_rank(values, 0.95) if values else None
 
-    def tick(self, drops: dict[str, int]) -> str | None:
+    def tick(self, drops: dict[str, int], losses: dict[str, int] | None = None) -> str | None:
+        """`losses`: each stream's frames lost so far but those shed (every cause: `drops` leaves
+        out those late from their source), for fair shares (None: every stream sheds alike)."""
         now = self.clock()
         with self._lock:
             for samples in self._samples.values():
                 while samples and samples[0][0] <= now - self.window_s:
                     samples.popleft()
-            published = sum(len(samples) for samples in self._samples.values())
+            counts = {name: len(samples) for name, samples in self._samples.items()}
+            published = sum(counts.values())
+        if losses is not None:
+            self._smooth(counts, losses)
         p95 = {name: self.p95(name) for name in list(self._samples)}
         lost = sum(max(0, n - self._drops.get(name, n)) for name, n in drops.items() if name in self._samples)
         self._drops.update(drops)
@@ -221,7 +255,10 @@ class BudgetController:
             if self._last_up is not None and now - self._last_up < self.settle_s:
                 return None  # the last step has not had its time yet
             self._last_up = now
-            return self._note(self._step_up(lost_share))
+            action = self._note(self._step_up(lost_share))
+            self._share_fairly()
+            return action
+        self._share_fairly()
         if self.level == 0:
             self._calm_since = self._steady_since = None
             return None
@@ -238,7 +275,29 @@ class BudgetController:
         if self._last_down is not None:  # the last step down held: the next may come sooner
             self.calm_s = max(self._least_calm_s, self.calm_s / 2)
         self._calm_since = self._steady_since = self._last_down = now
-        return self._note(self._step_down())
+        action = self._note(self._step_down())
+        self._share_fairly()
+        return action
+
+    def _smooth(self, counts: dict[str, int], losses: dict[str, int]) -> None:
+        """Each stream's frames lost (but shed) and published in the last second, smoothed."""
+        for name, total in losses.items():
+            if name not in counts:
+                continue
+            lost = max(0, total - self._losses.get(name, total))
+            self._losses[name] = total
+            old = self._smoothed.get(name)
+            new = (float(lost), float(counts[name]))
+            self._smoothed[name] = new if old is None else tuple(
+                o + FAIR_SMOOTHING * (n - o) for o, n in zip(old, new))
+
+    def _share_fairly(self) -> None:
+        """Every shedder's share from the rung's and the streams' other losses (`fair_shares`)."""
+        shedders = self.shedders
+        lost = {name: (self._smoothed[name][0] / sum(self._smoothed[name])) if sum(self._smoothed.get(name, (0, 0)))
+                else 0.0 for name in shedders}
+        for name, share in fair_shares(self.shed, lost).items():
+            shedders[name].fraction = share
 
     def _adjust_wait(self, worst_ms: float | None) -> None:
         """The hard limit follows the worst p95 of the second (see the docs)."""

@@ -52,6 +52,11 @@ class Losses:
         return {name: self.dropped(lost) - lost["shed"] - self.late_from_source(name)
                 for name in names for lost in (self.of(name),)}
 
+    def unshed(self, names: list[str]) -> dict[str, int]:
+        """Per stream of `names`, every frame lost so far but those the budget controller shed
+        (its fair shares weigh them: graph/control.py)."""
+        return {name: self.dropped(lost) - lost["shed"] for name in names for lost in (self.of(name),)}
+
     @staticmethod
     def dropped(lost: dict[str, int]) -> int:
         """Every frame lost before publication: all of `lost` but `corrupt` (packets, not frames)."""
