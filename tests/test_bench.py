@@ -95,6 +95,17 @@ def test_frames_after_the_window_and_silent_streams():
     assert m["latency_ms"]["p95"] == pytest.approx(20.0, abs=0.01)
 
 
+def test_on_a_curve_kept_counts_the_frames_a_stream_had_not_the_span_it_delivered():
+    """Past capacity a stream may deliver a frame now and then: one frame of a 10 fps stream's 20 in
+    a 2 s window kept 5%, not the 100% its one-frame span would say."""
+    sparse = records([25], [2.5])
+    full = records(range(10, 40), [1.0 + i / 10 for i in range(30)])  # 20 of them in the window [2 s, 4 s)
+    m = measure({"s0": sparse, "s1": full}, k=2, warmup=1.0, seconds=2.0, fps=10.0)
+    assert m["streams"]["s0"]["kept"] == 0.05 and m["streams"]["s1"]["kept"] == 1.0
+    assert m["kept_spread"] == 0.95
+    assert measure({"s0": sparse, "s1": full}, k=2, warmup=1.0, seconds=2.0)["streams"]["s0"]["kept"] == 1.0
+
+
 # -- the command, for real ---------------------------------------------------------------------
 
 

@@ -22,7 +22,9 @@ same video, and prints a table; everything measured goes to `--out` as JSON.
 - `--curve` measures overload instead of capacity: every K of `--streams` is tried whatever the
   results, and a trial passes when its p95 is within the budget and every stream kept within
   `--max-spread` (default 0.10) of the others' share of frames; kept (all streams, the worst, the
-  spread) and F1 are reported beside it, not judged. Use it up to the decode-only limit.
+  spread) and F1 are reported beside it, not judged. Use it up to the decode-only limit. A
+  stream's kept is then over the frames it had in the window (the video's rate x `--seconds`), not
+  over the span of the frames it delivered, which reads 100% for a stream that delivered one.
 - The budget (`--budget-ms`) defaults to the pipeline's `runtime.budget_ms` (33 ms unless set).
 - Accuracy (`streamlens.bench.accuracy`): the reference is the pipeline's own detector (same model,
   resize mode, conf, classes) on every frame of one pass of the video, made once per video and
@@ -342,7 +344,8 @@ def _run(args) -> int:
             trial = run_trial(args.pipeline, video, k, warmup=args.warmup, seconds=args.seconds, budget_ms=budget,
                               min_kept=args.min_kept, min_f1=args.min_f1, reference=reference,
                               sink_options=sink_options, workers=args.workers, debug=args.debug,
-                              curve=args.curve, max_spread=args.max_spread, source_keys=source_keys)
+                              curve=args.curve, max_spread=args.max_spread, source_keys=source_keys,
+                              fps=info["fps"] if args.curve else None)
         except TrialFailed as e:
             print(f"streamlens bench: error: {e}", file=sys.stderr, flush=True)
             trial = {"k": k, "status": "error", "error": str(e), "passed": False}

@@ -111,9 +111,13 @@ def _late_estimate(stats: dict | None) -> dict | None:
     return {q: round(sum(part[q] for part in parts), 2) for q in ("p50", "p95")}
 
 
-def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None) -> dict:
+def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None, fps: float | None = None) -> dict:
     """kept, latency and keyframe rate in the measured window, from the subscriber's records
     (`{stream: {"frame": [...], "ts": [...], "recv": [...], "key": [...]}}`; see the module docs).
+    Kept is the frames received over the span of frame numbers received in the window or, with
+    `fps` (the video's rate: overload curves, where a stream may deliver a frame now and then), over
+    the frames the stream had in the window (`fps` x `seconds`): a stream that delivered one frame
+    kept one of them, not all.
     With a `Reference` (and records holding `pts`, `boxes` and `det`, as the listener writes them)
     also the accuracy of each stream and of all (`streamlens.bench.accuracy`)."""
     firsts = [s["ts"][0] for s in streams.values() if s["ts"]]
@@ -133,7 +137,8 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
         frames = np.asarray(s["frame"], dtype=np.int64)[inside]
         lat = (np.asarray(s["recv"], dtype=np.float64)[inside] - ts[inside]) * 1000.0
         n = int(inside.sum())
-        span = int(frames.max() - frames.min() + 1) if n else 0
+        span = (round(fps * seconds) if fps else int(frames.max() - frames.min() + 1)) if n or fps else 0
+        n = min(n, span)  # a frame on the window's edge: never more than all
         per_stream[name] = {"frames": n, "expected": span, "kept": round(n / span, 4) if span else 0.0,
                             "latency_ms": _percentiles(lat),
                             "keyframes": int(np.asarray(s["key"], dtype=np.int64)[inside].sum()) if n else 0}
@@ -261,9 +266,10 @@ def passes(trial: dict, budget_ms: float, min_kept: float, min_f1: float, *, cur
                 and (f1 is None or f1 >= min_f1))
 
 
-def _result(k: int, heard: dict, report: dict, warmup: float, seconds: float, reference) -> dict:
+def _result(k: int, heard: dict, report: dict, warmup: float, seconds: float, reference,
+            fps: float | None = None) -> dict:
     result = {"k": k, "status": "ok", "error": None}
-    result.update(measure(heard["streams"], k, warmup, seconds, reference))
+    result.update(measure(heard["streams"], k, warmup, seconds, reference, fps))
     result["lost_on_zmq"] = sum(s.get("lost", 0) for s in heard["streams"].values())
     result["subscriber"] = {"ended": heard.get("ended"), "timed_out": heard.get("timed_out"),
                             "skipped": heard.get("skipped")}
@@ -288,15 +294,15 @@ def _result(k: int, heard: dict, report: dict, warmup: float, seconds: float, re
 def run_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds: float, budget_ms: float,
               min_kept: float, min_f1: float = 0.0, reference=None, sink_options: dict | None = None,
               workers: int | None = None, debug: bool = False, curve: bool = False,
-              max_spread: float = 0.10, source_keys: dict | None = None) -> dict:
-    """Run one trial with `k` streams; its figures as a dict (see `measure`), with `passed`.
+              max_spread: float = 0.10, source_keys: dict | None = None, fps: float | None = None) -> dict:
+    """Run one trial with `k` streams; its figures as a dict (see `measure`, which takes `fps`), with `passed`.
     Raises `TrialFailed` when the pipeline process fails; KeyboardInterrupt ends both children."""
     overrides = trial_overrides(video, k, "{endpoint}", sink_options, workers, source_keys)
     command = [sys.executable, "-m", "streamlens.bench.runner", str(pipeline), "--overrides", json.dumps(overrides),
                "--warmup", str(warmup), "--seconds", str(seconds), "--startup-s", str(STARTUP_S)]
     report, heard = _run_with_listener(k, command + (["--debug"] if debug else []), "pipeline",
                                        STARTUP_S + warmup + seconds + DRAIN_S)
-    result = _result(k, heard, report, warmup, seconds, reference)
+    result = _result(k, heard, report, warmup, seconds, reference, fps)
     result["passed"] = passes(result, budget_ms, min_kept, min_f1, curve=curve, max_spread=max_spread)
     return result
 
