@@ -200,20 +200,51 @@ runtime: {{http: {{port: 0}}}}
 
 def test_the_packet_window_holds_pre_s_and_one_gop_in_bounded_memory():
     """A 720p camera at 2 Mbit/s, 30 fps, a key frame every 2 s (key frames 10x a P frame), with
-    `pre_s: 5` (kept: 5 s + the 1 s margin): at most about 2 MB; and any stream at most its cap."""
+    `pre_s: 5` (kept: 5 s + a live source's margin): at most 2 MB; and any stream at most its cap."""
+    from streamlens.sources import CLIP_MARGIN_S
     from streamlens.sources.clips import MAX_WINDOW_BYTES, PacketWindow, _Packet
 
     fps, gop, rate = 30, 60, 2_000_000 / 8
     p_bytes = rate * gop / fps / (gop - 1 + 10)
-    window = PacketWindow(6.0)
+    keep = 5.0 + CLIP_MARGIN_S
+    window = PacketWindow(keep)
     most = 0
     for i in range(30 * 60):
         key = i % gop == 0
         window.add(_Packet(b"x" * int(p_bytes * (10 if key else 1)), i, i, key, i / fps))
         most = max(most, window.bytes)
-        assert window.packets[0].keyframe and window.packets[0].seconds <= i / fps - 6.0 or i / fps < 6.0
-    assert most <= 2.1e6, most
+        assert window.packets[0].keyframe and window.packets[0].seconds <= i / fps - keep or i / fps < keep
+    assert most <= 2.0e6, most
     huge = PacketWindow(60.0, max_bytes=MAX_WINDOW_BYTES)
     for i in range(600):
         huge.add(_Packet(b"x" * 1_000_000, i, i, i % 30 == 0, i / 30))
     assert huge.bytes <= MAX_WINDOW_BYTES + 30 * 1_000_000  # the cap, plus the GOP being read
+
+
+def test_an_event_later_than_the_margin_widens_the_window_for_the_next_clips(tmp_path):
+    """The window keeps `pre_s` plus a margin for the event's way back from the engine; an event
+    that comes back later (a loaded machine) makes it keep twice that lag from then on, so the next
+    clip starts at the key frame at or before its `pts - pre_s` again."""
+    import av
+
+    from streamlens.sources.clips import ClipRecorder
+
+    with av.open(str(SAMPLE)) as container:
+        stream = container.streams.video[0]
+        plain = ClipRecorder(stream, 2.3)  # without `pre_s`: the window it was given, whatever comes
+        plain.request(0.0, 1.0, tmp_path / "plain.mp4")
+        plain.close()
+        assert plain.window.keep_s == 2.3
+        recorder = ClipRecorder(stream, 2.3, pre_s=2.0, folder=tmp_path)
+        try:
+            requested = False
+            for packet in container.demux(stream):
+                recorder.packet(packet)
+                if not requested and recorder.newest_s is not None and recorder.newest_s >= 4.0:
+                    # an event at 3.0 s, asked for with the newest packet at 4 s: 1 s late, past 0.3 s
+                    recorder.request(1.0, 4.0, tmp_path / "late.mp4")
+                    requested = True
+                    assert recorder.window.keep_s == pytest.approx(2.0 + 2 * (recorder.newest_s - 3.0))
+        finally:
+            recorder.close(wait_s=30)
+    assert recorder.window.keep_s > 2.3

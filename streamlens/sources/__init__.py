@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..config import SourceConfig
 from .base import Source
 from .clips import ClipSpec
@@ -11,6 +13,8 @@ def build_source(cfg: SourceConfig, export_mvs: bool = False, clips: ClipSpec | 
     """A `FileSource` for files, a `LiveSource` for camera URLs and devices. `export_mvs`:
     put the decoder's motion vectors on every frame (for `tracker: {motion: mv}`); `clips`: a
     camera records its packets for `analytics.clips` (`clips_spec`)."""
+    if clips is not None and cfg.is_file and not cfg.live:  # read as fast as the engine goes: frames in flight
+        clips = replace(clips, margin_s=max(clips.margin_s, FILE_CLIP_MARGIN_S))
     if not cfg.is_file:
         return _live_source(cfg, export_mvs, clips)
     from .file import FileSource
@@ -25,8 +29,13 @@ def _live_source(cfg: SourceConfig, export_mvs: bool, clips: ClipSpec | None) ->
     return LiveSource(cfg, export_mvs=export_mvs, clips=clips)
 
 
-#: seconds of packets a camera keeps beyond `pre_s` (the key frame before is kept on top of them)
-CLIP_MARGIN_S = 1.0
+#: seconds of packets a live source keeps beyond `pre_s` (the key frame before is kept on top of
+#: them): an event comes back from the engine within about the budget of its frame being read (the
+#: engine drops live frames older than that), plus the decoder's reordering; one that comes later
+#: widens the window (`ClipRecorder.request`)
+CLIP_MARGIN_S = 0.3
+#: ... and a file that is not live, read ahead of the engine by the frames it has in flight
+FILE_CLIP_MARGIN_S = 1.0
 
 
 def clips_spec(config) -> ClipSpec | None:
@@ -36,7 +45,7 @@ def clips_spec(config) -> ClipSpec | None:
     if clips is None:
         return None
     max_bytes = clips.retain.max_gb * 1e9 if clips.retain.max_gb is not None else None
-    return ClipSpec(clips.pre_s + CLIP_MARGIN_S, str(clips.path), clips.retain.days, max_bytes)
+    return ClipSpec(clips.pre_s, CLIP_MARGIN_S, str(clips.path), clips.retain.days, max_bytes)
 
 
 __all__ = ["Source", "build_source", "clips_spec"]

@@ -59,6 +59,8 @@ MAX_CLIP_S = 300.0
 CLOSE_S = 3.0
 #: a `.part` file this old is left from a process that ended mid-write: `prune_clips` deletes it
 STALE_PART_S = 600.0
+#: the most a window keeps beyond `pre_s` once events came late (`ClipRecorder.request`), seconds
+MAX_MARGIN_S = 5.0
 
 
 @dataclass(slots=True)
@@ -114,14 +116,21 @@ class PacketWindow:
 @dataclass(frozen=True)
 class ClipSpec:
     """What a source records for `analytics.clips` (picklable: it crosses to a decode worker):
-    seconds of packets kept (`keep_s`), the clips `folder`, `retain_days` and `retain_bytes` (None:
-    no such bound), and the `stream` named in the log."""
+    `pre_s`, and `margin_s` more seconds of packets kept for the time an event takes to come back
+    from the engine (the window keeps `keep_s`, their sum, and back to the key frame before), the
+    clips `folder`, `retain_days` and `retain_bytes` (None: no such bound), and the `stream` named
+    in the log."""
 
-    keep_s: float
+    pre_s: float
+    margin_s: float
     folder: str
     retain_days: float | None
     retain_bytes: float | None
     stream: str = ""
+
+    @property
+    def keep_s(self) -> float:
+        return self.pre_s + self.margin_s
 
 
 @dataclass
@@ -138,7 +147,9 @@ class ClipRecorder:
     name, for the log. `retain`: (days, bytes) or None, applied to `folder` after each write."""
 
     def __init__(self, template, keep_s: float, *, stream: str = "", folder: str | Path | None = None,
-                 retain: tuple[float | None, float | None] | None = None):
+                 retain: tuple[float | None, float | None] | None = None, pre_s: float | None = None):
+        """`pre_s`: the clips' pre-roll, when `keep_s` is it plus a margin: a request that comes
+        later than the margin allows widens the window (see `request`)."""
         # the input stream's codec parameters, copied into a stream of our own (of an output that is
         # never written): the input's container may be closed or reopened while clips are written
         import av
@@ -148,6 +159,7 @@ class ClipRecorder:
         self.time_base = Fraction(template.time_base or Fraction(1, 90000))
         self.window = PacketWindow(keep_s)
         self.stream, self.folder, self.retain = stream, Path(folder) if folder else None, retain
+        self.pre_s = pre_s
         self.newest_s: float | None = None
         #: a file's pass: the index of its first frame; a request for a frame before it (an event of
         #: the pass before a loop, come late) is refused, counted in `lost` (None: no such check)
@@ -183,7 +195,7 @@ class ClipRecorder:
     def for_spec(cls, template, spec: ClipSpec) -> ClipRecorder:
         """The recorder `spec` asks for, of packets of the input stream `template`."""
         return cls(template, spec.keep_s, stream=spec.stream, folder=spec.folder,
-                   retain=(spec.retain_days, spec.retain_bytes))
+                   retain=(spec.retain_days, spec.retain_bytes), pre_s=spec.pre_s)
 
     def _keep(self, kept: _Packet) -> None:
         """One packet into the window and the clips that take it (under the lock)."""
@@ -210,11 +222,26 @@ class ClipRecorder:
             if self._closed:  # the session or pass has ended: too late for this one
                 self.lost += 1
                 return
+            self._widen(start_s)
             for clip in self.opened:
                 if clip.path == path:
                     clip.end_s = min(max(clip.end_s, end_s), clip.start_s + MAX_CLIP_S)
                     return
             self.opened.append(_Clip(path, start_s, min(end_s, start_s + MAX_CLIP_S), self.window.since(start_s)))
+
+    def _widen(self, start_s: float) -> None:
+        """An event that came back later than the window's margin allows (the newest packet read is
+        further past the event than `keep_s - pre_s`): from now on the window keeps twice that lag
+        beyond `pre_s` (at most `MAX_MARGIN_S`), so the next clip starts where it should. This one
+        starts at the oldest key frame still kept."""
+        if self.pre_s is None or self.newest_s is None:
+            return
+        lag = self.newest_s - (start_s + self.pre_s)
+        margin = self.window.keep_s - self.pre_s
+        if lag > margin and margin < MAX_MARGIN_S:
+            self.window.keep_s = self.pre_s + min(MAX_MARGIN_S, 2 * lag)
+            log.info("%s: an event came %.2f s after its frame was read; clips now keep %.2f s of packets",
+                     self.stream, lag, self.window.keep_s)
 
     def close(self, wait_s: float = 0.0) -> None:
         """The session (or a file's pass) has ended: clips still open are written with what they
