@@ -395,8 +395,13 @@ class KeyframeTracker(Tracker):
         else:  # grown by how long prediction carried the box (see BLIND_BUFFER_PER_S)
             grow = np.where(states == LOST, 0.0, BLIND_BUFFER_PER_S * (now - tracks.last_seen))
             buffered = buffered_iou(boxes, found.boxes, grow)
+        distance = None  # blind: tracks seen once, by the filter's own uncertainty (association.TENTATIVE_GATE)
+        once = (tracks.hits == 1) & (states != LOST)  # a lost one waits for its own box, as a tentative one does not
+        if not self.motion.sees_pixels and once.any():
+            distance = self.kalman.distance(tracks.means, tracks.covs, xyxy_to_xywh(found.boxes))
+            distance[~once] = np.inf
         rows, cols, high = match_stages(states, buffered, iou, found.scores, self.high_score, self.low_score,
-                                        self.match_iou, self.low_match_iou, self.tentative_match_iou)
+                                        self.match_iou, self.low_match_iou, self.tentative_match_iou, distance)
         hit = np.zeros(len(tracks), bool)
         hit[rows] = True
         missed = ~hit & was_confirmed
