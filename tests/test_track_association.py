@@ -145,7 +145,8 @@ def test_a_fast_new_object_keeps_its_id_between_distant_keyframes_without_pixels
     the filter's own uncertainty of a new track's motion does (`association.TENTATIVE_GATE`): one
     id from first to last, carried forward between keyframes once its velocity is known, so it
     crosses a counting line. A box that appears 5 widths from where any track could be starts its
-    own track."""
+    own track; so does one within reach but a third of the size; and a box too weak to start a
+    track continues none without overlap (the track is lost)."""
     from streamlens.analytics.rules import LineRule
 
     def car(i):
@@ -165,6 +166,19 @@ def test_a_fast_new_object_keeps_its_id_between_distant_keyframes_without_pixels
 
     out = run(KeyframeTracker("kalman", 30), elsewhere, 11, interval=10)
     assert id_near(out[10], box_at(320, 150, 60, 40)) == 2
+
+    def shrunk(i):  # within the gate, but a third of the size: another object
+        return found([box_at(20, 150, 60, 40) if i < 10 else box_at(100, 160, 20, 14)], names=["car"])
+
+    out = run(KeyframeTracker("kalman", 30), shrunk, 11, interval=10)
+    assert id_near(out[10], box_at(100, 160, 20, 14)) == 2
+
+    def weak(i):  # a box too weak to start a track does not continue one without overlap either
+        return found([car(i)], [0.9 if i < 10 else 0.4], names=["car"])
+
+    tracker = KeyframeTracker("kalman", 30)
+    out = run(tracker, weak, 11, interval=10)
+    assert id_near(out[10], car(10)) == -1 and tracker.tracks.states.tolist() == [2]  # lost
 
 
 # -- scores ----------------------------------------------------------------------------------------
