@@ -75,7 +75,6 @@ def match_by_iou(similarity: np.ndarray, min_iou: float) -> tuple[np.ndarray, np
     return matches, np.flatnonzero(row_left), np.flatnonzero(col_left)
 
 
-
 def match_by_distance(distance: np.ndarray, max_distance: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The assignment of rows (tracks) to columns (detections) with the smallest total `distance`,
     keeping only pairs with distance <= `max_distance`; returns as `match_by_iou`.
