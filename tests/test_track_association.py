@@ -138,6 +138,49 @@ def test_a_jump_between_distant_keyframes_keeps_the_id_without_pixels(motion):
     assert id_near(out[40], box_at(122, 100)) == (1 if motion == "kalman" else 2)
 
 
+def test_a_fast_new_object_keeps_its_id_between_distant_keyframes_without_pixels():
+    """Keyframes a third of a second apart (interval 10 at 30 fps), a car 60 px wide driving 300 px/s:
+    each keyframe finds it 100 px on, clear of where the last one saw it. Carried by prediction
+    alone, its new track has no velocity and stood still, so no overlap links its second keyframe;
+    the filter's own uncertainty of a new track's motion does (`association.TENTATIVE_GATE`): one
+    id from first to last, carried forward between keyframes once its velocity is known, so it
+    crosses a counting line. A box that appears 5 widths from where any track could be starts its
+    own track; so does one within reach but a third of the size; and a box too weak to start a
+    track continues none without overlap (the track is lost)."""
+    from streamlens.analytics.rules import LineRule
+
+    def car(i):
+        return box_at(20 + 10 * i, 150, 60, 40)
+
+    out = run(KeyframeTracker("kalman", 30), lambda i: found([car(i)], names=["car"]), 51, interval=10)
+    assert [id_near(out[i], car(i)) for i in (0, 10, 20, 30, 40, 50)] == [1] * 6
+    assert id_near(out[25], car(25), 0.3) == 1                 # carried between keyframes, not left behind
+    line = LineRule("gate", ((300.0, 0.0), (300.0, 360.0)))
+    for detections in out:
+        for (x1, _, x2, y2), track in zip(detections.xyxy, detections.tracker_id):
+            line.update(int(track), ((x1 + x2) / 2, y2))
+    assert sum(line.counts.values()) == 1
+
+    def elsewhere(i):
+        return found([box_at(20 if i < 10 else 320, 150, 60, 40)], names=["car"])
+
+    out = run(KeyframeTracker("kalman", 30), elsewhere, 11, interval=10)
+    assert id_near(out[10], box_at(320, 150, 60, 40)) == 2
+
+    def shrunk(i):  # within the gate, but a third of the size: another object
+        return found([box_at(20, 150, 60, 40) if i < 10 else box_at(100, 160, 20, 14)], names=["car"])
+
+    out = run(KeyframeTracker("kalman", 30), shrunk, 11, interval=10)
+    assert id_near(out[10], box_at(100, 160, 20, 14)) == 2
+
+    def weak(i):  # a box too weak to start a track does not continue one without overlap either
+        return found([car(i)], [0.9 if i < 10 else 0.4], names=["car"])
+
+    tracker = KeyframeTracker("kalman", 30)
+    out = run(tracker, weak, 11, interval=10)
+    assert id_near(out[10], car(10)) == -1 and tracker.tracks.states.tolist() == [2]  # lost
+
+
 # -- scores ----------------------------------------------------------------------------------------
 
 def test_weak_boxes_keep_a_track_alive_but_start_none():

@@ -144,6 +144,24 @@ class BoxKalmanFilter:
         np.maximum(mean[:, 2:4], MIN_SIZE, out=mean[:, 2:4])
         return mean, cov
 
+    def distance(self, mean: np.ndarray, cov: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+        """The squared Mahalanobis distance `(N, M)` of every measured box `(M, 4)` in `(cx, cy, w, h)`
+        from every box's prediction (`mean`, `cov`: N tracks): how many standard deviations of what
+        the filter expects (its uncertainty of where the box is, plus a detector's own noise) the box
+        is away, summed over the four coordinates. A box the filter knows little about (a new track's
+        velocity, a long time since its last measurement) is far from few boxes.
+
+        Example:
+            >>> kf = BoxKalmanFilter()
+            >>> mean, cov = kf.initiate(np.array([[100.0, 50.0, 20.0, 40.0]]))
+            >>> near, far = kf.distance(mean, cov, np.array([[102.0, 50, 20, 40], [140.0, 50, 20, 40]]))[0]
+            >>> bool(near < 1 < 100 < far)
+            True
+        """
+        boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+        variance = cov[:, POS] + (self.measurement_noise * _box_scale(mean)) ** 2  # (N, 4)
+        offset = boxes[None, :, :] - mean[:, None, :4]
+        return (offset ** 2 / variance[:, None, :]).sum(axis=2)
 
     def move(self, mean: np.ndarray, cov: np.ndarray, delta: np.ndarray, dt: float,
              noise: float | np.ndarray = 1.0, horizon: float | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -74,3 +74,25 @@ def match_by_iou(similarity: np.ndarray, min_iou: float) -> tuple[np.ndarray, np
     col_left[matches[:, 1]] = False
     return matches, np.flatnonzero(row_left), np.flatnonzero(col_left)
 
+
+def match_by_distance(distance: np.ndarray, max_distance: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The assignment of rows (tracks) to columns (detections) with the smallest total `distance`,
+    keeping only pairs with distance <= `max_distance`; returns as `match_by_iou`.
+
+    Example:
+        >>> matches, rows, cols = match_by_distance(np.array([[1.0, 30.0], [2.0, 5.0]]), 9.0)
+        >>> matches.tolist(), rows.tolist(), cols.tolist()
+        ([[0, 0], [1, 1]], [], [])
+    """
+    rows, cols = distance.shape
+    if rows == 0 or cols == 0:
+        return np.empty((0, 2), np.intp), np.arange(rows), np.arange(cols)
+    allowed = distance <= max_distance
+    cost = np.where(allowed, distance, 1e9)  # beyond the gate: as many pairs within it as there can be
+    r, c = linear_sum_assignment(cost)
+    keep = allowed[r, c]
+    matches = np.stack([r[keep], c[keep]], axis=1)
+    row_left, col_left = np.ones(rows, bool), np.ones(cols, bool)
+    row_left[matches[:, 0]] = False
+    col_left[matches[:, 1]] = False
+    return matches, np.flatnonzero(row_left), np.flatnonzero(col_left)

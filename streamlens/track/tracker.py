@@ -4,7 +4,9 @@ On a keyframe the detector's boxes are associated with the tracks in two stages,
 (Zhang et al. 2022; `association.py`): confident boxes first, against every confirmed and lost track;
 then the remaining tracks against the weak boxes (a half-hidden object scores low, and matching it
 keeps its track alive without letting weak boxes start tracks); then last keyframe's new tracks
-against the confident boxes left. A confident box left over starts a new,
+against the confident boxes left; with `kalman` (no pixels), then tracks seen on one keyframe only
+against the boxes left by the Kalman filter's gate (`association.TENTATIVE_BY_DISTANCE`: a fast new
+object at a long interval no longer overlaps its first box). A confident box left over starts a new,
 tentative track, confirmed when the next keyframe matches it again (on a stream's first keyframe at
 once) and dropped when it does not. A confirmed track missed on a keyframe is lost; it is dropped
 after `lost_s` seconds unless matched again, and of a confirmed and a lost track on the same box the
@@ -83,6 +85,7 @@ from .keyframe_objects import keyframe_objects
 from .labels import LabelVotes
 from .kalman import BoxKalmanFilter, xywh_to_xyxy, xyxy_to_xywh
 from .kernels import warm_up
+from . import association
 from .association import Found, match_stages, without_duplicates
 from .matching import box_iou, buffered_iou
 from .motion import MotionModel, build_motion
@@ -395,8 +398,18 @@ class KeyframeTracker(Tracker):
         else:  # grown by how long prediction carried the box (see BLIND_BUFFER_PER_S)
             grow = np.where(states == LOST, 0.0, BLIND_BUFFER_PER_S * (now - tracks.last_seen))
             buffered = buffered_iou(boxes, found.boxes, grow)
+        distance = None  # blind: tracks seen once, by the filter's own uncertainty (association.TENTATIVE_GATE)
+        once = (tracks.hits == 1) & (states != LOST)  # a lost one waits for its own box, as a tentative one does not
+        if not self.motion.sees_pixels and once.any():
+            distance = self.kalman.distance(tracks.means, tracks.covs, xyxy_to_xywh(found.boxes))
+            distance[~once] = np.inf
+            distance[:, found.scores < self.new_track_score] = np.inf  # only a box that could start a track
+            sizes = np.maximum(xyxy_to_xywh(found.boxes)[None, :, 2:4], 1.0)
+            held = np.maximum(tracks.means[:, None, 2:4], 1.0)
+            ratio = np.maximum(held / sizes, sizes / held).max(axis=2)
+            distance[ratio > association.GATED_SIZE_RATIO] = np.inf  # a box's size changes slowly
         rows, cols, high = match_stages(states, buffered, iou, found.scores, self.high_score, self.low_score,
-                                        self.match_iou, self.low_match_iou, self.tentative_match_iou)
+                                        self.match_iou, self.low_match_iou, self.tentative_match_iou, distance)
         hit = np.zeros(len(tracks), bool)
         hit[rows] = True
         missed = ~hit & was_confirmed
