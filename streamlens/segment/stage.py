@@ -43,10 +43,8 @@ Example:
 
 from __future__ import annotations
 
-import logging
 import math
 import queue
-import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
@@ -54,12 +52,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..frame import FrameResult
-from ..secondary.cache import CacheFormatError, crop_key, pack, unpack
+from ..secondary.cache import cached_outputs
 from ..secondary.stage import detector_boxes
+from ..secondary.worker import WorkerStage
 from .carry import MaskBook
 from .model import load_sam
-
-log = logging.getLogger("streamlens")
 
 #: keyframes waiting for the worker, at most (beyond: dropped and counted)
 QUEUE_SIZE = 2
@@ -77,30 +74,29 @@ class _Job:
     boxes: np.ndarray  # the tracked boxes on the keyframe, one per track: where each mask is pinned
 
 
-class SegmentStage:
+class SegmentStage(WorkerStage):
     """`segment:` with a SAM `model` (see the module's docstring). `start()` the worker, `offer()`
     each keyframe's objects and `process()` each result (both on the engine's thread), `close()` at
-    the end. `cache`: a `MemoryCache` / `RedisCache` for the embeddings (None: none)."""
+    the end (streamlens/secondary/worker.py). `cache`: a `MemoryCache` / `RedisCache` for the
+    embeddings (None: none)."""
+
+    name = "segment"
+    close_timeout_s = 10.0
 
     def __init__(self, cfg, cache=None, sam=None):
+        sam = sam if sam is not None else load_sam(cfg.model, cfg.decoder, device=cfg.device, threads=cfg.threads)
+        super().__init__(cache if cfg.cache else None, QUEUE_SIZE)
         self.cfg = cfg
-        self.sam = sam if sam is not None else load_sam(cfg.model, cfg.decoder, device=cfg.device,
-                                                       threads=cfg.threads)
-        self.cache = cache if cfg.cache else None
-        self.book = MaskBook(cfg.output)
-        self.classes = None if cfg.classes is None else frozenset(cfg.classes)
+        self.sam = sam
         self._asked: dict[str, dict[int, int]] = defaultdict(dict)  # stream -> track -> the step of its last job
         self._step: dict[str, tuple[int, float, int]] = {}  # stream -> (step, pts of its last keyframe, steps begun)
+        self.book = MaskBook(cfg.output, on_forget=lambda stream, track: self._asked[stream].pop(track, None))
+        self.classes = None if cfg.classes is None else frozenset(cfg.classes)
         self._published: dict[str, int] = {}  # stream -> index of the newest frame published
-        self._done: dict[str, deque] = defaultdict(deque)  # stream -> answered jobs
-        self._inbox: queue.Queue = queue.Queue(QUEUE_SIZE)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="segment", daemon=True)
-        self.error: BaseException | None = None
-        # the worker's counts
+        # the answered jobs in `_done[stream]`: (job, masks)
+        # the worker's counts (and `foreign`: cached values that were not this encoder's embedding)
         self.encoded = 0  # encoder runs
         self.cached = 0  # embeddings found in the cache
-        self.foreign = 0  # cached values that were not this encoder's embedding
         self.decoded = 0  # masks decoded (objects)
         self.segmented = 0  # jobs answered: keyframes segmented
         self.segmented_frames: deque = deque(maxlen=10_000)  # (stream, frame index, encoded?) per job answered
@@ -115,9 +111,6 @@ class SegmentStage:
         self.lag_frames: list[int] = []
 
     # -- the engine's thread ------------------------------------------------------------------
-
-    def start(self) -> None:
-        self._thread.start()
 
     def offer(self, frame, found, det) -> None:
         """A keyframe whose detections the tracker applied: `found`, the detector's boxes on `frame`;
@@ -172,8 +165,7 @@ class SegmentStage:
     def process(self, result: FrameResult, messages: list) -> tuple[FrameResult, list]:
         """A result stage (graph/stages.py): the answers that came back for the result's stream are
         taken, and the result goes on with each tracked object's mask (streamlens/segment/carry.py)."""
-        if self.error is not None:
-            raise self.error
+        self.check()
         stream = result.frame.stream
         done = self._done[stream]
         while done:
@@ -204,54 +196,35 @@ class SegmentStage:
                 "applied": self.applied, "late": self.late,
                 "lag_frames": _median(self.lag_frames)}
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Stop the worker (jobs still waiting are dropped) and close the cache."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        if self.cache is not None:
-            self.cache.close()
-
     # -- the worker's thread ------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _work(self) -> None:
         try:
-            while not self._stop.is_set():
-                try:
-                    job = self._inbox.get(timeout=0.1)
-                except queue.Empty:
-                    continue
-                encoded = self.encoded
-                masks = self._segment(job)
-                self.segmented += 1
-                self.segmented_frames.append((job.stream, job.frame, self.encoded > encoded))
-                self._done[job.stream].append((job, masks))
-        except BaseException as e:  # noqa: BLE001 - the engine raises it on its next frame
-            log.debug("segment worker failed", exc_info=True)
-            self.error = e
+            job = self._inbox.get(timeout=0.1)
+        except queue.Empty:
+            return
+        encoded = self.encoded
+        masks = self._segment(job)
+        self.segmented += 1
+        self.segmented_frames.append((job.stream, job.frame, self.encoded > encoded))
+        self._done[job.stream].append((job, masks))
 
     def embedding(self, image: np.ndarray) -> list[np.ndarray]:
         """The encoder's embedding of `image`: from the cache when it has it, else computed (and stored)."""
-        key = crop_key(self.sam.id, image) if self.cache is not None else None
-        if key is not None:
-            found = self.cache.get_many([key])[0]
-            if found is not None:
-                try:
-                    arrays = unpack(found, MAX_EMBEDDING_BYTES)
-                except CacheFormatError:
-                    arrays = None
-                if arrays is not None and self.sam.fits(arrays):
-                    self.cached += 1
-                    return arrays
-                self.foreign += 1
-        started = time.perf_counter()
-        arrays = self.sam.encode(image)
-        self.encode_ms.append((time.perf_counter() - started) * 1000)
-        del self.encode_ms[:-1000]
-        self.encoded += 1
-        if key is not None:
-            self.cache.put_many([(key, pack(arrays))])
-        return arrays
+
+        def encode(images: list) -> list:
+            started = time.perf_counter()
+            arrays = self.sam.encode(images[0])
+            self.encode_ms.append((time.perf_counter() - started) * 1000)
+            del self.encode_ms[:-1000]
+            self.encoded += 1
+            return [arrays]
+
+        outputs, computed, foreign = cached_outputs(self.cache, self.sam.id, [image], self.sam.fits, encode,
+                                                    MAX_EMBEDDING_BYTES)
+        self.foreign += foreign
+        self.cached += not computed
+        return outputs[0]
 
     def _segment(self, job: _Job) -> list:
         arrays = self.embedding(job.image)
