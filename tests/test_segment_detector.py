@@ -11,7 +11,7 @@ import pytest
 import streamlens
 from streamlens.detect.detections import to_detections
 from streamlens.detect.heads import Candidates
-from streamlens.detect.preprocess import letterbox_geometry
+from streamlens.detect.preprocess import InputSpec, letterbox_geometry
 
 from .conftest import REPO
 
@@ -34,6 +34,29 @@ def test_a_seg_models_mask_lands_in_source_pixels_through_the_letterbox():
     points = np.concatenate([np.array(p).reshape(-1, 2) for p in mask.polygons()])
     # the rectangle (80, 80)-(240, 240) in source pixels, cut at the box's right edge (200)
     assert np.allclose([*points.min(0), *points.max(0)], [80, 80, 200, 240], atol=2.0), points
+
+
+def test_a_seg_models_mask_lands_in_frame_pixels_from_a_region_of_the_frame():
+    """`detector.regions: motion` on a fixed-size input: the region (200, 100)-(520, 340) of a 640x360
+    frame fitted into 160x160 (scale 0.5, at the corner). Logits over 40x40 prototypes are the signed
+    distance to the input rectangle (20, 20)-(100, 80), so the mask must be that rectangle in frame
+    pixels, (240, 140)-(400, 260), cut at the box: where the region lies in the frame counts."""
+    geometry = InputSpec((160, 160), pad="corner").region_geometry((640, 360), (200, 100, 520, 340))
+    assert geometry.origin == (200, 100) and geometry.scale_x == 0.5 and (geometry.pad_x, geometry.pad_y) == (0, 0)
+    cells = np.arange(40) + 0.5
+    x1, y1, x2, y2 = np.array([20, 20, 100, 80]) / 4  # the mask, in cells
+    dx = np.minimum(cells - x1, x2 - cells)
+    dy = np.minimum(cells - y1, y2 - cells)
+    logits = np.minimum(dy[:, None], dx[None, :])[None].astype(np.float32)
+    found = Candidates(np.array([[10, 10, 90, 100]], np.float32), np.array([0.9], np.float32),
+                       np.array([0]), logits, 40 / 160)
+    det = to_detections(found, geometry, {0: "person"}, iou=0.45)
+    assert det.xyxy.tolist() == [[220.0, 120.0, 380.0, 300.0]]
+    polygons = det.data["masks"][0].polygons()
+    assert polygons, "an empty mask: its logits were read elsewhere than under its box"
+    points = np.concatenate([np.array(p).reshape(-1, 2) for p in polygons])
+    # the rectangle (240, 140)-(400, 260) in frame pixels, cut at the box's right edge (380)
+    assert np.allclose([*points.min(0), *points.max(0)], [240, 140, 380, 260], atol=2.0), points
 
 
 @pytest.fixture(scope="module")
