@@ -9,11 +9,16 @@ embedding cache spares the encoder on a looping clip's second lap. Writes tools/
   clip (the shipped sample where the shared data is absent): the encoder's ms per frame and the
   decoder's ms per object for one call of 1, 4 and 16 boxes (one decoder batch per keyframe), each the
   median of `--rounds` rounds, rounds alternating so that the machine's load falls on all alike.
-- Cache: a pipeline on the shipped sample (300 frames, motion detector, keyframes every 3rd frame,
-  `every_s: 0.001`: every keyframe with objects is segmented) looping for two laps, with the tiny
-  SAM-format ONNX pair of the tests (tests/sam_models.py: the cache does not depend on the model):
-  encoder runs on each lap, and on the second lap those of keyframes the first lap had segmented
-  (which should be none) apart from those of keyframes it had not.
+- Cache: a pipeline looping a clip for two laps (`loop: true`), as a file (as fast as it decodes,
+  keyframes every 3rd frame exactly) and, for YOLOX-Nano, also paced at its frame rate as a camera
+  would be (`live: true`: keyframes chosen by the live schedule), with the tiny SAM-format ONNX pair of the
+  tests (tests/sam_models.py: the cache does not depend on the model): per lap, the keyframes
+  segmented and the encoder's runs (on the second lap, which should be none), jobs dropped, the share
+  of tracked objects published with a mask, and the F1 of the boxes published against the same
+  detector run on every frame of the clip (IoU 0.5, streamlens/bench/accuracy.py). Three detectors:
+  the tests' cell detector (tests/cell_detector.py: boxes a function of the pixels alone) on the
+  shipped sample; YOLOX-Nano on the shared highway clip (skipped where the shared data is absent);
+  the motion detector on the sample (its background model learns through the first lap).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 HIGHWAY = ROOT.parent / "shared" / "data" / "video" / "highway_720p30.mp4"
+YOLOX = ROOT.parent / "shared" / "data" / "models" / "yolox_nano" / "yolox_nano.onnx"
 SAMPLE = ROOT / "samples" / "traffic.mp4"
 
 
@@ -78,50 +84,106 @@ def compute(rounds: int, folder: Path) -> dict:
     return {"clip": clip, "size": f"{width}x{height}", "encode_ms": encode_ms, "decode_ms": decode_ms}
 
 
-def cache_laps(folder: Path) -> dict:
-    import streamlens
-    from streamlens.frame import FrameResult
-    from tests.sam_models import build_tiny_sam
+def cache_runs(folder: Path) -> list[tuple[str, Path, str, float, bool]]:
+    """(name, clip, detector section, segment.every_s, live) of each cache run; YOLOX-Nano's only
+    where the shared data is."""
+    from tests.cell_detector import build_cell_detector
 
-    encoder, decoder = build_tiny_sam(folder)
-    path = folder / "p.yaml"
+    cells = build_cell_detector(folder)
+    runs = [("cell detector (tests), sample", SAMPLE, f"{{backend: onnx, model: {cells}, resize: resize, conf: 0.4}}",
+             1.0, False)]
+    if YOLOX.is_file() and HIGHWAY.is_file():
+        yolox = f"{{backend: onnx, model: {YOLOX}, imgsz: 416}}"
+        runs += [("YOLOX-Nano 416, highway 720p", HIGHWAY, yolox, 2.0, False),
+                 ("YOLOX-Nano 416, highway 720p", HIGHWAY, yolox, 2.0, True)]
+    runs.append(("motion detector, sample", SAMPLE, "{backend: motion}", 1.0, False))
+    return runs
+
+
+def clip_frames(clip: Path):
+    import av
+
+    from streamlens.frame import Frame
+
+    with av.open(str(clip)) as container:
+        stream = container.streams.video[0]
+        for k, frame in enumerate(container.decode(stream)):
+            yield Frame("ref", k, float(frame.pts * stream.time_base), 0.0, frame.to_ndarray(format="bgr24"))
+
+
+def cache_laps(folder: Path, clip: Path, detector: str, every_s: float, sam: tuple[Path, Path],
+               live: bool = False) -> dict:
+    """Two laps of `clip` (see the module's docstring); the figures of each."""
+    import streamlens
+    from streamlens.bench.accuracy import detections_f1
+    from streamlens.config import load_pipeline
+    from streamlens.detect import build_detector
+    from streamlens.frame import FrameResult
+
+    encoder, decoder = sam
+    path = folder / "laps.yaml"
     path.write_text(f"""
-sources: [{{uri: {SAMPLE}, loop: true}}]
-detector: {{backend: motion}}
+sources: [{{uri: {clip}, loop: true, live: {str(live).lower()}}}]
+detector: {detector}
 keyframes: {{interval: 3}}
-segment: {{model: {encoder}, decoder: {decoder}, every_s: 0.001, cache_items: 400}}
+segment: {{model: {encoder}, decoder: {decoder}, every_s: {every_s}, cache_items: 1000}}
 sinks: []
 """)
+    det = build_detector(load_pipeline(path).detector)
+    reference = [det.detect([frame])[0] for frame in clip_frames(clip)]  # the detector on every frame
+    det.close()
+    n = len(reference)
+    shown: dict[int, object] = {}
     with streamlens.Pipeline.from_yaml(path) as pipe:
-        published = 0
-        for item in pipe.results():
-            published += isinstance(item, FrameResult)
-            if published == 600:
-                break
-        time.sleep(1.0)  # the last jobs answered
+        for item in pipe.results():  # until the worker (in order) answered a job of the third lap
+            if isinstance(item, FrameResult) and item.frame.index < 2 * n:
+                shown[item.frame.index] = item.detections
+            answered = pipe._models.segment.segmented_frames
+            if (answered and answered[-1][1] >= 2 * n) or (isinstance(item, FrameResult) and item.frame.index >= 3 * n):
+                break  # every job of two laps answered (or a third lap gave none to tell)
         jobs = list(pipe._models.segment.segmented_frames)
         stats = pipe.segment_stats()
-    first = {frame for _, frame, _ in jobs if frame < 300}
-    second = [(frame - 300, encoded) for _, frame, encoded in jobs if 300 <= frame < 600]
-    return {"lap1_segmented": len(first), "lap1_encoded": sum(e for _, f, e in jobs if f < 300),
-            "lap2_segmented": len(second), "lap2_encoded": sum(e for _, e in second),
-            "lap2_encoded_repeated": sum(e for f, e in second if f in first),
-            "lap2_repeated": sum(1 for f, _ in second if f in first),
-            "lap2_new": sum(1 for f, _ in second if f not in first), "dropped": stats["dropped"]}
+    first = {f for _, f, _ in jobs if f < n}
+    laps = []
+    for lap in (0, 1):
+        mine = [(f - lap * n, e) for _, f, e in jobs if lap * n <= f < (lap + 1) * n]
+        frames = [f for f in shown if lap * n <= f < (lap + 1) * n]
+        tracked = sum(int((shown[f].tracker_id >= 0).sum()) for f in frames if shown[f].tracker_id is not None)
+        masked = sum(sum(m is not None for m in shown[f].data.get("masks", [])) for f in frames)
+        laps.append({"segmented": len(mine), "encoded": sum(e for _, e in mine),
+                     "encoded_new": sum(e for f, e in mine if f not in first),
+                     "masked": round(masked / tracked, 3) if tracked else None,
+                     "frames": len(frames),
+                     "f1": detections_f1([shown[f] for f in frames], [reference[f - lap * n] for f in frames])})
+    return {"frames": n, "laps": laps, "dropped": stats["dropped"], "late": stats["late"]}
+
+
+def machine() -> str:
+    """The CPU's model name, how many CPUs this process sees, and whether torch sees a GPU."""
+    name = platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return f"{name}, {os.cpu_count()} CPUs seen, {gpu}"
 
 
 def median(values) -> float:
     return statistics.median(values)
 
 
-def write(out: Path, rounds: int, made: dict, laps: dict, command: str) -> None:
+def write(out: Path, rounds: int, made: dict, laps: list, command: str) -> None:
     enc = median(made["encode_ms"])
     lines = [
         "# Masks for tracked objects: SAM's encoder and decoder, and the embedding cache",
         "",
         f"Command: `{command}`  ",
         f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  ",
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs seen, Python {platform.python_version()}; load "
+        f"Machine: {machine()}, Python {platform.python_version()}; load "
         f"average (1 min) {os.getloadavg()[0]:.2f} at the end. Every figure is a median of {rounds} alternating "
         "rounds; the spread between min and max is the machine's load.",
         "",
@@ -148,18 +210,34 @@ def write(out: Path, rounds: int, made: dict, laps: dict, command: str) -> None:
         "",
         "## Cache: a looping clip's second lap",
         "",
-        "The shipped sample (300 frames) twice through the motion detector, keyframes every 3rd frame, "
-        "`every_s: 0.001` (every keyframe with objects is segmented), with the tests' tiny SAM-format ONNX pair "
-        "(the cache keys the frame's pixels, whatever the model).",
+        "Each clip looped twice (`loop: true`), keyframes every 3rd frame, the tests' tiny SAM-format ONNX pair (the "
+        "cache keys the frame's pixels, whatever the model). *file*: as fast as it decodes, every 3rd frame a "
+        "keyframe; *paced*: `live: true`, at its frame rate as a camera would be, keyframes chosen by the live "
+        "schedule (by the detector's load, not by the file). Which keyframes the encoder runs on follows the clip's own time: the first keyframe of each "
+        "`every_s` step of `pts`, and a new track's first keyframe (docs/masks.md). *Masked*: the share of the "
+        "tracked objects published that carry a mask. F1: the boxes published against the same detector on "
+        "every frame of the clip (IoU 0.5).",
         "",
-        "| lap | keyframes segmented | encoder runs |",
-        "|---|---|---|",
-        f"| 1 | {laps['lap1_segmented']} | {laps['lap1_encoded']} |",
-        f"| 2, keyframes lap 1 had segmented | {laps['lap2_repeated']} | **{laps['lap2_encoded_repeated']}** |",
-        f"| 2, keyframes lap 1 had not (their objects were not due, or not seen, then) | {laps['lap2_new']} | "
-        f"{laps['lap2_encoded'] - laps['lap2_encoded_repeated']} |",
+        "| detector, clip | mode | every_s | lap | keyframes segmented | encoder runs | of them on keyframes lap 1 "
+        "did not segment | masked | F1 of boxes | jobs dropped (the run) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, every_s, live, found in laps:
+        for k, lap in enumerate(found["laps"]):
+            runs = f"**{lap['encoded']}**" if k else str(lap["encoded"])
+            lines.append(f"| {name} ({found['frames']} frames) | {'paced' if live else 'file'} | {every_s:g} | {k + 1} | "
+                         f"{lap['segmented']} | {runs} | "
+                         f"{lap['encoded_new'] if k else ''} | {lap['masked']} | {lap['f1']} | "
+                         f"{found['dropped'] if k else ''} |")
+    lines += [
         "",
-        f"Jobs dropped (the worker's queue full): {laps['dropped']}.",
+        "In file mode, a detector whose boxes depend on the frame alone (any model) asks for the same frames on "
+        "every lap, and the second lap encodes nothing. The motion detector has a memory of its own: its background "
+        "model learns through the first lap (which starts with nothing learnt: no boxes on its first keyframes), so "
+        "the second lap starts with objects the first did not yet show, and their first keyframes are new to the "
+        "cache. Paced as a camera, the keyframes themselves are the live schedule's choice, which the detector's "
+        "load moves from lap to lap, so new tracks are born on other keyframes and those are encoded; the "
+        "keyframes of each `every_s` step that are the same frame on both laps are not.",
         "",
         "## Elsewhere, and not here",
         "",
@@ -179,8 +257,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "tools" / "results" / "segment.md")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        from tests.sam_models import build_tiny_sam
+
         made = compute(args.rounds, Path(tmp))
-        laps = cache_laps(Path(tmp))
+        sam = build_tiny_sam(Path(tmp))
+        laps = [(name, every_s, live, cache_laps(Path(tmp), clip, detector, every_s, sam, live))
+                for name, clip, detector, every_s, live in cache_runs(Path(tmp))]
     command = "PYTHONPATH=. python tools/bench_segment.py" + (f" --rounds {args.rounds}" if args.rounds != 7 else "")
     write(args.out, args.rounds, made, laps, command)
     print(args.out.read_text())

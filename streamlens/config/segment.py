@@ -21,8 +21,10 @@ class SegmentConfig(_Keys):
     decoder: PathKey | None = Field(None, description="the ONNX prompt decoder of an ONNX `model`, as "
                                                       "segment-anything's export writes it")
     classes: list[str] | None = Field(None, description="the object labels that get masks (default: all)")
-    every_s: float = Field(2.0, gt=0, le=MAX_SECONDS, description="a fresh mask per track at most this often; in "
-                                                                  "between it moves and scales with its box")
+    every_s: float = Field(2.0, gt=0, le=MAX_SECONDS, description="fresh masks for all tracks together, once per "
+                                                                  "this many seconds of the source's time (on the "
+                                                                  "first keyframe of each step; a new track at once); "
+                                                                  "in between each moves and scales with its box")
     output: Literal["polygon", "rle", "none"] = Field("polygon", description="each object's `mask` in results: "
                                                       "COCO polygons or COCO RLE, or none (drawn and used, not sent)")
     min_size: int = Field(8, ge=1, le=10_000, description="the least side of a box that gets a mask, in pixels")

@@ -65,10 +65,12 @@ def to_detections(found: Candidates, geometry: Geometry, names: dict[int, str], 
     if found.has_masks:  # a `-seg` model: each box's mask, cut at its box, in source pixels
         from ..segment.masks import from_logits
 
-        k = found.mask_scale
-        width, height = geometry.source_size
-        masks = from_logits(found.logits_of(keep), xyxy, (geometry.scale_x * k, geometry.scale_y * k), width,
-                            height, offset=(geometry.pad_x * k, geometry.pad_y * k), margin=0.0)
+        # frame pixel x is input pixel (x - origin) * scale + pad (a region's origin: `Geometry`),
+        # and mask cell k times that
+        k, (ox, oy), (width, height) = found.mask_scale, geometry.origin, geometry.source_size
+        sx, sy = geometry.scale_x, geometry.scale_y
+        masks = from_logits(found.logits_of(keep), xyxy, (sx * k, sy * k), ox + width, oy + height,
+                            offset=((geometry.pad_x - ox * sx) * k, (geometry.pad_y - oy * sy) * k), margin=0.0)
         detections.data["masks"] = np.empty(len(masks), dtype=object)
         detections.data["masks"][:] = masks
     return detections

@@ -68,17 +68,17 @@ class ModelStages:
         return out
 
 
+#: what the Redis keys of SAM's embeddings start with (the secondary models' outputs: `streamlens:secondary:`)
+SEGMENT_PREFIX = "streamlens:segment:"
+
+
 def segment_cache(cfg):
-    """The embeddings' cache for `cfg` (a `PipelineConfig` with `segment`), None when off."""
-    from ..secondary.cache import MemoryCache, RedisCache
+    """The embeddings' cache for `cfg` (a `PipelineConfig` with `segment`), None when off: a memory
+    cache of `segment.cache_items` in front of `runtime.cache.redis` when that is set."""
+    from ..secondary.cache import build_cache
 
     seg, shared = cfg.segment, cfg.runtime.cache
-    if not seg.cache:
-        return None
-    front = MemoryCache(seg.cache_items) if seg.cache_items else None
-    if shared.redis:
-        return RedisCache(shared.redis, shared.ttl_s, front=front, prefix="streamlens:segment:")
-    return front
+    return build_cache(seg.cache_items, shared.redis, shared.ttl_s, prefix=SEGMENT_PREFIX) if seg.cache else None
 
 
 def build_model_stages(cfg, detector, built: list) -> ModelStages:

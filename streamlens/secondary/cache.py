@@ -393,9 +393,55 @@ class RedisCache:
             pass
 
 
-def build_cache(items: int, redis: str | None = None, ttl_s: float | None = None) -> MemoryCache | RedisCache | None:
+def cached_outputs(cache: Cache | None, model_id: str, inputs: list[np.ndarray], fits, compute,
+                   max_bytes: int = MAX_VALUE_BYTES) -> tuple[list[list[np.ndarray]], list[int], int]:
+    """Each of `inputs`' outputs (a list of arrays per input): from `cache` where it holds a value
+    for that input's pixels (`crop_key(model_id, input)`) that `unpack` reads (at most `max_bytes`)
+    and `fits(arrays)` accepts, else from `compute(missing inputs)` (one list of arrays per input,
+    in order), which are then stored. `cache` None: all computed. Returns the outputs, the indices
+    of the inputs computed, and how many cached values were not ones `fits` accepts (foreign:
+    another version's, another model's in a shared Redis; computed again, never raised).
+
+    Example:
+        >>> cache = MemoryCache(4)
+        >>> run = lambda xs: [[np.array([x.sum()])] for x in xs]
+        >>> ones = np.ones((2, 2), np.uint8)
+        >>> cached_outputs(cache, "sum", [ones], lambda a: True, run)[1:]
+        ([0], 0)
+        >>> out, computed, foreign = cached_outputs(cache, "sum", [ones.copy(), 2 * ones], lambda a: True, run)
+        >>> [o[0].tolist() for o in out], computed
+        ([[4], [8]], [1])
+    """
+    outputs: list = [None] * len(inputs)
+    keys = None
+    foreign = 0
+    if cache is not None and inputs:
+        keys = [crop_key(model_id, pixels) for pixels in inputs]
+        for i, found in enumerate(cache.get_many(keys)):
+            if found is None:
+                continue
+            try:
+                arrays = unpack(found, max_bytes)
+            except CacheFormatError:
+                arrays = None
+            if arrays is not None and fits(arrays):
+                outputs[i] = arrays
+            else:
+                foreign += 1
+    todo = [i for i, out in enumerate(outputs) if out is None]
+    if todo:
+        for i, out in zip(todo, compute([inputs[i] for i in todo]), strict=True):
+            outputs[i] = out
+        if keys is not None:
+            cache.put_many([(keys[i], pack(outputs[i])) for i in todo])
+    return outputs, todo, foreign
+
+
+def build_cache(items: int, redis: str | None = None, ttl_s: float | None = None, *,
+                prefix: str = KEY_PREFIX) -> MemoryCache | RedisCache | None:
     """The cache a pipeline's settings ask for: a `MemoryCache` of `items`, a `RedisCache` at `redis` with
-    that `MemoryCache` in front (none if `items` is 0), or None when both are off.
+    that `MemoryCache` in front (none if `items` is 0), or None when both are off. `prefix`: what the
+    Redis keys start with (each kind of output its own: `streamlens:segment:` for SAM's embeddings).
 
     Example:
         >>> build_cache(0) is None, type(build_cache(100)).__name__
@@ -405,9 +451,9 @@ def build_cache(items: int, redis: str | None = None, ttl_s: float | None = None
         raise ValueError(f"cache items must be 0 or more, got {items}")
     front = MemoryCache(items) if items else None
     if redis:
-        return RedisCache(redis, ttl_s, front=front)
+        return RedisCache(redis, ttl_s, front=front, prefix=prefix)
     return front
 
 
 __all__ = ["crop_key", "pack", "unpack", "CacheFormatError", "Cache", "MemoryCache", "RedisCache", "build_cache",
-           "KEY_PREFIX", "MAX_VALUE_BYTES"]
+           "cached_outputs", "KEY_PREFIX", "MAX_VALUE_BYTES"]

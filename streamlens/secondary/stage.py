@@ -38,9 +38,7 @@ Example:
 
 from __future__ import annotations
 
-import logging
 import queue
-import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field, replace
@@ -50,15 +48,12 @@ import numpy as np
 from ..analytics.snapshots import crop
 from ..frame import Embedding, FrameResult
 from ..track.matching import box_iou
-from .cache import CacheFormatError, crop_key, pack, unpack
+from .cache import cached_outputs
 from .model import CropModel
-
-log = logging.getLogger("streamlens")
+from .worker import LastSeen, WorkerStage
 
 #: crops waiting for the worker, at most (beyond: dropped and counted)
 QUEUE_SIZE = 256
-#: a track not seen for this long (media seconds) is forgotten
-FORGET_AFTER_S = 30.0
 
 
 def detector_boxes(tracked: np.ndarray, found: np.ndarray, min_iou: float = 0.5) -> list:
@@ -190,13 +185,15 @@ class _Job:
     queued: float
 
 
-class SecondaryStage:
+class SecondaryStage(WorkerStage):
     """Every `secondary` entry of a pipeline (see the module's docstring). `start()` the worker,
     `offer()` each keyframe's tracked objects and `process()` each result before it is published (both
-    on the engine's thread), `close()` at the end."""
+    on the engine's thread), `close()` at the end (streamlens/secondary/worker.py)."""
+
+    name = "secondary"
 
     def __init__(self, entries: list, cache=None):
-        self.cache = cache
+        super().__init__(cache, QUEUE_SIZE)
         groups: dict[tuple, _Group] = {}
         models: dict[tuple, CropModel] = {}
         self.heads: list[tuple[_Group, _Head]] = []
@@ -215,22 +212,13 @@ class SecondaryStage:
         self.groups = list(groups.values())
         self._classify = frozenset(head.name for _, head in self.heads if head.kind == "classify")
         self._looks: dict[str, dict[int, dict[str, _Look]]] = defaultdict(dict)  # stream -> track -> name -> look
-        self._seen: dict[str, dict[int, float]] = defaultdict(dict)  # stream -> track -> media time last seen
+        self._seen = LastSeen()
         self._sightings: dict[str, dict[int, int]] = defaultdict(dict)  # stream -> track -> keyframes seen on
         self._now: dict[str, float] = {}
-        self._swept: dict[str, float] = {}  # stream -> media time of its last sweep of tracks long unseen
         self._embedding_seq: dict[str, int] = defaultdict(int)
-        self._done: dict[str, deque] = defaultdict(deque)  # stream -> (track, group, heads, outputs)
-        self._inbox: queue.Queue = queue.Queue(QUEUE_SIZE)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="secondary", daemon=True)
-        self.error: BaseException | None = None
-        self.foreign = 0  # cached values that were not outputs this version can read
+        # the answers in `_done[stream]`: (track, group, heads, outputs)
 
     # -- the engine's thread ------------------------------------------------------------------
-
-    def start(self) -> None:
-        self._thread.start()
 
     def offer(self, frame, found, det) -> None:
         """A keyframe whose detections the tracker applied, in time or late: `found`, the detector's
@@ -286,8 +274,7 @@ class SecondaryStage:
         and pass on the result with what is known of each tracked object's track in
         `detections.data["attributes"]` (the same result when nothing is known of any); the
         embeddings that changed go after `messages`."""
-        if self.error is not None:
-            raise self.error
+        self.check()
         frame, det = result.frame, result.detections
         stream = frame.stream
         t = self._now[stream] = result.media_s
@@ -303,14 +290,13 @@ class SecondaryStage:
                 head = group.heads[j]
                 if head.learn(mine[head.name], outputs[head.output]) and head.kind == "embed":
                     changed[(track, head.name)] = head
-        seen = self._seen[stream]
         attributes: list = []
         ids = det.tracker_id.tolist() if det.tracker_id is not None and len(det) else []
         for track in ids:
             if track < 0:
                 attributes.append(None)
                 continue
-            seen[track] = t
+            self._seen.see(stream, track, t)
             mine = looks.get(track)
             known = None
             if mine:
@@ -321,12 +307,9 @@ class SecondaryStage:
             column = np.empty(len(attributes), dtype=object)
             column[:] = attributes
             result = replace(result, detections=replace(det, data={**det.data, "attributes": column}))
-        if t - self._swept.get(stream, float("-inf")) >= 1.0:  # tracks long unseen, once a second
-            self._swept[stream] = t
-            for track in [k for k, at in seen.items() if t - at > FORGET_AFTER_S]:
-                seen.pop(track, None)
-                looks.pop(track, None)
-                self._sightings[stream].pop(track, None)
+        for track in self._seen.sweep(stream, t):  # tracks long unseen
+            looks.pop(track, None)
+            self._sightings[stream].pop(track, None)
         return result, messages + [self._embedding(result, track, head) for (track, _), head in changed.items()]
 
     def embedding(self, stream: str, track: int, name: str | None = None) -> np.ndarray | None:
@@ -339,10 +322,9 @@ class SecondaryStage:
         return None
 
     def stream_ended(self, stream: str) -> None:
-        self._swept.pop(stream, None)
+        self._seen.forget(stream)
         self._looks.pop(stream, None)
         self._sightings.pop(stream, None)
-        self._seen.pop(stream, None)
         self._done.pop(stream, None)
 
     def _embedding(self, result: FrameResult, track: int, head: _Head) -> Embedding:
@@ -370,27 +352,14 @@ class SecondaryStage:
             }
         return out
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Stop the worker (crops still waiting are dropped) and close the cache."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        if self.cache is not None:
-            self.cache.close()
-
     # -- the worker's thread ------------------------------------------------------------------
 
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self._gather()
-                for group in self.groups:
-                    if group.jobs and (len(group.jobs) >= group.max_batch
-                                       or time.perf_counter() - group.jobs[0].queued >= group.max_wait_s):
-                        self._run_batch(group)
-        except BaseException as e:  # noqa: BLE001 - the engine raises it on its next frame
-            log.debug("secondary worker failed", exc_info=True)
-            self.error = e
+    def _work(self) -> None:
+        self._gather()
+        for group in self.groups:
+            if group.jobs and (len(group.jobs) >= group.max_batch
+                               or time.perf_counter() - group.jobs[0].queued >= group.max_wait_s):
+                self._run_batch(group)
 
     def _gather(self) -> None:
         """Move crops from the inbox to their groups, waiting at most until a batch is due."""
@@ -411,32 +380,20 @@ class SecondaryStage:
     def _run_batch(self, group: _Group) -> None:
         jobs = [group.jobs.popleft() for _ in range(min(group.max_batch, len(group.jobs)))]
         model = group.model
-        outputs: list = [None] * len(jobs)
-        keys = None
-        if group.cache and self.cache is not None:
-            keys = [crop_key(model.id, job.crop) for job in jobs]
-            for i, found in enumerate(self.cache.get_many(keys)):
-                if found is not None:
-                    try:
-                        arrays = unpack(found)
-                    except CacheFormatError:
-                        arrays = None
-                    if arrays is not None and model.fits(arrays):
-                        outputs[i] = arrays
-                    else:  # not ours (a shared Redis): counted, computed again
-                        self.foreign += 1
-        todo = [i for i, o in enumerate(outputs) if o is None]
-        if todo:
+
+        def run(crops: list) -> list:
             started = time.perf_counter()
-            computed = model.run([jobs[i].crop for i in todo])
+            computed = model.run(crops)
             group.ms += (time.perf_counter() - started) * 1000
+            return [[out[row] for out in computed] for row in range(len(crops))]
+
+        outputs, todo, foreign = cached_outputs(self.cache if group.cache else None, model.id,
+                                                [job.crop for job in jobs], model.fits, run)
+        self.foreign += foreign  # not ours (a shared Redis): counted, computed again
+        if todo:
             group.computed += len(todo)
             group.batches.append(len(todo))
             del group.batches[:-1000]
-            for row, i in enumerate(todo):
-                outputs[i] = [out[row] for out in computed]
-            if keys is not None:
-                self.cache.put_many([(keys[i], pack(outputs[i])) for i in todo])
         group.cached += len(jobs) - len(todo)
         for job, out in zip(jobs, outputs):
             self._done[job.stream].append((job.track, group, job.heads, out))

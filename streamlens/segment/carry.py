@@ -6,7 +6,7 @@ on some keyframe), `attach(result)` gives a result whose tracked objects carry t
 moved and scaled to their box on this frame (`BoxMask.follow`), in `detections.data["masks"]`
 (a `BoxMask` or None per object), and, unless `output` is `none`, the contract's form of it in
 `detections.data["mask"]` (COCO polygons or COCO RLE: streamlens/segment/masks.py). Tracks not seen
-for `FORGET_AFTER_S` of media time are forgotten.
+for `FORGET_AFTER_S` of media time are forgotten (streamlens/secondary/worker.py `LastSeen`).
 
 Example:
     >>> import numpy as np
@@ -26,10 +26,8 @@ from dataclasses import replace
 import numpy as np
 
 from ..frame import FrameResult
+from ..secondary.worker import FORGET_AFTER_S, LastSeen
 from .masks import BoxMask
-
-#: a track not seen for this long (media seconds) is forgotten
-FORGET_AFTER_S = 30.0
 
 
 def wire_form(mask: BoxMask, output: str, width: int, height: int):
@@ -38,13 +36,14 @@ def wire_form(mask: BoxMask, output: str, width: int, height: int):
 
 
 class MaskBook:
-    """Every stream's tracks' newest masks (see the module's docstring). Used on the engine's thread."""
+    """Every stream's tracks' newest masks (see the module's docstring). Used on the engine's thread.
+    `on_forget(stream, track)`: called for each track forgotten, long unseen."""
 
-    def __init__(self, output: str = "polygon"):
+    def __init__(self, output: str = "polygon", on_forget=None):
         self.output = output
+        self.on_forget = on_forget
         self._masks: dict[str, dict[int, BoxMask]] = defaultdict(dict)  # stream -> track -> newest mask
-        self._seen: dict[str, dict[int, float]] = defaultdict(dict)  # stream -> track -> media time last seen
-        self._swept: dict[str, float] = {}
+        self._seen = LastSeen()
 
     def learn(self, stream: str, track: int, mask: BoxMask) -> None:
         self._masks[stream][track] = mask
@@ -55,22 +54,20 @@ class MaskBook:
         det = result.detections
         stream, t = result.frame.stream, result.media_s
         masks = self._masks.get(stream, {})
-        seen = self._seen[stream]
         ids = det.tracker_id.tolist() if det.tracker_id is not None and len(det) else [-1] * len(det)
         shown: list = [None] * len(ids)
         for i, track in enumerate(ids):
             if track < 0:
                 shown[i] = untracked[i] if untracked is not None else None
                 continue
-            seen[track] = t
+            self._seen.see(stream, track, t)
             mask = masks.get(track)
             if mask is not None:
                 shown[i] = mask.follow(det.xyxy[i])
-        if t - self._swept.get(stream, float("-inf")) >= 1.0:  # tracks long unseen, once a second
-            self._swept[stream] = t
-            for track in [k for k, at in seen.items() if t - at > FORGET_AFTER_S]:
-                seen.pop(track, None)
-                masks.pop(track, None)
+        for track in self._seen.sweep(stream, t):  # tracks long unseen
+            masks.pop(track, None)
+            if self.on_forget is not None:
+                self.on_forget(stream, track)
         if not any(m is not None for m in shown):
             return result
         data = {**det.data, "masks": _column(shown)}
@@ -81,8 +78,7 @@ class MaskBook:
 
     def forget(self, stream: str) -> None:
         self._masks.pop(stream, None)
-        self._seen.pop(stream, None)
-        self._swept.pop(stream, None)
+        self._seen.forget(stream)
 
 
 def _column(values: list) -> np.ndarray:

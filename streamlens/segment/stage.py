@@ -1,18 +1,33 @@
 """The mask stage: SAM run the way video makes cheap, never holding a frame back.
 
-On the engine's thread, for each keyframe the tracker applied (`offer`; a late one too), the
-tracked objects that are due a fresh mask are gathered: the detector saw them on this keyframe
-(their box rests on one of its boxes), their label is in `classes`, their box's shorter side is at
-least `min_size`, no mask of theirs is on its way, and they have none yet or their last is
-`every_s` old. When some are due, the keyframe's pixels (copied: a frame's buffer may be reused)
-and the detector's boxes of those objects go to one worker thread, as one job; when the worker's
-queue is full the job is dropped (counted) and the objects stay due for the next keyframe.
+Which keyframes the encoder may run on is chosen by the source's own time (`Frame.pts`), not by
+what the tracks went through, so that a looping file's second lap, or a second pipeline on the same
+file, asks for the very frames the first did, and the cache has them all:
+
+- a stream's time is cut into steps of `every_s` (`floor(pts / every_s)`); the first keyframe at or
+  after the start of each step (the first keyframe of the stream, and the first after its `pts`
+  went back: a file that looped, a camera that restarted) is the step's *mask keyframe*: every
+  tracked object on it that is due a fresh mask is prompted, all in one job. An object is due when
+  the detector saw it on this keyframe (its box rests on one of the detector's boxes), its label is
+  in `classes`, its box's shorter side is at least `min_size`, and its track had no mask asked for
+  in this step yet;
+- on any other keyframe, a job is made only for a *new* track (no mask asked for it yet: its first
+  mask need not wait up to `every_s`), and the objects due (as above) come along in it.
+
+So all the tracks of a stream are refreshed together, one encoder run per step, however their
+births are spread; and in file mode, where keyframes and a detector's boxes are the same on every
+pass, the frames the encoder runs on are the same on every pass (a detector with a memory of its
+own, the motion detector's background, can make a pass start otherwise).
+
+When some objects are due, the keyframe's pixels (copied: a frame's buffer may be reused) and the
+detector's boxes of those objects go to one worker thread, as one job; when the worker's queue is
+full the job is dropped (counted), and its new tracks try again on the next keyframe, the others on
+the next mask keyframe.
 
 The worker, per job: the encoder's embedding of the frame is looked up in the cache by the frame's
 pixel hash (`crop_key` over the whole frame: streamlens/secondary/cache.py; the same `pack` form,
-keys of their own model id), and computed and stored only when it is not there, so a looping file's
-second pass, a repeated frame or a second pipeline on the same camera never encodes again; then the
-prompt decoder runs once for all the job's boxes (streamlens/segment/model.py).
+keys of their own model id), and computed and stored only when it is not there; then the prompt
+decoder runs once for all the job's boxes (streamlens/segment/model.py).
 
 Answers come back to the engine's thread and apply from the next result of their stream that is
 published (`process`): each mask is pinned to its track's box on its keyframe, and from then on
@@ -28,9 +43,8 @@ Example:
 
 from __future__ import annotations
 
-import logging
+import math
 import queue
-import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
@@ -38,12 +52,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..frame import FrameResult
-from ..secondary.cache import CacheFormatError, crop_key, pack, unpack
+from ..secondary.cache import cached_outputs
 from ..secondary.stage import detector_boxes
+from ..secondary.worker import WorkerStage
 from .carry import MaskBook
 from .model import load_sam
-
-log = logging.getLogger("streamlens")
 
 #: keyframes waiting for the worker, at most (beyond: dropped and counted)
 QUEUE_SIZE = 2
@@ -61,31 +74,29 @@ class _Job:
     boxes: np.ndarray  # the tracked boxes on the keyframe, one per track: where each mask is pinned
 
 
-class SegmentStage:
+class SegmentStage(WorkerStage):
     """`segment:` with a SAM `model` (see the module's docstring). `start()` the worker, `offer()`
     each keyframe's objects and `process()` each result (both on the engine's thread), `close()` at
-    the end. `cache`: a `MemoryCache` / `RedisCache` for the embeddings (None: none)."""
+    the end (streamlens/secondary/worker.py). `cache`: a `MemoryCache` / `RedisCache` for the
+    embeddings (None: none)."""
+
+    name = "segment"
+    close_timeout_s = 10.0
 
     def __init__(self, cfg, cache=None, sam=None):
+        sam = sam if sam is not None else load_sam(cfg.model, cfg.decoder, device=cfg.device, threads=cfg.threads)
+        super().__init__(cache if cfg.cache else None, QUEUE_SIZE)
         self.cfg = cfg
-        self.sam = sam if sam is not None else load_sam(cfg.model, cfg.decoder, device=cfg.device,
-                                                       threads=cfg.threads)
-        self.cache = cache if cfg.cache else None
-        self.book = MaskBook(cfg.output)
+        self.sam = sam
+        self._asked: dict[str, dict[int, int]] = defaultdict(dict)  # stream -> track -> the step of its last job
+        self._step: dict[str, tuple[int, float, int]] = {}  # stream -> (step, pts of its last keyframe, steps begun)
+        self.book = MaskBook(cfg.output, on_forget=lambda stream, track: self._asked[stream].pop(track, None))
         self.classes = None if cfg.classes is None else frozenset(cfg.classes)
-        self._last: dict[str, dict[int, float]] = defaultdict(dict)  # stream -> track -> media time of its last job
-        self._pending: dict[str, set[int]] = defaultdict(set)  # stream -> tracks with a job on its way
-        self._now: dict[str, float] = {}
         self._published: dict[str, int] = {}  # stream -> index of the newest frame published
-        self._done: dict[str, deque] = defaultdict(deque)  # stream -> answered jobs
-        self._inbox: queue.Queue = queue.Queue(QUEUE_SIZE)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="segment", daemon=True)
-        self.error: BaseException | None = None
-        # the worker's counts
+        # the answered jobs in `_done[stream]`: (job, masks)
+        # the worker's counts (and `foreign`: cached values that were not this encoder's embedding)
         self.encoded = 0  # encoder runs
         self.cached = 0  # embeddings found in the cache
-        self.foreign = 0  # cached values that were not this encoder's embedding
         self.decoded = 0  # masks decoded (objects)
         self.segmented = 0  # jobs answered: keyframes segmented
         self.segmented_frames: deque = deque(maxlen=10_000)  # (stream, frame index, encoded?) per job answered
@@ -101,34 +112,33 @@ class SegmentStage:
 
     # -- the engine's thread ------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._thread.start()
-
     def offer(self, frame, found, det) -> None:
         """A keyframe whose detections the tracker applied: `found`, the detector's boxes on `frame`;
-        `det`, its tracked objects. The objects due a fresh mask go to the worker as one job."""
+        `det`, its tracked objects. On the step's mask keyframe the objects due a fresh mask go to
+        the worker as one job, on another keyframe only when a new track is among them (see the
+        module's docstring)."""
+        stream = frame.stream
+        fresh, step = self._mask_keyframe(frame)  # every keyframe counts, with objects or without
         if det.tracker_id is None or not len(det):
             return
-        stream = frame.stream
-        t = self._now.get(stream, 0.0)
-        last, pending = self._last[stream], self._pending[stream]
+        asked = self._asked[stream]
         labels = det.data.get("class_name")
         seen = detector_boxes(det.xyxy, found.xyxy if found is not None else np.empty((0, 4)))
         tracks, prompts, boxes = [], [], []
+        new = False
         for i, track in enumerate(det.tracker_id.tolist()):
             box = seen[i]
-            if track < 0 or box is None or track in pending:
+            if track < 0 or box is None or asked.get(track) == step:
                 continue
             if self.classes is not None and (labels is None or str(labels[i]) not in self.classes):
                 continue
             if min(box[2] - box[0], box[3] - box[1]) < self.cfg.min_size:
                 continue
-            if track in last and t - last[track] < self.cfg.every_s:
-                continue
+            new = new or track not in asked
             tracks.append(track)
             prompts.append(box)
             boxes.append(det.xyxy[i].astype(np.float64))
-        if not tracks:
+        if not tracks or not (fresh or new):
             return
         job = _Job(stream, frame.index, frame.image.copy(), tracks, np.array(prompts, np.float64), np.array(boxes))
         try:
@@ -138,18 +148,26 @@ class SegmentStage:
             return
         self.jobs += 1
         for track in tracks:
-            last[track] = t
-            pending.add(track)
+            asked[track] = step
+
+    def _mask_keyframe(self, frame) -> tuple[bool, int]:
+        """Whether `frame` (a keyframe) is its stream's mask keyframe: the first at or after the start
+        of a step of `every_s` of its `pts` (its clock when it has none), or after its `pts` went back;
+        and the number of the step it is in (counted per stream, so a loop's steps are new ones)."""
+        t = frame.pts if frame.pts is not None else frame.clock
+        step = math.floor(t / self.cfg.every_s)
+        last = self._step.get(frame.stream)
+        fresh = last is None or step != last[0] or t < last[1]
+        begun = (0 if last is None else last[2] + 1) if fresh else last[2]
+        self._step[frame.stream] = (step, t, begun)
+        return fresh, begun
 
     def process(self, result: FrameResult, messages: list) -> tuple[FrameResult, list]:
         """A result stage (graph/stages.py): the answers that came back for the result's stream are
         taken, and the result goes on with each tracked object's mask (streamlens/segment/carry.py)."""
-        if self.error is not None:
-            raise self.error
+        self.check()
         stream = result.frame.stream
-        self._now[stream] = result.media_s
         done = self._done[stream]
-        pending = self._pending[stream]
         while done:
             job, masks = done.popleft()
             published = self._published.get(stream)
@@ -158,7 +176,6 @@ class SegmentStage:
             self.lag_frames.append(result.frame.index - job.frame)
             del self.lag_frames[:-1000]
             for track, mask in zip(job.tracks, masks):
-                pending.discard(track)
                 self.book.learn(stream, track, mask)
             self.applied += 1
         self._published[stream] = result.frame.index
@@ -166,7 +183,7 @@ class SegmentStage:
 
     def stream_ended(self, stream: str) -> None:
         self.book.forget(stream)
-        for table in (self._last, self._pending, self._done, self._now, self._published):
+        for table in (self._asked, self._step, self._done, self._published):
             table.pop(stream, None)
 
     def stats(self) -> dict:
@@ -179,54 +196,35 @@ class SegmentStage:
                 "applied": self.applied, "late": self.late,
                 "lag_frames": _median(self.lag_frames)}
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Stop the worker (jobs still waiting are dropped) and close the cache."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        if self.cache is not None:
-            self.cache.close()
-
     # -- the worker's thread ------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _work(self) -> None:
         try:
-            while not self._stop.is_set():
-                try:
-                    job = self._inbox.get(timeout=0.1)
-                except queue.Empty:
-                    continue
-                encoded = self.encoded
-                masks = self._segment(job)
-                self.segmented += 1
-                self.segmented_frames.append((job.stream, job.frame, self.encoded > encoded))
-                self._done[job.stream].append((job, masks))
-        except BaseException as e:  # noqa: BLE001 - the engine raises it on its next frame
-            log.debug("segment worker failed", exc_info=True)
-            self.error = e
+            job = self._inbox.get(timeout=0.1)
+        except queue.Empty:
+            return
+        encoded = self.encoded
+        masks = self._segment(job)
+        self.segmented += 1
+        self.segmented_frames.append((job.stream, job.frame, self.encoded > encoded))
+        self._done[job.stream].append((job, masks))
 
     def embedding(self, image: np.ndarray) -> list[np.ndarray]:
         """The encoder's embedding of `image`: from the cache when it has it, else computed (and stored)."""
-        key = crop_key(self.sam.id, image) if self.cache is not None else None
-        if key is not None:
-            found = self.cache.get_many([key])[0]
-            if found is not None:
-                try:
-                    arrays = unpack(found, MAX_EMBEDDING_BYTES)
-                except CacheFormatError:
-                    arrays = None
-                if arrays is not None and self.sam.fits(arrays):
-                    self.cached += 1
-                    return arrays
-                self.foreign += 1
-        started = time.perf_counter()
-        arrays = self.sam.encode(image)
-        self.encode_ms.append((time.perf_counter() - started) * 1000)
-        del self.encode_ms[:-1000]
-        self.encoded += 1
-        if key is not None:
-            self.cache.put_many([(key, pack(arrays))])
-        return arrays
+
+        def encode(images: list) -> list:
+            started = time.perf_counter()
+            arrays = self.sam.encode(images[0])
+            self.encode_ms.append((time.perf_counter() - started) * 1000)
+            del self.encode_ms[:-1000]
+            self.encoded += 1
+            return [arrays]
+
+        outputs, computed, foreign = cached_outputs(self.cache, self.sam.id, [image], self.sam.fits, encode,
+                                                    MAX_EMBEDDING_BYTES)
+        self.foreign += foreign
+        self.cached += not computed
+        return outputs[0]
 
     def _segment(self, job: _Job) -> list:
         arrays = self.embedding(job.image)
