@@ -60,6 +60,22 @@ def test_frames_lost_in_the_engine_make_shedding_jump_to_the_share_that_carries_
     assert feed(c, clock, {"a": 25, "b": 25}, {"a": 48, "b": 48}, seconds=3) == [None] * 3
 
 
+def test_when_the_engine_loses_most_frames_the_keyframe_rungs_are_taken_at_once_then_frames_shed():
+    """Past a hundred streams a rung a tick left nearly every frame lost for seconds: with half or
+    more of a second's frames lost, the keyframe rungs go in one step (still first), frames next."""
+    clock = Clock()
+    c = BudgetController(33, ["a", "b"], max_stretch=4, clock=clock, keyframe_wait=True)
+    assert feed(c, clock, {"a": 20, "b": 20}, {"a": 0, "b": 0}) == [None]
+    assert feed(c, clock, {"a": 20, "b": 20}, {"a": 100, "b": 100}) == [
+        "keyframe intervals x4 and batching for throughput at once"]
+    assert (c.wait, c.stretch, c.throughput, c.shed) == (False, 4.0, True, 0.0)
+    assert feed(c, clock, {"a": 20, "b": 20}, {"a": 200, "b": 200}) == ["dropping 5 in 6"]  # 200 of 264 lost
+    # a loss under that share climbs a rung a tick, as before
+    slow = BudgetController(33, ["a"], max_stretch=4, clock=clock)
+    feed(slow, clock, {"a": 20}, {"a": 0})
+    assert feed(slow, clock, {"a": 20}, {"a": 20}) == ["keyframe intervals x1.5"]
+
+
 def test_a_tail_of_frames_too_old_for_the_budget_is_not_overload():
     clock = Clock()
     c = BudgetController(33, ["a", "b"], max_stretch=1, clock=clock)

@@ -95,6 +95,8 @@ MIN_WAIT_SHARE = 0.25
 MAX_CALM_S = 60.0
 #: a load within the budget but not calm steps down after this many times the calm wait
 PROBE_CALMS = 3
+#: the share of a second's frames the engine lost past which the keyframe rungs are taken at once
+ROUT_SHARE = 0.5
 #: the weight of each new second in the streams' smoothed losses, for fair shares
 FAIR_SMOOTHING = 0.25
 
@@ -317,7 +319,15 @@ class BudgetController:
 
     def _step_up(self, lost_share: float) -> str | None:
         """One rung up; on the shedding rung, as far as `lost_share` (of the frames that reached
-        the engine, the share dropped there) says is needed."""
+        the engine, the share dropped there) says is needed. When the engine lost `ROUT_SHARE` of
+        the second's frames or more, the keyframe rungs are all taken at once (in their order:
+        what gives first is still the keyframes), so that frames are shed from the next tick on,
+        not after a rung a tick while nearly every frame is lost."""
+        if lost_share >= ROUT_SHARE and (self.throughput is False or (self._wait_rung and self.wait)):
+            self.wait = not self._wait_rung and self.wait
+            self._stretch_index = len(self.stretches) - 1
+            self.throughput = True
+            return f"keyframe intervals x{self.stretch:g} and batching for throughput at once"
         if self._wait_rung and self.wait:
             self.wait = False
             return "keyframes no longer wait"
