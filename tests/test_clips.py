@@ -233,7 +233,7 @@ def test_an_event_later_than_the_margin_widens_the_window_for_the_next_clips(tmp
         stream = container.streams.video[0]
         plain = ClipRecorder(stream, 2.3)  # without `pre_s`: the window it was given, whatever comes
         plain.request(0.0, 1.0, tmp_path / "plain.mp4")
-        plain.close()
+        plain.close(wait_s=30)
         assert plain.window.keep_s == 2.3
         recorder = ClipRecorder(stream, 2.3, pre_s=2.0, folder=tmp_path)
         try:

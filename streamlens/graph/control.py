@@ -327,7 +327,8 @@ class BudgetController:
             self.wait = not self._wait_rung and self.wait
             self._stretch_index = len(self.stretches) - 1
             self.throughput = True
-            return f"keyframe intervals x{self.stretch:g} and batching for throughput at once"
+            stretched = f"keyframe intervals x{self.stretch:g} and " if self.stretch > 1.0 else ""
+            return f"{stretched}batching for throughput at once"
         if self._wait_rung and self.wait:
             self.wait = False
             return "keyframes no longer wait"
