@@ -17,16 +17,22 @@ from streamlens.detect.preprocess import InputSpec, letterbox_geometry
 from .conftest import REPO
 
 
+def rectangle_logits(side: int, rectangle) -> np.ndarray:
+    """Logits over `side` x `side` prototype cells: the signed distance to `rectangle` (x1, y1, x2,
+    y2 in cells), positive inside."""
+    cells = np.arange(side) + 0.5
+    x1, y1, x2, y2 = rectangle
+    dx = np.minimum(cells - x1, x2 - cells)
+    dy = np.minimum(cells - y1, y2 - cells)
+    return np.minimum(dy[:, None], dx[None, :])[None].astype(np.float32)
+
+
 def test_a_seg_models_mask_lands_in_source_pixels_through_the_letterbox():
     """A 640x360 frame letterboxed (centred) into 320x320: scale 0.5, 70 rows of pad above. Logits
     over 80x80 prototypes (4 input pixels a cell) are the signed distance to an input rectangle, so
     the mask must be that rectangle in source pixels, cut at the box."""
     geometry = letterbox_geometry((640, 360), (320, 320), center=True)
-    cells = np.arange(80) + 0.5
-    x1, y1, x2, y2 = np.array([40, 110, 120, 190]) / 4  # the mask, in cells
-    dx = np.minimum(cells - x1, x2 - cells)
-    dy = np.minimum(cells - y1, y2 - cells)
-    logits = np.minimum(dy[:, None], dx[None, :])[None].astype(np.float32)
+    logits = rectangle_logits(80, np.array([40, 110, 120, 190]) / 4)  # the mask, in cells
     found = Candidates(np.array([[20, 90, 100, 230]], np.float32), np.array([0.9], np.float32),
                        np.array([0]), logits, 80 / 320)
     det = to_detections(found, geometry, {0: "person"}, iou=0.45)
@@ -44,11 +50,7 @@ def test_a_seg_models_mask_lands_in_frame_pixels_from_a_region_of_the_frame():
     pixels, (240, 140)-(400, 260), cut at the box: where the region lies in the frame counts."""
     geometry = InputSpec((160, 160), pad="corner").region_geometry((640, 360), (200, 100, 520, 340))
     assert geometry.origin == (200, 100) and geometry.scale_x == 0.5 and (geometry.pad_x, geometry.pad_y) == (0, 0)
-    cells = np.arange(40) + 0.5
-    x1, y1, x2, y2 = np.array([20, 20, 100, 80]) / 4  # the mask, in cells
-    dx = np.minimum(cells - x1, x2 - cells)
-    dy = np.minimum(cells - y1, y2 - cells)
-    logits = np.minimum(dy[:, None], dx[None, :])[None].astype(np.float32)
+    logits = rectangle_logits(40, np.array([20, 20, 100, 80]) / 4)  # the mask, in cells
     found = Candidates(np.array([[10, 10, 90, 100]], np.float32), np.array([0.9], np.float32),
                        np.array([0]), logits, 40 / 160)
     det = to_detections(found, geometry, {0: "person"}, iou=0.45)
