@@ -9,10 +9,10 @@ counts and hands the count to a thread of its own through a `SimpleQueue`, whose
 signal handler; that thread does the work.
 
 Example:
-    >>> import os, signal, threading
+    >>> import signal, threading
     >>> seen, done = [], threading.Event()
     >>> relay = SignalRelay(lambda presses: (seen.append(presses), done.set()), (signal.SIGUSR1,))
-    >>> os.kill(os.getpid(), signal.SIGUSR1); done.wait(5)
+    >>> signal.raise_signal(signal.SIGUSR1); done.wait(5)   # to this thread: handled before the next line
     True
     >>> relay.close(); seen
     [1]
