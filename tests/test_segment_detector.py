@@ -3,18 +3,17 @@ model's input back to source pixels, cut at its box, and carried between keyfram
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
 
-import streamlens
 from streamlens.sinks.base import Sink
 from streamlens.detect.detections import to_detections
 from streamlens.detect.heads import Candidates
 from streamlens.detect.preprocess import InputSpec, letterbox_geometry
 
 from .conftest import REPO
+from .seg_pipeline import run_seg_pipeline
 
 
 def rectangle_logits(side: int, rectangle) -> np.ndarray:
@@ -102,22 +101,14 @@ def test_a_seg_detector_gives_masks_without_a_segment_section(tmp_path, seg_mode
     from streamlens.segment.masks import rle_decode
     from streamlens.track.matching import box_iou
 
-    path = tmp_path / "p.yaml"
-    path.write_text(f"""
+    keyframes = KeyframesKept()
+    _, objects = run_seg_pipeline(tmp_path, f"""
 sources: [{{uri: {REPO / 'samples' / 'traffic.mp4'}}}]
 detector: {{backend: ultralytics, model: {seg_model}, imgsz: 320, conf: 0.0001, max_det: 3}}
 keyframes: {{interval: 10}}
 segment: {{output: rle}}
 sinks: [{{type: jsonl, path: out.jsonl}}]
-""")
-    keyframes = KeyframesKept()
-    with streamlens.Pipeline.from_yaml(path, sinks=[keyframes]) as pipe:
-        report = pipe.run()
-        stats = pipe.segment_stats()
-    assert report.exit_code == 0, report.error
-    assert stats["source"] == "detector" and stats["masks"] > 0
-    frames = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
-    objects = [o for m in frames if m["type"] == "frame" for o in m["objects"]]
+""", sinks=[keyframes])
     assert objects and all("mask" in o for o in objects)
     detector = UltralyticsDetector(seg_model, imgsz=320, conf=0.0001, max_det=3)
     checked = 0

@@ -11,7 +11,6 @@ every mask full or empty), which would compare nothing. With its norms set, the 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import av
@@ -21,7 +20,6 @@ import pytest
 pytest.importorskip("ultralytics", reason="the ultralytics extra is not installed")
 pytest.importorskip("onnx", reason="exporting to ONNX needs the onnx package (the ultralytics extra)")
 
-import streamlens  # noqa: E402
 from streamlens.detect.onnx import OnnxDetector  # noqa: E402
 from streamlens.detect.ultralytics_backend import UltralyticsDetector  # noqa: E402
 from streamlens.detect.ultralytics_offline import import_ultralytics_offline  # noqa: E402
@@ -29,6 +27,7 @@ from streamlens.errors import DetectorError  # noqa: E402
 from streamlens.frame import Frame  # noqa: E402
 
 from .conftest import REPO  # noqa: E402
+from .seg_pipeline import run_seg_pipeline  # noqa: E402
 
 IMGSZ = 320
 CLIP = REPO / "samples" / "traffic.mp4"
@@ -154,20 +153,12 @@ def test_openvino_runs_the_seg_export_as_onnxruntime_does(seg_models):
 
 
 def test_a_pipeline_with_the_onnx_seg_model_publishes_masks(tmp_path, seg_models):
-    path = tmp_path / "p.yaml"
-    path.write_text(f"""
+    _, objects = run_seg_pipeline(tmp_path, f"""
 sources: [{{uri: {CLIP}}}]
 detector: {{backend: onnx, model: {seg_models['onnx']}, conf: 0.0001, max_det: 3}}
 keyframes: {{interval: 10}}
 sinks: [{{type: jsonl, path: out.jsonl}}]
 """)
-    with streamlens.Pipeline.from_yaml(path) as pipe:
-        report = pipe.run()
-        stats = pipe.segment_stats()
-    assert report.exit_code == 0, report.error
-    assert stats["source"] == "detector" and stats["masks"] > 0
-    frames = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
-    objects = [o for m in frames if m["type"] == "frame" for o in m["objects"]]
     assert objects and all("mask" in o for o in objects)
     polygons = [p for o in objects for p in o["mask"]]
     assert polygons and all(len(p) >= 6 and len(p) % 2 == 0 for p in polygons)  # polygon, the default
