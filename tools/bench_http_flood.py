@@ -57,6 +57,21 @@ def scrape(port: int) -> tuple[float, float, float]:
     return took, frames, cpu
 
 
+def wait_until_published(run: subprocess.Popen, port: int, least: float, timeout_s: float, tool: str) -> None:
+    """Until the run on `port` has published more than `least` frames (its model loaded, its streams
+    flowing); exits naming `tool` with the end of the run's stderr if it ended or `timeout_s` passed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if scrape(port)[1] > least:
+                return
+        except OSError:
+            pass
+        if run.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"{tool}: the run did not start: {run.stderr.read().decode()[-2000:]}")
+        time.sleep(0.5)
+
+
 def phase(port: int, seconds: float, probes: int = 10) -> dict:
     """`probes` scrapes spread over `seconds`: their median latency, and frames a second between
     the first and the last."""
@@ -133,16 +148,7 @@ def main() -> int:
                            start_new_session=True, preexec_fn=_limit_pinned if args.pin else _limit)
     rows = []
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if scrape(port)[1] > 100:
-                    break
-            except OSError:
-                pass
-            if run.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"bench_http_flood: the run did not start: {run.stderr.read().decode()[-2000:]}")
-            time.sleep(0.5)
+        wait_until_published(run, port, 100, 60, "bench_http_flood")
         for round_ in range(args.rounds):
             rows.append(("without", round_ + 1, phase(port, args.phase_s), None))
             go, done, said = multiprocessing.Event(), multiprocessing.Event(), multiprocessing.Queue()

@@ -33,7 +33,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +40,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT))
 
 from ab_trials import MODEL, VIDEO  # noqa: E402
+from bench_http_flood import scrape, wait_until_published  # noqa: E402
 from tests.rtsp_server import free_port  # noqa: E402
 
 #: (stage, substrings of a sample's stack): the first stage whose substring a stack holds is its stage
@@ -74,9 +74,7 @@ runtime: {{http: {{port: {http}}}}}
 
 
 def frames_published(port: int) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
-        text = r.read().decode()
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("streamlens_frames_total{"))
+    return scrape(port)[1]
 
 
 def stage_of(stack: str) -> str:
@@ -126,16 +124,8 @@ def main() -> int:
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     found = {}
     try:
-        deadline = time.monotonic() + 120
-        while True:  # up, and past its first seconds (the model loaded, every stream flowing)
-            try:
-                if frames_published(http) > 30 * args.streams * 3:
-                    break
-            except OSError:
-                pass
-            if run.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"profile_engine: the run did not start: {run.stderr.read().decode()[-2000:]}")
-            time.sleep(0.5)
+        # up, and past its first seconds (the model loaded, every stream flowing)
+        wait_until_published(run, http, 30 * args.streams * 3, 120, "profile_engine")
         load = os.getloadavg()[0]
         for kind, gil in (("threads", False), ("gil", True)):
             before, started = frames_published(http), time.monotonic()
