@@ -45,17 +45,13 @@ class Losses:
         lane, admit = self.lanes.get(name), self.admissions.get(name)
         return (lane.late_from_source if lane else 0) + (admit.late_from_source if admit is not None else 0)
 
-    def uncarried(self, names: list[str]) -> dict[str, int]:
-        """Per stream of `names`, the frames the engine could not carry, which the budget controller
-        answers: every frame lost but those it shed and those that came too late from their source
-        (a decoder behind its clock: shedding after it would not help)."""
-        return {name: self.dropped(lost) - lost["shed"] - self.late_from_source(name)
-                for name in names for lost in (self.of(name),)}
-
-    def unshed(self, names: list[str]) -> dict[str, int]:
-        """Per stream of `names`, every frame lost so far but those the budget controller shed
-        (its fair shares weigh them: graph/control.py)."""
-        return {name: self.dropped(lost) - lost["shed"] for name in names for lost in (self.of(name),)}
+    def for_controller(self, names: list[str]) -> tuple[dict[str, int], dict[str, int]]:
+        """Per stream of `names`, what the budget controller reads (graph/control.py `tick`): the
+        frames the engine could not carry, which it answers (every frame lost but those it shed and
+        those that came too late from their source: shedding after a decoder behind its clock would
+        not help), and every frame lost but those it shed (its fair shares weigh them)."""
+        unshed = {name: self.dropped(lost) - lost["shed"] for name in names for lost in (self.of(name),)}
+        return {name: n - self.late_from_source(name) for name, n in unshed.items()}, unshed
 
     @staticmethod
     def dropped(lost: dict[str, int]) -> int:
