@@ -343,7 +343,9 @@ class FrameResult:
 
     `seq` counts results per stream from 0 with no gaps; `keyframe` says whether the detector ran on
     this frame; `detections` carries boxes in source pixels, `tracker_id` (-1 when untracked), the
-    class names in `detections.data["class_name"]`, and, once the secondary stage has run, what its
+    class the detector gave each box (on a keyframe) or its track's last detection (between) in
+    `class_id` and `detections.data["class_name"]`, a tracked object's label by vote over its track
+    in `data[TRACK_CLASS_ID]` and `data[TRACK_CLASS_NAME]` (`track_labels`), and, once the secondary stage has run, what its
     classifiers know of each object's track in `detections.data["attributes"]`.
 
     Example:
@@ -443,6 +445,35 @@ class StatsReport:
 
     stream: str
     values: dict
+
+
+#: `sv.Detections.data` keys of a tracked object's label: the class its detections scored most over its
+#: track's life (streamlens/track/labels.py); `class_id` and `data["class_name"]` are what the detector
+#: said of the object on its last keyframe
+TRACK_CLASS_ID, TRACK_CLASS_NAME = "track_class_id", "track_class_name"
+
+
+def track_labels(det: sv.Detections) -> tuple[np.ndarray, np.ndarray]:
+    """Each object's label by vote over its track (class ids, names): the track's where the tracker
+    set one, else the object's own class (an untracked box, a pipeline without a tracker).
+
+    Example:
+        >>> import supervision as sv
+        >>> det = sv.Detections(xyxy=np.zeros((2, 4)), class_id=np.array([7, 2]))
+        >>> det.data["class_name"] = np.array(["truck", "car"], object)
+        >>> track_labels(det)[1].tolist()
+        ['truck', 'car']
+        >>> det.data[TRACK_CLASS_ID], det.data[TRACK_CLASS_NAME] = np.array([2, 2]), np.array(["car", "car"], object)
+        >>> track_labels(det)[1].tolist()
+        ['car', 'car']
+    """
+    n = len(det)
+    ids, names = det.data.get(TRACK_CLASS_ID), det.data.get(TRACK_CLASS_NAME)
+    if ids is not None and names is not None:
+        return np.asarray(ids, np.int64), np.asarray(names, object)
+    ids = np.asarray(det.class_id, np.int64) if det.class_id is not None else np.full(n, -1, np.int64)
+    names = det.data.get("class_name")
+    return ids, (np.asarray(names, object) if names is not None else np.array([str(c) for c in ids], object))
 
 
 def empty_detections() -> sv.Detections:

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..analytics.build import build_stream_analytics
 from ..analytics.snapshots import Snapshots
-from ..frame import Event, FrameResult
+from ..frame import Event, FrameResult, track_labels
 
 
 class Stage(Protocol):
@@ -46,11 +46,11 @@ class Stage(Protocol):
 
 
 def objects_of(result: FrameResult) -> tuple[np.ndarray, list, np.ndarray]:
-    """A result's track ids (-1 untracked), labels and scores, one per object."""
+    """A result's track ids (-1 untracked), labels (a tracked object's by vote over its track:
+    `track_labels`) and scores, one per object."""
     det = result.detections
     ids = det.tracker_id if det.tracker_id is not None else np.full(len(det), -1)
-    labels = det.data.get("class_name")
-    labels = labels if labels is not None else [str(c) for c in det.class_id]
+    labels = track_labels(det)[1]
     scores = det.confidence if det.confidence is not None else np.ones(len(det))
     return ids, labels, scores
 

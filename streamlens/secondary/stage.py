@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..analytics.snapshots import crop
-from ..frame import Embedding, FrameResult
+from ..frame import Embedding, FrameResult, track_labels
 from ..track.matching import box_iou
 from .cache import cached_outputs
 from .model import CropModel
@@ -228,7 +228,7 @@ class SecondaryStage(WorkerStage):
         if det.tracker_id is None or not len(det):
             return
         t = self._now.get(frame.stream, 0.0)  # the stream's media time now (a late keyframe is older)
-        labels = det.data.get("class_name")
+        labels = track_labels(det)[1]  # a track's classes are chosen by its label, not one keyframe's class
         looks = self._looks[frame.stream]
         sightings = self._sightings[frame.stream]
         width, height = frame.width, frame.height
@@ -239,7 +239,7 @@ class SecondaryStage(WorkerStage):
             sightings[track] = sightings.get(track, 0) + 1
             if sightings[track] < 2:
                 continue
-            label = str(labels[i]) if labels is not None else str(det.class_id[i])
+            label = str(labels[i])
             box = seen[i]
             mine = looks.setdefault(track, {})
             for group in self.groups:

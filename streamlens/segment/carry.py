@@ -25,7 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..frame import FrameResult
+from ..frame import FrameResult, track_labels
 from ..secondary.worker import FORGET_AFTER_S, LastSeen
 from .masks import BoxMask
 
@@ -106,12 +106,12 @@ class DetectorMaskStage:
             return
         iou = box_iou(tracked.xyxy, found.xyxy)
         best = iou.argmax(1)
-        labels = tracked.data.get("class_name")
+        labels = track_labels(tracked)[1]
         for i, track in enumerate(tracked.tracker_id.tolist()):
             k = int(best[i])
             if track < 0 or iou[i, k] < 0.5 or masks[k] is None:
                 continue
-            if self.classes is not None and (labels is None or str(labels[i]) not in self.classes):
+            if self.classes is not None and str(labels[i]) not in self.classes:
                 continue
             self.book.learn(frame.stream, track, masks[k])
             self.made += 1

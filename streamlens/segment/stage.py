@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..frame import FrameResult
+from ..frame import FrameResult, track_labels
 from ..secondary.cache import cached_outputs
 from ..secondary.stage import detector_boxes
 from ..secondary.worker import WorkerStage
@@ -122,7 +122,7 @@ class SegmentStage(WorkerStage):
         if det.tracker_id is None or not len(det):
             return
         asked = self._asked[stream]
-        labels = det.data.get("class_name")
+        labels = track_labels(det)[1]
         seen = detector_boxes(det.xyxy, found.xyxy if found is not None else np.empty((0, 4)))
         tracks, prompts, boxes = [], [], []
         new = False
@@ -130,7 +130,7 @@ class SegmentStage(WorkerStage):
             box = seen[i]
             if track < 0 or box is None or asked.get(track) == step:
                 continue
-            if self.classes is not None and (labels is None or str(labels[i]) not in self.classes):
+            if self.classes is not None and str(labels[i]) not in self.classes:
                 continue
             if min(box[2] - box[0], box[3] - box[1]) < self.cfg.min_size:
                 continue

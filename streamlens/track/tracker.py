@@ -47,8 +47,9 @@ high there: on a keyframe, the detector's boxes with the ids of the tracks they 
   blink on a keyframe would otherwise drop an object for a whole interval.
 A track whose box is no longer visible ends: less than `MIN_VISIBLE` of its area inside the frame,
 or less than `MIN_BOX_PX` wide or high there (it drove out of the picture, or motion carried it
-out). `confidence` is the score of the last detection matched, the label the class its detections
-scored most (`labels.py`); ids start at 1 and are never reused within a stream.
+out). `confidence` and the class (`class_id`, `class_name`) are those of the last detection matched,
+the track's label (`data[TRACK_CLASS_ID]`, `data[TRACK_CLASS_NAME]`) the class its detections scored
+most (`labels.py`); ids start at 1 and are never reused within a stream.
 
 The thresholds default to ByteTrack's MOT17 settings, for detections reported down to a score of 0.1
 (MOTChallenge's public detections), but for the confident and new-track scores, the overlap a new
@@ -78,7 +79,7 @@ from dataclasses import dataclass
 import numpy as np
 import supervision as sv
 
-from ..frame import Frame, empty_detections
+from ..frame import TRACK_CLASS_ID, TRACK_CLASS_NAME, Frame, empty_detections
 from .base import MIN_BOX_PX, Tracker, clip_to_frame
 from .history import FrameHistory, FrameStep
 from .keyframe_objects import keyframe_objects
@@ -282,8 +283,9 @@ class KeyframeTracker(Tracker):
         boxes, shown = clip_to_frame(xywh_to_xyxy(tracks.means[:, :4]), *self._frame_size)
         rows &= shown
         out = sv.Detections(xyxy=boxes[rows], confidence=tracks.scores[rows].astype(np.float32),
-                            class_id=tracks.class_ids[rows], tracker_id=tracks.ids[rows])
-        out.data["class_name"] = tracks.class_names[rows]
+                            class_id=tracks.seen_ids[rows], tracker_id=tracks.ids[rows])
+        out.data["class_name"] = tracks.seen_names[rows]
+        out.data[TRACK_CLASS_ID], out.data[TRACK_CLASS_NAME] = tracks.class_ids[rows], tracks.class_names[rows]
         return out
 
     # -- motion between frames ---------------------------------------------------------------------
@@ -353,7 +355,8 @@ class KeyframeTracker(Tracker):
         # once kept in the history: `_correct` copies it first)
         moved = TrackTable(tracks.ids, states.copy(),
                            *self.kalman.move(means, tracks.covs, delta, dt, noise, horizon),
-                           tracks.class_ids, tracks.class_names, tracks.scores, tracks.hits, tracks.born,
+                           tracks.class_ids, tracks.class_names, tracks.seen_ids, tracks.seen_names,
+                           tracks.scores, tracks.hits, tracks.born,
                            tracks.last_seen, tracks.motion_quality.copy())
         if camera is not None:  # every track moves with the picture, measured or not (BoT-SORT's CMC)
             moved.means[:, :2] += camera
@@ -436,6 +439,7 @@ class KeyframeTracker(Tracker):
             tracks.means[rows], tracks.covs[rows], xyxy_to_xywh(found.boxes[cols]))
         tracks.states[rows] = CONFIRMED
         tracks.scores[rows] = found.scores[cols]
+        tracks.seen_ids[rows], tracks.seen_names[rows] = found.class_ids[cols], found.class_names[cols]
         tracks.class_ids[rows], tracks.class_names[rows] = self.labels.vote(
             tracks.ids[rows], found.class_ids[cols], found.class_names[cols], found.scores[cols])
         tracks.hits[rows] += 1
@@ -451,7 +455,8 @@ class KeyframeTracker(Tracker):
         self.labels.vote(ids, found.class_ids[cols], found.class_names[cols], found.scores[cols])
         return TrackTable(ids=ids, states=np.full(count, CONFIRMED if confirmed else TENTATIVE, np.int8),
                           means=means, covs=covs, class_ids=found.class_ids[cols],
-                          class_names=found.class_names[cols], scores=found.scores[cols].astype(np.float32),
+                          class_names=found.class_names[cols], seen_ids=found.class_ids[cols],
+                          seen_names=found.class_names[cols], scores=found.scores[cols].astype(np.float32),
                           hits=np.ones(count, np.int64), born=np.full(count, now), last_seen=np.full(count, now),
                           motion_quality=np.ones(count))
 

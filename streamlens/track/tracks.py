@@ -50,6 +50,9 @@ class TrackTable:
     #: the track's label: the class its detections scored most (`labels.py`)
     class_ids: np.ndarray
     class_names: np.ndarray
+    #: the class of the last detection matched to the track (what the detector said last)
+    seen_ids: np.ndarray
+    seen_names: np.ndarray
     #: the score of the last detection matched to the track
     scores: np.ndarray
     #: how many keyframes matched the track
@@ -64,7 +67,8 @@ class TrackTable:
     def empty(cls) -> TrackTable:
         return cls(ids=np.empty(0, np.int64), states=np.empty(0, np.int8), means=np.empty((0, 8)),
                    covs=np.empty((0, 3, 4)), class_ids=np.empty(0, np.int64),
-                   class_names=np.empty(0, object), scores=np.empty(0, np.float32),
+                   class_names=np.empty(0, object), seen_ids=np.empty(0, np.int64),
+                   seen_names=np.empty(0, object), scores=np.empty(0, np.float32),
                    hits=np.empty(0, np.int64), born=np.empty(0), last_seen=np.empty(0), motion_quality=np.empty(0))
 
     def __len__(self) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..frame import Embedding, Event, FrameResult, StatsReport, StreamEnd
+from ..frame import TRACK_CLASS_ID, TRACK_CLASS_NAME, Embedding, Event, FrameResult, StatsReport, StreamEnd
 from .codec import json_bytes
 
 SCHEMA_VERSION = 1
@@ -37,6 +37,10 @@ def frame_message(result: FrameResult) -> dict[str, Any]:
     labels = [str(v) for v in labels] if labels is not None else [str(c) for c in cls]
     objects = [{"id": int(ids[i]), "cls": int(cls[i]), "label": labels[i], "score": scores[i], "box": boxes[i]}
                for i in range(n)]
+    if n and det.data.get(TRACK_CLASS_NAME) is not None:  # a tracker ran: each object's label by vote
+        for obj, track_cls, track_label in zip(objects, det.data[TRACK_CLASS_ID].tolist(),
+                                               det.data[TRACK_CLASS_NAME].tolist()):
+            obj["track_cls"], obj["track_label"] = int(track_cls), str(track_label)
     attributes = result.attributes
     if attributes is not None:  # what the secondary classifiers know of each object's track
         for obj, known in zip(objects, attributes):
