@@ -76,19 +76,24 @@ def test_crossing_objects_keep_their_ids(interval):
 
 # -- occlusion and re-entry ------------------------------------------------------------------------
 
+@pytest.mark.parametrize("coast_s", [None, 0.4])
 @pytest.mark.parametrize("interval", [1, 3])
-def test_occlusion_gap_shorter_than_lost_s_keeps_the_id(interval):
+def test_occlusion_gap_shorter_than_lost_s_keeps_the_id(interval, coast_s):
     """A person walks behind a pillar for 0.6 s (no detections) and comes out where the Kalman
-    prediction says: same id. While hidden the box coasts for a while on the frames between
-    keyframes, then disappears; a keyframe shows what the detector saw (nothing)."""
+    prediction says: same id. A keyframe shows what the detector saw (nothing), and so do the frames
+    after it by default; with `coast_s` the box coasts for a while on the frames between keyframes,
+    then disappears."""
     def scene(i):
         return found([box_at(50 + 3 * i, 100)]) if not 20 <= i < 38 else found([])
 
-    out = run(KeyframeTracker("kalman", 30), scene, 60, interval)
+    options = {} if coast_s is None else {"coast_s": coast_s}
+    out = run(KeyframeTracker("kalman", 30, **options), scene, 60, interval)
     assert id_near(out[18], box_at(50 + 3 * 18, 100)) == 1
     assert len(out[21]) == 0                                  # a keyframe that missed it shows nothing
-    if interval > 1:
+    if interval > 1 and coast_s:
         assert id_near(out[22], box_at(50 + 3 * 22, 100)) == 1   # coasting on its prediction
+    elif interval > 1:
+        assert len(out[22]) == 0                              # the frames after show what the keyframe showed
     assert len(out[35]) == 0                                  # lost and no longer shown
     assert id_near(out[39], box_at(50 + 3 * 39, 100)) == 1   # found again, same id
     assert id_near(out[59], box_at(50 + 3 * 59, 100)) == 1

@@ -14,6 +14,7 @@ import supervision as sv
 from streamlens.frame import Frame
 from streamlens.track import KeyframeTracker
 from streamlens.track.matching import box_iou
+from streamlens.track.tracker import FOLLOW_LOST_S
 
 WIDTH, HEIGHT, FPS = 640, 360, 30.0
 BLANK = np.broadcast_to(np.zeros((1, 1, 3), np.uint8), (HEIGHT, WIDTH, 3))
@@ -119,13 +120,13 @@ def test_dropped_frames_keep_ids_and_are_predicted_across(numbered):
 def test_a_long_gap_does_not_extrapolate_velocity_for_seconds(numbered):
     """With lost_s raised to a minute, tracks outlive a 10 s outage, but the car is not thrown 10 s
     ahead at its last speed (1000 px, out of the picture), nor is the gap taken for one frame: it
-    moves on for `coast_s`. The same whether the source numbered the frames it dropped or not."""
+    moves on for `FOLLOW_LOST_S`. The same whether the source numbered the frames it dropped or not."""
     tracker = KeyframeTracker("kalman", FPS, lost_s=60.0)
     steady(tracker, 30, x=lambda i: 100.0 + i * 100.0 / FPS)  # 100 px/s
     out = tracker.propagate(frame(30 + 300 * numbered, 29 / FPS + 10.0, 29 / FPS + 10.0))
     assert out.tracker_id.tolist() == [1]
     last_seen = 100.0 + 29 * 100.0 / FPS
-    assert out.xyxy[0, 0] == pytest.approx(last_seen + 100.0 * tracker.coast_s, abs=3.0)
+    assert out.xyxy[0, 0] == pytest.approx(last_seen + 100.0 * max(tracker.coast_s, FOLLOW_LOST_S), abs=3.0)
 
 
 def test_lost_s_zero_is_no_division_by_zero():

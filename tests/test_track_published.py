@@ -34,8 +34,10 @@ def found(boxes, scores) -> sv.Detections:
                          class_id=np.zeros(len(boxes), np.int64), data={"class_name": np.array(["person"] * len(boxes), object)})
 
 
-def test_a_keyframe_shows_its_detections_and_keeps_the_tracks_it_missed():
-    tracker = KeyframeTracker("kalman", 30, high_score=0.5, low_score=0.1, new_track_score=0.5)
+@pytest.mark.parametrize("coast_s", [None, 0.4])
+def test_a_keyframe_shows_its_detections_and_keeps_the_tracks_it_missed(coast_s):
+    options = {} if coast_s is None else {"coast_s": coast_s}
+    tracker = KeyframeTracker("kalman", 30, high_score=0.5, low_score=0.1, new_track_score=0.5, **options)
     a, b = (lambda i: [100 + 2 * i, 100, 140 + 2 * i, 200]), (lambda i: [400, 120, 450, 220])
     for index in range(0, 12, 3):  # both seen on four keyframes: confirmed
         tracker.update(frame(index), found([a(index), b(index)], [0.9, 0.8]))
@@ -47,8 +49,8 @@ def test_a_keyframe_shows_its_detections_and_keeps_the_tracks_it_missed():
     assert out.confidence.tolist() == pytest.approx([0.85, 0.3])              # its scores,
     assert out.tracker_id.tolist() == [1, -1]                                  # no coasting `b` on it
     assert detections.tracker_id is None                                       # which are left alone
-    after = tracker.propagate(frame(13))                                        # `b` coasts between keyframes
-    assert sorted(after.tracker_id.tolist()) == [1, 2]
+    after = tracker.propagate(frame(13))        # by default the frames after show what the keyframe showed;
+    assert sorted(after.tracker_id.tolist()) == ([1, 2] if coast_s else [1])  # with coast_s `b` coasts
     again = tracker.update(frame(15), found([a(15), b(15)], [0.9, 0.8]))      # and is found again
     assert again.tracker_id.tolist() == [1, 2] and again.xyxy.tolist() == found([a(15), b(15)], [1, 1]).xyxy.tolist()
 

@@ -2,9 +2,13 @@
 
     python tools/bench_keyframes.py                          # intervals 1,3,5,10 x kalman,flow,mv: about 5 minutes
     python tools/bench_keyframes.py --intervals 5 --motions mv
+    python tools/bench_keyframes.py --clips all --intervals 2,3,5 --motions mv --coast-s 0,0.4 --out /tmp/k.md
 
-The clip is ../shared/data/video/highway_720p30.mp4, the detector the `detector` section of
-pipelines/highway_yolox.yaml (its model and names from ../shared/data). Each run is `streamlens run`
+The clip is ../shared/data/video/highway_720p30.mp4 (`--clips`: others of ../shared/data/video, `all`
+for every clip of more than a few frames), the detector the `detector` section of the pipeline
+made for the clip (`PIPELINES`: pipelines/highway_yolox.yaml for traffic, indoor_yolox.yaml for
+people; its model and names from ../shared/data). `--coast-s` runs each setting with
+`tracker.coast_s` at each value given (default: the tracker's own). Each run is `streamlens run`
 in file mode (nothing dropped, the same every run) at a fixed keyframe interval (`adaptive: false`)
 with one motion model and a JSONL sink; its frame messages are scored by `streamlens.bench.accuracy`
 against the same detector on every frame of the clip (`streamlens.bench.reference`, cached in
@@ -38,24 +42,29 @@ sys.path.insert(0, str(REPO))
 DATA = REPO.parent / "shared" / "data"
 PIPELINE = REPO / "pipelines" / "highway_yolox.yaml"
 CLIP = "video/highway_720p30.mp4"
+#: each shared clip's pipeline (whose detector section it runs with); street_night has 8 frames only
+PIPELINES = {"highway_720p30.mp4": "highway_yolox.yaml", "highway_320x240.avi": "highway_yolox.yaml",
+             "highway_1080p30.mp4": "highway_yolox.yaml", "road_topdown_640x360.avi": "highway_yolox.yaml",
+             "person_indoor_768x432.mp4": "indoor_yolox.yaml"}
 MODEL, NAMES = "models/yolox_nano/yolox_nano.onnx", "models/yolox_nano/coco_classes.txt"
 
 
-def detector_section(data: Path) -> dict:
+def detector_section(data: Path, pipeline: Path = PIPELINE) -> dict:
     import yaml
 
-    section = dict(yaml.safe_load(PIPELINE.read_text())["detector"])
+    section = dict(yaml.safe_load(pipeline.read_text())["detector"])
     section["model"], section["names"] = str(data / MODEL), str(data / NAMES)
     return section
 
 
-def run(video: str, detector: dict, interval: int, motion: str, work: Path) -> dict:
+def run(video: str, detector: dict, interval: int, motion: str, work: Path, coast_s: float | None = None) -> dict:
     """One file-mode run; its frame messages split into keyframes and the frames between."""
     import yaml
 
     out = work / f"{motion}-{interval}.jsonl"
+    tracker = {"motion": motion, **({} if coast_s is None else {"coast_s": coast_s})}
     tree = {"sources": [{"name": "clip", "uri": video}], "detector": detector,
-            "keyframes": {"interval": interval, "adaptive": False}, "tracker": {"motion": motion},
+            "keyframes": {"interval": interval, "adaptive": False}, "tracker": tracker,
             "sinks": [{"type": "jsonl", "path": str(out)}]}
     path = work / f"{motion}-{interval}.yaml"
     path.write_text(yaml.safe_dump(tree, sort_keys=False))
@@ -88,21 +97,23 @@ def score(parts: dict, ref) -> dict:
 
 
 def write_page(data: dict, out: Path) -> None:
+    clips = sorted({r["clip"] for r in data["runs"]})
     lines = ["# Keyframes and the frames between: agreement with detecting every frame", "",
              f"Command: `{data['command']}` ({data['seconds']:.0f} s)  ",
              f"Machine: {data['machine']}, 2 cores shared with other work; date {data['date']}, commit {data['commit']}  ",
-             f"Clip: highway_720p30.mp4 (897 frames); detector: the `detector` section of pipelines/highway_yolox.yaml "
-             f"(`agnostic_nms: {data['agnostic_nms']}`); file mode, fixed intervals.", "",
+             f"Clips: {', '.join(clips)}; detector: the `detector` section of each clip's pipeline (`PIPELINES` in the "
+             f"tool; `agnostic_nms: {data['agnostic_nms']}`); file mode, fixed intervals.", "",
              "F1 at IoU 0.5 against the same detector on every frame (`streamlens.bench.accuracy`). `keyframes`: "
-             "class-aware, as every bench scores; `any class`: the same boxes matched whatever their class (a "
-             "keyframe publishes the detector's boxes; its labels are the tracks' votes).", "",
-             "| interval | motion | keyframes | F1 keyframes | F1 keyframes, any class | F1 between | F1 all |",
-             "|---|---|---|---|---|---|---|"]
+             "class-aware, as every bench scores (a box's `cls`: the detector's class on a keyframe, its track's last "
+             "detection's between); `any class`: the same boxes matched whatever their class.", "",
+             "| clip | interval | motion | coast_s | keyframes | F1 keyframes | F1 keyframes, any class | F1 between | "
+             "F1 all |", "|---|---|---|---|---|---|---|---|---|"]
     for r in data["runs"]:
         f = r["f1"]
-        lines.append(f"| {r['interval']} | {r['motion']} | {r['keyframes']} | {f['keyframes']:.3f} | "
-                     f"{f['keyframes_any_class']:.3f} | {'-' if f['between'] is None else format(f['between'], '.3f')} | "
-                     f"{f['all']:.3f} |")
+        coast = "default" if r.get("coast_s") is None else f"{r['coast_s']:g}"
+        lines.append(f"| {r['clip']} | {r['interval']} | {r['motion']} | {coast} | {r['keyframes']} | "
+                     f"{f['keyframes']:.3f} | {f['keyframes_any_class']:.3f} | "
+                     f"{'-' if f['between'] is None else format(f['between'], '.3f')} | {f['all']:.3f} |")
     old = out.read_text() if out.exists() else ""
     kept = old[old.index("\n## Notes"):] if "\n## Notes" in old else ""
     out.write_text("\n".join(lines) + "\n" + kept)
@@ -111,8 +122,10 @@ def write_page(data: dict, out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--clips", default=Path(CLIP).name, help="clips of DATA/video, comma-separated, or all")
     parser.add_argument("--intervals", default="1,3,5,10")
     parser.add_argument("--motions", default="kalman,flow,mv")
+    parser.add_argument("--coast-s", default=None, help="tracker.coast_s values, comma-separated (default: the tracker's)")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "streamlens_bench_keyframes")
     parser.add_argument("--out", type=Path, default=REPO / "tools" / "results" / "keyframes.md")
     args = parser.parse_args(argv)
@@ -120,18 +133,23 @@ def main(argv: list[str] | None = None) -> int:
     from streamlens.config import DetectorConfig
 
     started = time.monotonic()
-    detector = detector_section(args.data)
-    video = str(args.data / CLIP)
-    config = DetectorConfig(**detector)
-    ref = reference_for(config, video, args.cache)
+    clips = list(PIPELINES) if args.clips == "all" else args.clips.split(",")
+    coasts = [None] if args.coast_s is None else [float(v) for v in args.coast_s.split(",")]
     runs = []
     with tempfile.TemporaryDirectory() as work:
-        for interval in (int(v) for v in args.intervals.split(",")):
-            for motion in args.motions.split(","):
-                result = {"interval": interval, "motion": motion, **score(run(video, detector, interval, motion,
-                                                                              Path(work)), ref)}
-                print(json.dumps(result), flush=True)
-                runs.append(result)
+        for clip in clips:
+            detector = detector_section(args.data, REPO / "pipelines" / PIPELINES.get(clip, PIPELINE.name))
+            video = str(args.data / "video" / clip)
+            config = DetectorConfig(**detector)
+            ref = reference_for(config, video, args.cache)
+            for interval in (int(v) for v in args.intervals.split(",")):
+                for motion in args.motions.split(","):
+                    for coast in coasts:
+                        parts = run(video, detector, interval, motion, Path(work), coast)
+                        result = {"clip": clip, "interval": interval, "motion": motion, "coast_s": coast,
+                                  **score(parts, ref)}
+                        print(json.dumps(result), flush=True)
+                        runs.append(result)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
     data = {"command": " ".join(["python tools/bench_keyframes.py", *(argv if argv is not None else sys.argv[1:])]),
             "seconds": time.monotonic() - started, "machine": platform.processor() or platform.machine(),

@@ -24,8 +24,8 @@ what their time stamps (`pts`) say when these move forward by a plausible step (
 `MAX_STEP_FRAMES` frame times for each frame numbered in between); else what `Frame.clock` says,
 but never less than the frame numbers account for (a file read faster than real time). A step
 longer than `MAX_STEP_FRAMES` frame times is a gap in the stream:
-- across it, velocities carry the tracks at most `coast_s` (or those frame times, if longer): a
-  box carried by prediction alone is trusted no further (see `COAST_S`); its uncertainty grows
+- across it, velocities carry the tracks at most `FOLLOW_LOST_S` or `coast_s` (or those frame times,
+  if longer): a box carried by prediction alone is trusted no further; its uncertainty grows
   over the whole gap;
 - across a gap longer than `lost_s`, or where time stamps jump back (a file looping, a camera's
   time stamps restarting), no track survives: what is there after it gets new ids.
@@ -42,9 +42,11 @@ high there: on a keyframe, the detector's boxes with the ids of the tracks they 
 `keyframe_objects.py`); on the frames between,
 - every tentative and confirmed track: in a keyframe engine a new object waits a whole interval for
   its second match, and the detector's box on its first keyframe is the best knowledge there is;
-- lost tracks for `coast_s` seconds after their last match, but never longer than they had been seen
-  before it: detectors blink (blur, a passing occluder, a score just under the threshold), and one
-  blink on a keyframe would otherwise drop an object for a whole interval.
+- lost tracks for `coast_s` seconds after their last match (default 0: none), but never longer than
+  they had been seen before it: a longer `coast_s` keeps an object through a detector's blink on a
+  keyframe (blur, a passing occluder, a score just under the threshold), where it would otherwise be
+  gone for a whole interval. Whatever `coast_s`, a lost track is followed by motion for
+  `FOLLOW_LOST_S`, and waits `lost_s` to be found again with its id.
 A track whose box is no longer visible ends: less than `MIN_VISIBLE` of its area inside the frame,
 or less than `MIN_BOX_PX` wide or high there (it drove out of the picture, or motion carried it
 out). `confidence` and the class (`class_id`, `class_name`) are those of the last detection matched,
@@ -123,12 +125,16 @@ BLIND_BUFFER_PER_S = 0.25
 #: leave-one-out on MOTChallenge, tools/results/track_mot.md: people hidden behind others for longer
 #: than a second are found again)
 LOST_S = 2.0
-#: how long a track missed on a keyframe stays on screen, carried by motion (see the module's docs):
-#: about a dozen frames at 30 fps, enough to bridge a detector's blink on a keyframe at the usual
-#: intervals, short enough that a box carried by prediction alone (no pixels, a moving camera) has
-#: not drifted far. Measured both ways in tools/results/track.md: longer helps MOTChallenge scores
-#: (occluded people are still there), shorter agrees better with a detector run on every frame.
-COAST_S = 0.4
+#: how long a track missed on a keyframe stays on screen, carried by motion (see the module's docs).
+#: 0 by default: the frames after a keyframe show what it showed. Chosen over 0.4 (tools/results/
+#: track.md, "coast_s"): 0 agrees better with a detector run on every frame on every shared clip at
+#: every interval (highway 720p interval 2 between keyframes F1 0.947 against 0.907), and live it is
+#: what lets streamlens beat holding the last detections at low load; 0.4 scores up to 1.0 HOTA more
+#: on still MOTChallenge cameras at interval 5 and more (their ground truth keeps occluded people).
+COAST_S = 0.0
+#: how long a lost track is still followed by motion (its box measured between keyframes, as a shown
+#: one is), whatever `coast_s` shows: where it is matters to finding it again
+FOLLOW_LOST_S = 0.4
 #: how far back a late keyframe result may re-anchor the tracks
 HISTORY_S = 2.0
 #: a track ends when less than this share of its box's area is inside the frame: the object is
@@ -320,8 +326,8 @@ class KeyframeTracker(Tracker):
 
     def _move(self, tracks: TrackTable, previous: FrameStep, step: FrameStep, untracked: bool = True) -> TrackTable:
         """The tracks one frame later (from `previous` to `step`): predicted by the Kalman filter,
-        corrected by measured motion; none across a cut. Tracks lost for longer than `coast_s` are only
-        predicted: they are out of view, or the detector would see them."""
+        corrected by measured motion; none across a cut. Tracks lost for longer than `FOLLOW_LOST_S`
+        (or `coast_s`, if longer) are only predicted: they are out of view, or the detector would see them."""
         if step.cut:
             tracks = TrackTable.empty()
         if len(tracks) == 0:
@@ -330,9 +336,10 @@ class KeyframeTracker(Tracker):
                 self._note_motion(tracks, estimate.untracked_motion)
             return tracks
         then, dt = previous.time, step.time - previous.time
-        horizon = max(self.coast_s, MAX_STEP_FRAMES / self.fps)  # how far velocity carries across a gap
+        follow_s = max(self.coast_s, FOLLOW_LOST_S)
+        horizon = max(follow_s, MAX_STEP_FRAMES / self.fps)  # how far velocity carries across a gap
         states = tracks.states
-        shown = (states == TENTATIVE) | (states == CONFIRMED) | tracks.coasting(then, self.coast_s)
+        shown = (states == TENTATIVE) | (states == CONFIRMED) | tracks.coasting(then, follow_s)
         means = tracks.means
         lost = states == LOST
         if lost.any():  # a lost box keeps its size (ByteTrack)
