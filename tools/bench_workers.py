@@ -2,7 +2,8 @@
 
 Runs `streamlens bench PIPELINE --streams K --workers W` for each W in `--workers`, alternating,
 `--repeats` times, and writes a table of the medians (kept frames, p95 latency, F1 against detecting
-every frame, frames detected) to `--out` (markdown) with the command, the machine and the date.
+every frame, frames detected) to `--out` (markdown) with the command, the machine and the date, above
+the runs already on that page.
 
     python tools/bench_workers.py pipelines/highway_yolox.yaml --streams 4,6 --workers 1,2 --repeats 2
 """
@@ -72,11 +73,15 @@ def main() -> int:
                         f"{cell(med([t.get('detected_rate') for t in ts]), '{:.1%}')} | "
                         f"{sum(bool(t.get('passed')) for t in ts)}/{len(ts)} |")
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    text = (f"# One engine against several (`runtime.workers`)\n\n"
-            f"Command: `python {' '.join(sys.argv)}`, {when}, {platform.machine()} with {os.cpu_count()} cores, "
+    title = "# One engine against several (`runtime.workers`)\n"
+    text = (f"## {when}\n\n"
+            f"Command: `python {' '.join(sys.argv)}`, {platform.machine()} with {os.cpu_count()} cores, "
             f"Python {platform.python_version()}; `streamlens bench` trials of {args.seconds:g} s, "
             f"{args.repeats} alternating repeats, medians.\n\n" + "\n".join(rows) + "\n")
-    Path(args.out).write_text(text)
+    out = Path(args.out)
+    earlier = out.read_text() if out.exists() else ""
+    earlier = earlier[len(title):].lstrip("\n") if earlier.startswith(title) else earlier
+    out.write_text(title + "\n" + text + ("\n" + earlier if earlier else ""))  # the newest run first, none lost
     print(text)
     return 0
 
