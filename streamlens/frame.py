@@ -345,8 +345,8 @@ class FrameResult:
     this frame; `detections` carries boxes in source pixels, `tracker_id` (-1 when untracked), the
     class the detector gave each box (on a keyframe) or its track's last detection (between) in
     `class_id` and `detections.data["class_name"]`, a tracked object's label by vote over its track
-    in `data[TRACK_CLASS_ID]` and `data[TRACK_CLASS_NAME]` (`track_labels`), and, once the secondary stage has run, what its
-    classifiers know of each object's track in `detections.data["attributes"]`.
+    in `data[TRACK_CLASS_ID]` and `data[TRACK_CLASS_NAME]` (`track_labels`), and, once the secondary
+    stage has run, what its classifiers know of each object's track in `detections.data["attributes"]`.
 
     Example:
         >>> f = Frame("cam1", 0, 2.5, 0.0, np.zeros((2, 4, 3), np.uint8))

@@ -7,11 +7,11 @@ on every frame exactly where both ran. Each box carries
 - its own class (`class_id`, `class_name`: what the detector said of it here) and score;
 - the id of the track it matched or started, and that track's label (`labels.py`: the class its
   detections scored most, this one included) in `data[TRACK_CLASS_ID]`, `data[TRACK_CLASS_NAME]`;
-- id -1, and its own class as its label, when no track took it: a weak box that matched no track, one under the
-  score that starts tracks, or one whose track the clean-up ended. Such a box is shown on its
-  keyframe only (as supervision's LineZone does, analytics skip id -1).
+- id -1, and its own class as its label, when no track took it: a weak box that matched no track,
+  one under the score that starts tracks, or one whose track the clean-up ended. Such a box is
+  shown on its keyframe only (as supervision's LineZone does, analytics skip id -1).
 A track the keyframe missed is not on it (the detector did not see it there); it stays in the
-tracker, lost, to be found again, and is shown on the frames after for `coast_s`, carried by motion.
+tracker, lost, to be found again, and is shown on the frames after only for `coast_s` (default 0).
 
 Example:
     >>> import numpy as np, supervision as sv
