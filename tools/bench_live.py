@@ -2,6 +2,7 @@
 issue-7 set-up, with an Ultralytics baseline, written up as tools/results/bench.md (+ bench.json).
 
     python tools/bench_live.py [--streams 1-8] [--seconds 30]
+    python tools/bench_live.py --pipeline pipelines/indoor_yolox.yaml --streams 8,16,24,32 --out bench_indoor
 
 The search passes a K when every stream keeps at least 97% of its frames (the issue's target),
 p95 <= 33 ms and every stream's boxes agree with detecting every frame at F1 >= 0.85; the table
@@ -9,7 +10,8 @@ shows each trial's losses and accuracy, and the page names the largest K that lo
 tried the plain baseline runs too (the newest frame of each stream detected in turn, its boxes
 held) and gets the same columns.
 
-The pipeline is pipelines/highway_yolox.yaml (720p30 H.264, YOLOX-Nano through onnxruntime on one
+`--pipeline` runs another pipeline (its first source's clip), `--out NAME` writes tools/results/NAME.md
+and NAME.json instead of bench.md and bench.json. The default pipeline is pipelines/highway_yolox.yaml (720p30 H.264, YOLOX-Nano through onnxruntime on one
 thread at 416x256 (`resize: bucket`), adaptive keyframes, the `mv` tracker; `streamlens bench` replaces its sinks by one ZeroMQ
 sink and times every result at an outside subscriber). YOLOX-Nano is not a model Ultralytics can
 load, so the baseline, Ultralytics' own `model.track(stream=True)` on the same clip, runs a YOLOv8n
@@ -82,7 +84,7 @@ def write_page(data: dict, out: Path) -> None:
     lines = [
         f"# Live streams within the budget ({data['date'][:16].replace('T', ' ')} UTC)",
         "",
-        f"Command: `python tools/bench_live.py` (runs `{data['command']}`)  ",
+        f"Command: `{data.get('tool_command', 'python tools/bench_live.py')}` (runs `{data['command']}`)  ",
         f"Machine: {data['machine']['cpu']}, {data['machine']['cores']} cores, {data['machine']['memory_gib']} GiB, "
         f"{data['machine']['system']}, baseline on {data['baseline'].get('device', 'no device')}  ",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in data["versions"].items()) + "  ",
@@ -132,16 +134,20 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--streams", default="1-8")
     p.add_argument("--seconds", default="30")
-    p.add_argument("--page-only", action="store_true", help="rewrite bench.md from the bench.json there")
+    p.add_argument("--pipeline", type=Path, default=PIPELINE, help="the pipeline (default: %(default)s)")
+    p.add_argument("--out", default="bench", help="the results' name in tools/results (default: %(default)s)")
+    p.add_argument("--page-only", action="store_true", help="rewrite the page from the .json there")
     args = p.parse_args()
+    page = RESULTS / f"{args.out}.md"
     if args.page_only:
-        write_page(json.loads((RESULTS / "bench.json").read_text()), RESULTS / "bench.md")
+        write_page(json.loads((RESULTS / f"{args.out}.json").read_text()), page)
         return 0
     RESULTS.mkdir(parents=True, exist_ok=True)
+    pipeline = args.pipeline.resolve()
     with tempfile.TemporaryDirectory(prefix="bench_live_") as tmp:
         model = build_yolov8n(Path(tmp))
-        out = RESULTS / "bench.json"
-        command = ["streamlens", "bench", str(PIPELINE.relative_to(ROOT)), "--streams", args.streams,
+        out = RESULTS / f"{args.out}.json"
+        command = ["streamlens", "bench", str(pipeline.relative_to(ROOT)), "--streams", args.streams,
                    "--seconds", args.seconds, "--min-kept", "0.97", "--min-f1", "0.85",
                    "--baseline-model", str(model), "--baseline-imgsz", "320",
                    "--out", str(out.relative_to(ROOT))]
@@ -150,9 +156,10 @@ def main() -> int:
             return code
     data = json.loads(out.read_text())
     data["command"] = " ".join(command).replace(str(model), model.name)  # the model was built in a temp folder
+    data["tool_command"] = " ".join(["python tools/bench_live.py", *sys.argv[1:]])
     out.write_text(json.dumps(data, indent=1) + "\n")
-    write_page(data, RESULTS / "bench.md")
-    print(f"wrote {RESULTS / 'bench.md'}")
+    write_page(data, page)
+    print(f"wrote {page}")
     return 0
 
 
