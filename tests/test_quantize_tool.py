@@ -41,9 +41,15 @@ def test_quantize_reports_f1_and_speed_and_keeps_the_model_only_when_it_agrees(t
     assert "F1 INT8 against onnxruntime FP32 0." in strict.stdout and "not written: F1" in strict.stdout
     forced = subprocess.run(base + ["--min-f1", "1.01", "--force"], capture_output=True, text=True, timeout=600)
     assert forced.returncode == 0 and out.is_file(), forced.stdout + forced.stderr
-    from streamlens.detect.onnx import OnnxDetector
-    from streamlens.detect.openvino_backend import OpenVinoDetector
-
-    for cls in (OnnxDetector, OpenVinoDetector):  # the INT8 file is an ONNX model both backends run
-        detector = cls(out, threads=1)
-        assert detector.head.name == "yolox" and detector.spec.size == (416, 416)
+    # the INT8 file is an ONNX model both backends run; loaded in a process of its own, so that a
+    # native crash in a runtime fails this test instead of taking the test worker down with it
+    load = ("import sys\n"
+            "from streamlens.detect.onnx import OnnxDetector\n"
+            "from streamlens.detect.openvino_backend import OpenVinoDetector\n"
+            "for cls in (OnnxDetector, OpenVinoDetector):\n"
+            "    d = cls(sys.argv[1], threads=1)\n"
+            "    print(cls.__name__, d.head.name, *d.spec.size)\n")
+    loaded = subprocess.run([sys.executable, "-c", load, str(out)], capture_output=True, text=True, timeout=300,
+                            cwd=REPO)
+    assert loaded.returncode == 0, loaded.stdout + loaded.stderr
+    assert loaded.stdout.split("\n")[:2] == ["OnnxDetector yolox 416 416", "OpenVinoDetector yolox 416 416"]
