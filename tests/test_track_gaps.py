@@ -126,7 +126,8 @@ def test_a_long_gap_does_not_extrapolate_velocity_for_seconds(numbered):
     out = tracker.propagate(frame(30 + 300 * numbered, 29 / FPS + 10.0, 29 / FPS + 10.0))
     assert out.tracker_id.tolist() == [1]
     last_seen = 100.0 + 29 * 100.0 / FPS
-    assert out.xyxy[0, 0] == pytest.approx(last_seen + 100.0 * max(tracker.coast_s, FOLLOW_LOST_S), abs=3.0)
+    assert out.xyxy[0, 0] == pytest.approx(last_seen + 100.0 * tracker.follow_s, abs=3.0)
+    assert tracker.follow_s == max(tracker.coast_s, FOLLOW_LOST_S)
 
 
 def test_lost_s_zero_is_no_division_by_zero():

@@ -147,7 +147,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench_live_") as tmp:
         model = build_yolov8n(Path(tmp))
         out = RESULTS / f"{args.out}.json"
-        command = ["streamlens", "bench", str(pipeline.relative_to(ROOT)), "--streams", args.streams,
+        named = pipeline.relative_to(ROOT) if pipeline.is_relative_to(ROOT) else pipeline
+        command = ["streamlens", "bench", str(named), "--streams", args.streams,
                    "--seconds", args.seconds, "--min-kept", "0.97", "--min-f1", "0.85",
                    "--baseline-model", str(model), "--baseline-imgsz", "320",
                    "--out", str(out.relative_to(ROOT))]

@@ -192,6 +192,9 @@ class KeyframeTracker(Tracker):
         self.tentative_match_iou = tentative_match_iou
         self.lost_s = lost_s
         self.coast_s = coast_s
+        #: how long a lost track is followed by motion, and how far velocity carries across a gap
+        self.follow_s = max(coast_s, FOLLOW_LOST_S)
+        self._horizon = max(self.follow_s, MAX_STEP_FRAMES / self.fps)
         self.kalman = BoxKalmanFilter()
         warm_up()  # the compiled per-frame steps, ready before the first frame
         self.tracks = TrackTable.empty()
@@ -336,10 +339,8 @@ class KeyframeTracker(Tracker):
                 self._note_motion(tracks, estimate.untracked_motion)
             return tracks
         then, dt = previous.time, step.time - previous.time
-        follow_s = max(self.coast_s, FOLLOW_LOST_S)
-        horizon = max(follow_s, MAX_STEP_FRAMES / self.fps)  # how far velocity carries across a gap
         states = tracks.states
-        shown = (states == TENTATIVE) | (states == CONFIRMED) | tracks.coasting(then, follow_s)
+        shown = (states == TENTATIVE) | (states == CONFIRMED) | tracks.coasting(then, self.follow_s)
         means = tracks.means
         lost = states == LOST
         if lost.any():  # a lost box keeps its size (ByteTrack)
@@ -361,7 +362,7 @@ class KeyframeTracker(Tracker):
         # a new table sharing the columns a step leaves alone (a table is never changed in place
         # once kept in the history: `_correct` copies it first)
         moved = TrackTable(tracks.ids, states.copy(),
-                           *self.kalman.move(means, tracks.covs, delta, dt, noise, horizon),
+                           *self.kalman.move(means, tracks.covs, delta, dt, noise, self._horizon),
                            tracks.class_ids, tracks.class_names, tracks.seen_ids, tracks.seen_names,
                            tracks.scores, tracks.hits, tracks.born,
                            tracks.last_seen, tracks.motion_quality.copy())
