@@ -7,39 +7,52 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import threading
 import time
-
-from streamlens.signals import SignalRelay
 
 from .conftest import REPO, need_video
 
 
+#: the two tests below run in a child process of their own: they raise real signals, and a test
+#: worker that such a signal ended would take every test after it down with it (pytest-xdist)
+_LOCK = """
+import signal, threading
+from streamlens.signals import SignalRelay
+stop, done = threading.Event(), threading.Event()
+relay = SignalRelay(lambda presses: (stop.set(), done.set()), (signal.SIGUSR1,))
+with stop._cond:  # as inside Event.set(), where Python may run a handler between bytecodes
+    signal.raise_signal(signal.SIGUSR1)  # the handler runs here, on this thread, now
+    print("set inside the lock:", stop.is_set())  # acted on elsewhere: the relay's thread waits for the lock
+print("acted on:", done.wait(30) and stop.is_set())
+relay.close()
+print("presses:", relay.presses)
+"""
+
+_ORDER = """
+import signal, threading
+from streamlens.signals import SignalRelay
+seen, third = [], threading.Event()
+relay = SignalRelay(lambda presses: (seen.append(presses), presses == 3 and third.set()), (signal.SIGUSR1,))
+for _ in range(3):
+    signal.raise_signal(signal.SIGUSR1)
+print("third acted on:", third.wait(30))
+relay.close()
+print("seen:", seen)
+"""
+
+
+def _child(code: str) -> list[str]:
+    """Run `code` in a Python process of its own; its lines of output (it must exit 0)."""
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-3000:])
+    return done.stdout.splitlines()
+
+
 def test_a_signal_landing_while_the_main_thread_holds_the_stops_lock_does_not_deadlock():
-    stop = threading.Event()
-    done = threading.Event()
-    relay = SignalRelay(lambda presses: (stop.set(), done.set()), (signal.SIGUSR1,))
-    try:
-        with stop._cond:  # as inside Event.set(), where Python may run a handler between bytecodes
-            signal.raise_signal(signal.SIGUSR1)  # the handler runs here, on this thread, now
-            assert not stop.is_set()  # acted on elsewhere: the relay's thread waits for the lock
-        assert done.wait(30) and stop.is_set()
-    finally:
-        relay.close()
-    assert relay.presses == 1
+    assert _child(_LOCK) == ["set inside the lock: False", "acted on: True", "presses: 1"]
 
 
 def test_presses_are_counted_and_acted_on_in_order():
-    seen: list[int] = []
-    third = threading.Event()
-    relay = SignalRelay(lambda presses: (seen.append(presses), presses == 3 and third.set()), (signal.SIGUSR1,))
-    try:
-        for _ in range(3):
-            signal.raise_signal(signal.SIGUSR1)
-        assert third.wait(30)
-    finally:
-        relay.close()
-    assert seen == [1, 2, 3]
+    assert _child(_ORDER) == ["third acted on: True", "seen: [1, 2, 3]"]
 
 
 def test_a_burst_of_signals_ends_a_run_of_many_streams_with_130(tmp_path):
