@@ -109,6 +109,40 @@ def test_a_stalled_camera_does_not_hold_the_detector_back():
     assert chooser.offer("a", now=later) == "spare"  # before its interval: the detector would idle
 
 
+def test_a_burst_of_camera_frames_fills_the_detector_and_no_stream_waits_past_its_interval():
+    """Six cameras at 10 fps whose frames come in one burst a period, the least urgent first; a
+    detector that takes 30 ms a keyframe (room for 3-4 a period). Knowing that time, the chooser
+    fills the detector every period and serves every stream within its interval. Without it
+    (`unit_s` unknown) a frame is passed over whenever a better one is still to come in the burst:
+    the detector idles and the calm streams wait twice their interval."""
+    period, unit = 0.1, 0.03
+
+    def run(unit_s: float):
+        chooser = KeyframeChooser(interval=3)
+        streams = {f"s{i}": signals(confidence=1.0 - 0.1 * i) for i in range(6)}  # s5 drifts most
+        for name in streams:
+            chooser.add(name, period)
+        keys, taken = {name: [] for name in streams}, []
+        for tick in range(30):
+            for name in streams:
+                chooser.detected(name)  # the last period's keyframes are back
+            queued = 0
+            for k, (name, sig) in enumerate(streams.items()):
+                reason = chooser.offer(name, sig, start_in_s=queued * unit, now=tick * period + 0.001 * k,
+                                       unit_s=unit_s)
+                if reason and reason != "first":
+                    keys[name].append(tick)
+                    queued += 1
+            taken.append(queued)
+        gaps = max(b - a for ticks in keys.values() for a, b in zip(ticks, ticks[1:]))
+        return taken[1:], gaps
+
+    taken, gaps = run(unit)
+    assert min(taken) >= 3 and gaps <= 3
+    taken, gaps = run(math.inf)
+    assert min(taken) < 3 and gaps > 3
+
+
 def test_min_interval_and_the_controllers_stretch_bound_how_often_a_stream_is_detected():
     keys = simulate(KeyframeChooser(interval=6, min_interval=3), {"a": signals()}, frames=30)
     assert all(b - a >= 3 for a, b in zip(keys["a"], keys["a"][1:]))

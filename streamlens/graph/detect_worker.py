@@ -78,6 +78,12 @@ class DetectWorker:
         cost = self.batcher.cost
         return cost.estimate(self._jobs.depth() + self._busy + 1) / 1000 if cost.known else 0.0
 
+    def unit_s(self) -> float:
+        """Seconds the detector takes for one keyframe alone, at its learnt speed (`math.inf` until
+        it has timed a batch)."""
+        cost = self.batcher.cost
+        return cost.estimate(1) / 1000 if cost.known else math.inf
+
     def start_in_s(self) -> float:
         """Seconds until a keyframe submitted now would start: the rest of the batch in hand and
         the keyframes waiting, at the detector's learnt speed (0.0 when idle). `math.inf` when

@@ -361,7 +361,8 @@ class Engine:
         `skipped`: the stream's frames since its last that never reached the engine."""
         if lane.live and self.chooser is not None:
             chosen = bool(self.chooser.offer(lane.name, lane.tracker.signals, cut=frame.scene_cut,
-                                             start_in_s=self.worker.start_in_s(), skipped=skipped))
+                                             start_in_s=self.worker.start_in_s(), skipped=skipped,
+                                             unit_s=self.worker.unit_s()))
             lane.deferred_keyframes = self.chooser.deferred(lane.name)
             return chosen
         scheduled = frame.scheduled

@@ -271,10 +271,14 @@ class KeyframeChooser:
     1. it is its stream's first, or a scene cut (then even if the detector is busy); or
     2. the detector can start on it within one frame period of its stream, its stream has no
        keyframe with the detector, at least `min_interval` frames have passed since its stream's
-       last keyframe, and no other stream whose next frame is expected by the time the detector
-       would start (its last frame's time plus its period, less `ARRIVAL_SLACK` of a period) is
-       worth more: a better frame that comes only later would leave the detector idle. A stream
-       that has sent no frame for `STALL_PERIODS` frame periods is not waited for.
+       last keyframe, and every other stream whose next frame is expected by the time the
+       detector would start (its last frame's time plus its period, less `ARRIVAL_SLACK` of a
+       period) and is worth more could still start within its own frame period after this one
+       (`unit_s`, the detector's time per keyframe, apart). A frame is never taken at the cost of
+       a better one that comes a moment later, and never passed over while the detector has room
+       for both (frames of many cameras come in bursts: a detector that took only the best of each
+       burst would sit idle). A stream that has sent no frame for `STALL_PERIODS` frame periods is
+       not waited for.
 
     Worth: frames since the stream's last keyframe over its `interval` (1.0: due as a fixed
     schedule would have it), times an urgency from its tracking signals: confidence under 1
@@ -353,15 +357,17 @@ class KeyframeChooser:
         return (s.since + 1) / s.results.current * s.urgency
 
     def offer(self, name: str, signals=None, *, cut: bool = False, start_in_s: float = 0.0,
-              now: float | None = None, skipped: int = 0) -> str:
+              now: float | None = None, skipped: int = 0, unit_s: float = math.inf) -> str:
         """Whether the stream's frame now arriving is a keyframe: why it is ("first", "scene_cut",
         "interval" when due, "spare" before its time), or "" when it is not. `signals`: the stream's
         tracking signals (None: no tracker); `start_in_s`: seconds until the detector could start
         on a keyframe given now (`math.inf`: it cannot take one); `skipped`: the stream's frames
         since its last offer that were never offered (shed by the budget controller, or dropped on
         the way): they count as frames since its last keyframe, so shedding frames leaves the
-        keyframes as far apart in time as they were. The other streams are judged by their signals
-        at their own last offer."""
+        keyframes as far apart in time as they were; `unit_s`: the detector's learnt time for one
+        more keyframe (`math.inf`: unknown), by which a frame worth less than one expected from
+        another stream is still taken when the detector has room for both within a frame period.
+        The other streams are judged by their signals at their own last offer."""
         now = time.monotonic() if now is None else now
         s = self._streams[name]
         s.seen = now
@@ -376,7 +382,7 @@ class KeyframeChooser:
         elif cut:
             reason = "scene_cut"
         elif not s.in_flight and s.since + 1 >= self._floor(s) and start_in_s <= s.period_s:
-            if worth >= self._best_other(name, now, now + start_in_s):
+            if self._room(name, worth, now, start_in_s, unit_s):
                 reason = "interval" if s.since + 1 >= s.results.current * self.stretch else "spare"
         if reason:
             s.since, s.in_flight, s.overdue = 0, True, False
@@ -393,9 +399,16 @@ class KeyframeChooser:
             return self.min_interval
         return max(2, round(self.min_interval * self.stretch))
 
-    def _best_other(self, name: str, now: float, start: float) -> float:
-        """The most any other stream's next frame is worth, of those expected by `start`."""
-        best = 0.0
+    def _room(self, name: str, worth: float, now: float, start_in_s: float, unit_s: float) -> bool:
+        """Whether the detector may take the stream's frame now: every other stream expected by the
+        time the detector would start (see `_expected`) that is worth more could still start within
+        its frame period after it (each one keyframe of `unit_s` later), or none is worth more."""
+        better = sorted(s.period_s for s, other in self._expected(name, now, now + start_in_s) if other > worth)
+        return all(start_in_s + (rank + 1) * unit_s <= period for rank, period in enumerate(better))
+
+    def _expected(self, name: str, now: float, start: float):
+        """Every other stream whose next frame is expected by `start` and could become a keyframe,
+        with what that frame is worth."""
         for other, s in self._streams.items():
             if other == name or s.in_flight or now - s.seen > STALL_PERIODS * s.period_s:
                 continue
@@ -403,8 +416,7 @@ class KeyframeChooser:
                 continue
             if s.since is not None and s.since + 1 < self._floor(s):
                 continue
-            best = max(best, self.worth(other))
-        return best
+            yield s, self.worth(other)
 
     def _learn(self, s: _Shared, signals) -> None:
         """The stream's keyframe results (its interval, when adaptive) and the urgency of its signals."""
