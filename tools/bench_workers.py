@@ -2,8 +2,9 @@
 
 Runs `streamlens bench PIPELINE --streams K --workers W` for each W in `--workers`, alternating,
 `--repeats` times, and writes a table of the medians (kept frames, p95 latency, F1 against detecting
-every frame, frames detected) to `--out` (markdown) with the command, the machine and the date, above
-the runs already on that page.
+every frame, frames detected) and every trial to `--out` (markdown) with the command, the machine and
+the date, above the runs already on that page. A trial passes by issue 27's rule: every stream keeps at
+least 97% of its frames, p95 within the budget and the worst stream's F1 at least 0.85.
 
     python tools/bench_workers.py pipelines/highway_yolox.yaml --streams 4,6 --workers 1,2 --repeats 2
 """
@@ -24,7 +25,8 @@ from pathlib import Path
 
 def trial(pipeline: str, k: int, workers: int, seconds: float, out: Path) -> dict:
     command = [sys.executable, "-m", "streamlens", "bench", pipeline, "--streams", str(k), "--workers", str(workers),
-               "--seconds", str(seconds), "--no-baseline", "--no-hold", "--decode-seconds", "0", "--out", str(out)]
+               "--seconds", str(seconds), "--min-kept", "0.97", "--min-f1", "0.85",  # issue 27's rule
+               "--no-baseline", "--no-hold", "--decode-seconds", "0", "--out", str(out)]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     t = json.loads(out.read_text())["trials"][0]
     accuracy = t.get("accuracy") or {}
@@ -45,14 +47,18 @@ def main() -> int:
     streams = [int(k) for k in args.streams.split(",")]
     workers = [int(w) for w in args.workers.split(",")]
     runs: dict[tuple[int, int], list[dict]] = {}
+    trials: list[str] = []  # every trial, in the order run
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.repeats):
             for k in streams:
                 for w in workers:  # alternating: the machine's drift falls on every setting alike
                     t = trial(args.pipeline, k, w, args.seconds, Path(tmp) / "b.json")
                     runs.setdefault((k, w), []).append(t)
-                    print(f"K={k} workers={w}: kept {t.get('kept_min')} p95 {t.get('p95_ms')} F1 {t.get('f1')}",
-                          file=sys.stderr, flush=True)
+                    trials.append(f"K={k} workers={w}: kept (min stream) {t.get('kept_min')}, "
+                                  f"p95 {t.get('p95_ms')} ms, "
+                                  f"F1 {t.get('f1')} (worst stream {t.get('f1_min')}), "
+                                  f"{'passes' if t.get('passed') else 'fails'}")
+                    print(trials[-1], file=sys.stderr, flush=True)
 
     def med(values):
         values = [v for v in values if v is not None]
@@ -77,7 +83,8 @@ def main() -> int:
     text = (f"## {when}\n\n"
             f"Command: `python {' '.join(sys.argv)}`, {platform.machine()} with {os.cpu_count()} cores, "
             f"Python {platform.python_version()}; `streamlens bench` trials of {args.seconds:g} s, "
-            f"{args.repeats} alternating repeats, medians.\n\n" + "\n".join(rows) + "\n")
+            f"{args.repeats} alternating repeats, medians.\n\n" + "\n".join(rows) + "\n\nTrials, in order:\n\n"
+            + "".join(f"- {line}\n" for line in trials))
     out = Path(args.out)
     earlier = out.read_text() if out.exists() else ""
     earlier = earlier[len(title):].lstrip("\n") if earlier.startswith(title) else earlier
