@@ -54,7 +54,8 @@ def test_ladder_widens_keyframes_then_batches_then_sheds_every_stream_alike():
     assert {name: s.fraction for name, s in c.shedders.items()} == {"a": 0.125, "b": 0.125, "c": 0.125}
     assert feed(c, clock, {"a": 20, "b": 45, "c": 30}) == ["dropping 1 in 4"]
     assert c.level == 7 and c.state("b") == {"level": 7, "keyframe_stretch": 4.0, "keyframe_wait": True,
-                                             "batching": "throughput", "shed_fraction": 0.25}
+                                             "batching": "throughput", "shed_fraction": 0.25,
+                                             "keyframes_only": False}
 
 
 def test_with_a_shared_schedule_keyframes_first_stop_waiting_and_wait_again_last():

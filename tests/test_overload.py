@@ -91,8 +91,13 @@ def test_shedding_climbs_to_its_last_rung_and_no_further():
     feed(c, clock, {"a": 40}, {"a": 0})
     assert feed(c, clock, {"a": 20}, {"a": 10_000}) == ["dropping 9 in 10"]
     assert c.shed == SHED_STEPS[-1]
-    assert feed(c, clock, {"a": 20}, {"a": 20_000}) == [None]  # nothing left to give here: the engine
+    # the last rung: live files decoded on their own thread decode their keyframes only
+    assert feed(c, clock, {"a": 20}, {"a": 20_000}) == ["decoding keyframes only"]
+    assert c.keyframes_only and c.shedders["a"].keyframes_only and c.state("a")["keyframes_only"]
+    assert feed(c, clock, {"a": 20}, {"a": 30_000}) == [None]  # nothing left to give here: the engine
     # still drops what it cannot carry in time
+    assert feed(c, clock, {"a": 5}, {"a": 30_000}, seconds=6)[-1] == "decoding every frame again"  # first down
+    assert not c.shedders["a"].keyframes_only and c.shed == SHED_STEPS[-1]
 
 
 def test_steps_down_one_rung_at_a_time_in_the_reverse_order():

@@ -130,20 +130,61 @@ class Shedder:
     """Drops an even `fraction` of one stream's frames: `drop()` once per frame, in order. `phase`
     (0 to 1) shifts where the drops fall, so streams with the same fraction drop different ticks.
 
+    On the ladder's last rung (`keyframes_only`) a stream whose source can thin its own decoding
+    (`skips`, asked before each packet is decoded: a live file decoded on its own thread, `attach`) has every
+    packet but the keyframes skipped undecoded, each counted as dropped; `drop()` then keeps every
+    frame that is decoded. A source that cannot thin goes on dropping `fraction` after decoding.
+    Decoding starts again at a keyframe, never in the middle of a group of pictures whose start
+    was skipped.
+
     Example:
         >>> s = Shedder(phase=0.5)
         >>> s.fraction = 0.25
         >>> [s.drop() for _ in range(8)]
         [False, True, False, False, False, True, False, False]
+        >>> s.keyframes_only = True
+        >>> [s.skips(key) for key in (True, False, False, True, False)], s.dropped
+        ([False, True, True, False, True], 5)
+        >>> s.keyframes_only = False      # back in the middle of a group of pictures: on to its end
+        >>> [s.skips(key) for key in (False, True, False)], s.dropped
+        ([True, False, False], 6)
     """
 
     def __init__(self, phase: float = 0.0) -> None:
         self.fraction = 0.0
         self.dropped = 0
+        #: the ladder's last rung: decode the keyframes only, where the source can (`skips`)
+        self.keyframes_only = False
         self._credit = phase % 1.0
+        self._thins = False  # the source asks `skips` before decoding
+        self._thinning = False  # skipping packets up to the next keyframe
+
+    def attach(self, source) -> None:
+        """Let `source` thin its own decoding for this shedder where it can: a live file decoded on
+        its own thread (`FileSource.thin`)."""
+        if getattr(source, "decode", None) == "thread" and hasattr(source, "thin"):
+            source.thin = self
+
+    @property
+    def thinning(self) -> bool:
+        """Whether the packets after a keyframe are being skipped (the source drains that keyframe
+        from its decoder at once)."""
+        return self._thinning
+
+    def skips(self, keyframe: bool) -> bool:
+        """Whether the source skips its next packet undecoded (`keyframe`: the packet is one).
+        Called once per packet, in order, on the source's thread."""
+        self._thins = True
+        if keyframe:
+            self._thinning = self.keyframes_only
+            return False
+        self._thinning = self._thinning or self.keyframes_only
+        if self._thinning:
+            self.dropped += 1
+        return self._thinning
 
     def drop(self) -> bool:
-        if self.fraction <= 0.0:
+        if self.fraction <= 0.0 or (self._thins and (self.keyframes_only or self._thinning)):
             return False
         self._credit += self.fraction
         if self._credit >= 1.0:
@@ -183,6 +224,8 @@ class BudgetController:
         self.steps = 0
         self._stretch_index = 0
         self._shed_index = 0
+        #: the last rung: live files decoded on their own thread decode their keyframes only
+        self.keyframes_only = False
         self._samples = {name: deque() for name in streams}
         self._lock = threading.Lock()
         self._drops: dict[str, int] = {}
@@ -206,18 +249,24 @@ class BudgetController:
     @property
     def level(self) -> int:
         """Rungs climbed: 0 is the pipeline as configured."""
-        return self._stretch_index + self.throughput + (not self.wait) + self._shed_index
+        return self._stretch_index + self.throughput + (not self.wait) + self._shed_index + self.keyframes_only
 
     def add(self, stream: str) -> Shedder:
         """A live stream added while running (graph/streams.py): watched from now on, shedding what
         the others shed; its shedder. `shedders` and the samples are replaced, not changed, so a
         `tick` or a reader on another thread goes on over the ones it has."""
         shedder = Shedder((len(self.shedders) * 0.618) % 1.0)  # phases spread as streams come
-        shedder.fraction = self.shed
+        shedder.fraction, shedder.keyframes_only = self.shed, self.keyframes_only
         with self._lock:
             self._samples = {**self._samples, stream: deque()}
             self.shedders = {**self.shedders, stream: shedder}
         return shedder
+
+    def attach(self, sources) -> None:
+        """Each source with a shedder here thins its own decoding for it where it can (`Shedder.attach`)."""
+        for source in sources:
+            if source.name in self.shedders:
+                self.shedders[source.name].attach(source)
 
     def observe(self, stream: str, ms: float) -> None:
         samples = self._samples.get(stream)
@@ -339,7 +388,7 @@ class BudgetController:
             self.throughput = True
             return "batching for throughput"
         if self._shed_index + 1 == len(SHED_STEPS):
-            return None
+            return None if self.keyframes_only else self._set_keyframes_only(True)
         needed = 1.0 - (1.0 - self.shed) * (1.0 - lost_share)  # the share that would have carried it
         index = self._shed_index + 1
         while index + 1 < len(SHED_STEPS) and SHED_STEPS[index] < needed - 1e-9:
@@ -347,6 +396,8 @@ class BudgetController:
         return self._set_shed(index)
 
     def _step_down(self) -> str:
+        if self.keyframes_only:
+            return self._set_keyframes_only(False)
         if self._shed_index:
             return self._set_shed(self._shed_index - 1)
         if self.throughput:
@@ -364,9 +415,15 @@ class BudgetController:
             shedder.fraction = self.shed
         return f"dropping {shed_name(self.shed)}" if self.shed else "no longer dropping"
 
+    def _set_keyframes_only(self, on: bool) -> str:
+        self.keyframes_only = on
+        for shedder in list(self.shedders.values()):
+            shedder.keyframes_only = on
+        return "decoding keyframes only" if on else "decoding every frame again"
+
     def state(self, stream: str) -> dict:
         """What the controller does to `stream` now, for its stats."""
         shedder = self.shedders.get(stream)
         return {"level": self.level, "keyframe_stretch": self.stretch, "keyframe_wait": self.wait,
                 "batching": "throughput" if self.throughput else "latency",
-                "shed_fraction": shedder.fraction if shedder else 0.0}
+                "shed_fraction": shedder.fraction if shedder else 0.0, "keyframes_only": self.keyframes_only}

@@ -145,6 +145,8 @@ class StreamChanges:
         p.config.sources.append(source)
         lane = lane_for(p.config, source, built.fps)
         shedder = p.controller.add(name) if p.controller is not None and source.live else None
+        if shedder is not None:
+            shedder.attach(built)
         stop = StreamStop()
         admission = Admission(lane, schedule_for(p.config, source, p._chooser is not None, 0),
                               p._prepare, shedder.drop if shedder is not None else None, stop)

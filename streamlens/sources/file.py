@@ -93,6 +93,9 @@ class FileSource(Source):
       `mv` tracker. It costs about a tenth of a millisecond a 720p frame.
     - `decode`: `"thread"` (on the thread that iterates `frames()`) or `"process"` (in a decode
       worker process); see the module.
+    - `thin`: set by the runtime before `frames()` for a live file (the budget controller's
+      `Shedder`): `thin.skips(keyframe)` is asked before each packet is decoded, and a True skips it
+      undecoded (`decode="thread"` only; a worker decodes everything it reads).
 
     When a single pass (no `loop`) ends by itself before the end of the file, `incomplete` says why
     once `frames()` has ended, in one line without the path: the container declares how many
@@ -142,6 +145,8 @@ class FileSource(Source):
         self._passes: FilePasses | None = None
         self._worker = None
         self._recorder = None  # decode="thread": the current pass's ClipRecorder
+        #: the budget controller's `Shedder`, asked before each packet is decoded (see the class docs)
+        self.thin = None
 
         spec = FileSpec(self.path, self.display_path, self.options, live=cfg.live, loop=cfg.loop,
                         max_fps=cfg.max_fps, export_mvs=export_mvs, fast_decode=cfg.fast_decode,
@@ -236,7 +241,7 @@ class FileSource(Source):
         skipped_before = self.skipped_packets
         with self._lock:
             passes = self._passes = FilePasses(self.spec, self._rejected, self._container, skip,
-                                               self._make_recorder if self.spec.clips else None)
+                                               self._make_recorder if self.spec.clips else None, self.thin)
             self._container = None  # the passes own it now
         steps = iter(passes)
         while True:

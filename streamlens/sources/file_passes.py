@@ -6,6 +6,7 @@ vectors, loops). `run_file_session` is a decode worker's session over a file. Se
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -128,7 +129,8 @@ class FilePasses:
 
     def __init__(self, spec: FileSpec, rejected: Callable[[], None],
                  container: av.container.InputContainer | None = None,
-                 skip: Callable[[float, bool], bool] | None = None, make_recorder: Callable | None = None):
+                 skip: Callable[[float, bool], bool] | None = None, make_recorder: Callable | None = None,
+                 thin=None):
         self.spec = spec
         #: `make_recorder(stream)`: a pass's `ClipRecorder` (clips.py) or None; the current pass's
         self.make_recorder = make_recorder
@@ -138,6 +140,11 @@ class FilePasses:
         self.skip = skip
         #: packets not decoded because `skip` said so, all passes
         self.skipped = 0
+        #: `thin.skips(keyframe)`: asked first, before each packet is decoded; True skips it undecoded
+        #: (the budget controller shedding a live file's frames before they are decoded: it counts
+        #: them); while `thin.thinning`, each keyframe is drained from the decoder at once
+        self.thin = thin
+        self._skipped_pts: list[int] = []
         #: (media time at which the current pass starts, its first frame's pts), once it has one
         self._media_base: tuple[float, float] | None = None
         self.read_error: str | None = None
@@ -167,6 +174,7 @@ class FilePasses:
         spec = self.spec
         frame_duration = 1.0 / (spec.fps or DEFAULT_FPS)
         self._index = 0    # frames so far, all passes: decoded, and skipped (`skip`) in the file's order
+        self._skipped_pts: list[int] = []  # the pts of packets skipped whose frames are not numbered yet
         loop_offset = 0.0  # media time at which the current pass starts, for pacing across loops
         first_pass = True
         while True:
@@ -188,7 +196,7 @@ class FilePasses:
                     pass_first_pts = pts
                     self._media_base = (loop_offset, pts)
                 pass_last_pts = pts
-                frame_index = self._index
+                frame_index = self._number(frame.pts)
                 self._index += 1
                 distance = anchors.step(frame.pict_type, frame_index) if spec.export_mvs else 1
                 if cap is not None and not cap.keep(pts):
@@ -197,6 +205,7 @@ class FilePasses:
                 vectors = frame_motion_vectors(frame, distance) if spec.export_mvs else None
                 decode_ms += (time.perf_counter() - started) * 1000.0
                 yield Decoded(frame, frame_index, pts, loop_offset + pts - pass_first_pts, decode_ms, vectors)
+            self._number(None)  # packets skipped after the last frame presented
             if not spec.loop:
                 self.incomplete = _shortfall(self._index, self._packets, spec.declared_frames, self.read_error)
             if pass_first_pts is None:  # nothing decoded in this pass: the end, or nothing readable
@@ -247,12 +256,20 @@ class FilePasses:
                 self._packets += packet.size > 0 or packet.dts is not None
                 if self.recorder is not None:  # before any skipping: a clip keeps what the file holds
                     self.recorder.packet(packet)
+                if self.thin is not None and packet.size > 0 and self.thin.skips(packet.is_keyframe):
+                    self._skipped(packet)
+                    continue
                 if self.skip is not None and packet.size > 0 and self._skips(packet, stream):
                     self.skipped += 1
-                    self._index += 1  # the frame it held keeps its number: the next ones keep theirs
+                    self._skipped(packet)
                     continue
             try:
                 frames = stream.codec_context.decode(packet) if packet is None else packet.decode()
+                if packet is not None and packet.is_keyframe and self.thin is not None and self.thin.thinning:
+                    # keyframes only: the decoder would hold this picture until the next ones came
+                    # (B-frame reordering), a whole group of pictures later; drain it now
+                    frames = list(frames) + list(stream.codec_context.decode(None))
+                    stream.codec_context.flush_buffers()
             except av.error.FFmpegError:
                 self._corrupt += 1
                 self.rejected()
@@ -265,6 +282,23 @@ class FilePasses:
             if packet is None:
                 return
 
+
+    def _skipped(self, packet: av.Packet) -> None:
+        """A packet not decoded: the frame it held keeps its number, so the next ones keep theirs.
+        Frames come out of the decoder in presentation order, some packets after they went in, so
+        the number is taken once the first frame presented after it comes out (`_number`)."""
+        if packet.pts is None:
+            self._index += 1
+        else:
+            heapq.heappush(self._skipped_pts, packet.pts)
+
+    def _number(self, pts: int | None) -> int:
+        """The number of a frame presented at `pts` (ticks) coming out of the decoder: the frames
+        before it, decoded or skipped (`_skipped`); None: the end of the pass, every skip counted."""
+        while self._skipped_pts and (pts is None or self._skipped_pts[0] < pts):
+            heapq.heappop(self._skipped_pts)
+            self._index += 1
+        return self._index
 
     def _skips(self, packet: av.Packet, stream: av.video.stream.VideoStream) -> bool:
         """Whether `skip` skips this packet (never before the pass's first frame, or without a pts)."""
