@@ -35,7 +35,10 @@ published its result. Two parts hold it:
    to the first share that would have carried that second's load (the frames published, over those
    published and dropped), so that the engine's own drops, which come in bursts, turn into even
    shedding within a tick or two. Keyframes keep their spacing in time (the schedules count the
-   frames shed), so shedding costs frames, not detections.
+   frames shed), so shedding costs frames, not detections;
+4. decode keyframes only (`keyframes_only`): past 9 in 10 the decoding itself is what the machine
+   cannot carry, so a live file decoded on its stream's thread skips every packet but its
+   keyframes undecoded (`Shedder.skips`, counted as shed); other sources go on dropping 9 in 10.
 
 While it sheds, the share is the same for every stream only in what each keeps: a stream that
 lost more of its frames otherwise (too old for the engine or from its source, a full queue: which
