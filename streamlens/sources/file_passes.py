@@ -294,7 +294,8 @@ class FilePasses:
 
     def _number(self, pts: int | None) -> int:
         """The number of a frame presented at `pts` (ticks) coming out of the decoder: the frames
-        before it, decoded or skipped (`_skipped`); None: the end of the pass, every skip counted."""
+        before it, decoded or skipped (`_skipped`); None (the end of the pass, or a frame without a
+        pts): every skip so far counted."""
         while self._skipped_pts and (pts is None or self._skipped_pts[0] < pts):
             heapq.heappop(self._skipped_pts)
             self._index += 1
