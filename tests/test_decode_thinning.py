@@ -1,6 +1,8 @@
 """The budget controller's last rung (graph/control.py): a live file decoded on its own thread skips
 every packet but its keyframes before decoding them, each counted as shed, and starts decoding every
-frame again at a keyframe. Real H.264 with B-frames through PyAV, decoded by `FileSource`."""
+frame again at a keyframe; a file decoded in a worker process is not thinned (nor yet a camera:
+docs/overload.md). Real H.264 with B-frames through PyAV, decoded by `FileSource`, and by a running
+`Pipeline` for the runtime's wiring."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from fractions import Fraction
 import av
 import numpy as np
 import pytest
+
+import streamlens
 
 from streamlens.graph.control import BudgetController, Shedder
 from streamlens.sources.file import FileSource
@@ -86,9 +90,40 @@ def test_decoding_every_frame_again_starts_at_the_next_keyframe_with_exact_pictu
         assert np.array_equal(image, every[index]), index
 
 
-def test_a_source_that_cannot_thin_is_still_shed_after_decoding():
+def test_a_file_decoded_in_a_worker_process_is_not_thinned_and_is_still_shed_after_decoding(clip):
     c = BudgetController(33, ["cam"])
     shedder = c.shedders["cam"]
     shedder.fraction, shedder.keyframes_only = 0.5, True
-    shedder.attach(object())  # neither a file nor decoded here: it never asks `skips`
+    source = FileSource("cam", clip, decode="process", live=True)
+    c.attach([source])  # its worker decodes everything it reads: it is not given the shedder
+    assert source.thin is None
     assert [shedder.drop() for _ in range(4)] == [False, True, False, True]
+    source.close()
+
+
+def test_a_running_pipeline_thins_its_live_file_on_the_last_rung(clip, tmp_path):
+    """The runtime gives each live file decoded on its thread its stream's shedder: with the
+    controller on its last rung, the frames published from the next keyframe on are keyframes
+    only, and the pictures skipped are counted as shed."""
+    path = tmp_path / "p.yaml"
+    path.write_text(f"sources:\n  - {{name: cam, uri: {clip}, live: true, loop: true}}\n"
+                    "detector: {backend: motion}\ntracker: {motion: kalman}\n")
+    pipeline = streamlens.Pipeline.from_yaml(path, sinks=[])
+    indices = []
+    for result in pipeline.results():
+        if not isinstance(result, streamlens.FrameResult):
+            continue
+        indices.append(result.frame.index)
+        if len(indices) == 1:
+            control = pipeline.controller
+            control.calm_s = control._least_calm_s = 1e9  # no step back down during the test
+            control._set_keyframes_only(True)
+        if len(indices) >= 10:  # frames already decoded when it switched, then keyframes (1 a second)
+            break
+    pipeline.stop()
+    first_key = next(k for k, i in enumerate(indices) if k and i % GOP == 0)
+    thinned = indices[first_key:]
+    assert len(thinned) >= 5 and all(i % GOP == 0 for i in thinned), indices
+    assert thinned == sorted(thinned)
+    # the pictures between two keyframes published were skipped, each counted as shed
+    assert pipeline.controller.shedders["cam"].dropped >= (len(thinned) - 1) * (GOP - 1)

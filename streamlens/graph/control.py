@@ -159,7 +159,7 @@ class Shedder:
         #: the ladder's last rung: decode the keyframes only, where the source can (`skips`)
         self.keyframes_only = False
         self._credit = phase % 1.0
-        self._thins = False  # the source asks `skips` before decoding
+        self._thins = False  # its source asks `skips` before decoding (`attach`)
         self._thinning = False  # skipping packets up to the next keyframe
 
     def attach(self, source) -> None:
@@ -167,6 +167,7 @@ class Shedder:
         its own thread (`FileSource.thin`)."""
         if getattr(source, "decode", None) == "thread" and hasattr(source, "thin"):
             source.thin = self
+            self._thins = True
 
     @property
     def thinning(self) -> bool:
@@ -177,7 +178,6 @@ class Shedder:
     def skips(self, keyframe: bool) -> bool:
         """Whether the source skips its next packet undecoded (`keyframe`: the packet is one).
         Called once per packet, in order, on the source's thread."""
-        self._thins = True
         if keyframe:
             self._thinning = self.keyframes_only
             return False

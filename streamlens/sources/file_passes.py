@@ -144,7 +144,6 @@ class FilePasses:
         #: (the budget controller shedding a live file's frames before they are decoded: it counts
         #: them); while `thin.thinning`, each keyframe is drained from the decoder at once
         self.thin = thin
-        self._skipped_pts: list[int] = []
         #: (media time at which the current pass starts, its first frame's pts), once it has one
         self._media_base: tuple[float, float] | None = None
         self.read_error: str | None = None
