@@ -1,12 +1,14 @@
-"""The budget controller's last rung (graph/control.py): a live file decoded on its own thread skips
-every packet but its keyframes before decoding them, each counted as shed, and starts decoding every
-frame again at a keyframe; a file decoded in a worker process is not thinned (nor yet a camera:
-docs/overload.md). Real H.264 with B-frames through PyAV, decoded by `FileSource`, and by a running
-`Pipeline` for the runtime's wiring."""
+"""The budget controller's last rung (graph/control.py): a live source skips every packet but its
+keyframes before decoding them, each counted as shed, and starts decoding every frame again at a
+keyframe: a file decoded on its own thread or in a worker process, and a camera from a real RTSP
+server (GStreamer's, from Debian's packages) decoded in a worker process or on a thread. Real H.264
+with B-frames through PyAV, decoded by `FileSource`, and by a running `Pipeline` for the runtime's
+wiring."""
 
 from __future__ import annotations
 
 import threading
+import time
 from fractions import Fraction
 
 import av
@@ -17,6 +19,10 @@ import streamlens
 
 from streamlens.graph.control import BudgetController, Shedder
 from streamlens.sources.file import FileSource
+from streamlens.sources.live import LiveSource
+
+from .conftest import REPO
+from .rtsp_server import GstRtspServer, gst_missing
 
 GOP = 10
 FRAMES = 60
@@ -47,10 +53,10 @@ def clip(tmp_path_factory):
     return path
 
 
-def decode(path, shedder: Shedder | None = None, switch=None) -> dict[int, np.ndarray]:
-    """Every frame `FileSource` gives (decode on this thread), by index; `switch(index, shedder)` is
-    called after each frame."""
-    source = FileSource("cam1", path, decode="thread")
+def decode(path, shedder: Shedder | None = None, switch=None, where: str = "thread") -> dict[int, np.ndarray]:
+    """Every frame `FileSource` gives (decoded `where`: on this thread, or in a process), by index;
+    `switch(index, shedder)` is called after each frame."""
+    source = FileSource("cam1", path, decode=where)
     if shedder is not None:
         shedder.attach(source)
     frames = {}
@@ -90,15 +96,84 @@ def test_decoding_every_frame_again_starts_at_the_next_keyframe_with_exact_pictu
         assert np.array_equal(image, every[index]), index
 
 
-def test_a_file_decoded_in_a_worker_process_is_not_thinned_and_is_still_shed_after_decoding(clip):
+def test_a_file_decoded_in_a_worker_process_is_thinned_there(clip):
+    """The worker is told when its first message comes back, so the frames it decoded before may
+    come; from the second group of pictures on, keyframes only, and every frame missing is shed."""
+    every = decode(clip, where="process")
     c = BudgetController(33, ["cam"])
     shedder = c.shedders["cam"]
-    shedder.fraction, shedder.keyframes_only = 0.5, True
-    source = FileSource("cam", clip, decode="process", live=True)
-    c.attach([source])  # its worker decodes everything it reads: it is not given the shedder
-    assert source.thin is None
-    assert [shedder.drop() for _ in range(4)] == [False, True, False, True]
-    source.close()
+    shedder.fraction, shedder.keyframes_only = 0.9, True
+    source = FileSource("cam", clip, decode="process")
+    c.attach([source])
+    assert source.thin is shedder
+    frames = {frame.index: frame.image.copy() for frame in source.frames(threading.Event())}
+    assert set(range(0, FRAMES, GOP)) <= set(frames)
+    assert all(index % GOP == 0 for index in frames if index >= GOP), sorted(frames)
+    assert shedder.dropped == FRAMES - len(frames)  # each skipped in the worker, counted here
+    assert not any(shedder.drop() for _ in range(20))
+    for index, image in frames.items():
+        assert np.array_equal(image, every[index]), index
+
+
+@pytest.fixture(scope="module")
+def camera(tmp_path_factory):
+    """A camera: samples/traffic.mp4 (30 fps, a keyframe every 30 frames, no B-frames) looping
+    from GStreamer's RTSP server."""
+    reason = gst_missing()
+    if reason:
+        pytest.skip(reason)
+    with GstRtspServer({"cam1": SAMPLE}, tmp_path_factory.mktemp("gst")) as server:
+        yield server
+
+
+SAMPLE = REPO / "samples" / "traffic.mp4"
+SAMPLE_GOP = 30
+SAMPLE_FRAMES = 300
+
+
+@pytest.fixture(scope="module")
+def sample_frames():
+    """Each frame of the sample by its luma plane's bytes, as the file source gives them: the frame's index."""
+    with FileSource("clip", SAMPLE) as source:
+        return {f.grey_sample(1).tobytes(): f.index for f in source.frames(threading.Event())}
+
+
+@pytest.mark.parametrize("where", ["process", "thread"])
+def test_a_camera_on_the_last_rung_decodes_its_keyframes_only_in_its_decode_worker(camera, sample_frames, where):
+    c = BudgetController(33, ["cam1"])
+    shedder = c.shedders["cam1"]
+    shedder.fraction, shedder.keyframes_only = 0.9, True
+    source = LiveSource("cam1", camera.url("cam1"), transport="tcp", timeout_s=10, decode=where)
+    c.attach([source])
+    assert source.thin is shedder
+    stop, frames = threading.Event(), []
+
+    def read():
+        for frame in source.frames(stop):
+            frames.append((frame.index, frame.pts, sample_frames.get(frame.grey_sample(1).tobytes())))
+            if len(frames) == 4:
+                shedder.keyframes_only = False  # every frame again, from the next keyframe
+            if len(frames) >= 4 + SAMPLE_GOP + 10:
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(30)
+    stop.set()
+    reader.join(5)
+    assert len(frames) >= 4 + SAMPLE_GOP + 10, f"{len(frames)} frames: {source.stats()}"
+    thinned = frames[:4]
+    # every picture is one of the sample's, exactly: on the last rung its keyframes only
+    assert all(shown is not None and shown % SAMPLE_GOP == 0 for _, _, shown in thinned), thinned
+    assert all(shown is not None for _, _, shown in frames), [shown for _, _, shown in frames]
+    # one keyframe after the other, and frame numbers count the frames skipped between
+    steps = [(b[0] - a[0], (b[2] - a[2]) % SAMPLE_FRAMES) for a, b in zip(thinned, thinned[1:])]
+    assert steps == [(SAMPLE_GOP, SAMPLE_GOP)] * 3, steps
+    # off: the rest of that group of pictures is skipped still, then every frame, numbered on
+    after = [index for index, _, _ in frames[4:]]
+    assert after == list(range(after[0], after[0] + len(after))) and frames[4][2] % SAMPLE_GOP == 0, frames[4:]
+    assert shedder.dropped >= 3 * (SAMPLE_GOP - 1) + (after[0] - thinned[-1][0] - 1)
+    assert source.losses()["decoder"] == 0  # skipped by the controller's say, not lost
 
 
 def test_a_running_pipeline_thins_its_live_file_on_the_last_rung(clip, tmp_path):

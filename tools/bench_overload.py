@@ -24,6 +24,8 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "tools" / "results"
 CLIPS = {
@@ -110,6 +112,8 @@ def main() -> int:
     p.add_argument("--highway", default=CLIPS["highway"][1], help="the Ks tried on the highway clip")
     p.add_argument("--indoor", default=CLIPS["indoor"][1], help="the Ks tried on the indoor clip")
     p.add_argument("--only", choices=sorted(CLIPS), help="one clip only")
+    p.add_argument("--decode", choices=["as-configured", "process"], default="as-configured",
+                   help="process: every source decoded in a worker process, as a camera is (`decode: process`)")
     p.add_argument("--out", type=Path, default=RESULTS / "overload.json")
     p.add_argument("--tables", action="store_true", help="print the tables of --out as Markdown, run nothing")
     args = p.parse_args()
@@ -117,7 +121,8 @@ def main() -> int:
         document = json.loads(args.out.read_text())
         for name, clip in document["clips"].items():
             limit = clip["decode_limit"]
-            print(f"\n### {name} ({clip['pipeline']}; decode-only limit {limit['streams']:g} streams, "
+            print(f"\n### {name} ({clip['pipeline']}, decode: {clip.get('decode', 'as-configured')}; "
+                  f"decode-only limit {limit['streams']:g} streams, "
                   f"load {limit['load']})\n")
             print("\n".join(table(clip["after"], "after")))
             if clip["before"]:
@@ -125,8 +130,7 @@ def main() -> int:
                 print("\n".join(table(sorted(clip["before"], key=lambda r: r["k"]), "before")))
         return 0
     sys.path.insert(0, str(ROOT))
-    from streamlens.bench.probe import decode_limit, machine, versions
-    from streamlens.config import load_pipeline
+    from streamlens.bench.probe import machine, versions
 
     document = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "command": " ".join(["python", "tools/bench_overload.py", *sys.argv[1:]]),
@@ -137,30 +141,55 @@ def main() -> int:
                                                  capture_output=True, text=True, check=False).stdout.strip()
     document["commit"] = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %s"],
                                         capture_output=True, text=True, check=False).stdout.strip()
-    for name, (pipeline, _) in CLIPS.items():
+    document["decode"] = args.decode
+    for name, (configured, _) in CLIPS.items():
         if args.only and name != args.only:
             continue
-        config = load_pipeline(pipeline)
-        budget = config.runtime.budget_ms
-        limit_load = load()
-        limit = decode_limit(config.sources[0].uri, 10.0, export_mvs=config.tracker.motion == "mv")
-        print(f"{name}: decode-only limit {limit['streams']:g} streams (load {limit_load})", flush=True)
-        clip = {"pipeline": str(pipeline.relative_to(ROOT)), "budget_ms": budget,
-                "decode_limit": {**limit, "load": limit_load}, "after": [], "before": []}
-        ladder = [int(k) for k in getattr(args, name).split(",")]
-        for i, k in enumerate(ladder):
-            sides = [("after", ROOT, True)] + ([("before", args.base, False)] if args.base else [])
-            for side, code, curve in (sides if i % 2 == 0 else sides[::-1]):
-                trial = summary(run_one(code, pipeline, k, args.seconds, args.warmup, curve), budget)
-                clip[side].append(trial)
-                print(f"  {name} K={k} {side}: " + (f"kept {_pct(trial['kept'])} (worst {_pct(trial['kept_min'])}, "
-                      f"spread {_num(100 * trial['kept_spread'])}), p95 {_num(trial['p95'])} ms, "
-                      f"F1 {_num(trial['f1'], 3)} (worst {_num(trial['f1_min'], 3)}), load {trial['load'][0]}"
-                      if trial["status"] == "ok" else f"error {trial.get('error')}"), flush=True)
-                document["clips"][name] = clip
-                args.out.write_text(json.dumps(document, indent=2) + "\n")
+        pipeline = configured if args.decode == "as-configured" else decoded_in_process(configured)
+        try:
+            run_clip(args, document, name, pipeline, configured)
+        finally:
+            if pipeline != configured:
+                pipeline.unlink()
     print(f"wrote {args.out}")
     return 0
+
+
+def decoded_in_process(pipeline: Path) -> Path:
+    """A copy of `pipeline` beside it (its relative paths hold) with `decode: process` on every source."""
+    document = yaml.safe_load(pipeline.read_text())
+    for source in document["sources"]:
+        source["decode"] = "process"
+    with tempfile.NamedTemporaryFile("w", dir=pipeline.parent, prefix=f".{pipeline.stem}-process-", suffix=".yaml",
+                                     delete=False) as out:
+        yaml.safe_dump(document, out, sort_keys=False)
+    return Path(out.name)
+
+
+def run_clip(args, document: dict, name: str, pipeline: Path, configured: Path) -> None:
+    """The curve of one clip, both sides when there is a base, written to `args.out` after each trial."""
+    from streamlens.bench.probe import decode_limit
+    from streamlens.config import load_pipeline
+
+    config = load_pipeline(pipeline)
+    budget = config.runtime.budget_ms
+    limit_load = load()
+    limit = decode_limit(config.sources[0].uri, 10.0, export_mvs=config.tracker.motion == "mv")
+    print(f"{name}: decode-only limit {limit['streams']:g} streams (load {limit_load})", flush=True)
+    clip = {"pipeline": str(configured.relative_to(ROOT)), "decode": args.decode, "budget_ms": budget,
+            "decode_limit": {**limit, "load": limit_load}, "after": [], "before": []}
+    ladder = [int(k) for k in getattr(args, name).split(",")]
+    for i, k in enumerate(ladder):
+        sides = [("after", ROOT, True)] + ([("before", args.base, False)] if args.base else [])
+        for side, code, curve in (sides if i % 2 == 0 else sides[::-1]):
+            trial = summary(run_one(code, pipeline, k, args.seconds, args.warmup, curve), budget)
+            clip[side].append(trial)
+            print(f"  {name} K={k} {side}: " + (f"kept {_pct(trial['kept'])} (worst {_pct(trial['kept_min'])}, "
+                  f"spread {_num(100 * trial['kept_spread'])}), p95 {_num(trial['p95'])} ms, "
+                  f"F1 {_num(trial['f1'], 3)} (worst {_num(trial['f1_min'], 3)}), load {trial['load'][0]}"
+                  if trial["status"] == "ok" else f"error {trial.get('error')}"), flush=True)
+            document["clips"][name] = clip
+            args.out.write_text(json.dumps(document, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -37,8 +37,9 @@ published its result. Two parts hold it:
    shedding within a tick or two. Keyframes keep their spacing in time (the schedules count the
    frames shed), so shedding costs frames, not detections;
 4. decode keyframes only (`keyframes_only`): past 9 in 10 the decoding itself is what the machine
-   cannot carry, so a live file decoded on its stream's thread skips every packet but its
-   keyframes undecoded (`Shedder.skips`, counted as shed); other sources go on dropping 9 in 10.
+   cannot carry, so every live source that can (cameras, live files) skips every packet but its
+   keyframes undecoded, in its decode worker or on its own thread (`Shedder`, counted as shed);
+   other sources go on dropping 9 in 10.
 
 While it sheds, the share is the same for every stream only in what each keeps: a stream that
 lost more of its frames otherwise (too old for the engine or from its source, a full queue: which
@@ -80,6 +81,7 @@ from collections.abc import Callable
 from fractions import Fraction
 
 from ..metrics import nearest_rank
+from ..sources.decode import KeyframesOnly
 
 #: keyframe interval factors, in the order the controller tries them
 STRETCHES = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0)
@@ -134,11 +136,13 @@ class Shedder:
     (0 to 1) shifts where the drops fall, so streams with the same fraction drop different ticks.
 
     On the ladder's last rung (`keyframes_only`) a stream whose source can thin its own decoding
-    (`skips`, asked before each packet is decoded: a live file decoded on its own thread, `attach`) has every
-    packet but the keyframes skipped undecoded, each counted as dropped; `drop()` then keeps every
-    frame that is decoded. A source that cannot thin goes on dropping `fraction` after decoding.
+    (`attach`) has every packet but the keyframes skipped undecoded, each counted as dropped, and
+    `drop()` then keeps every frame that is decoded. A live file decoded on its own thread asks
+    `skips` before each packet; a source decoded by a worker (cameras, `decode: process` files)
+    tells its worker to skip them there (worker.py `ThinLink`) and counts what it skipped here
+    (`skipped_by_worker`). A source that cannot thin goes on dropping `fraction` after decoding.
     Decoding starts again at a keyframe, never in the middle of a group of pictures whose start
-    was skipped.
+    was skipped (decode.py `KeyframesOnly`).
 
     Example:
         >>> s = Shedder(phase=0.5)
@@ -148,24 +152,34 @@ class Shedder:
         >>> s.keyframes_only = True
         >>> [s.skips(key) for key in (True, False, False, True, False)], s.dropped
         ([False, True, True, False, True], 5)
-        >>> s.keyframes_only = False      # back in the middle of a group of pictures: on to its end
-        >>> [s.skips(key) for key in (False, True, False)], s.dropped
-        ([True, False, False], 6)
     """
 
     def __init__(self, phase: float = 0.0) -> None:
         self.fraction = 0.0
-        self.dropped = 0
-        #: the ladder's last rung: decode the keyframes only, where the source can (`skips`)
-        self.keyframes_only = False
         self._credit = phase % 1.0
-        self._thins = False  # its source asks `skips` before decoding (`attach`)
-        self._thinning = False  # skipping packets up to the next keyframe
+        self._after = 0  # frames dropped after decoding (`drop`)
+        self._by_worker = 0  # packets its source's decode worker skipped undecoded
+        self._thin = KeyframesOnly()  # what a source decoded on its own thread skips (`skips`)
+        self._thins = False  # its source thins its own decoding (`attach`)
+
+    @property
+    def keyframes_only(self) -> bool:
+        """The ladder's last rung: decode the keyframes only, where the source can."""
+        return self._thin.on
+
+    @keyframes_only.setter
+    def keyframes_only(self, on: bool) -> None:
+        self._thin.on = on
+
+    @property
+    def dropped(self) -> int:
+        """Frames given up so far: dropped after decoding, and skipped undecoded."""
+        return self._after + self._thin.skipped + self._by_worker
 
     def attach(self, source) -> None:
-        """Let `source` thin its own decoding for this shedder where it can: a live file decoded on
-        its own thread (`FileSource.thin`)."""
-        if getattr(source, "decode", None) == "thread" and hasattr(source, "thin"):
+        """Let `source` thin its own decoding for this shedder where it can: one with a `thin`
+        attribute (a live file, `FileSource.thin`; a camera, `LiveSource.thin`)."""
+        if hasattr(source, "thin"):
             source.thin = self
             self._thins = True
 
@@ -173,26 +187,24 @@ class Shedder:
     def thinning(self) -> bool:
         """Whether the packets after a keyframe are being skipped (the source drains that keyframe
         from its decoder at once)."""
-        return self._thinning
+        return self._thin.thinning
 
     def skips(self, keyframe: bool) -> bool:
         """Whether the source skips its next packet undecoded (`keyframe`: the packet is one).
         Called once per packet, in order, on the source's thread."""
-        if keyframe:
-            self._thinning = self.keyframes_only
-            return False
-        self._thinning = self._thinning or self.keyframes_only
-        if self._thinning:
-            self.dropped += 1
-        return self._thinning
+        return self._thin.skips(keyframe)
+
+    def skipped_by_worker(self, count: int) -> None:
+        """`count` more packets skipped undecoded by the source's decode worker."""
+        self._by_worker += count
 
     def drop(self) -> bool:
-        if self.fraction <= 0.0 or (self._thins and (self.keyframes_only or self._thinning)):
+        if self.fraction <= 0.0 or (self._thins and (self._thin.on or self._thin.thinning)):
             return False
         self._credit += self.fraction
         if self._credit >= 1.0:
             self._credit -= 1.0
-            self.dropped += 1
+            self._after += 1
             return True
         return False
 

@@ -426,7 +426,7 @@ class Pipeline:
         self._prepare = detector.prepare if getattr(detector, "prepare_ahead", False) else None
         shedders = self.controller.shedders if self.controller else {}
         if self.controller:
-            self.controller.attach(sources)  # live files decoded here thin their decoding on the last rung
+            self.controller.attach(sources)  # live sources thin their decoding on the last rung
         self._stops = {src.name: StreamStop() for src in sources}
         self._admissions = {src.name: Admission(lane, schedule_for(cfg, by_name[src.name], self._chooser is not None, off),
                                                 self._prepare, getattr(shedders.get(src.name), "drop", None),

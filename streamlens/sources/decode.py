@@ -1,6 +1,7 @@
 """Decoding rules shared by the file source (`file.py`) and the live inputs' decode sessions
 (`session.py`): the decoder's options, presentation times made strictly increasing, a frame-rate
-cap, and a live decoder's catch-up when it falls behind its camera."""
+cap, a live decoder's catch-up when it falls behind its camera, and the budget controller's last
+rung, keyframes only (`KeyframesOnly`, `drain`)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,20 @@ from fractions import Fraction
 import av
 
 
-def decoder_options(export_mvs: bool, fast: bool) -> dict[str, str]:
+def decoder_options(export_mvs: bool, fast: bool, chunks: bool = False) -> dict[str, str]:
     """FFmpeg's decoder options for a source: the motion vectors exported (`flags2`, for the `mv`
-    tracker), and with `sources[i].fast_decode` the loop (deblocking) filter skipped.
+    tracker), with `sources[i].fast_decode` the loop (deblocking) filter skipped, and with `chunks`
+    pictures that may come in several packets (a live input: FFmpeg's RTSP demuxer hands an H.264
+    picture of several slices over as one packet per slice; decoded as whole pictures, each packet
+    would start a picture of its own, and every frame after it would be wrong until the next
+    keyframe).
 
     Example:
-        >>> decoder_options(True, True)
-        {'flags2': '+export_mvs', 'skip_loop_filter': 'all'}
+        >>> decoder_options(True, True, chunks=True)
+        {'flags2': '+export_mvs+chunks', 'skip_loop_filter': 'all'}
     """
-    options = {"flags2": "+export_mvs"} if export_mvs else {}
+    flags = ("+export_mvs" if export_mvs else "") + ("+chunks" if chunks else "")
+    options = {"flags2": flags} if flags else {}
     if fast:
         options["skip_loop_filter"] = "all"
     return options
@@ -149,3 +155,51 @@ class CatchUp:
         else:
             self.skipping = lag > self.behind_s
         return self.skipping
+
+
+class KeyframesOnly:
+    """Decode the keyframes only while `on` (the budget controller's last rung, graph/control.py):
+    `skips(keyframe)`, asked once per packet in order before it is decoded, says whether to skip it
+    undecoded; `skipped` counts those. Skipping starts at once and ends at a keyframe: never in the
+    middle of a group of pictures whose start was skipped.
+
+    A decoder may still hold a keyframe's picture when the packets after it are skipped (B-frame
+    reordering would hold it a whole group of pictures). `drain_due` is True for the first packet
+    skipped after packets were decoded: what the decoder holds is drained then (`drain`). A file
+    source drains each keyframe at once instead (`thinning`), since its packets are whole pictures;
+    a camera's keyframe may come as several packets (one per slice, over RTP), so it waits for the
+    first packet skipped.
+
+    Example:
+        >>> thin = KeyframesOnly()
+        >>> thin.on = True
+        >>> [(thin.skips(key), thin.drain_due) for key in (True, True, False, False)], thin.skipped
+        ([(False, False), (False, False), (True, True), (True, False)], 2)
+        >>> thin.on = False      # back in the middle of a group of pictures: on to its end
+        >>> [thin.skips(key) for key in (False, True, False)], thin.skipped
+        ([True, False, False], 3)
+    """
+
+    def __init__(self) -> None:
+        self.on = False
+        self.skipped = 0
+        self.thinning = False  # skipping packets up to the next keyframe
+        self.drain_due = False
+        self._decoded = False  # a packet was decoded since the last one skipped
+
+    def skips(self, keyframe: bool) -> bool:
+        self.thinning = self.on if keyframe else self.thinning or self.on
+        if keyframe or not self.thinning:
+            self.drain_due, self._decoded = False, True
+            return False
+        self.skipped += 1
+        self.drain_due, self._decoded = self._decoded, False
+        return True
+
+
+def drain(codec_context, frames=()) -> list:
+    """`frames`, and the pictures the decoder still holds, which it gives up now; it is then
+    flushed, ready to start again at a keyframe."""
+    frames = list(frames) + list(codec_context.decode(None))
+    codec_context.flush_buffers()
+    return frames

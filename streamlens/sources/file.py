@@ -94,8 +94,8 @@ class FileSource(Source):
     - `decode`: `"thread"` (on the thread that iterates `frames()`) or `"process"` (in a decode
       worker process); see the module.
     - `thin`: set by the runtime before `frames()` for a live file (the budget controller's
-      `Shedder`): `thin.skips(keyframe)` is asked before each packet is decoded, and a True skips it
-      undecoded (`decode="thread"` only; a worker decodes everything it reads).
+      `Shedder`): on its last rung every packet but the keyframes is skipped undecoded, here
+      (`thin.skips(keyframe)` asked before each packet) or in the decode worker (worker.py `ThinLink`).
 
     When a single pass (no `loop`) ends by itself before the end of the file, `incomplete` says why
     once `frames()` has ended, in one line without the path: the container declares how many
@@ -277,7 +277,7 @@ class FileSource(Source):
 
     def _decode_in_worker(self, stopping: Callable[[], bool]) -> Iterator[Decoded]:
         """`FilePasses` in a decode worker process: its frames as it sends them, one ring slot each."""
-        from .worker import Died, Ended, FrameReady, ProcessWorker
+        from .worker import Died, Ended, FrameReady, ProcessWorker, ThinLink
 
         host: HostMemory | None = None  # chosen at the first frame, when the detector is loaded
         corrupt_before = self.corrupt_packets  # a worker counts from 0
@@ -291,11 +291,14 @@ class FileSource(Source):
                 self._worker = None
                 raise SourceError(f"{self.display_path}: cannot start its decode worker ({error})") from None
             worker.open(1, self.spec)
+        link = ThinLink(self.thin) if self.thin is not None else None
         while True:
             with self._lock:
                 if stopping():
                     return
                 event = worker.poll(POLL_S)
+                if link is not None:
+                    link.follow(worker, 1, event)
                 if isinstance(event, FrameReady):
                     started = time.perf_counter()
                     host = host or HostMemory("auto")

@@ -20,7 +20,7 @@ from ..errors import SourceError
 from ..frame import YuvPicture
 from ..urls import is_url
 from .clips import CLOSE_S as CLIPS_CLOSE_S, ClipSpec
-from .decode import FrameRateCap, PresentationTimes, decoder_options
+from .decode import FrameRateCap, PresentationTimes, decoder_options, drain
 from .motion_vectors import ReferenceDistance, frame_motion_vectors
 from .session import too_large
 
@@ -141,8 +141,9 @@ class FilePasses:
         #: packets not decoded because `skip` said so, all passes
         self.skipped = 0
         #: `thin.skips(keyframe)`: asked first, before each packet is decoded; True skips it undecoded
-        #: (the budget controller shedding a live file's frames before they are decoded: it counts
-        #: them); while `thin.thinning`, each keyframe is drained from the decoder at once
+        #: (the budget controller's keyframes only: a `Shedder` on the graph's thread, a decode.py
+        #: `KeyframesOnly` in a worker; it counts them); while `thin.thinning`, each keyframe is
+        #: drained from the decoder at once
         self.thin = thin
         #: (media time at which the current pass starts, its first frame's pts), once it has one
         self._media_base: tuple[float, float] | None = None
@@ -265,10 +266,7 @@ class FilePasses:
             try:
                 frames = stream.codec_context.decode(packet) if packet is None else packet.decode()
                 if packet is not None and packet.is_keyframe and self.thin is not None and self.thin.thinning:
-                    # keyframes only: the decoder would hold this picture until the next ones came
-                    # (B-frame reordering), a whole group of pictures later; drain it now
-                    frames = list(frames) + list(stream.codec_context.decode(None))
-                    stream.codec_context.flush_buffers()
+                    frames = drain(stream.codec_context, frames)
             except av.error.FFmpegError:
                 self._corrupt += 1
                 self.rejected()
@@ -313,7 +311,7 @@ def run_file_session(spec: FileSpec, out, should_stop: Callable[[], bool]) -> tu
     (the worker's transport, a `SessionOutput`) with its `(index, media)` position. Returns
     `(reason, message, detail)`: `eof` when the run ended by itself (detail: `incomplete` and
     `read_error`), `aborted` when told to stop, `failed` with the `SourceError`'s line."""
-    passes = FilePasses(spec, out.rejected, make_recorder=out.recorder)
+    passes = FilePasses(spec, out.rejected, make_recorder=out.recorder, thin=out.thin)
     try:
         for item in passes:
             if should_stop():

@@ -77,7 +77,7 @@ from .base import Source
 from .host_memory import HostMemory
 from .session import SessionSpec, behind_limit, input_options
 from .clips import CLOSE_S as CLIPS_CLOSE_S, ClipSpec
-from .worker import CLOSE_GRACE_S, Died, Ended, FrameReady, Opened, ProcessWorker, ThreadWorker
+from .worker import CLOSE_GRACE_S, Died, Ended, FrameReady, Opened, ProcessWorker, ThinLink, ThreadWorker
 
 log = logging.getLogger("streamlens.sources")
 
@@ -160,6 +160,9 @@ class LiveSource(Source):
         self._lock = threading.Lock()
         #: the connection now: (worker, session, clock), for clip requests (`clip()`)
         self._now: tuple | None = None
+        #: the budget controller's `Shedder`, set by the runtime before `frames()`: on its last rung
+        #: the decode worker skips every packet but the keyframes (worker.py `ThinLink`)
+        self.thin = None
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -214,6 +217,7 @@ class LiveSource(Source):
         streamed_before = False
         lost_at: float | None = None
         repeat = _RepeatFilter(REPEAT_LOG_S)
+        link = ThinLink(self.thin) if self.thin is not None else None
         try:
             while not stopping():
                 outcome = _Outcome("stopped")
@@ -226,10 +230,12 @@ class LiveSource(Source):
                     log.debug("%s: connecting to %s", self.name, self.display_uri)
                     worker.open(session, self.spec)
                     self._now = (worker, session, clock)
-                for ready in self._connection(worker, session, stopping, outcome) if worker is not None else ():
+                connection = self._connection(worker, session, stopping, outcome, link) if worker is not None else ()
+                for ready, thinned in connection:
                     if host is None:
                         host = HostMemory(self.pinned)
                     self._count(ready)
+                    clock.index += thinned  # frame numbers count the frames skipped undecoded
                     frame = self._frame(ready, host, clock)
                     if frame is None:
                         continue
@@ -303,14 +309,17 @@ class LiveSource(Source):
             return None
         return worker
 
-    def _connection(self, worker, session: int, stopping, outcome: _Outcome) -> Iterator[FrameReady]:
-        """Yield this connection's frames; fill in `outcome` when it ends (or is stopped)."""
+    def _connection(self, worker, session: int, stopping, outcome: _Outcome,
+                    link: ThinLink | None) -> Iterator[tuple[FrameReady, int]]:
+        """Yield this connection's frames, each with the packets skipped undecoded before it (the
+        controller's last rung, `link`); fill in `outcome` when it ends (or is stopped)."""
         last_progress = time.monotonic()
         while True:
             if stopping():
                 outcome.kind = "stopped"
                 return
             event = worker.poll(POLL_S)
+            thinned = link.follow(worker, session, event) if link is not None else 0
             now = time.monotonic()
             if event is None:
                 limit = self.stall_s if outcome.frames else self.stall_s + self.timeout_s
@@ -333,7 +342,7 @@ class LiveSource(Source):
             elif isinstance(event, FrameReady):
                 last_progress = now
                 outcome.frames += 1
-                yield event
+                yield event, thinned
             elif isinstance(event, Ended):
                 self._count(event)
                 self.refused_frames += event.detail.get("refused", 0)

@@ -4,6 +4,7 @@ one connection to a camera, a `FileSpec` (file_passes.py) one run over a file, i
 `spec.run()` is the loop, `spec.lossless` how full slots are met.
 
     owner -> worker:  Open(session, spec)   Abort(session)   QUIT   Clip(session, start_s, end_s, path)
+                      Thin(session, keyframes_only)
                       NewRing(ring_id, name, slots, slot_bytes)    (process only: a new ring)
                       NoRing(session, line)                        (process only: no room for it)
                       CREDIT                                       (process only: the answer to WAITING)
@@ -22,6 +23,10 @@ the frame out, before it reads the next message.
   before by then, since it frees each one before it reads the next message. So a file loses no
   frame to a slow consumer, the slots bound what is decoded ahead of it, and while the owner keeps
   up no message is spent on credits. An abort or quit ends the wait too.
+- `Thin` puts a session on the budget controller's last rung, or takes it off: while on, the worker
+  skips every packet but the keyframes before decoding it (decode.py `KeyframesOnly`), and each
+  `FrameSent` says how many it skipped so far (`thinned`; also in `SessionEnded.detail`). A session
+  starts off that rung.
 
 A message is a NamedTuple, or a string when it has nothing to say but its kind. The messages that
 come with frames cross as cheaply as plain tuples: a frame as a plain tuple of `FrameSent`'s fields,
@@ -60,6 +65,13 @@ class Clip(NamedTuple):
     path: str
     #: a file's: the event's frame index (a request from before a loop is refused); -1: none
     index: int = -1
+
+
+class Thin(NamedTuple):
+    """Decode only `session`'s keyframes from now on (True), or every frame again (False)."""
+
+    session: int
+    keyframes_only: bool
 
 
 class Abort(NamedTuple):
@@ -118,6 +130,8 @@ class FrameSent(NamedTuple):
     worker_drops: int
     #: packets the decoder rejected so far
     corrupt: int
+    #: packets skipped undecoded so far, keyframes only (`Thin`)
+    thinned: int
     #: a file's `(index, media seconds since the run began)`, else None
     position: tuple[int, float] | None
     #: where a process worker wrote it (0 and 0 from a thread worker)
@@ -129,7 +143,8 @@ class FrameSent(NamedTuple):
 
 class SessionEnded(NamedTuple):
     """`session` is over: why (`session.END_REASONS`), in one line, with the worker's counters and
-    what the session says of its end beyond that (the fields of worker.py's `Ended`, in its order)."""
+    what the session says of its end beyond that (the fields of worker.py's `Ended`, in its order;
+    `detail["thinned"]`: the packets it skipped undecoded, when it skipped any)."""
 
     session: int
     reason: str

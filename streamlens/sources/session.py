@@ -147,7 +147,11 @@ def too_large(width: int, height: int, max_pixels: int | None) -> str | None:
 
 
 class SessionOutput:
-    """Where a session sends what it makes; the worker's transport implements it."""
+    """Where a session sends what it makes; the worker's transport implements it. `thin`: the
+    session's keyframes-only rung (decode.py `KeyframesOnly`, asked before each packet is decoded),
+    or None."""
+
+    thin = None
 
     def opened(self, info: StreamInfo) -> None:
         raise NotImplementedError
@@ -208,7 +212,7 @@ def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tu
 
     stream = container.streams.video[0]
     stream.thread_type = "SLICE"  # low latency: frame threads would hold frames back
-    options = decoder_options(spec.export_mvs, spec.fast_decode)
+    options = decoder_options(spec.export_mvs, spec.fast_decode, chunks=True)
     if options:
         stream.codec_context.options = options
     rate = stream.average_rate or stream.guessed_rate
@@ -234,8 +238,10 @@ def _decode(container, spec: SessionSpec, out: SessionOutput, should_stop) -> tu
 
 def _demux_decode(packets, spec: SessionSpec, out: SessionOutput, should_stop, recorder, catch_up, tick, times, cap,
                   anchors) -> tuple[str, str]:
+    from .decode import drain
     from .motion_vectors import frame_motion_vectors
 
+    thin = out.thin
     decoded = 0
     while True:
         if should_stop():
@@ -248,14 +254,18 @@ def _demux_decode(packets, spec: SessionSpec, out: SessionOutput, should_stop, r
             return "error", reason_of(error, spec.uri)
         if recorder is not None:  # before any skipping: a clip keeps what the camera sent
             recorder.packet(packet)
-        if catch_up is not None and packet.size:
+        if thin is not None and packet.size and thin.skips(packet.is_keyframe):  # counted in `thin.skipped`
+            if not thin.drain_due:
+                continue
+            decoder, packet = packet.stream.codec_context, None  # what it holds of the keyframe before: now
+        if catch_up is not None and packet is not None and packet.size:
             ticks = packet.dts if packet.dts is not None else packet.pts
             if catch_up.skip(None if ticks is None else ticks * tick, time.monotonic(), packet.is_keyframe):
                 out.skipped()
                 continue
         started = time.perf_counter()  # decode time only: waiting for the network is not decoding
         try:
-            frames = packet.decode()
+            frames = packet.decode() if packet is not None else drain(decoder)
         except av.error.FFmpegError:
             out.rejected()
             frames = []

@@ -57,7 +57,7 @@ from ..urls import mask_url
 from .host_memory import HostMemory
 from .pixels import Buffers, layout_bytes, unpack
 from .protocol import (CREDIT, QUIT, WAITING, Abort, Clip, Crashed, FrameSent, NeedRing, NewRing, NoRing, Open,
-                       SessionEnded, SessionOpened)
+                       SessionEnded, SessionOpened, Thin)
 from .ring import SHM_DIR, FrameRing, NoRoom, free_bytes, ring_bytes
 from .session import StreamInfo
 from .worker_loop import DirectOutput, serve, worker_process_main
@@ -113,6 +113,8 @@ class FrameReady:
     worker_drops: int
     #: packets the worker's decoder rejected so far
     corrupt: int
+    #: packets the session skipped undecoded so far, keyframes only (`ThinLink`)
+    thinned: int = 0
     #: a file's `(index, media seconds since the run began)`, else None
     position: tuple[int, float] | None = None
     _take: Any = field(repr=False, default=None)
@@ -130,6 +132,39 @@ class FrameReady:
         if self._release is not None:
             release, self._release = self._release, None
             release()
+
+
+class ThinLink:
+    """A source's link between the budget controller and its decode worker's sessions, for the
+    controller's last rung: `follow(worker, session, event)`, called with each event the source
+    polls (None too), tells the session when `thin.keyframes_only` (a `Shedder`'s) changes (a new
+    session starts off that rung), and gives the shedder the packets the session skipped since the
+    last event (`Shedder.skipped_by_worker`); it returns that count (a camera numbers its frames
+    counting them)."""
+
+    def __init__(self, thin):
+        self.thin = thin
+        self.session = None
+        self.told = False  # what the session was told
+        self.counted = 0  # what the session skipped, counted so far
+
+    def follow(self, worker, session: int, event) -> int:
+        if session != self.session:
+            self.session, self.told, self.counted = session, False, 0
+        if self.thin.keyframes_only != self.told:
+            self.told = not self.told
+            worker.thin(session, self.told)
+        if isinstance(event, FrameReady):
+            skipped = event.thinned
+        elif isinstance(event, Ended):
+            skipped = event.detail.get("thinned", 0)
+        else:
+            return 0
+        if getattr(event, "session", session) != session or skipped <= self.counted:
+            return 0
+        new, self.counted = skipped - self.counted, skipped
+        self.thin.skipped_by_worker(new)
+        return new
 
 
 # -- the owner's side -----------------------------------------------------------------------------
@@ -232,6 +267,9 @@ class ProcessWorker:
     def clip(self, session: int, start_s: float, end_s: float, path: str, index: int = -1) -> None:
         self._send(Clip(session, start_s, end_s, path, index))
 
+    def thin(self, session: int, keyframes_only: bool) -> None:
+        self._send(Thin(session, keyframes_only))
+
     def _send(self, message: tuple) -> None:
         try:
             with self._sending:
@@ -306,8 +344,8 @@ class ProcessWorker:
             return picture, mvs[1]
 
         return FrameReady(message.session, message.pts, message.ts, message.clock, message.decode_ms,
-                          (layout[1], layout[2]), message.worker_drops, message.corrupt, message.position,
-                          take, lambda: ring.release(slot))
+                          (layout[1], layout[2]), message.worker_drops, message.corrupt, message.thinned,
+                          message.position, take, lambda: ring.release(slot))
 
     def _death_note(self) -> str:
         """`decode worker ended`, and how: its pipe closed as it died, so it is reaped within moments."""
@@ -415,6 +453,9 @@ class ThreadWorker:
     def clip(self, session: int, start_s: float, end_s: float, path: str, index: int = -1) -> None:
         self._conn.send(Clip(session, start_s, end_s, path, index))
 
+    def thin(self, session: int, keyframes_only: bool) -> None:
+        self._conn.send(Thin(session, keyframes_only))
+
     def poll(self, timeout: float):
         if self._dead:
             return Died("decode thread ended")
@@ -434,8 +475,8 @@ class ThreadWorker:
                 return unpack(layout, data, host), mvs
 
             return FrameReady(message.session, message.pts, message.ts, message.clock, message.decode_ms,
-                              (layout[1], layout[2]), message.worker_drops, message.corrupt, None,
-                              take, self._slots.release)
+                              (layout[1], layout[2]), message.worker_drops, message.corrupt, message.thinned,
+                              None, take, self._slots.release)
         if isinstance(message, SessionOpened):
             return Opened(message.session, message.info)
         if isinstance(message, SessionEnded):

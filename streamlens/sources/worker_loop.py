@@ -13,8 +13,9 @@ import time
 
 from ..urls import mask_url
 from .pixels import layout_bytes, pack, picture_layout
+from .decode import KeyframesOnly
 from .protocol import (CREDIT, QUIT, WAITING, Abort, Clip, Crashed, NeedRing, NewRing, NoRing, Open, SessionEnded,
-                       SessionOpened)
+                       SessionOpened, Thin)
 from .ring import FrameRing
 from .session import SessionOutput, StreamInfo
 
@@ -36,9 +37,14 @@ class _Control:
         self.refusal: str | None = None
         #: the running session's `ClipRecorder`, when it records clips
         self.recorder = None
+        #: the running session's keyframes-only rung (`Thin`)
+        self.thin = KeyframesOnly()
 
     def handle(self, message: tuple) -> None:
-        if isinstance(message, Abort) and message.session == self.session:
+        if isinstance(message, Thin):
+            if message.session == self.session:
+                self.thin.on = message.keyframes_only
+        elif isinstance(message, Abort) and message.session == self.session:
             self.aborted = True
         elif isinstance(message, Clip):
             if message.session == self.session and self.recorder is not None:
@@ -85,11 +91,14 @@ def serve(conn, make_output) -> None:
                 continue
             control.session, spec = message
             control.aborted, control.refused, control.refusal, control.recorder = False, 0, None, None
+            control.thin = KeyframesOnly()
             reason, text, detail = spec.run(make_output(conn, control, spec), control.should_stop)
             if control.refusal is not None:  # the owner had no room for its pictures
                 reason, text = "refused", control.refusal
             if control.refused:
                 detail = {**detail, "refused": control.refused}
+            if control.thin.skipped:
+                detail = {**detail, "thinned": control.thin.skipped}
             conn.send(SessionEnded(control.session, reason, text, control.drops, control.corrupt, detail))
     finally:
         if control.ring is not None:
@@ -102,6 +111,7 @@ class _Output(SessionOutput):
 
     def __init__(self, conn, control: _Control, spec):
         self.conn, self.control, self.spec = conn, control, spec
+        self.thin = control.thin
 
     def opened(self, info: StreamInfo) -> None:
         self.conn.send(SessionOpened(self.control.session, info))
@@ -160,7 +170,7 @@ class _RingOutput(_Output):
         decode_ms += (time.perf_counter() - started) * 1000.0
         # a FrameSent's fields, as a plain tuple (protocol.py)
         self.conn.send((control.session, layout, pts, ts, clock, decode_ms, mvs, control.drops, control.corrupt,
-                        position, control.ring_id, slot, None))
+                        control.thin.skipped, position, control.ring_id, slot, None))
 
     def _wait_for_ring(self, slot_bytes: int) -> bool:
         """Ask the owner for a ring whose slots hold `slot_bytes`; False if the session ends first."""
@@ -199,7 +209,7 @@ class DirectOutput(_Output):
         mvs = None if motion_vectors is None else ("inline", motion_vectors)
         # a FrameSent's fields, as a plain tuple (protocol.py): no position, ring or slot
         self.conn.send((control.session, layout, pts, ts, clock, decode_ms, mvs, control.drops, control.corrupt,
-                        None, 0, 0, data))
+                        control.thin.skipped, None, 0, 0, data))
 
 
 def worker_process_main(conn, lifeline) -> None:
