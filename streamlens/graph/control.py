@@ -239,7 +239,7 @@ class BudgetController:
         self.steps = 0
         self._stretch_index = 0
         self._shed_index = 0
-        #: the last rung: live files decoded on their own thread decode their keyframes only
+        #: the last rung: live sources decode their keyframes only, where they can (`Shedder`)
         self.keyframes_only = False
         self._samples = {name: deque() for name in streams}
         self._lock = threading.Lock()
