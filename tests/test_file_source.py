@@ -182,6 +182,23 @@ def test_a_live_file_behind_its_clock_skips_to_a_keyframe_as_a_camera_does():
     assert frames[7].ts - frames[0].ts == pytest.approx(frames[7].pts - frames[0].pts, abs=2e-3)
 
 
+def test_a_live_file_decoded_in_a_worker_process_catches_up_with_its_clock_too():
+    """As above, decoded in a worker process: the frames it decoded ahead before the hold come late,
+    then it skips to a keyframe near the clock's present; every frame skipped counted, numbers kept."""
+    source = FileSource("cam1", clip("highway_720p30.mp4"), live=True, decode="process")
+    frames = []
+    for frame in source.frames(threading.Event()):
+        frames.append(frame)
+        if len(frames) == 2:
+            time.sleep(1.5)  # more than BEHIND_S behind
+        if len(frames) == 16:
+            break
+    gaps = [(a.index, b.index - a.index - 1) for a, b in zip(frames, frames[1:]) if b.index != a.index + 1]
+    assert len(gaps) == 1 and gaps[0][1] >= 15, gaps
+    assert source.losses()["decoder"] == gaps[0][1]
+    assert frames[-1].ts - frames[-2].ts == pytest.approx(1 / 30, abs=2e-3)  # paced again
+
+
 def test_a_live_file_held_past_max_live_lag_re_anchors_instead_of_bursting(monkeypatch):
     monkeypatch.setattr(file_source, "MAX_LIVE_LAG_S", 0.5)  # a suspended process, made short
     monkeypatch.setattr(file_source, "BEHIND_S", 60.0)  # the catch-up out of the way

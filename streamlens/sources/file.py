@@ -134,7 +134,7 @@ class FileSource(Source):
         self.decode = cfg.decode
         #: packets the decoder rejected and that were skipped
         self.corrupt_packets = 0
-        #: packets of a paced file not decoded to catch up with its clock (`decode="thread"`)
+        #: packets of a paced file not decoded to catch up with its clock (here or in its decode worker)
         self.skipped_packets = 0
         #: why the current (or last) pass stopped reading before the end of the file, or None (with
         #: `decode="process"`: the last pass's, known once `frames()` has ended)
@@ -280,7 +280,7 @@ class FileSource(Source):
         from .worker import Died, Ended, FrameReady, ProcessWorker, ThinLink
 
         host: HostMemory | None = None  # chosen at the first frame, when the detector is loaded
-        corrupt_before = self.corrupt_packets  # a worker counts from 0
+        corrupt_before, skipped_before = self.corrupt_packets, self.skipped_packets  # a worker counts from 0
         with self._lock:
             if stopping():
                 return
@@ -304,11 +304,13 @@ class FileSource(Source):
                     host = host or HostMemory("auto")
                     picture, vectors = event.take(host)
                     self.corrupt_packets = corrupt_before + event.corrupt
+                    self.skipped_packets = skipped_before + event.worker_drops  # a live file's catch-up
                     index, media = event.position
                     item = Decoded(picture, index, event.pts, media,
                                    event.decode_ms + (time.perf_counter() - started) * 1000.0, vectors)
                 elif isinstance(event, Ended):
                     self.corrupt_packets = corrupt_before + event.corrupt
+                    self.skipped_packets = skipped_before + event.worker_drops
                     self.read_error = event.detail.get("read_error")
                     self.incomplete = event.detail.get("incomplete")
                     if event.reason == "failed":

@@ -20,7 +20,7 @@ from ..errors import SourceError
 from ..frame import YuvPicture
 from ..urls import is_url
 from .clips import CLOSE_S as CLIPS_CLOSE_S, ClipSpec
-from .decode import FrameRateCap, PresentationTimes, decoder_options, drain
+from .decode import CatchUp, FrameRateCap, PresentationTimes, decoder_options, drain
 from .motion_vectors import ReferenceDistance, frame_motion_vectors
 from .session import too_large
 
@@ -308,10 +308,24 @@ class FilePasses:
 
 def run_file_session(spec: FileSpec, out, should_stop: Callable[[], bool]) -> tuple[str, str, dict]:
     """A decode worker's session over a file (`FileSpec.run`): every frame of `FilePasses` to `out`
-    (the worker's transport, a `SessionOutput`) with its `(index, media)` position. Returns
-    `(reason, message, detail)`: `eof` when the run ended by itself (detail: `incomplete` and
+    (the worker's transport, a `SessionOutput`) with its `(index, media)` position. A live file's
+    worker, fallen behind the file's clock (it waits for its owner, who paces the frames), skips
+    packets up to a keyframe as a camera's does (decode.py `CatchUp`, told to `out.skipped()`).
+    Returns `(reason, message, detail)`: `eof` when the run ended by itself (detail: `incomplete` and
     `read_error`), `aborted` when told to stop, `failed` with the `SourceError`'s line."""
-    passes = FilePasses(spec, out.rejected, make_recorder=out.recorder, thin=out.thin)
+    skip = None
+    if spec.live and spec.is_file:
+        from .session import BEHIND_S
+
+        catch_up = CatchUp(BEHIND_S)
+
+        def skip(media: float, keyframe: bool) -> bool:
+            if catch_up.skip(media, time.monotonic(), keyframe):
+                out.skipped()
+                return True
+            return False
+
+    passes = FilePasses(spec, out.rejected, skip=skip, make_recorder=out.recorder, thin=out.thin)
     try:
         for item in passes:
             if should_stop():
