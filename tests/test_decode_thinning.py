@@ -1,14 +1,14 @@
-"""The budget controller's last rung (graph/control.py): a live source skips every packet but its
-keyframes before decoding them, each counted as shed, and starts decoding every frame again at a
-keyframe: a file decoded on its own thread or in a worker process, and a camera from a real RTSP
-server (GStreamer's, from Debian's packages) decoded in a worker process or on a thread. Real H.264
-with B-frames through PyAV, decoded by `FileSource`, and by a running `Pipeline` for the runtime's
-wiring."""
+"""The budget controller's shedding where a live source decodes (graph/control.py `Shedder`,
+decode.py `DecodeShare`): the end of each group of pictures skipped undecoded, and on the last rung
+every packet but the keyframes, each counted as shed; decoding every frame again from a keyframe. A
+file decoded on its own thread or in a worker process, and a camera from a real RTSP server
+(GStreamer's, from Debian's packages) decoded in a worker process or on a thread. Real H.264 with
+B-frames through PyAV, decoded by `FileSource`, and by a running `Pipeline` for the runtime's
+wiring; every picture checked against full decoding."""
 
 from __future__ import annotations
 
 import threading
-import time
 from fractions import Fraction
 
 import av
@@ -96,6 +96,23 @@ def test_decoding_every_frame_again_starts_at_the_next_keyframe_with_exact_pictu
         assert np.array_equal(image, every[index]), index
 
 
+def test_shedding_half_skips_the_end_of_each_group_of_pictures_undecoded(clip):
+    """Once the groups' length is known (at the second keyframe), each group's first half of
+    packets in decoding order is decoded, and the B-frames shown before the last of them: so the
+    frames kept are the first shown of each group, and each picture is exact."""
+    every = decode(clip)
+    shedder = Shedder()
+    shedder.fraction = 0.5
+    frames = decode(clip, shedder)
+    assert sorted(i for i in frames if i < GOP) == list(range(GOP))  # the first group: its length not known
+    for start in range(GOP, FRAMES, GOP):
+        kept = sorted(i for i in frames if start <= i < start + GOP)
+        assert kept == list(range(start, start + len(kept))) and GOP // 2 <= len(kept) < GOP, kept
+    assert shedder.dropped == FRAMES - len(frames)
+    for index, image in frames.items():
+        assert np.array_equal(image, every[index]), index
+
+
 def test_a_file_decoded_in_a_worker_process_is_thinned_there(clip):
     """The worker is told when its first message comes back, so the frames it decoded before may
     come; from the second group of pictures on, keyframes only, and every frame missing is shed."""
@@ -151,9 +168,11 @@ def test_a_camera_on_the_last_rung_decodes_its_keyframes_only_in_its_decode_work
     def read():
         for frame in source.frames(stop):
             frames.append((frame.index, frame.pts, sample_frames.get(frame.grey_sample(1).tobytes())))
-            if len(frames) == 4:
-                shedder.keyframes_only = False  # every frame again, from the next keyframe
-            if len(frames) >= 4 + SAMPLE_GOP + 10:
+            if len(frames) == 4:  # down a rung: half of each group
+                shedder.fraction, shedder.keyframes_only = 0.5, False
+            if len(frames) == 4 + 2 * SAMPLE_GOP:  # every frame again, from the next keyframe
+                shedder.fraction = 0.0
+            if len(frames) >= 4 + 3 * SAMPLE_GOP + 10:
                 return
 
     reader = threading.Thread(target=read, daemon=True)
@@ -161,7 +180,7 @@ def test_a_camera_on_the_last_rung_decodes_its_keyframes_only_in_its_decode_work
     reader.join(30)
     stop.set()
     reader.join(5)
-    assert len(frames) >= 4 + SAMPLE_GOP + 10, f"{len(frames)} frames: {source.stats()}"
+    assert len(frames) >= 4 + 3 * SAMPLE_GOP + 10, f"{len(frames)} frames: {source.stats()}"
     thinned = frames[:4]
     # every picture is one of the sample's, exactly: on the last rung its keyframes only
     assert all(shown is not None and shown % SAMPLE_GOP == 0 for _, _, shown in thinned), thinned
@@ -169,10 +188,18 @@ def test_a_camera_on_the_last_rung_decodes_its_keyframes_only_in_its_decode_work
     # one keyframe after the other, and frame numbers count the frames skipped between
     steps = [(b[0] - a[0], (b[2] - a[2]) % SAMPLE_FRAMES) for a, b in zip(thinned, thinned[1:])]
     assert steps == [(SAMPLE_GOP, SAMPLE_GOP)] * 3, steps
-    # off: the rest of that group of pictures is skipped still, then every frame, numbered on
-    after = [index for index, _, _ in frames[4:]]
-    assert after == list(range(after[0], after[0] + len(after))) and frames[4][2] % SAMPLE_GOP == 0, frames[4:]
-    assert shedder.dropped >= 3 * (SAMPLE_GOP - 1) + (after[0] - thinned[-1][0] - 1)
+    # half: from the next keyframe, the first half of each group (no B-frames: the first 15 shown),
+    # numbered on; the frames decoded before the worker was told may still come
+    half = [(index, shown) for index, _, shown in frames[4:4 + 2 * SAMPLE_GOP] if index > thinned[-1][0] + 2]
+    starts = [k for k, (_, shown) in enumerate(half) if shown % SAMPLE_GOP == 0]
+    assert len(starts) >= 2, half
+    group = half[starts[0]:starts[1]]
+    assert [shown % SAMPLE_GOP for _, shown in group] == list(range(SAMPLE_GOP // 2)), group
+    assert half[starts[1]][0] - group[0][0] == SAMPLE_GOP  # the skipped frames numbered
+    # every frame again: consecutive numbers from a keyframe on
+    tail = frames[-40:]
+    assert [index for index, _, _ in tail] == list(range(tail[0][0], tail[0][0] + 40)), tail
+    assert shedder.dropped >= 3 * (SAMPLE_GOP - 1) + SAMPLE_GOP // 2
     assert source.losses()["decoder"] == 0  # skipped by the controller's say, not lost
 
 

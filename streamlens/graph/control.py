@@ -29,8 +29,10 @@ published its result. Two parts hold it:
 2. batch for throughput: the detector fills its batches up to `max_batch` instead of cutting them
    short to keep each keyframe's latency (keyframes then come back later; frames do not wait);
 3. drop frames: one share for every live stream alike (`SHED_STEPS`: 1 in 8, 1 in 4, 1 in 3,
-   1 in 2, 2 in 3, 3 in 4, 5 in 6, 7 in 8, 9 in 10), evenly spaced within each stream and staggered
-   between streams, before the frames cost the engine anything. When frames were dropped outside
+   1 in 2, 2 in 3, 3 in 4, 5 in 6, 7 in 8, 9 in 10), before the frames cost the engine anything: a
+   source that thins its own decoding (cameras, live files) skips the end of each group of
+   pictures undecoded, so decoding gives way too; other frames are dropped after decoding, evenly
+   spaced within each stream and staggered between streams (`Shedder`). When frames were dropped outside
    the controller in the last second, this rung does not climb one step at a time: it goes at once
    to the first share that would have carried that second's load (the frames published, over those
    published and dropped), so that the engine's own drops, which come in bursts, turn into even
@@ -81,7 +83,7 @@ from collections.abc import Callable
 from fractions import Fraction
 
 from ..metrics import nearest_rank
-from ..sources.decode import KeyframesOnly
+from ..sources.decode import DecodeShare
 
 #: keyframe interval factors, in the order the controller tries them
 STRETCHES = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0)
@@ -135,14 +137,15 @@ class Shedder:
     """Drops an even `fraction` of one stream's frames: `drop()` once per frame, in order. `phase`
     (0 to 1) shifts where the drops fall, so streams with the same fraction drop different ticks.
 
-    On the ladder's last rung (`keyframes_only`) a stream whose source can thin its own decoding
-    (`attach`) has every packet but the keyframes skipped undecoded, each counted as dropped, and
-    `drop()` then keeps every frame that is decoded. A live file decoded on its own thread asks
-    `skips` before each packet; a source decoded by a worker (cameras, `decode: process` files)
-    tells its worker to skip them there (worker.py `ThinLink`) and counts what it skipped here
-    (`skipped_by_worker`). A source that cannot thin goes on dropping `fraction` after decoding.
-    Decoding starts again at a keyframe, never in the middle of a group of pictures whose start
-    was skipped (decode.py `KeyframesOnly`).
+    A source that can thin its own decoding (`attach`: a camera, a live file) is given the share to
+    keep instead (`decode_share`), and gives up the rest where it decodes, mostly undecoded: the
+    end of each group of pictures is skipped (decode.py `DecodeShare`), so shedding saves decoding
+    too, and on the ladder's last rung (`keyframes_only`) every packet but the keyframes is. A live
+    file decoded on its own thread asks `skips` before each packet and `drop()` after each frame;
+    a source decoded by a worker (cameras, `decode: process` files) tells its worker the share
+    (worker.py `ThinLink`) and counts what it skipped here (`skipped_by_worker`). Every frame given
+    up either way counts in `dropped`. A source that cannot thin has `fraction` of its frames
+    dropped after decoding, and no more on the last rung.
 
     Example:
         >>> s = Shedder(phase=0.5)
@@ -150,26 +153,44 @@ class Shedder:
         >>> [s.drop() for _ in range(8)]
         [False, True, False, False, False, True, False, False]
         >>> s.keyframes_only = True
-        >>> [s.skips(key) for key in (True, False, False, True, False)], s.dropped
-        ([False, True, True, False, True], 5)
+        >>> s.decode_share, [s.skips(key) for key in (True, False, False, True, False)], s.dropped
+        (0.0, [False, True, True, False, True], 5)
     """
 
     def __init__(self, phase: float = 0.0) -> None:
-        self.fraction = 0.0
+        self._fraction = 0.0
+        self._keyframes_only = False
         self._credit = phase % 1.0
         self._after = 0  # frames dropped after decoding (`drop`)
-        self._by_worker = 0  # packets its source's decode worker skipped undecoded
-        self._thin = KeyframesOnly()  # what a source decoded on its own thread skips (`skips`)
+        self._by_worker = 0  # frames its source's decode worker gave up
+        self._thin = DecodeShare(phase)  # what a source decoded on the graph's thread gives up
         self._thins = False  # its source thins its own decoding (`attach`)
+        self._here = False  # ... on the graph's thread (else in a decode worker)
+
+    @property
+    def fraction(self) -> float:
+        """The share of the stream's frames to give up."""
+        return self._fraction
+
+    @fraction.setter
+    def fraction(self, value: float) -> None:
+        self._fraction = value
+        self._thin.share = self.decode_share
 
     @property
     def keyframes_only(self) -> bool:
         """The ladder's last rung: decode the keyframes only, where the source can."""
-        return self._thin.on
+        return self._keyframes_only
 
     @keyframes_only.setter
     def keyframes_only(self, on: bool) -> None:
-        self._thin.on = on
+        self._keyframes_only = on
+        self._thin.share = self.decode_share
+
+    @property
+    def decode_share(self) -> float:
+        """The share of its frames a source that thins its own decoding keeps."""
+        return 0.0 if self._keyframes_only else 1.0 - self._fraction
 
     @property
     def dropped(self) -> int:
@@ -178,30 +199,33 @@ class Shedder:
 
     def attach(self, source) -> None:
         """Let `source` thin its own decoding for this shedder where it can: one with a `thin`
-        attribute (a live file, `FileSource.thin`; a camera, `LiveSource.thin`)."""
+        attribute (a live file, `FileSource.thin`; a camera, `LiveSource.thin`); `thins_here`
+        says whether it does so on the graph's thread (a file's `decode: thread`)."""
         if hasattr(source, "thin"):
             source.thin = self
             self._thins = True
+            self._here = bool(getattr(source, "thins_here", False))
 
     @property
-    def thinning(self) -> bool:
-        """Whether the packets after a keyframe are being skipped (the source drains that keyframe
-        from its decoder at once)."""
-        return self._thin.thinning
+    def drain_due(self) -> bool:
+        """Whether what the decoder holds is to be drained now (decode.py `DecodeShare`)."""
+        return self._thin.drain_due
 
-    def skips(self, keyframe: bool) -> bool:
-        """Whether the source skips its next packet undecoded (`keyframe`: the packet is one).
-        Called once per packet, in order, on the source's thread."""
-        return self._thin.skips(keyframe)
+    def skips(self, keyframe: bool, seconds: float | None = None) -> bool:
+        """Whether the source skips its next packet undecoded (`keyframe`: the packet is one;
+        `seconds`: its time). Called once per packet, in order, on the source's thread."""
+        return self._thin.skips(keyframe, seconds)
 
     def skipped_by_worker(self, count: int) -> None:
-        """`count` more packets skipped undecoded by the source's decode worker."""
+        """`count` more frames given up by the source's decode worker."""
         self._by_worker += count
 
     def drop(self) -> bool:
-        if self.fraction <= 0.0 or (self._thins and (self._thin.on or self._thin.thinning)):
+        if self._thins:  # its source gives up its share itself; here, what it could not skip
+            return self._here and self._thin.drops()
+        if self._fraction <= 0.0:
             return False
-        self._credit += self.fraction
+        self._credit += self._fraction
         if self._credit >= 1.0:
             self._credit -= 1.0
             self._after += 1

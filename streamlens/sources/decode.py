@@ -1,7 +1,7 @@
 """Decoding rules shared by the file source (`file.py`) and the live inputs' decode sessions
 (`session.py`): the decoder's options, presentation times made strictly increasing, a frame-rate
 cap, a live decoder's catch-up when it falls behind its camera, and the budget controller's last
-rung, keyframes only (`KeyframesOnly`, `drain`)."""
+share of frames, down to its keyframes only (`DecodeShare`, `drain`)."""
 
 from __future__ import annotations
 
@@ -157,44 +157,113 @@ class CatchUp:
         return self.skipping
 
 
-class KeyframesOnly:
-    """Decode the keyframes only while `on` (the budget controller's last rung, graph/control.py):
-    `skips(keyframe)`, asked once per packet in order before it is decoded, says whether to skip it
-    undecoded; `skipped` counts those. Skipping starts at once and ends at a keyframe: never in the
-    middle of a group of pictures whose start was skipped.
+#: the longest group of pictures (seconds from one keyframe to the next) whose end is skipped
+#: undecoded when frames are shed; a longer one would show long gaps, and its frames are dropped
+#: after decoding instead, evenly
+PREFIX_MAX_GOP_S = 4.0
 
-    A decoder may still hold a keyframe's picture when the packets after it are skipped (B-frame
-    reordering would hold it a whole group of pictures). `drain_due` is True for the first packet
-    skipped after packets were decoded: what the decoder holds is drained then (`drain`). A file
-    source drains each keyframe at once instead (`thinning`), since its packets are whole pictures;
-    a camera's keyframe may come as several packets (one per slice, over RTP), so it waits for the
-    first packet skipped.
+
+class DecodeShare:
+    """What a source decodes when the budget controller sheds its frames (graph/control.py):
+    `share` of them (1.0: every frame; 0.0: its keyframes only, the controller's last rung).
+
+    A frame shed undecoded saves its decoding too, and the only frames a decoder can leave out
+    without breaking the pictures after them are the end of a group of pictures (a prefix in
+    decoding order is always decodable). So, once the length of the stream's groups is known (two
+    keyframes seen, less than `PREFIX_MAX_GOP_S` apart), each group's first `share` of packets is
+    decoded and the rest skipped: `skips(keyframe, seconds)`, asked once per packet in order before
+    it is decoded. Until then, or for longer groups, every frame is decoded and `drops()`, asked
+    after each frame decoded, drops an even `1 - share` of them. Keyframes only is skipping after
+    every keyframe, whatever the group. `skipped` counts every frame given up either way. Skipping
+    ends at a keyframe: never in the middle of a group whose start was skipped.
+
+    A decoder may still hold pictures when the packets after them are skipped (B-frame
+    reordering). `drain_due` is True for the first packet skipped after packets were decoded: what
+    the decoder holds is drained then (`drain`). (A keyframe may come in several packets: a
+    camera's, one per slice or RTP burst; so it is not drained before the first packet skipped.)
 
     Example:
-        >>> thin = KeyframesOnly()
-        >>> thin.on = True
+        >>> thin = DecodeShare()
+        >>> thin.share = 0.0                                  # keyframes only
         >>> [(thin.skips(key), thin.drain_due) for key in (True, True, False, False)], thin.skipped
         ([(False, False), (False, False), (True, True), (True, False)], 2)
-        >>> thin.on = False      # back in the middle of a group of pictures: on to its end
+        >>> thin.share = 0.5                                  # groups of 4 packets: the first 2 of each
+        >>> [thin.skips(key) for key in [True, False, False, False] * 2]
+        [False, False, True, True, False, False, True, True]
+        >>> thin.share = 1.0                                  # every frame again from the next keyframe
         >>> [thin.skips(key) for key in (False, True, False)], thin.skipped
-        ([True, False, False], 3)
+        ([True, False, False], 7)
+        >>> slow = DecodeShare()                              # groups of 300 packets at 30 fps: too long
+        >>> slow.share = 0.5
+        >>> [slow.skips(i % 300 == 0, i / 30) for i in range(601)].count(True), slow.in_groups
+        (0, False)
+        >>> [slow.drops() for _ in range(4)]                  # dropped after decoding instead
+        [False, True, False, True]
     """
 
-    def __init__(self) -> None:
-        self.on = False
+    def __init__(self, phase: float = 0.0) -> None:
+        self.share = 1.0
         self.skipped = 0
-        self.thinning = False  # skipping packets up to the next keyframe
+        #: skipping packets up to the next keyframe
+        self.thinning = False
         self.drain_due = False
         self._decoded = False  # a packet was decoded since the last one skipped
+        self._since: int | None = None  # packets since the last keyframe (which is 0)
+        self._group: int | None = None  # packets in the last whole group, when short enough
+        self._key_s: float | None = None  # when the last keyframe was shown
+        self._latest: float | None = None  # the latest time shown of the packets decoded
+        self._credit = phase % 1.0  # `drops()`'s
 
-    def skips(self, keyframe: bool) -> bool:
-        self.thinning = self.on if keyframe else self.thinning or self.on
+    @property
+    def in_groups(self) -> bool:
+        """Whether a share is taken from each group of pictures (its length is known)."""
+        return self._group is not None
+
+    def skips(self, keyframe: bool, seconds: float | None = None) -> bool:
+        """Whether to skip the next packet undecoded (`seconds`: when it is shown, its pts)."""
+        if keyframe:
+            self._learn_group(seconds)
+            self.thinning = False
+        elif self._since is not None:
+            self._since += 1
+        if not (keyframe or self.thinning) and self.share < 1.0:
+            self.thinning = self.share <= 0.0 or self._cut(seconds)
         if keyframe or not self.thinning:
             self.drain_due, self._decoded = False, True
+            if seconds is not None and (self._latest is None or seconds > self._latest or keyframe):
+                self._latest = seconds
             return False
         self.skipped += 1
         self.drain_due, self._decoded = self._decoded, False
         return True
+
+    def _cut(self, seconds: float | None) -> bool:
+        """Whether this group's share is decoded by now: its length known and reached, and the packet
+        shown after every one decoded (a B-frame shown before one decoded is decoded too, so that
+        every frame shown before the last one decoded is decoded, and the frames keep their numbers)."""
+        if self._group is None or self._since < max(1, math.ceil(self.share * self._group)):
+            return False
+        return seconds is None or self._latest is None or seconds > self._latest
+
+    def _learn_group(self, seconds: float | None) -> None:
+        if self._since == 0:  # the same keyframe's next packet
+            return
+        if self._since is not None:
+            short = seconds is None or self._key_s is None or seconds - self._key_s <= PREFIX_MAX_GOP_S
+            self._group = self._since + 1 if short else None
+        self._since, self._key_s = 0, seconds
+
+    def drops(self) -> bool:
+        """After a frame was decoded: whether to drop it, where the share is not taken from the
+        groups (their length not known yet, or too long): an even `1 - share` of the frames."""
+        if self.share >= 1.0 or self.share <= 0.0 or self._group is not None:
+            return False
+        self._credit += 1.0 - self.share
+        if self._credit >= 1.0:
+            self._credit -= 1.0
+            self.skipped += 1
+            return True
+        return False
 
 
 def drain(codec_context, frames=()) -> list:

@@ -94,8 +94,9 @@ class FileSource(Source):
     - `decode`: `"thread"` (on the thread that iterates `frames()`) or `"process"` (in a decode
       worker process); see the module.
     - `thin`: set by the runtime before `frames()` for a live file (the budget controller's
-      `Shedder`): on its last rung every packet but the keyframes is skipped undecoded, here
-      (`thin.skips(keyframe)` asked before each packet) or in the decode worker (worker.py `ThinLink`).
+      `Shedder`): the frames it sheds are given up where the file is decoded, here (`thin.skips`
+      asked before each packet) or in the decode worker (worker.py `ThinLink`), mostly undecoded
+      (the ends of groups of pictures; on its last rung every packet but the keyframes).
 
     When a single pass (no `loop`) ends by itself before the end of the file, `incomplete` says why
     once `frames()` has ended, in one line without the path: the container declares how many
@@ -147,6 +148,8 @@ class FileSource(Source):
         self._recorder = None  # decode="thread": the current pass's ClipRecorder
         #: the budget controller's `Shedder`, asked before each packet is decoded (see the class docs)
         self.thin = None
+        #: whether `thin` is asked on the graph's thread (else the decode worker has the share)
+        self.thins_here = cfg.decode == "thread"
 
         spec = FileSpec(self.path, self.display_path, self.options, live=cfg.live, loop=cfg.loop,
                         max_fps=cfg.max_fps, export_mvs=export_mvs, fast_decode=cfg.fast_decode,

@@ -140,10 +140,10 @@ class FilePasses:
         self.skip = skip
         #: packets not decoded because `skip` said so, all passes
         self.skipped = 0
-        #: `thin.skips(keyframe)`: asked first, before each packet is decoded; True skips it undecoded
-        #: (the budget controller's keyframes only: a `Shedder` on the graph's thread, a decode.py
-        #: `KeyframesOnly` in a worker; it counts them); while `thin.thinning`, each keyframe is
-        #: drained from the decoder at once
+        #: `thin.skips(keyframe, seconds)`: asked first, before each packet is decoded; True skips it
+        #: undecoded (the budget controller's share of frames: a `Shedder` on the graph's thread, a
+        #: decode.py `DecodeShare` in a worker; it counts them); with `thin.drain_due`, what the
+        #: decoder still holds is drained first
         self.thin = thin
         #: (media time at which the current pass starts, its first frame's pts), once it has one
         self._media_base: tuple[float, float] | None = None
@@ -256,17 +256,21 @@ class FilePasses:
                 self._packets += packet.size > 0 or packet.dts is not None
                 if self.recorder is not None:  # before any skipping: a clip keeps what the file holds
                     self.recorder.packet(packet)
-                if self.thin is not None and packet.size > 0 and self.thin.skips(packet.is_keyframe):
+                if self.thin is not None and packet.size > 0 and self.thin.skips(packet.is_keyframe,
+                                                                                  _seconds(packet, stream)):
                     self._skipped(packet)
-                    continue
-                if self.skip is not None and packet.size > 0 and self._skips(packet, stream):
+                    if not self.thin.drain_due:
+                        continue
+                elif self.skip is not None and packet.size > 0 and self._skips(packet, stream):
                     self.skipped += 1
                     self._skipped(packet)
                     continue
+            draining = packet is not None and self.thin is not None and self.thin.drain_due
             try:
-                frames = stream.codec_context.decode(packet) if packet is None else packet.decode()
-                if packet is not None and packet.is_keyframe and self.thin is not None and self.thin.thinning:
-                    frames = drain(stream.codec_context, frames)
+                if draining:  # the packet is skipped: what the decoder still holds comes out
+                    frames = drain(stream.codec_context)
+                else:
+                    frames = stream.codec_context.decode(packet) if packet is None else packet.decode()
             except av.error.FFmpegError:
                 self._corrupt += 1
                 self.rejected()
@@ -306,6 +310,11 @@ class FilePasses:
         return self.skip(loop_offset + float(packet.pts * stream.time_base) - first_pts, packet.is_keyframe)
 
 
+def _seconds(packet: av.Packet, stream) -> float | None:
+    """The packet's time on its stream's clock (seconds), or None."""
+    return None if packet.pts is None or stream.time_base is None else float(packet.pts * stream.time_base)
+
+
 def run_file_session(spec: FileSpec, out, should_stop: Callable[[], bool]) -> tuple[str, str, dict]:
     """A decode worker's session over a file (`FileSpec.run`): every frame of `FilePasses` to `out`
     (the worker's transport, a `SessionOutput`) with its `(index, media)` position. A live file's
@@ -330,6 +339,8 @@ def run_file_session(spec: FileSpec, out, should_stop: Callable[[], bool]) -> tu
         for item in passes:
             if should_stop():
                 return "aborted", "", {}
+            if out.thin is not None and out.thin.drops():  # the budget controller's, counted there
+                continue
             out.frame(item.picture, item.pts, time.time(), time.monotonic(), item.decode_ms, item.vectors,
                       (item.index, item.media))
     except SourceError as error:

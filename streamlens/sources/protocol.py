@@ -4,7 +4,7 @@ one connection to a camera, a `FileSpec` (file_passes.py) one run over a file, i
 `spec.run()` is the loop, `spec.lossless` how full slots are met.
 
     owner -> worker:  Open(session, spec)   Abort(session)   QUIT   Clip(session, start_s, end_s, path)
-                      Thin(session, keyframes_only)
+                      Thin(session, share)
                       NewRing(ring_id, name, slots, slot_bytes)    (process only: a new ring)
                       NoRing(session, line)                        (process only: no room for it)
                       CREDIT                                       (process only: the answer to WAITING)
@@ -23,10 +23,10 @@ the frame out, before it reads the next message.
   before by then, since it frees each one before it reads the next message. So a file loses no
   frame to a slow consumer, the slots bound what is decoded ahead of it, and while the owner keeps
   up no message is spent on credits. An abort or quit ends the wait too.
-- `Thin` puts a session on the budget controller's last rung, or takes it off: while on, the worker
-  skips every packet but the keyframes before decoding it (decode.py `KeyframesOnly`), and each
-  `FrameSent` says how many it skipped so far (`thinned`; also in `SessionEnded.detail`). A session
-  starts off that rung.
+- `Thin` tells a session the share of its frames the budget controller keeps (1.0 every frame,
+  0.0 its keyframes only): the worker gives up the rest, the end of each group of pictures skipped
+  undecoded where it can (decode.py `DecodeShare`), and each `FrameSent` says how many it gave up
+  so far (`thinned`; also in `SessionEnded.detail`). A session starts with every frame.
 
 A message is a NamedTuple, or a string when it has nothing to say but its kind. The messages that
 come with frames cross as cheaply as plain tuples: a frame as a plain tuple of `FrameSent`'s fields,
@@ -68,10 +68,10 @@ class Clip(NamedTuple):
 
 
 class Thin(NamedTuple):
-    """Decode only `session`'s keyframes from now on (True), or every frame again (False)."""
+    """Keep `share` of `session`'s frames from now on (see above)."""
 
     session: int
-    keyframes_only: bool
+    share: float
 
 
 class Abort(NamedTuple):
@@ -130,7 +130,7 @@ class FrameSent(NamedTuple):
     worker_drops: int
     #: packets the decoder rejected so far
     corrupt: int
-    #: packets skipped undecoded so far, keyframes only (`Thin`)
+    #: frames given up so far at the budget controller's say (`Thin`)
     thinned: int
     #: a file's `(index, media seconds since the run began)`, else None
     position: tuple[int, float] | None
@@ -144,7 +144,7 @@ class FrameSent(NamedTuple):
 class SessionEnded(NamedTuple):
     """`session` is over: why (`session.END_REASONS`), in one line, with the worker's counters and
     what the session says of its end beyond that (the fields of worker.py's `Ended`, in its order;
-    `detail["thinned"]`: the packets it skipped undecoded, when it skipped any)."""
+    `detail["thinned"]`: the frames it gave up at the budget controller's say, when it gave up any)."""
 
     session: int
     reason: str

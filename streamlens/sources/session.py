@@ -148,8 +148,8 @@ def too_large(width: int, height: int, max_pixels: int | None) -> str | None:
 
 class SessionOutput:
     """Where a session sends what it makes; the worker's transport implements it. `thin`: the
-    session's keyframes-only rung (decode.py `KeyframesOnly`, asked before each packet is decoded),
-    or None."""
+    session's share of frames (decode.py `DecodeShare`: asked before each packet is decoded and
+    after each frame), or None."""
 
     thin = None
 
@@ -254,7 +254,8 @@ def _demux_decode(packets, spec: SessionSpec, out: SessionOutput, should_stop, r
             return "error", reason_of(error, spec.uri)
         if recorder is not None:  # before any skipping: a clip keeps what the camera sent
             recorder.packet(packet)
-        if thin is not None and packet.size and thin.skips(packet.is_keyframe):  # counted in `thin.skipped`
+        shown = None if packet.pts is None else packet.pts * tick
+        if thin is not None and packet.size and thin.skips(packet.is_keyframe, shown):  # counted in `thin.skipped`
             if not thin.drain_due:
                 continue
             decoder, packet = packet.stream.codec_context, None  # what it holds of the keyframe before: now
@@ -279,6 +280,8 @@ def _demux_decode(packets, spec: SessionSpec, out: SessionOutput, should_stop, r
             distance = anchors.step(frame.pict_type, decoded) if spec.export_mvs else 1
             decoded += 1
             if cap is not None and not cap.keep(pts):
+                continue
+            if thin is not None and thin.drops():  # counted in `thin.skipped`
                 continue
             started = time.perf_counter()
             mvs = frame_motion_vectors(frame, distance) if spec.export_mvs else None

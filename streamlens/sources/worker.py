@@ -113,7 +113,7 @@ class FrameReady:
     worker_drops: int
     #: packets the worker's decoder rejected so far
     corrupt: int
-    #: packets the session skipped undecoded so far, keyframes only (`ThinLink`)
+    #: frames the session gave up so far at the budget controller's say (`ThinLink`)
     thinned: int = 0
     #: a file's `(index, media seconds since the run began)`, else None
     position: tuple[int, float] | None = None
@@ -135,34 +135,34 @@ class FrameReady:
 
 
 class ThinLink:
-    """A source's link between the budget controller and its decode worker's sessions, for the
-    controller's last rung: `follow(worker, session, event)`, called with each event the source
-    polls (None too), tells the session when `thin.keyframes_only` (a `Shedder`'s) changes (a new
-    session starts off that rung), and gives the shedder the packets the session skipped since the
-    last event (`Shedder.skipped_by_worker`); it returns that count (a camera numbers its frames
-    counting them)."""
+    """A source's link between the budget controller and its decode worker's sessions:
+    `follow(worker, session, event)`, called with each event the source polls (None too), tells the
+    session when `thin.decode_share` (a `Shedder`'s) changes (a new session starts with every
+    frame), and gives the shedder the frames the session gave up since the last event
+    (`Shedder.skipped_by_worker`); it returns that count (a camera numbers its frames counting them)."""
 
     def __init__(self, thin):
         self.thin = thin
         self.session = None
-        self.told = False  # what the session was told
-        self.counted = 0  # what the session skipped, counted so far
+        self.told = 1.0  # the share the session was told
+        self.counted = 0  # what the session gave up, counted so far
 
     def follow(self, worker, session: int, event) -> int:
         if session != self.session:
-            self.session, self.told, self.counted = session, False, 0
-        if self.thin.keyframes_only != self.told:
-            self.told = not self.told
-            worker.thin(session, self.told)
+            self.session, self.told, self.counted = session, 1.0, 0
+        share = self.thin.decode_share
+        if share != self.told:
+            self.told = share
+            worker.thin(session, share)
         if isinstance(event, FrameReady):
-            skipped = event.thinned
+            given_up = event.thinned
         elif isinstance(event, Ended):
-            skipped = event.detail.get("thinned", 0)
+            given_up = event.detail.get("thinned", 0)
         else:
             return 0
-        if getattr(event, "session", session) != session or skipped <= self.counted:
+        if getattr(event, "session", session) != session or given_up <= self.counted:
             return 0
-        new, self.counted = skipped - self.counted, skipped
+        new, self.counted = given_up - self.counted, given_up
         self.thin.skipped_by_worker(new)
         return new
 
@@ -267,8 +267,8 @@ class ProcessWorker:
     def clip(self, session: int, start_s: float, end_s: float, path: str, index: int = -1) -> None:
         self._send(Clip(session, start_s, end_s, path, index))
 
-    def thin(self, session: int, keyframes_only: bool) -> None:
-        self._send(Thin(session, keyframes_only))
+    def thin(self, session: int, share: float) -> None:
+        self._send(Thin(session, share))
 
     def _send(self, message: tuple) -> None:
         try:
@@ -453,8 +453,8 @@ class ThreadWorker:
     def clip(self, session: int, start_s: float, end_s: float, path: str, index: int = -1) -> None:
         self._conn.send(Clip(session, start_s, end_s, path, index))
 
-    def thin(self, session: int, keyframes_only: bool) -> None:
-        self._conn.send(Thin(session, keyframes_only))
+    def thin(self, session: int, share: float) -> None:
+        self._conn.send(Thin(session, share))
 
     def poll(self, timeout: float):
         if self._dead:

@@ -13,7 +13,7 @@ import time
 
 from ..urls import mask_url
 from .pixels import layout_bytes, pack, picture_layout
-from .decode import KeyframesOnly
+from .decode import DecodeShare
 from .protocol import (CREDIT, QUIT, WAITING, Abort, Clip, Crashed, NeedRing, NewRing, NoRing, Open, SessionEnded,
                        SessionOpened, Thin)
 from .ring import FrameRing
@@ -37,13 +37,13 @@ class _Control:
         self.refusal: str | None = None
         #: the running session's `ClipRecorder`, when it records clips
         self.recorder = None
-        #: the running session's keyframes-only rung (`Thin`)
-        self.thin = KeyframesOnly()
+        #: the running session's share of frames (`Thin`)
+        self.thin = DecodeShare()
 
     def handle(self, message: tuple) -> None:
         if isinstance(message, Thin):
             if message.session == self.session:
-                self.thin.on = message.keyframes_only
+                self.thin.share = message.share
         elif isinstance(message, Abort) and message.session == self.session:
             self.aborted = True
         elif isinstance(message, Clip):
@@ -91,7 +91,7 @@ def serve(conn, make_output) -> None:
                 continue
             control.session, spec = message
             control.aborted, control.refused, control.refusal, control.recorder = False, 0, None, None
-            control.thin = KeyframesOnly()
+            control.thin = DecodeShare()
             reason, text, detail = spec.run(make_output(conn, control, spec), control.should_stop)
             if control.refusal is not None:  # the owner had no room for its pictures
                 reason, text = "refused", control.refusal
