@@ -133,6 +133,45 @@ def test_a_file_decoded_in_a_worker_process_is_thinned_there(clip):
 
 
 @pytest.fixture(scope="module")
+def long_groups(tmp_path_factory):
+    """10 s at 10 fps, a keyframe every 2 s, no B-frames."""
+    path = tmp_path_factory.mktemp("thin") / "gop20.mp4"
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 160, 96, "yuv420p"
+        stream.codec_context.gop_size = 20
+        stream.codec_context.options = {"bf": "0", "sc_threshold": "0", "keyint_min": "20"}
+        for i in range(100):
+            image = np.full((96, 160, 3), (i * 5) % 256, np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="bgr24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return path
+
+
+@pytest.mark.parametrize("where", ["thread", "process"])
+def test_packets_skipped_ahead_of_a_live_files_clock_do_not_make_it_catch_up_later(long_groups, where):
+    """On keyframes only, the packets skipped are read at once, ahead of the file's clock. Counted as
+    punctual, they would make the packets read on time afterwards look a group late, and the
+    catch-up would skip frames that were never late (counted as `decoder` losses)."""
+    shedder = Shedder()
+    shedder.keyframes_only = True
+    source = FileSource("cam", long_groups, decode=where, live=True)
+    shedder.attach(source)
+    indices = []
+    for frame in source.frames(threading.Event()):
+        indices.append(frame.index)
+        if len(indices) == 3:
+            shedder.keyframes_only = False
+        if len(indices) == 3 + 25:
+            break
+    after = indices[3:]
+    assert after == list(range(after[0], after[0] + len(after))), indices
+    assert source.losses()["decoder"] == 0, indices
+
+
+@pytest.fixture(scope="module")
 def camera(tmp_path_factory):
     """A camera: samples/traffic.mp4 (30 fps, a keyframe every 30 frames, no B-frames) looping
     from GStreamer's RTSP server."""

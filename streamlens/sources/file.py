@@ -368,5 +368,11 @@ class _LivePacer:
         return self.anchor_monotonic, self.anchor_wall
 
     def skip(self, media_time: float, keyframe: bool) -> bool:
-        """Whether the packet at `media_time` is to be skipped, undecoded, to catch up."""
-        return self._catch_up.skip(media_time, time.monotonic(), keyframe)
+        """Whether the packet at `media_time` is to be skipped, undecoded, to catch up. A packet
+        read ahead of the clock (the ones skipped while shedding are read at once) counts as on
+        time: otherwise it would set the catch-up's most punctual offset, and the packets read on
+        time after it would look late."""
+        now = time.monotonic()
+        if self.anchor_media is not None:
+            media_time = min(media_time, self.anchor_media + now - self.anchor_monotonic)
+        return self._catch_up.skip(media_time, now, keyframe)

@@ -130,7 +130,7 @@ class FilePasses:
     def __init__(self, spec: FileSpec, rejected: Callable[[], None],
                  container: av.container.InputContainer | None = None,
                  skip: Callable[[float, bool], bool] | None = None, make_recorder: Callable | None = None,
-                 thin=None):
+                 thin=None, pace: Callable[[float], None] | None = None):
         self.spec = spec
         #: `make_recorder(stream)`: a pass's `ClipRecorder` (clips.py) or None; the current pass's
         self.make_recorder = make_recorder
@@ -145,6 +145,9 @@ class FilePasses:
         #: decode.py `DecodeShare` in a worker; it counts them); with `thin.drain_due`, what the
         #: decoder still holds is drained first
         self.thin = thin
+        #: `pace(media)`, called first with each packet's media time: it may wait (a live file's worker
+        #: reads no further ahead of the file's clock than a camera's could)
+        self.pace = pace
         #: (media time at which the current pass starts, its first frame's pts), once it has one
         self._media_base: tuple[float, float] | None = None
         self.read_error: str | None = None
@@ -256,6 +259,8 @@ class FilePasses:
                 self._packets += packet.size > 0 or packet.dts is not None
                 if self.recorder is not None:  # before any skipping: a clip keeps what the file holds
                     self.recorder.packet(packet)
+                if self.pace is not None and packet.size > 0 and (media := self._media(packet, stream)) is not None:
+                    self.pace(media)
                 if self.thin is not None and packet.size > 0 and self.thin.skips(packet.is_keyframe,
                                                                                   _seconds(packet, stream)):
                     self._skipped(packet)
@@ -304,10 +309,54 @@ class FilePasses:
 
     def _skips(self, packet: av.Packet, stream: av.video.stream.VideoStream) -> bool:
         """Whether `skip` skips this packet (never before the pass's first frame, or without a pts)."""
+        media = self._media(packet, stream)
+        return media is not None and self.skip(media, packet.is_keyframe)
+
+    def _media(self, packet: av.Packet, stream: av.video.stream.VideoStream) -> float | None:
+        """The packet's media time, as `Decoded.media` counts it; None before the pass's first frame,
+        or without a pts."""
         if self._media_base is None or packet.pts is None or stream.time_base is None:
-            return False
+            return None
         loop_offset, first_pts = self._media_base
-        return self.skip(loop_offset + float(packet.pts * stream.time_base) - first_pts, packet.is_keyframe)
+        return loop_offset + float(packet.pts * stream.time_base) - first_pts
+
+
+#: how far (seconds of media) a live file's decode worker reads ahead of the file's clock
+READ_AHEAD_S = 0.5
+
+
+class _LiveFileClock:
+    """A live file's clock in its decode worker, from its first packet on: the worker reads no more
+    than `READ_AHEAD_S` ahead of it (`pace`: otherwise, with packets skipped while shedding, it
+    would read seconds ahead, and a change of the share would reach the frames only that much
+    later), and skips packets to a keyframe once it has fallen `BEHIND_S` behind it (`skip`, decode.py
+    `CatchUp`, told to `out.skipped()`), as a camera's does. A packet read ahead counts as on time:
+    otherwise it would set the catch-up's most punctual offset, and those read on time after it
+    would look late."""
+
+    def __init__(self, out, should_stop: Callable[[], bool]):
+        from .session import BEHIND_S
+
+        self.out, self.should_stop = out, should_stop
+        self.catch_up = CatchUp(BEHIND_S)
+        self.start: float | None = None  # time.monotonic() at media time 0
+
+    def _now(self, media: float) -> float:
+        now = time.monotonic()
+        if self.start is None:
+            self.start = now - media
+        return now
+
+    def pace(self, media: float) -> None:
+        while (ahead := media - (self._now(media) - self.start)) > READ_AHEAD_S and not self.should_stop():
+            time.sleep(min(0.1, ahead - READ_AHEAD_S))
+
+    def skip(self, media: float, keyframe: bool) -> bool:
+        now = self._now(media)
+        if self.catch_up.skip(min(media, now - self.start), now, keyframe):
+            self.out.skipped()
+            return True
+        return False
 
 
 def _seconds(packet: av.Packet, stream) -> float | None:
@@ -318,23 +367,13 @@ def _seconds(packet: av.Packet, stream) -> float | None:
 def run_file_session(spec: FileSpec, out, should_stop: Callable[[], bool]) -> tuple[str, str, dict]:
     """A decode worker's session over a file (`FileSpec.run`): every frame of `FilePasses` to `out`
     (the worker's transport, a `SessionOutput`) with its `(index, media)` position. A live file's
-    worker, fallen behind the file's clock (it waits for its owner, who paces the frames), skips
-    packets up to a keyframe as a camera's does (decode.py `CatchUp`, told to `out.skipped()`).
+    worker keeps to the file's clock as a camera's would (`_LiveFileClock`; its owner paces the
+    frames exactly).
     Returns `(reason, message, detail)`: `eof` when the run ended by itself (detail: `incomplete` and
     `read_error`), `aborted` when told to stop, `failed` with the `SourceError`'s line."""
-    skip = None
-    if spec.live and spec.is_file:
-        from .session import BEHIND_S
-
-        catch_up = CatchUp(BEHIND_S)
-
-        def skip(media: float, keyframe: bool) -> bool:
-            if catch_up.skip(media, time.monotonic(), keyframe):
-                out.skipped()
-                return True
-            return False
-
-    passes = FilePasses(spec, out.rejected, skip=skip, make_recorder=out.recorder, thin=out.thin)
+    clock = _LiveFileClock(out, should_stop) if spec.live and spec.is_file else None
+    passes = FilePasses(spec, out.rejected, skip=clock and clock.skip, make_recorder=out.recorder, thin=out.thin,
+                        pace=clock and clock.pace)
     try:
         for item in passes:
             if should_stop():
