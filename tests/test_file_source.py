@@ -199,6 +199,23 @@ def test_a_live_file_decoded_in_a_worker_process_catches_up_with_its_clock_too()
     assert frames[-1].ts - frames[-2].ts == pytest.approx(1 / 30, abs=2e-3)  # paced again
 
 
+def test_a_live_file_decoded_in_a_worker_reads_on_its_owners_clock():
+    """Held past `MAX_LIVE_LAG_S`, the owner takes its clock up anew at now; its worker, which waited
+    meanwhile, takes the same clock. On a clock of its own it would read every packet as late as
+    the hold, skip them all looking for a keyframe read in time, and the stream would end there."""
+    source = FileSource("cam1", clip("highway_720p30.mp4"), live=True, decode="process")
+    frames = []
+    for frame in source.frames(threading.Event()):
+        frames.append(frame)
+        if len(frames) == 2:
+            time.sleep(file_source.MAX_LIVE_LAG_S + 1.0)
+        if len(frames) == 2 + 45:
+            break
+    assert len(frames) == 2 + 45, f"{len(frames)} frames; lost {source.losses()}"
+    assert source.losses()["decoder"] == 0
+    assert [f.index for f in frames] == list(range(len(frames)))
+
+
 def test_a_live_file_held_past_max_live_lag_re_anchors_instead_of_bursting(monkeypatch):
     monkeypatch.setattr(file_source, "MAX_LIVE_LAG_S", 0.5)  # a suspended process, made short
     monkeypatch.setattr(file_source, "BEHIND_S", 60.0)  # the catch-up out of the way

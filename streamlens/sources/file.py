@@ -229,7 +229,10 @@ class FileSource(Source):
             if pacer is None:
                 ts, due_monotonic = time.time(), None
             else:
+                anchor = pacer.anchor_monotonic
                 due_monotonic, ts = pacer.schedule(item.media)
+                if pacer.anchor_monotonic != anchor and self._worker is not None:  # the worker reads on this clock
+                    self._worker.clock(1, pacer.anchor_monotonic - pacer.anchor_media)
                 delay = due_monotonic - time.monotonic()
                 if delay > 0 and stop.wait(delay):
                     return

@@ -326,7 +326,8 @@ READ_AHEAD_S = 0.5
 
 
 class _LiveFileClock:
-    """A live file's clock in its decode worker, from its first packet on: the worker reads no more
+    """A live file's clock in its decode worker, as its owner paces the frames (`out.clock_start()`;
+    until the owner has said it, from the worker's first packet on): the worker reads no more
     than `READ_AHEAD_S` ahead of it (`pace`: otherwise, with packets skipped while shedding, it
     would read seconds ahead, and a change of the share would reach the frames only that much
     later), and skips packets to a keyframe once it has fallen `BEHIND_S` behind it (`skip`, decode.py
@@ -342,8 +343,16 @@ class _LiveFileClock:
         self.start: float | None = None  # time.monotonic() at media time 0
 
     def _now(self, media: float) -> float:
+        """Now, with `start` set: the owner's clock (its frames are held back until due on it: read
+        on another clock, a worker started earlier than its owner's first frame would look that much
+        late for ever), or the worker's own until the owner has one."""
         now = time.monotonic()
-        if self.start is None:
+        start = self.out.clock_start()
+        if start is not None and start != self.start:
+            if self.start is not None:  # the window's offsets belong to the old clock
+                self.catch_up = CatchUp(self.catch_up.behind_s)
+            self.start = start
+        elif self.start is None:
             self.start = now - media
         return now
 

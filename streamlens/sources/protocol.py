@@ -4,7 +4,7 @@ one connection to a camera, a `FileSpec` (file_passes.py) one run over a file, i
 `spec.run()` is the loop, `spec.lossless` how full slots are met.
 
     owner -> worker:  Open(session, spec)   Abort(session)   QUIT   Clip(session, start_s, end_s, path)
-                      Thin(session, share)
+                      Thin(session, share)   Clock(session, start)
                       NewRing(ring_id, name, slots, slot_bytes)    (process only: a new ring)
                       NoRing(session, line)                        (process only: no room for it)
                       CREDIT                                       (process only: the answer to WAITING)
@@ -72,6 +72,14 @@ class Thin(NamedTuple):
 
     session: int
     share: float
+
+
+class Clock(NamedTuple):
+    """A live file's clock, as its owner paces the frames: media time 0 is `start` on
+    `time.monotonic()` (one clock for every process of the machine). Sent when the owner anchors it."""
+
+    session: int
+    start: float
 
 
 class Abort(NamedTuple):

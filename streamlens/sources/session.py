@@ -175,6 +175,11 @@ class SessionOutput:
         """A packet not decoded: the decoder had fallen behind the camera (decode.py `CatchUp`)."""
         raise NotImplementedError
 
+    def clock_start(self) -> float | None:
+        """A live file's clock as the owner paces its frames (`time.monotonic()` at media time 0),
+        once the owner has said it; else None."""
+        return None
+
     def recorder(self, stream):
         """The `ClipRecorder` of this session's packets (`stream`: the input stream), or None when
         the session records no clips."""

@@ -56,7 +56,7 @@ from ..frame import YuvPicture
 from ..urls import mask_url
 from .host_memory import HostMemory
 from .pixels import Buffers, layout_bytes, unpack
-from .protocol import (CREDIT, QUIT, WAITING, Abort, Clip, Crashed, FrameSent, NeedRing, NewRing, NoRing, Open,
+from .protocol import (CREDIT, QUIT, WAITING, Abort, Clip, Clock, Crashed, FrameSent, NeedRing, NewRing, NoRing, Open,
                        SessionEnded, SessionOpened, Thin)
 from .ring import SHM_DIR, FrameRing, NoRoom, free_bytes, ring_bytes
 from .session import StreamInfo
@@ -269,6 +269,9 @@ class ProcessWorker:
 
     def thin(self, session: int, share: float) -> None:
         self._send(Thin(session, share))
+
+    def clock(self, session: int, start: float) -> None:
+        self._send(Clock(session, start))
 
     def _send(self, message: tuple) -> None:
         try:

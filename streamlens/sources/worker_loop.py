@@ -14,8 +14,8 @@ import time
 from ..urls import mask_url
 from .pixels import layout_bytes, pack, picture_layout
 from .decode import DecodeShare
-from .protocol import (CREDIT, QUIT, WAITING, Abort, Clip, Crashed, NeedRing, NewRing, NoRing, Open, SessionEnded,
-                       SessionOpened, Thin)
+from .protocol import (CREDIT, QUIT, WAITING, Abort, Clip, Clock, Crashed, NeedRing, NewRing, NoRing, Open,
+                       SessionEnded, SessionOpened, Thin)
 from .ring import FrameRing
 from .session import SessionOutput, StreamInfo
 
@@ -39,11 +39,16 @@ class _Control:
         self.recorder = None
         #: the running session's share of frames (`Thin`)
         self.thin = DecodeShare()
+        #: the running session's clock as its owner keeps it (`Clock`: a live file's), or None
+        self.clock_start: float | None = None
 
     def handle(self, message: tuple) -> None:
         if isinstance(message, Thin):
             if message.session == self.session:
                 self.thin.share = message.share
+        elif isinstance(message, Clock):
+            if message.session == self.session:
+                self.clock_start = message.start
         elif isinstance(message, Abort) and message.session == self.session:
             self.aborted = True
         elif isinstance(message, Clip):
@@ -91,7 +96,7 @@ def serve(conn, make_output) -> None:
                 continue
             control.session, spec = message
             control.aborted, control.refused, control.refusal, control.recorder = False, 0, None, None
-            control.thin = DecodeShare()
+            control.thin, control.clock_start = DecodeShare(), None
             reason, text, detail = spec.run(make_output(conn, control, spec), control.should_stop)
             if control.refusal is not None:  # the owner had no room for its pictures
                 reason, text = "refused", control.refusal
@@ -118,6 +123,9 @@ class _Output(SessionOutput):
 
     def rejected(self) -> None:
         self.control.corrupt += 1
+
+    def clock_start(self) -> float | None:
+        return self.control.clock_start
 
     def refused(self) -> None:
         self.control.refused += 1
