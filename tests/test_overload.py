@@ -314,3 +314,37 @@ def test_the_engine_tells_the_shared_schedule_how_many_frames_never_came():
     run_engine([live_lane("a")], items, max_wait_s=None, chooser=chooser)
     assert chooser.skipped == [0] + [1 if f.index % 3 == 2 else 0 for f in items[1:]]
 
+
+
+def test_frames_late_from_a_source_that_sheds_undecoded_make_the_controller_shed(tmp_path):
+    """A decoder behind its clock hands over frames too late to publish. Shedding after decoding
+    would not help it, so for such a source they are left out of what the controller answers; a
+    source that gives up its share undecoded (a live file, a camera) is relieved by shedding, so
+    for it they count."""
+    import av
+
+    from streamlens.graph.drops import Losses
+    from streamlens.sources.file import FileSource
+
+    video = tmp_path / "clip.mp4"
+    with av.open(str(video), "w") as out:
+        stream = out.add_stream("libx264", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        for i in range(3):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(np.full((48, 64, 3), i, np.uint8), format="bgr24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    thinning, plain = Shedder(), Shedder()
+    sources = {name: FileSource(name, video, live=True) for name in ("file", "other")}
+    thinning.attach(sources["file"])
+    lanes = {name: Lane(name, build_tracker(TrackerConfig(motion=None), 10), True, 3) for name in sources}
+    admissions = {name: Admission(lanes[name], None) for name in sources}
+    for name in sources:
+        lanes[name].late_from_source, admissions[name].late_from_source = 4, 3
+    losses = Losses(sources, lanes, admissions, Channel(8), {"file": thinning, "other": plain})
+    answered, unshed = losses.for_controller(["file", "other"])
+    assert unshed == {"file": 7, "other": 7}
+    assert answered == {"file": 7, "other": 0}
+    for source in sources.values():
+        source.close()

@@ -13,8 +13,9 @@ published its result. Two parts hold it:
   below capacity it trims nothing a p95 within budget did not need trimmed;
 - the ladder below, climbed by the controller once a second (`tick`): it looks at the live streams'
   last second (each stream's p95, and the frames dropped without its say: too old for the engine,
-  a full queue, a decoder worker's full ring; not those that came late from their source, which
-  shedding after the decoder would not help: the runtime leaves them out) and, when a stream is
+  a full queue, a decoder worker's full ring, and those that came late from a source that gives
+  up its share undecoded; not those late from another source, which shedding after the decoder
+  would not help: the runtime leaves them out) and, when a stream is
   over budget or more than `TAIL_SHARE` of the frames were dropped (the wait limit trims a tail of
   frames that would have been late anyway: that is the p95's 5%, not overload), climbs one rung,
   then gives the step until the next tick (`settle_s`) to take effect:
@@ -205,6 +206,11 @@ class Shedder:
             source.thin = self
             self._thins = True
             self._here = bool(getattr(source, "thins_here", False))
+
+    @property
+    def thins(self) -> bool:
+        """Whether its source gives up its share of frames undecoded (`attach`)."""
+        return self._thins
 
     @property
     def drain_due(self) -> bool:

@@ -47,11 +47,14 @@ class Losses:
 
     def for_controller(self, names: list[str]) -> tuple[dict[str, int], dict[str, int]]:
         """Per stream of `names`, what the budget controller reads (graph/control.py `tick`): the
-        frames the engine could not carry, which it answers (every frame lost but those it shed and
-        those that came too late from their source: shedding after a decoder behind its clock would
-        not help), and every frame lost but those it shed (its fair shares weigh them)."""
+        frames the machine could not carry, which it answers (every frame lost but those it shed,
+        and but those that came too late from a source that cannot thin its own decoding: shedding
+        after a decoder behind its clock would not help it; a source that thins gives up frames
+        undecoded, which does), and every frame lost but those it shed (its fair shares weigh them)."""
         unshed = {name: self.dropped(lost) - lost["shed"] for name in names for lost in (self.of(name),)}
-        return {name: n - self.late_from_source(name) for name, n in unshed.items()}, unshed
+        answered = {name: n - (0 if getattr(self.shedders.get(name), "thins", False) else self.late_from_source(name))
+                    for name, n in unshed.items()}
+        return answered, unshed
 
     @staticmethod
     def dropped(lost: dict[str, int]) -> int:
