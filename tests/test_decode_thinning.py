@@ -96,21 +96,28 @@ def test_decoding_every_frame_again_starts_at_the_next_keyframe_with_exact_pictu
         assert np.array_equal(image, every[index]), index
 
 
-def test_shedding_half_skips_the_end_of_each_group_of_pictures_undecoded(clip):
+def test_a_decode_worker_shedding_half_skips_the_end_of_each_group_of_pictures(clip):
     """Once the groups' length is known (at the second keyframe), each group's first half of
     packets in decoding order is decoded, and the B-frames shown before the last of them: so the
-    frames kept are the first shown of each group, and each picture is exact."""
-    every = decode(clip)
+    frames kept are the first shown of each group, and each picture is exact. (Before that, the
+    worker drops half the frames it decodes, evenly, once it has been told.)"""
+    every = decode(clip, where="process")
     shedder = Shedder()
     shedder.fraction = 0.5
-    frames = decode(clip, shedder)
-    assert sorted(i for i in frames if i < GOP) == list(range(GOP))  # the first group: its length not known
+    frames = decode(clip, shedder, where="process")
     for start in range(GOP, FRAMES, GOP):
         kept = sorted(i for i in frames if start <= i < start + GOP)
         assert kept == list(range(start, start + len(kept))) and GOP // 2 <= len(kept) < GOP, kept
     assert shedder.dropped == FRAMES - len(frames)
     for index, image in frames.items():
         assert np.array_equal(image, every[index]), index
+
+
+def test_a_live_file_decoded_on_its_thread_is_shed_after_decoding_until_the_last_rung(clip):
+    shedder = Shedder()
+    shedder.fraction = 0.5
+    assert len(decode(clip, shedder)) == FRAMES  # decoded whole: admission drops half (`drop()`)
+    assert [shedder.drop() for _ in range(4)] == [False, True, False, True]
 
 
 def test_a_file_decoded_in_a_worker_process_is_thinned_there(clip):

@@ -319,8 +319,8 @@ def test_the_engine_tells_the_shared_schedule_how_many_frames_never_came():
 def test_frames_late_from_a_source_that_sheds_undecoded_make_the_controller_shed(tmp_path):
     """A decoder behind its clock hands over frames too late to publish. Shedding after decoding
     would not help it, so for such a source they are left out of what the controller answers; a
-    source that gives up its share undecoded (a live file, a camera) is relieved by shedding, so
-    for it they count."""
+    decode worker that gives up its share undecoded (a camera's, a `decode: process` file's) is
+    relieved by shedding, so for it they count."""
     import av
 
     from streamlens.graph.drops import Losses
@@ -336,8 +336,10 @@ def test_frames_late_from_a_source_that_sheds_undecoded_make_the_controller_shed
         for packet in stream.encode():
             out.mux(packet)
     thinning, plain = Shedder(), Shedder()
-    sources = {name: FileSource(name, video, live=True) for name in ("file", "other")}
+    sources = {"file": FileSource("file", video, live=True, decode="process"),
+               "other": FileSource("other", video, live=True)}
     thinning.attach(sources["file"])
+    plain.attach(sources["other"])  # decoded on the graph's thread: shed after decoding
     lanes = {name: Lane(name, build_tracker(TrackerConfig(motion=None), 10), True, 3) for name in sources}
     admissions = {name: Admission(lanes[name], None) for name in sources}
     for name in sources:

@@ -13,9 +13,9 @@ published its result. Two parts hold it:
   below capacity it trims nothing a p95 within budget did not need trimmed;
 - the ladder below, climbed by the controller once a second (`tick`): it looks at the live streams'
   last second (each stream's p95, and the frames dropped without its say: too old for the engine,
-  a full queue, a decoder worker's full ring, and those that came late from a source that gives
-  up its share undecoded; not those late from another source, which shedding after the decoder
-  would not help: the runtime leaves them out) and, when a stream is
+  a full queue, a decoder worker's full ring, and those that came late from a decode worker that
+  gives up its share undecoded; not those late from another source, which shedding after the
+  decoder would not help: the runtime leaves them out) and, when a stream is
   over budget or more than `TAIL_SHARE` of the frames were dropped (the wait limit trims a tail of
   frames that would have been late anyway: that is the p95's 5%, not overload), climbs one rung,
   then gives the step until the next tick (`settle_s`) to take effect:
@@ -31,9 +31,9 @@ published its result. Two parts hold it:
    short to keep each keyframe's latency (keyframes then come back later; frames do not wait);
 3. drop frames: one share for every live stream alike (`SHED_STEPS`: 1 in 8, 1 in 4, 1 in 3,
    1 in 2, 2 in 3, 3 in 4, 5 in 6, 7 in 8, 9 in 10), before the frames cost the engine anything: a
-   source that thins its own decoding (cameras, live files) skips the end of each group of
-   pictures undecoded, so decoding gives way too; other frames are dropped after decoding, evenly
-   spaced within each stream and staggered between streams (`Shedder`). When frames were dropped outside
+   camera's decode worker skips the end of each group of pictures undecoded, so its decoding gives
+   way too; other frames are dropped after decoding, evenly spaced within each stream and
+   staggered between streams (`Shedder`). When frames were dropped outside
    the controller in the last second, this rung does not climb one step at a time: it goes at once
    to the first share that would have carried that second's load (the frames published, over those
    published and dropped), so that the engine's own drops, which come in bursts, turn into even
@@ -138,15 +138,17 @@ class Shedder:
     """Drops an even `fraction` of one stream's frames: `drop()` once per frame, in order. `phase`
     (0 to 1) shifts where the drops fall, so streams with the same fraction drop different ticks.
 
-    A source that can thin its own decoding (`attach`: a camera, a live file) is given the share to
-    keep instead (`decode_share`), and gives up the rest where it decodes, mostly undecoded: the
-    end of each group of pictures is skipped (decode.py `DecodeShare`), so shedding saves decoding
-    too, and on the ladder's last rung (`keyframes_only`) every packet but the keyframes is. A live
-    file decoded on its own thread asks `skips` before each packet and `drop()` after each frame;
-    a source decoded by a worker (cameras, `decode: process` files) tells its worker the share
-    (worker.py `ThinLink`) and counts what it skipped here (`skipped_by_worker`). Every frame given
-    up either way counts in `dropped`. A source that cannot thin has `fraction` of its frames
-    dropped after decoding, and no more on the last rung.
+    A source decoded by a worker (cameras, `decode: process` files; `attach`) is given the share to
+    keep instead (`decode_share`, told to its worker by worker.py `ThinLink`), and gives up the
+    rest there, mostly undecoded: the end of each group of pictures is skipped (decode.py
+    `DecodeShare`), so shedding relieves its decoder too, and on the ladder's last rung
+    (`keyframes_only`) every packet but the keyframes is; what it gave up is counted here
+    (`skipped_by_worker`). A live file decoded on the graph's thread is shed after decoding, and
+    on the last rung skips every packet but its keyframes before decoding them (`skips`, asked
+    before each packet): shedding groups undecoded measured no better there (tools/results/
+    overload.md), where the engine runs out before the decoders. A source that cannot thin has
+    `fraction` of its frames dropped after decoding, and no more on the last rung. Every frame
+    given up counts in `dropped`.
 
     Example:
         >>> s = Shedder(phase=0.5)
@@ -176,7 +178,7 @@ class Shedder:
     @fraction.setter
     def fraction(self, value: float) -> None:
         self._fraction = value
-        self._thin.share = self.decode_share
+        self._share()
 
     @property
     def keyframes_only(self) -> bool:
@@ -186,11 +188,15 @@ class Shedder:
     @keyframes_only.setter
     def keyframes_only(self, on: bool) -> None:
         self._keyframes_only = on
-        self._thin.share = self.decode_share
+        self._share()
+
+    def _share(self) -> None:
+        """What a source on the graph's thread decodes: everything but on the last rung."""
+        self._thin.share = 0.0 if self._keyframes_only else 1.0
 
     @property
     def decode_share(self) -> float:
-        """The share of its frames a source that thins its own decoding keeps."""
+        """The share of its frames a source decoded by a worker keeps."""
         return 0.0 if self._keyframes_only else 1.0 - self._fraction
 
     @property
@@ -208,9 +214,9 @@ class Shedder:
             self._here = bool(getattr(source, "thins_here", False))
 
     @property
-    def thins(self) -> bool:
-        """Whether its source gives up its share of frames undecoded (`attach`)."""
-        return self._thins
+    def sheds_undecoded(self) -> bool:
+        """Whether its source's decode worker gives up its share of frames, mostly undecoded."""
+        return self._thins and not self._here
 
     @property
     def drain_due(self) -> bool:
@@ -227,9 +233,9 @@ class Shedder:
         self._by_worker += count
 
     def drop(self) -> bool:
-        if self._thins:  # its source gives up its share itself; here, what it could not skip
-            return self._here and self._thin.drops()
-        if self._fraction <= 0.0:
+        if self._thins and not self._here:  # its worker gives up its share
+            return False
+        if self._fraction <= 0.0 or (self._here and (self._keyframes_only or self._thin.thinning)):
             return False
         self._credit += self._fraction
         if self._credit >= 1.0:

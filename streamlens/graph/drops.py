@@ -48,11 +48,12 @@ class Losses:
     def for_controller(self, names: list[str]) -> tuple[dict[str, int], dict[str, int]]:
         """Per stream of `names`, what the budget controller reads (graph/control.py `tick`): the
         frames the machine could not carry, which it answers (every frame lost but those it shed,
-        and but those that came too late from a source that cannot thin its own decoding: shedding
-        after a decoder behind its clock would not help it; a source that thins gives up frames
-        undecoded, which does), and every frame lost but those it shed (its fair shares weigh them)."""
+        and but those that came too late from a source other than a decode worker that sheds
+        undecoded: shedding after a decoder behind its clock would not help it; a worker that gives
+        up frames undecoded is relieved), and every frame lost but those it shed (its fair shares
+        weigh them)."""
         unshed = {name: self.dropped(lost) - lost["shed"] for name in names for lost in (self.of(name),)}
-        answered = {name: n - (0 if getattr(self.shedders.get(name), "thins", False) else self.late_from_source(name))
+        answered = {name: n - (0 if getattr(self.shedders.get(name), "sheds_undecoded", False) else self.late_from_source(name))
                     for name, n in unshed.items()}
         return answered, unshed
 
