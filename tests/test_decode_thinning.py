@@ -28,24 +28,33 @@ GOP = 10
 FRAMES = 60
 
 
+def encode(path, count: int, gop: int, bframes: int, picture) -> None:
+    """`count` frames of `picture(i)` (BGR, 96x160) as H.264 at 10 fps, a keyframe every `gop`."""
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 160, 96, "yuv420p"
+        stream.codec_context.gop_size = gop
+        stream.codec_context.options = {"bf": str(bframes), "sc_threshold": "0", "keyint_min": str(gop)}
+        stream.time_base = Fraction(1, 10)
+        for i in range(count):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(picture(i), format="bgr24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+
+
+def moving(i: int) -> np.ndarray:
+    image = np.zeros((96, 160, 3), np.uint8)
+    image[:, (i * 2) % 160:(i * 2) % 160 + 20] = 255
+    image[(i * 3) % 96:(i * 3) % 96 + 10, :, 1] = 200
+    return image
+
+
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory):
     """60 frames of a moving pattern, H.264 with a keyframe every 10 frames and B-frames between."""
     path = tmp_path_factory.mktemp("thin") / "gop10.mp4"
-    with av.open(str(path), "w") as out:
-        stream = out.add_stream("libx264", rate=10)
-        stream.width, stream.height, stream.pix_fmt = 160, 96, "yuv420p"
-        stream.codec_context.gop_size = GOP
-        stream.codec_context.options = {"bf": "2", "sc_threshold": "0", "keyint_min": str(GOP)}
-        stream.time_base = Fraction(1, 10)
-        for i in range(FRAMES):
-            image = np.zeros((96, 160, 3), np.uint8)
-            image[:, (i * 2) % 160:(i * 2) % 160 + 20] = 255
-            image[(i * 3) % 96:(i * 3) % 96 + 10, :, 1] = 200
-            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="bgr24")):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
+    encode(path, FRAMES, GOP, 2, moving)
     with av.open(str(path)) as probe:
         keys = [i for i, p in enumerate(probe.demux(video=0)) if p.size and p.is_keyframe]
         assert keys == list(range(0, FRAMES, GOP)), keys
@@ -143,17 +152,7 @@ def test_a_file_decoded_in_a_worker_process_is_thinned_there(clip):
 def long_groups(tmp_path_factory):
     """10 s at 10 fps, a keyframe every 2 s, no B-frames."""
     path = tmp_path_factory.mktemp("thin") / "gop20.mp4"
-    with av.open(str(path), "w") as out:
-        stream = out.add_stream("libx264", rate=10)
-        stream.width, stream.height, stream.pix_fmt = 160, 96, "yuv420p"
-        stream.codec_context.gop_size = 20
-        stream.codec_context.options = {"bf": "0", "sc_threshold": "0", "keyint_min": "20"}
-        for i in range(100):
-            image = np.full((96, 160, 3), (i * 5) % 256, np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="bgr24")):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
+    encode(path, 100, 20, 0, lambda i: np.full((96, 160, 3), (i * 5) % 256, np.uint8))
     return path
 
 

@@ -161,18 +161,24 @@ def test_live_paces_frames_at_the_file_rate():
         assert b - a == pytest.approx(1 / 30, abs=2e-3)  # and so is clock, on time.monotonic()
 
 
+def _held(source: FileSource, hold_s: float, count: int) -> list:
+    """The first `count` frames of `source`, its consumer holding it `hold_s` after the second."""
+    frames = []
+    for frame in source.frames(threading.Event()):
+        frames.append(frame)
+        if len(frames) == 2:
+            time.sleep(hold_s)
+        if len(frames) == count:
+            break
+    return frames
+
+
 def test_a_live_file_behind_its_clock_skips_to_a_keyframe_as_a_camera_does():
     """The consumer holds the stream 1.5 s (a graph short of CPU): what comes next is not every frame
     late, but the first keyframe near the clock's present, with the frames skipped counted as a
     camera's decoder losses; their numbers are kept, and the pace goes on from the same clock."""
     source = FileSource("cam1", clip("highway_720p30.mp4"), live=True)
-    frames = []
-    for frame in source.frames(threading.Event()):
-        frames.append(frame)
-        if len(frames) == 2:
-            time.sleep(1.5)  # more than BEHIND_S behind
-        if len(frames) == 8:
-            break
+    frames = _held(source, 1.5, 8)  # more than BEHIND_S behind
     skipped = frames[2].index - frames[1].index - 1
     assert skipped >= 15 and source.losses()["decoder"] == skipped  # at least BEHIND_S / 2 of frames
     assert frames[2].pts - frames[1].pts == pytest.approx((skipped + 1) / 30, abs=1e-3)
@@ -186,13 +192,7 @@ def test_a_live_file_decoded_in_a_worker_process_catches_up_with_its_clock_too()
     """As above, decoded in a worker process: the frames it decoded ahead before the hold come late,
     then it skips to a keyframe near the clock's present; every frame skipped counted, numbers kept."""
     source = FileSource("cam1", clip("highway_720p30.mp4"), live=True, decode="process")
-    frames = []
-    for frame in source.frames(threading.Event()):
-        frames.append(frame)
-        if len(frames) == 2:
-            time.sleep(1.5)  # more than BEHIND_S behind
-        if len(frames) == 16:
-            break
+    frames = _held(source, 1.5, 16)
     gaps = [(a.index, b.index - a.index - 1) for a, b in zip(frames, frames[1:]) if b.index != a.index + 1]
     assert len(gaps) == 1 and gaps[0][1] >= 15, gaps
     assert source.losses()["decoder"] == gaps[0][1]
@@ -204,13 +204,7 @@ def test_a_live_file_decoded_in_a_worker_reads_on_its_owners_clock():
     meanwhile, takes the same clock. On a clock of its own it would read every packet as late as
     the hold, skip them all looking for a keyframe read in time, and the stream would end there."""
     source = FileSource("cam1", clip("highway_720p30.mp4"), live=True, decode="process")
-    frames = []
-    for frame in source.frames(threading.Event()):
-        frames.append(frame)
-        if len(frames) == 2:
-            time.sleep(file_source.MAX_LIVE_LAG_S + 1.0)
-        if len(frames) == 2 + 45:
-            break
+    frames = _held(source, file_source.MAX_LIVE_LAG_S + 1.0, 2 + 45)
     assert len(frames) == 2 + 45, f"{len(frames)} frames; lost {source.losses()}"
     assert source.losses()["decoder"] == 0
     assert [f.index for f in frames] == list(range(len(frames)))
