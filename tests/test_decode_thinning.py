@@ -274,3 +274,28 @@ def test_a_running_pipeline_thins_its_live_file_on_the_last_rung(clip, tmp_path)
     assert thinned == sorted(thinned)
     # the pictures between two keyframes published were skipped, each counted as shed
     assert pipeline.controller.shedders["cam"].dropped >= (len(thinned) - 1) * (GOP - 1)
+
+
+def test_a_running_pipeline_thins_its_camera_in_its_decode_worker(camera, tmp_path):
+    """The runtime gives a camera (a real RTSP stream, decoded in a worker process by default) its
+    stream's shedder: with the controller on its last rung, the frames published from the next
+    keyframe on are a group of pictures apart, and the frames between count as shed."""
+    path = tmp_path / "p.yaml"
+    path.write_text(f"sources:\n  - {{name: cam, uri: '{camera.url('cam1')}'}}\n"
+                    "detector: {backend: motion}\ntracker: {motion: kalman}\n")
+    pipeline = streamlens.Pipeline.from_yaml(path, sinks=[])
+    indices = []
+    for result in pipeline.results():
+        if not isinstance(result, streamlens.FrameResult):
+            continue
+        indices.append(result.frame.index)
+        if len(indices) == 1:
+            control = pipeline.controller
+            control.calm_s = control._least_calm_s = 1e9  # no step back down during the test
+            control._set_keyframes_only(True)
+        steps = [b - a for a, b in zip(indices, indices[1:])]
+        if steps[-3:] == [SAMPLE_GOP] * 3 or len(indices) > 10 * SAMPLE_GOP:  # keyframes only, or never
+            break
+    pipeline.stop()
+    assert steps[-3:] == [SAMPLE_GOP] * 3, steps
+    assert pipeline.controller.shedders["cam"].dropped >= 3 * (SAMPLE_GOP - 1)

@@ -161,43 +161,21 @@ class Shedder:
     """
 
     def __init__(self, phase: float = 0.0) -> None:
-        self._fraction = 0.0
-        self._keyframes_only = False
+        #: the share of the stream's frames to give up
+        self.fraction = 0.0
+        #: the ladder's last rung: decode the keyframes only, where the source can
+        self.keyframes_only = False
         self._credit = phase % 1.0
         self._after = 0  # frames dropped after decoding (`drop`)
         self._by_worker = 0  # frames its source's decode worker gave up
-        self._thin = DecodeShare(phase)  # what a source decoded on the graph's thread gives up
+        self._thin = DecodeShare()  # what a source decoded on the graph's thread skips (`skips`)
         self._thins = False  # its source thins its own decoding (`attach`)
         self._here = False  # ... on the graph's thread (else in a decode worker)
 
     @property
-    def fraction(self) -> float:
-        """The share of the stream's frames to give up."""
-        return self._fraction
-
-    @fraction.setter
-    def fraction(self, value: float) -> None:
-        self._fraction = value
-        self._share()
-
-    @property
-    def keyframes_only(self) -> bool:
-        """The ladder's last rung: decode the keyframes only, where the source can."""
-        return self._keyframes_only
-
-    @keyframes_only.setter
-    def keyframes_only(self, on: bool) -> None:
-        self._keyframes_only = on
-        self._share()
-
-    def _share(self) -> None:
-        """What a source on the graph's thread decodes: everything but on the last rung."""
-        self._thin.share = 0.0 if self._keyframes_only else 1.0
-
-    @property
     def decode_share(self) -> float:
         """The share of its frames a source decoded by a worker keeps."""
-        return 0.0 if self._keyframes_only else 1.0 - self._fraction
+        return 0.0 if self.keyframes_only else 1.0 - self.fraction
 
     @property
     def dropped(self) -> int:
@@ -225,7 +203,9 @@ class Shedder:
 
     def skips(self, keyframe: bool, seconds: float | None = None) -> bool:
         """Whether the source skips its next packet undecoded (`keyframe`: the packet is one;
-        `seconds`: its time). Called once per packet, in order, on the source's thread."""
+        `seconds`: its time). Called once per packet, in order, on the source's thread: every
+        packet is decoded but on the last rung."""
+        self._thin.share = 0.0 if self.keyframes_only else 1.0
         return self._thin.skips(keyframe, seconds)
 
     def skipped_by_worker(self, count: int) -> None:
@@ -235,9 +215,9 @@ class Shedder:
     def drop(self) -> bool:
         if self._thins and not self._here:  # its worker gives up its share
             return False
-        if self._fraction <= 0.0 or (self._here and (self._keyframes_only or self._thin.thinning)):
+        if self.fraction <= 0.0 or (self._here and (self.keyframes_only or self._thin.thinning)):
             return False
-        self._credit += self._fraction
+        self._credit += self.fraction
         if self._credit >= 1.0:
             self._credit -= 1.0
             self._after += 1

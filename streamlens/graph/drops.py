@@ -53,9 +53,13 @@ class Losses:
         up frames undecoded is relieved), and every frame lost but those it shed (its fair shares
         weigh them)."""
         unshed = {name: self.dropped(lost) - lost["shed"] for name in names for lost in (self.of(name),)}
-        answered = {name: n - (0 if getattr(self.shedders.get(name), "sheds_undecoded", False) else self.late_from_source(name))
+        answered = {name: n if self._sheds_undecoded(name) else n - self.late_from_source(name)
                     for name, n in unshed.items()}
         return answered, unshed
+
+    def _sheds_undecoded(self, name: str) -> bool:
+        shedder = self.shedders.get(name)
+        return shedder is not None and shedder.sheds_undecoded
 
     @staticmethod
     def dropped(lost: dict[str, int]) -> int:

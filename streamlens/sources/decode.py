@@ -1,7 +1,7 @@
 """Decoding rules shared by the file source (`file.py`) and the live inputs' decode sessions
 (`session.py`): the decoder's options, presentation times made strictly increasing, a frame-rate
-cap, a live decoder's catch-up when it falls behind its camera, and the budget controller's last
-share of frames, down to its keyframes only (`DecodeShare`, `drain`)."""
+cap, a live decoder's catch-up when it falls behind its camera, and the share of frames a decoder
+keeps when the budget controller sheds, down to its keyframes only (`DecodeShare`, `drain`)."""
 
 from __future__ import annotations
 
@@ -157,6 +157,39 @@ class CatchUp:
         return self.skipping
 
 
+class ClockCatchUp:
+    """`CatchUp` for a live file, whose clock is known: media time 0 is `start` on
+    `time.monotonic()` (None: not known yet). A packet read ahead of the clock (a decoder that
+    reads ahead, packets skipped while shedding) counts as on time: otherwise it would set the
+    catch-up's most punctual offset, and the packets read on time after it would look late.
+    `anchor(start)` takes the clock up anew; the catch-up's window then starts afresh.
+
+    Example:
+        >>> catch_up = ClockCatchUp(behind_s=1.0)
+        >>> catch_up.anchor(100.0)
+        >>> [catch_up.skip(media, now, key) for media, now, key in
+        ...  [(0.0, 100.0, True), (3.0, 100.5, False), (1.0, 101.0, False), (2.0, 103.5, False)]]
+        [False, False, False, True]
+    """
+
+    def __init__(self, behind_s: float):
+        self.behind_s = behind_s
+        self.start: float | None = None
+        self._catch_up = CatchUp(behind_s)
+
+    def anchor(self, start: float) -> None:
+        if start != self.start:
+            if self.start is not None:  # the window's offsets belong to the old clock
+                self._catch_up = CatchUp(self.behind_s)
+            self.start = start
+
+    def skip(self, media: float, now: float, keyframe: bool) -> bool:
+        """As `CatchUp.skip`, for the packet at `media` read at `now`."""
+        if self.start is not None:
+            media = min(media, now - self.start)
+        return self._catch_up.skip(media, now, keyframe)
+
+
 #: the longest group of pictures (seconds from one keyframe to the next) whose end is skipped
 #: undecoded when frames are shed; a longer one would show long gaps, and its frames are dropped
 #: after decoding instead, evenly
@@ -195,8 +228,8 @@ class DecodeShare:
         ([True, False, False], 7)
         >>> slow = DecodeShare()                              # groups of 300 packets at 30 fps: too long
         >>> slow.share = 0.5
-        >>> [slow.skips(i % 300 == 0, i / 30) for i in range(601)].count(True), slow.in_groups
-        (0, False)
+        >>> [slow.skips(i % 300 == 0, i / 30) for i in range(601)].count(True)
+        0
         >>> [slow.drops() for _ in range(4)]                  # dropped after decoding instead
         [False, True, False, True]
     """
@@ -213,11 +246,6 @@ class DecodeShare:
         self._key_s: float | None = None  # when the last keyframe was shown
         self._latest: float | None = None  # the latest time shown of the packets decoded
         self._credit = phase % 1.0  # `drops()`'s
-
-    @property
-    def in_groups(self) -> bool:
-        """Whether a share is taken from each group of pictures (its length is known)."""
-        return self._group is not None
 
     def skips(self, keyframe: bool, seconds: float | None = None) -> bool:
         """Whether to skip the next packet undecoded (`seconds`: when it is shown, its pts)."""
@@ -266,9 +294,9 @@ class DecodeShare:
         return False
 
 
-def drain(codec_context, frames=()) -> list:
-    """`frames`, and the pictures the decoder still holds, which it gives up now; it is then
-    flushed, ready to start again at a keyframe."""
-    frames = list(frames) + list(codec_context.decode(None))
+def drain(codec_context) -> list:
+    """The pictures the decoder still holds, which it gives up now; it is then flushed, ready to
+    start again at a keyframe."""
+    frames = list(codec_context.decode(None))
     codec_context.flush_buffers()
     return frames

@@ -63,7 +63,7 @@ from ..frame import Frame
 from ..urls import mask_url
 from .base import Source
 from .clips import CLOSE_S as CLIPS_CLOSE_S, ClipRecorder, ClipSpec
-from .decode import CatchUp
+from .decode import ClockCatchUp
 from .file_passes import Decoded, FilePasses, FileSpec, open_file
 from .host_memory import HostMemory
 from .session import BEHIND_S
@@ -229,10 +229,10 @@ class FileSource(Source):
             if pacer is None:
                 ts, due_monotonic = time.time(), None
             else:
-                anchor = pacer.anchor_monotonic
+                start = pacer.start
                 due_monotonic, ts = pacer.schedule(item.media)
-                if pacer.anchor_monotonic != anchor and self._worker is not None:  # the worker reads on this clock
-                    self._worker.clock(1, pacer.anchor_monotonic - pacer.anchor_media)
+                if pacer.start != start and self._worker is not None:  # the worker reads on this clock
+                    self._worker.clock(1, pacer.start)
                 delay = due_monotonic - time.monotonic()
                 if delay > 0 and stop.wait(delay):
                     return
@@ -356,7 +356,12 @@ class _LivePacer:
         self.anchor_media: float | None = None
         self.anchor_monotonic = 0.0
         self.anchor_wall = 0.0
-        self._catch_up = CatchUp(BEHIND_S)
+        self._catch_up = ClockCatchUp(BEHIND_S)
+
+    @property
+    def start(self) -> float | None:
+        """The clock: media time 0 on `time.monotonic()` (None before the first frame)."""
+        return None if self.anchor_media is None else self.anchor_monotonic - self.anchor_media
 
     def schedule(self, media_time: float) -> tuple[float, float]:
         now = time.monotonic()
@@ -364,18 +369,13 @@ class _LivePacer:
             offset = media_time - self.anchor_media
             if now - (self.anchor_monotonic + offset) <= self.max_lag:
                 return self.anchor_monotonic + offset, self.anchor_wall + offset
-            self._catch_up = CatchUp(BEHIND_S)  # its window's offsets belong to the old anchor
         self.anchor_media = media_time
         self.anchor_monotonic = now
         self.anchor_wall = time.time()
+        self._catch_up.anchor(self.start)
         return self.anchor_monotonic, self.anchor_wall
 
     def skip(self, media_time: float, keyframe: bool) -> bool:
-        """Whether the packet at `media_time` is to be skipped, undecoded, to catch up. A packet
-        read ahead of the clock (the ones skipped while shedding are read at once) counts as on
-        time: otherwise it would set the catch-up's most punctual offset, and the packets read on
-        time after it would look late."""
-        now = time.monotonic()
-        if self.anchor_media is not None:
-            media_time = min(media_time, self.anchor_media + now - self.anchor_monotonic)
-        return self._catch_up.skip(media_time, now, keyframe)
+        """Whether the packet at `media_time` is to be skipped, undecoded, to catch up (decode.py
+        `ClockCatchUp`: on this clock)."""
+        return self._catch_up.skip(media_time, time.monotonic(), keyframe)

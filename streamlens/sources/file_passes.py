@@ -20,7 +20,7 @@ from ..errors import SourceError
 from ..frame import YuvPicture
 from ..urls import is_url
 from .clips import CLOSE_S as CLIPS_CLOSE_S, ClipSpec
-from .decode import CatchUp, FrameRateCap, PresentationTimes, decoder_options, drain
+from .decode import ClockCatchUp, FrameRateCap, PresentationTimes, decoder_options, drain
 from .motion_vectors import ReferenceDistance, frame_motion_vectors
 from .session import too_large
 
@@ -331,38 +331,31 @@ class _LiveFileClock:
     than `READ_AHEAD_S` ahead of it (`pace`: otherwise, with packets skipped while shedding, it
     would read seconds ahead, and a change of the share would reach the frames only that much
     later), and skips packets to a keyframe once it has fallen `BEHIND_S` behind it (`skip`, decode.py
-    `CatchUp`, told to `out.skipped()`), as a camera's does. A packet read ahead counts as on time:
-    otherwise it would set the catch-up's most punctual offset, and those read on time after it
-    would look late."""
+    `ClockCatchUp`, told to `out.skipped()`), as a camera's does. On a clock of its own, a worker
+    started before its owner's first frame would look that much late for ever."""
 
     def __init__(self, out, should_stop: Callable[[], bool]):
         from .session import BEHIND_S
 
         self.out, self.should_stop = out, should_stop
-        self.catch_up = CatchUp(BEHIND_S)
-        self.start: float | None = None  # time.monotonic() at media time 0
+        self.catch_up = ClockCatchUp(BEHIND_S)
 
     def _now(self, media: float) -> float:
-        """Now, with `start` set: the owner's clock (its frames are held back until due on it: read
-        on another clock, a worker started earlier than its owner's first frame would look that much
-        late for ever), or the worker's own until the owner has one."""
+        """Now, with the clock set: the owner's, or the worker's own until the owner has one."""
         now = time.monotonic()
         start = self.out.clock_start()
-        if start is not None and start != self.start:
-            if self.start is not None:  # the window's offsets belong to the old clock
-                self.catch_up = CatchUp(self.catch_up.behind_s)
-            self.start = start
-        elif self.start is None:
-            self.start = now - media
+        if start is not None:
+            self.catch_up.anchor(start)
+        elif self.catch_up.start is None:
+            self.catch_up.anchor(now - media)
         return now
 
     def pace(self, media: float) -> None:
-        while (ahead := media - (self._now(media) - self.start)) > READ_AHEAD_S and not self.should_stop():
+        while (ahead := media - (self._now(media) - self.catch_up.start)) > READ_AHEAD_S and not self.should_stop():
             time.sleep(min(0.1, ahead - READ_AHEAD_S))
 
     def skip(self, media: float, keyframe: bool) -> bool:
-        now = self._now(media)
-        if self.catch_up.skip(min(media, now - self.start), now, keyframe):
+        if self.catch_up.skip(media, self._now(media), keyframe):
             self.out.skipped()
             return True
         return False

@@ -259,8 +259,8 @@ def _demux_decode(packets, spec: SessionSpec, out: SessionOutput, should_stop, r
             return "error", reason_of(error, spec.uri)
         if recorder is not None:  # before any skipping: a clip keeps what the camera sent
             recorder.packet(packet)
-        shown = None if packet.pts is None else packet.pts * tick
-        if thin is not None and packet.size and thin.skips(packet.is_keyframe, shown):  # counted in `thin.skipped`
+        if thin is not None and packet.size and thin.skips(packet.is_keyframe, None if packet.pts is None
+                                                           else packet.pts * tick):  # counted in `thin.skipped`
             if not thin.drain_due:
                 continue
             decoder, packet = packet.stream.codec_context, None  # what it holds of the keyframe before: now
