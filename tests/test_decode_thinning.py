@@ -248,13 +248,11 @@ def test_a_camera_on_the_last_rung_decodes_its_keyframes_only_in_its_decode_work
     assert source.losses()["decoder"] == 0  # skipped by the controller's say, not lost
 
 
-def test_a_running_pipeline_thins_its_live_file_on_the_last_rung(clip, tmp_path):
-    """The runtime gives each live file decoded on its thread its stream's shedder: with the
-    controller on its last rung, the frames published from the next keyframe on are keyframes
-    only, and the pictures skipped are counted as shed."""
+def on_the_last_rung(tmp_path, source: str, enough) -> tuple[list[int], object]:
+    """The frame numbers a running `Pipeline` of `source` (a line of YAML) publishes, the controller
+    put on its last rung at the first one, until `enough(numbers)`; and the pipeline, stopped."""
     path = tmp_path / "p.yaml"
-    path.write_text(f"sources:\n  - {{name: cam, uri: {clip}, live: true, loop: true}}\n"
-                    "detector: {backend: motion}\ntracker: {motion: kalman}\n")
+    path.write_text(f"sources:\n  - {source}\ndetector: {{backend: motion}}\ntracker: {{motion: kalman}}\n")
     pipeline = streamlens.Pipeline.from_yaml(path, sinks=[])
     indices = []
     for result in pipeline.results():
@@ -265,9 +263,19 @@ def test_a_running_pipeline_thins_its_live_file_on_the_last_rung(clip, tmp_path)
             control = pipeline.controller
             control.calm_s = control._least_calm_s = 1e9  # no step back down during the test
             control._set_keyframes_only(True)
-        if len(indices) >= 10:  # frames already decoded when it switched, then keyframes (1 a second)
+        if enough(indices):
             break
     pipeline.stop()
+    return indices, pipeline
+
+
+def test_a_running_pipeline_thins_its_live_file_on_the_last_rung(clip, tmp_path):
+    """The runtime gives each live file decoded on its thread its stream's shedder: with the
+    controller on its last rung, the frames published from the next keyframe on are keyframes
+    only, and the pictures skipped are counted as shed."""
+    # frames already decoded when it switched, then keyframes (1 a second)
+    indices, pipeline = on_the_last_rung(tmp_path, f"{{name: cam, uri: {clip}, live: true, loop: true}}",
+                                         lambda numbers: len(numbers) >= 10)
     first_key = next(k for k, i in enumerate(indices) if k and i % GOP == 0)
     thinned = indices[first_key:]
     assert len(thinned) >= 5 and all(i % GOP == 0 for i in thinned), indices
@@ -280,22 +288,11 @@ def test_a_running_pipeline_thins_its_camera_in_its_decode_worker(camera, tmp_pa
     """The runtime gives a camera (a real RTSP stream, decoded in a worker process by default) its
     stream's shedder: with the controller on its last rung, the frames published from the next
     keyframe on are a group of pictures apart, and the frames between count as shed."""
-    path = tmp_path / "p.yaml"
-    path.write_text(f"sources:\n  - {{name: cam, uri: '{camera.url('cam1')}'}}\n"
-                    "detector: {backend: motion}\ntracker: {motion: kalman}\n")
-    pipeline = streamlens.Pipeline.from_yaml(path, sinks=[])
-    indices = []
-    for result in pipeline.results():
-        if not isinstance(result, streamlens.FrameResult):
-            continue
-        indices.append(result.frame.index)
-        if len(indices) == 1:
-            control = pipeline.controller
-            control.calm_s = control._least_calm_s = 1e9  # no step back down during the test
-            control._set_keyframes_only(True)
-        steps = [b - a for a, b in zip(indices, indices[1:])]
-        if steps[-3:] == [SAMPLE_GOP] * 3 or len(indices) > 10 * SAMPLE_GOP:  # keyframes only, or never
-            break
-    pipeline.stop()
-    assert steps[-3:] == [SAMPLE_GOP] * 3, steps
+    def steps(numbers):
+        return [b - a for a, b in zip(numbers, numbers[1:])]
+
+    indices, pipeline = on_the_last_rung(   # keyframes only, or never
+        tmp_path, f"{{name: cam, uri: '{camera.url('cam1')}'}}",
+        lambda numbers: steps(numbers)[-3:] == [SAMPLE_GOP] * 3 or len(numbers) > 10 * SAMPLE_GOP)
+    assert steps(indices)[-3:] == [SAMPLE_GOP] * 3, steps(indices)
     assert pipeline.controller.shedders["cam"].dropped >= 3 * (SAMPLE_GOP - 1)
