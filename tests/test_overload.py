@@ -144,6 +144,32 @@ def test_a_step_down_taken_back_makes_the_next_wait_twice_as_long_and_one_that_h
     assert c.calm_s == 2
 
 
+def test_after_a_burst_the_way_down_quickens_while_each_step_holds_and_a_new_load_waits_again():
+    """A burst (a camera's start, a reconnect) can send shedding to the top rung in a second; the way
+    back down must not take a calm wait per rung. Each step down that holds halves the wait for the
+    next, down to the settling time and two windows; a new overload makes the first step down wait
+    the whole calm time again."""
+    clock = Clock()
+    c = BudgetController(33, ["a", "b"], max_stretch=1, settle_s=1, calm_s=8, clock=clock)
+    feed(c, clock, {"a": 40, "b": 40}, {"a": 0, "b": 0})  # batching for throughput
+    # nine in ten of a second's frames lost: at once to the share that would have carried it
+    assert feed(c, clock, {"a": 20, "b": 20}, {"a": 288, "b": 288}) == ["dropping 9 in 10"]
+    assert feed(c, clock, {"a": 20, "b": 20}, {"a": 576, "b": 576}) == ["decoding keyframes only"]
+    calm = feed(c, clock, {"a": 5, "b": 5}, {"a": 576, "b": 576}, seconds=45)
+    steps = [i + 1 for i, a in enumerate(calm) if a]
+    waits = [b - a for a, b in zip([0] + steps, steps)]
+    # calm from the first of these seconds: the first step 8 s after it, the second 8 s later (it
+    # shows that the first held), then 4, then 3 (one settling second and two windows) a rung
+    assert waits[:4] == [9, 8, 4, 3] and set(waits[3:]) == {3}
+    assert [a for a in calm if a][:3] == ["decoding every frame again", "dropping 7 in 8", "dropping 5 in 6"]
+    assert c.level == 0 and len(steps) == 11  # eleven rungs down in 45 s, where a calm wait each took 88 s
+    # a new overload long after: up one rung, and the way down starts with the whole calm wait again
+    feed(c, clock, {"a": 5, "b": 5}, {"a": 576, "b": 576}, seconds=20)
+    assert feed(c, clock, {"a": 50, "b": 50}, {"a": 576, "b": 576}) == ["batching for throughput"]
+    assert c.calm_s == 8
+    assert [i + 1 for i, a in enumerate(feed(c, clock, {"a": 5, "b": 5}, {"a": 576, "b": 576}, seconds=10)) if a] == [9]
+
+
 def test_the_wait_limit_follows_the_worst_p95_between_a_share_of_the_budget_and_all_of_it():
     clock = Clock()
     c = BudgetController(40, ["a", "b"], clock=clock)

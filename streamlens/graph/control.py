@@ -57,8 +57,11 @@ When every live stream has stayed under 60% of the budget, without losing more t
 as long: the only way to know whether a rung is still needed is to try without it, and without
 that try a passing load (a backup, another program) would leave frames shed for good. A step down
 that had to be taken back within `calm_s` makes the next one wait twice as long (up to a minute),
-so a load at the edge does not see-saw; one that held halves the wait again (down to `calm_s`
-as configured).
+so a load at the edge does not see-saw; one that held halves the wait for the next, down to the
+settling time and two windows (2.75 s by default; never more than `calm_s` as configured): a
+burst (cameras starting, a reconnect) can take the ladder to its top in a second or two, and a
+calm wait a rung kept the streams shedding for a minute after it had passed. A new overload (not
+a step down taken back) makes the first step down wait the whole `calm_s` again.
 
 Example:
     >>> t = [0.0]
@@ -101,6 +104,8 @@ TAIL_SHARE = 0.05
 MIN_WAIT_SHARE = 0.25
 #: the longest wait between two steps down, seconds
 MAX_CALM_S = 60.0
+#: steps down that held shorten the wait for the next, down to the settling time and this many windows
+FAST_CALM_WINDOWS = 2
 #: a load within the budget but not calm steps down after this many times the calm wait
 PROBE_CALMS = 3
 #: the share of a second's frames the engine lost past which the keyframe rungs are taken at once
@@ -241,6 +246,8 @@ class BudgetController:
         self.window_s = window_s
         self.settle_s = settle_s
         self.calm_s = self._least_calm_s = calm_s
+        #: the shortest wait between two steps down that hold: the next window after the step settled
+        self._fastest_calm_s = min(calm_s, settle_s + FAST_CALM_WINDOWS * window_s)
         self.clock = clock
         #: how long a live frame may have waited when the engine comes to it (seconds)
         self.max_wait_s = self._most_wait_s = self.budget_ms * wait_share / 1000
@@ -333,6 +340,8 @@ class BudgetController:
             self._calm_since = self._steady_since = None
             if self._last_down is not None and now - self._last_down < self.calm_s:
                 self.calm_s = min(MAX_CALM_S, 2 * self.calm_s)  # that step down was one too many
+            else:  # a new load: the first step down waits the whole calm time again
+                self.calm_s = max(self.calm_s, self._least_calm_s)
             self._last_down = None
             if self._last_up is not None and now - self._last_up < self.settle_s:
                 return None  # the last step has not had its time yet
@@ -355,7 +364,7 @@ class BudgetController:
                 and now - self._steady_since < PROBE_CALMS * self.calm_s):
             return None
         if self._last_down is not None:  # the last step down held: the next may come sooner
-            self.calm_s = max(self._least_calm_s, self.calm_s / 2)
+            self.calm_s = max(self._fastest_calm_s, self.calm_s / 2)
         self._calm_since = self._steady_since = self._last_down = now
         action = self._note(self._step_down())
         self._share_fairly()
