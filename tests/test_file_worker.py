@@ -395,3 +395,29 @@ def test_the_pipeline_file_chooses_where_a_file_decodes(tmp_path):
     path = tmp_path / "default.yaml"
     path.write_text(f"sources: [{{uri: {SAMPLE}}}, {{uri: 'rtsp://cam/1'}}]\ndetector: {{backend: motion}}\n")
     assert [s.decode for s in load_pipeline(path).sources] == ["thread", "process"]
+
+
+def _compiled_motion_steps(conn) -> None:
+    """In a decode worker's process: how many compiled versions of the motion-vector step it has."""
+    from streamlens.sources import motion_vectors
+
+    conn.send(len(motion_vectors._past_vectors.signatures))
+    conn.close()
+
+
+def test_a_decode_worker_starts_with_the_motion_vector_step_loaded():
+    """Loading the compiled step took each worker most of a second at its stream's first P-frame, and a
+    live stream's first second of frames came out too old behind it (several workers starting at once
+    on 2 cores: 1.4 s). Workers are forked from a server that has loaded it (sources/preload.py)."""
+    from streamlens.sources.worker import _process_context
+
+    context = _process_context()
+    if context.get_start_method() != "forkserver":
+        pytest.skip("this platform has no forkserver: each worker loads it on its own")
+    ours, theirs = context.Pipe()
+    child = context.Process(target=_compiled_motion_steps, args=(theirs,))
+    child.start()
+    try:
+        assert ours.poll(60) and ours.recv() >= 1
+    finally:
+        child.join(10)

@@ -123,6 +123,15 @@ def vectors_from_side_data(raw: np.ndarray, distance: int = 1) -> np.ndarray:
     return _past_vectors(raw.view(np.uint8).reshape(-1), int(distance))  # one pass over the bytes
 
 
+def warm_up() -> None:
+    """Load the compiled `_past_vectors` now rather than on a stream's first P-frame: that first
+    call loads numba's machinery and the function from its cache, most of a second on a 2-core
+    machine (more with several workers starting at once), and a live stream's frames pile up
+    behind it and come out too old. Called by the tracker's warm-up (track/kernels.py) and in the
+    decode workers' forkserver before it forks any worker (preload.py)."""
+    vectors_from_side_data(np.zeros(1, MV_DTYPE))
+
+
 class ReferenceDistance:
     """Frames since the previous I- or P-frame, in presentation order: call `step(pict_type, index)`
     for every decoded frame in order (frames a rate cap drops too), with the frame's `pict_type`

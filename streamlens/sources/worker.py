@@ -200,13 +200,13 @@ _context_lock = threading.Lock()
 
 def _process_context():
     """forkserver where there is one: a fork of a small, single-threaded server that has this module
-    and the file session's loaded already (fast, memory shared, and safe in a process full of
-    threads; a file's worker, or a camera's with motion vectors, then starts without importing
-    numba on its own); else spawn."""
+    and the file session's loaded already, motion vectors' compiled step included (preload.py: fast,
+    memory shared, and safe in a process full of threads; a file's worker, or a camera's with
+    motion vectors, then starts without loading numba on its own); else spawn."""
     with _context_lock:
         if "forkserver" in multiprocessing.get_all_start_methods():
             ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload([__name__, "streamlens.sources.file"])
+            ctx.set_forkserver_preload([__name__, "streamlens.sources.file", "streamlens.sources.preload"])
             return ctx
         return multiprocessing.get_context("spawn")
 

@@ -189,6 +189,6 @@ def warm_up() -> None:
     box_motion(start, start, np.zeros(1, np.int16), boxes, 0.5, 2, 256.0)
     moving_outside(start, start, 1, boxes, 0.1, sample_median(start, 1), 1.0)
     kalman_move(np.ones((1, 8)), np.ones((1, 3, 4)), np.zeros((1, 4)), 0.1, 0.1, np.ones(1), 1.0, 1.0, 1.0)
-    from ..sources.motion_vectors import MV_DTYPE, vectors_from_side_data
+    from ..sources import motion_vectors
 
-    vectors_from_side_data(np.zeros(1, MV_DTYPE))
+    motion_vectors.warm_up()
