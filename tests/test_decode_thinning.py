@@ -122,6 +122,29 @@ def test_a_decode_worker_shedding_half_skips_the_end_of_each_group_of_pictures(c
         assert np.array_equal(image, every[index]), index
 
 
+@pytest.mark.parametrize("share", [0.5, 0.0])
+def test_a_looping_file_shed_to_a_share_keeps_its_clock_across_the_loop(clip, share):
+    """A pass whose last frames were skipped undecoded still lasted to its last frame: the next pass
+    starts a whole file's length after the first, as without shedding. (It started at the last frame
+    decoded instead, up to a group early; the frames after every loop came out that much late, and
+    all at once.)"""
+    from streamlens.sources.decode import DecodeShare
+    from streamlens.sources.file_passes import FilePasses, FileSpec
+
+    thin = DecodeShare()
+    thin.share = share
+    passes = FilePasses(FileSpec(str(clip), "clip", {}, live=True, loop=True, fps=10.0), lambda: None, thin=thin)
+    media = {}
+    for item in passes:
+        media[item.index] = item.media
+        if item.index >= 3 * FRAMES:
+            break
+    passes.close()
+    assert thin.skipped > 0 and {FRAMES, 2 * FRAMES} <= set(media)  # each pass starts with its keyframe
+    for index, seconds in media.items():
+        assert seconds == pytest.approx(index / 10), index
+
+
 def test_a_live_file_decoded_on_its_thread_is_shed_after_decoding_until_the_last_rung(clip):
     shedder = Shedder()
     shedder.fraction = 0.5

@@ -153,6 +153,7 @@ class FilePasses:
         self.read_error: str | None = None
         self.incomplete: str | None = None
         self._packets = 0  # packets the current pass read from the file
+        self._skipped_end: float | None = None  # the latest time shown of the current pass's packets skipped
         self._corrupt = 0  # packets the current pass's decoder rejected
 
     def close(self) -> None:
@@ -189,6 +190,7 @@ class FilePasses:
             cap = FrameRateCap(spec.max_fps) if spec.max_fps else None
             pass_first_pts = pass_last_pts = None
             self._media_base = None
+            self._skipped_end = None
             anchors = ReferenceDistance()
             self._check_size(stream.codec_context.width, stream.codec_context.height)
             self._record(stream)
@@ -219,6 +221,9 @@ class FilePasses:
             if not spec.loop:
                 return
             first_pass = False
+            # the pass ends at its last frame shown, decoded or skipped: a pass whose end was shed
+            # undecoded still lasted as long, and the next one starts on time after it
+            pass_last_pts = max(pass_last_pts, self._skipped_end or pass_last_pts)
             loop_offset += pass_last_pts - pass_first_pts + frame_duration
             self._rewind()
 
@@ -297,6 +302,9 @@ class FilePasses:
             self._index += 1
         else:
             heapq.heappush(self._skipped_pts, packet.pts)
+            if packet.time_base is not None:
+                shown = float(packet.pts * packet.time_base)
+                self._skipped_end = shown if self._skipped_end is None else max(self._skipped_end, shown)
 
     def _number(self, pts: int | None) -> int:
         """The number of a frame presented at `pts` (ticks) coming out of the decoder: the frames
