@@ -205,7 +205,9 @@ class DecodeShare:
     decoding order is always decodable). So, once the length of the stream's groups is known (two
     keyframes seen, less than `PREFIX_MAX_GOP_S` apart), each group's first `share` of packets is
     decoded and the rest skipped: `skips(keyframe, seconds)`, asked once per packet in order before
-    it is decoded. Until then, or for longer groups, every frame is decoded and `drops()`, asked
+    it is decoded. A share that is not a whole number of packets is kept on average (0.35 of 10:
+    4, 3, 4, 3 ...), so that two streams a few points apart in share are a few points apart in
+    frames kept, not a whole packet a group. Until then, or for longer groups, every frame is decoded and `drops()`, asked
     after each frame decoded, drops an even `1 - share` of them. Keyframes only is skipping after
     every keyframe, whatever the group. `skipped` counts every frame given up either way. Skipping
     ends at a keyframe: never in the middle of a group whose start was skipped.
@@ -223,6 +225,10 @@ class DecodeShare:
         >>> thin.share = 0.5                                  # groups of 4 packets: the first 2 of each
         >>> [thin.skips(key) for key in [True, False, False, False] * 2]
         [False, False, True, True, False, False, True, True]
+        >>> even = DecodeShare()                              # 3.5 packets of a group of 10: 4, 3, 4, 3 ...
+        >>> even.share = 0.35                                 # (the first group is whole: its length is learned)
+        >>> [sum(not even.skips(key) for key in [True] + [False] * 9) for _ in range(6)]
+        [10, 4, 3, 4, 3, 4]
         >>> thin.share = 1.0                                  # every frame again from the next keyframe
         >>> [thin.skips(key) for key in (False, True, False)], thin.skipped
         ([True, False, False], 7)
@@ -246,6 +252,11 @@ class DecodeShare:
         self._key_s: float | None = None  # when the last keyframe was shown
         self._latest: float | None = None  # the latest time shown of the packets decoded
         self._credit = phase % 1.0  # `drops()`'s
+        #: packets the groups so far were short of their share (or over it, < 0): the next group's
+        #: prefix takes it up, so that a share that is not a whole number of a group's packets (0.35 of
+        #: 10) is kept on average (3, then 4, ...), not rounded the same way in every group
+        self._carry = 0.0
+        self._wanted = 0.0
 
     def skips(self, keyframe: bool, seconds: float | None = None) -> bool:
         """Whether to skip the next packet undecoded (`seconds`: when it is shown, its pts)."""
@@ -256,6 +267,8 @@ class DecodeShare:
             self._since += 1
         if not (keyframe or self.thinning) and self.share < 1.0:
             self.thinning = self.share <= 0.0 or self._cut(seconds)
+            if self.thinning and self.share > 0.0:  # what this group decoded beyond its share, or short of it
+                self._carry = min(1.0, max(-1.0, self._wanted - self._since))
         if keyframe or not self.thinning:
             self.drain_due, self._decoded = False, True
             if seconds is not None and (self._latest is None or seconds > self._latest or keyframe):
@@ -269,7 +282,10 @@ class DecodeShare:
         """Whether this group's share is decoded by now: its length known and reached, and the packet
         shown after every one decoded (a B-frame shown before one decoded is decoded too, so that
         every frame shown before the last one decoded is decoded, and the frames keep their numbers)."""
-        if self._group is None or self._since < max(1, math.ceil(self.share * self._group)):
+        if self._group is None:
+            return False
+        self._wanted = self.share * self._group + self._carry
+        if self._since < max(1, math.floor(self._wanted + 0.5)):
             return False
         return seconds is None or self._latest is None or seconds > self._latest
 
@@ -279,6 +295,8 @@ class DecodeShare:
         if self._since is not None:
             short = seconds is None or self._key_s is None or seconds - self._key_s <= PREFIX_MAX_GOP_S
             self._group = self._since + 1 if short else None
+            if not self.thinning:  # the whole group was decoded: nothing to carry
+                self._carry = 0.0
         self._since, self._key_s = 0, seconds
 
     def drops(self) -> bool:
