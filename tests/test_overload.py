@@ -170,6 +170,43 @@ def test_after_a_burst_the_way_down_quickens_while_each_step_holds_and_a_new_loa
     assert [i + 1 for i, a in enumerate(feed(c, clock, {"a": 5, "b": 5}, {"a": 576, "b": 576}, seconds=10)) if a] == [9]
 
 
+def test_one_slow_frame_among_a_few_a_second_is_not_overload_but_a_slow_tail_is():
+    """Ten 8 fps streams (or ten shed to a few frames a second), one slow frame a second somewhere.
+    Each stream's p95 of its second's 8 frames was their slowest, so that one frame read as overload
+    every second, and the controller shed more and had fewer frames still to judge by. The p95 read
+    is that of every live stream's frames together (at least 21 of them); a slow tail in them (one
+    stream in ten slow, a tenth of the frames) is still overload."""
+    clock = Clock()
+    streams = [f"cam{i}" for i in range(10)]
+    c = BudgetController(33, streams, max_stretch=1, clock=clock)
+
+    def second(slow: str | None = None, every: bool = False):
+        for k in range(8):
+            clock.now += 1 / 8
+            for name in streams:
+                c.observe(name, 50.0 if name == slow and (every or k == 3) else 10.0)
+        return c.tick(dict.fromkeys(streams, 0))
+
+    assert [second(streams[i % 10]) for i in range(20)] == [None] * 20 and c.level == 0
+    assert second("cam4", every=True) == "batching for throughput"
+
+
+def test_one_stream_of_a_few_frames_a_second_is_judged_on_its_last_21():
+    """A single 8 fps camera: the p95 of one second's 8 frames is their slowest; over its last 21
+    frames one slow frame is left out, two are not."""
+    clock = Clock()
+    c = BudgetController(33, ["cam"], max_stretch=1, clock=clock)
+
+    def second(slow: int):
+        for k in range(8):
+            clock.now += 1 / 8
+            c.observe("cam", 50.0 if k < slow else 10.0)
+        return c.tick({"cam": 0})
+
+    assert [second(0), second(0), second(0), second(1), second(0), second(0)] == [None] * 6
+    assert second(2) == "batching for throughput"
+
+
 def test_the_wait_limit_follows_the_worst_p95_between_a_share_of_the_budget_and_all_of_it():
     clock = Clock()
     c = BudgetController(40, ["a", "b"], clock=clock)

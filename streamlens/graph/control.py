@@ -7,15 +7,17 @@ published its result. Two parts hold it:
   comes to it can no longer meet the budget and is dropped there (counted `stale`), whatever the
   controller's rung. Nothing queues past the budget, and the engine drops by age, in arrival
   order, so the streams lose alike. The limit starts at the whole budget (`WAIT_SHARE`: a frame
-  that old is late whatever follows); each second whose worst p95 is over budget takes its excess
+  that old is late whatever follows); each second whose p95 is over budget takes its excess
   off it (down to `MIN_WAIT_SHARE` of the budget: the rest of a frame's way, tracking and
   publishing, takes that long now), and each second within budget gives half its slack back, so
   below capacity it trims nothing a p95 within budget did not need trimmed;
 - the ladder below, climbed by the controller once a second (`tick`): it looks at the live streams'
-  last second (each stream's p95, and the frames dropped without its say: too old for the engine,
+  last second (the p95 of every live stream's frames together, over at least `MIN_SAMPLES` of
+  them: a stream's own p95 of the few frames a second it has while shedding is its slowest, and
+  read so, one slow frame among a hundred was overload; and the frames dropped without its say: too old for the engine,
   a full queue, a decoder worker's full ring, and those that came late from a decode worker that
   gives up its share undecoded; not those late from another source, which shedding after the
-  decoder would not help: the runtime leaves them out) and, when a stream is
+  decoder would not help: the runtime leaves them out) and, when that p95 is
   over budget or more than `TAIL_SHARE` of the frames were dropped (the wait limit trims a tail of
   frames that would have been late anyway: that is the p95's 5%, not overload), climbs one rung,
   then gives the step until the next tick (`settle_s`) to take effect:
@@ -51,7 +53,7 @@ shed more, so that every live stream keeps about the same share (`fair_shares`; 
 smoothed over a few seconds, `FAIR_SMOOTHING`).
 
 Every frame it drops is counted (`shed`, part of `dropped`) in stats, metrics and the summary.
-When every live stream has stayed under 60% of the budget, without losing more than that tail, for
+When that p95 has stayed under 60% of the budget, without losing more than that tail, for
 `calm_s`, it comes down one rung, in the reverse order. A load within the budget but above that
 (a machine that carries its streams with little room) comes down too, after `PROBE_CALMS` times
 as long: the only way to know whether a rung is still needed is to try without it, and without
@@ -93,7 +95,7 @@ from ..sources.decode import DecodeShare
 STRETCHES = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0)
 #: shares of every live stream's frames dropped, in the order the controller tries them
 SHED_STEPS = (0.0, 1 / 8, 1 / 4, 1 / 3, 1 / 2, 2 / 3, 3 / 4, 5 / 6, 7 / 8, 9 / 10)
-#: a stream whose p95 stays under this share of the budget is calm
+#: a p95 under this share of the budget is calm
 CALM_SHARE = 0.6
 #: the share of the budget a live frame may have waited when the engine comes to it, at most (see the docs)
 WAIT_SHARE = 1.0
@@ -110,6 +112,12 @@ FAST_CALM_WINDOWS = 2
 PROBE_CALMS = 3
 #: the share of a second's frames the engine lost past which the keyframe rungs are taken at once
 ROUT_SHARE = 0.5
+#: the p95 the controller reads is taken over at least this many frames (the p95 of 21 leaves out
+#: their slowest): the p95 of a handful of frames is their slowest, and one slow frame among a few
+#: then read as overload (and shedding left fewer frames still to judge by)
+MIN_SAMPLES = 21
+#: ... looking back at most this many windows for them
+HISTORY_WINDOWS = 5
 #: the weight of each new second in the streams' smoothed losses, for fair shares
 FAIR_SMOOTHING = 0.25
 
@@ -314,9 +322,22 @@ class BudgetController:
 
     def p95(self, stream: str) -> float | None:
         """The stream's p95 over the last `window_s` (None: no frame in that time)."""
+        since = self.clock() - self.window_s
         with self._lock:
-            values = sorted(ms for _, ms in self._samples[stream])
+            values = sorted(ms for t, ms in self._samples[stream] if t > since)
         return nearest_rank(values, 0.95) if values else None
+
+    def pooled_p95(self) -> float | None:
+        """The p95 of every live stream's frames together over the last `window_s`, or over their
+        last `MIN_SAMPLES` frames where the window holds fewer (back to `HISTORY_WINDOWS` windows);
+        None: no frame in that time."""
+        since = self.clock() - self.window_s
+        with self._lock:
+            every = [sample for samples in self._samples.values() for sample in samples]
+        values = [ms for t, ms in every if t > since]
+        if len(values) < MIN_SAMPLES:
+            values = [ms for _, ms in sorted(every)[-MIN_SAMPLES:]]
+        return nearest_rank(sorted(values), 0.95) if values else None
 
     def tick(self, drops: dict[str, int], losses: dict[str, int] | None = None) -> str | None:
         """`losses`: each stream's frames lost so far but those shed (every cause: `drops` leaves
@@ -324,18 +345,19 @@ class BudgetController:
         now = self.clock()
         with self._lock:
             for samples in self._samples.values():
-                while samples and samples[0][0] <= now - self.window_s:
+                while samples and samples[0][0] <= now - HISTORY_WINDOWS * self.window_s:
                     samples.popleft()
-            counts = {name: len(samples) for name, samples in self._samples.items()}
+            counts = {name: sum(1 for t, _ in samples if t > now - self.window_s)
+                      for name, samples in self._samples.items()}
             published = sum(counts.values())
         if losses is not None:
             self._smooth(counts, losses)
-        p95 = {name: self.p95(name) for name in list(self._samples)}
+        p95 = self.pooled_p95()
         lost = sum(max(0, n - self._drops.get(name, n)) for name, n in drops.items() if name in self._samples)
         self._drops.update(drops)
         lost_share = lost / (lost + published) if lost else 0.0
-        over = lost_share > TAIL_SHARE or any(ms is not None and ms > self.budget_ms for ms in p95.values())
-        self._adjust_wait(max((ms for ms in p95.values() if ms is not None), default=None))
+        over = lost_share > TAIL_SHARE or (p95 is not None and p95 > self.budget_ms)
+        self._adjust_wait(p95)
         if over:
             self._calm_since = self._steady_since = None
             if self._last_down is not None and now - self._last_down < self.calm_s:
@@ -353,7 +375,7 @@ class BudgetController:
         if self.level == 0:
             self._calm_since = self._steady_since = None
             return None
-        calm = all(ms is None or ms < CALM_SHARE * self.budget_ms for ms in p95.values())
+        calm = p95 is None or p95 < CALM_SHARE * self.budget_ms
         if self._steady_since is None:
             self._steady_since = now
         if not calm:
@@ -391,7 +413,7 @@ class BudgetController:
             shedders[name].fraction = share
 
     def _adjust_wait(self, worst_ms: float | None) -> None:
-        """The hard limit follows the worst p95 of the second (see the docs)."""
+        """The hard limit follows the second's p95 (see the docs)."""
         if worst_ms is None:
             return
         if worst_ms > self.budget_ms:
