@@ -14,8 +14,8 @@ published its result. Two parts hold it:
 - the ladder below, climbed by the controller once a second (`tick`): it looks at the live streams'
   last second (the p95 of every live stream's frames together, over at least `MIN_SAMPLES` of
   them: a stream's own p95 of the few frames a second it has while shedding is its slowest, and
-  read so, one slow frame among a hundred was overload; and the frames dropped without its say: too old for the engine,
-  a full queue, a decoder worker's full ring, and those that came late from a decode worker that
+  read so, one slow frame among a hundred was overload; and the frames dropped without its say:
+  too old for the engine, a full queue, a decoder worker's full ring, and those that came late from a decode worker that
   gives up its share undecoded; not those late from another source, which shedding after the
   decoder would not help: the runtime leaves them out) and, when that p95 is
   over budget or more than `TAIL_SHARE` of the frames were dropped (the wait limit trims a tail of
@@ -319,13 +319,6 @@ class BudgetController:
         if samples is not None:
             with self._lock:
                 samples.append((self.clock(), ms))
-
-    def p95(self, stream: str) -> float | None:
-        """The stream's p95 over the last `window_s` (None: no frame in that time)."""
-        since = self.clock() - self.window_s
-        with self._lock:
-            values = sorted(ms for t, ms in self._samples[stream] if t > since)
-        return nearest_rank(values, 0.95) if values else None
 
     def pooled_p95(self) -> float | None:
         """The p95 of every live stream's frames together over the last `window_s`, or over their

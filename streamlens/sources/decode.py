@@ -207,8 +207,8 @@ class DecodeShare:
     decoded and the rest skipped: `skips(keyframe, seconds)`, asked once per packet in order before
     it is decoded. A share that is not a whole number of packets is kept on average (0.35 of 10:
     4, 3, 4, 3 ...), so that two streams a few points apart in share are a few points apart in
-    frames kept, not a whole packet a group. Until then, or for longer groups, every frame is decoded and `drops()`, asked
-    after each frame decoded, drops an even `1 - share` of them. Keyframes only is skipping after
+    frames kept, not a whole packet a group. Until then, or for longer groups, every frame is
+    decoded and `drops()`, asked after each frame decoded, drops an even `1 - share` of them. Keyframes only is skipping after
     every keyframe, whatever the group. `skipped` counts every frame given up either way. Skipping
     ends at a keyframe: never in the middle of a group whose start was skipped.
 
