@@ -208,9 +208,10 @@ class DecodeShare:
     it is decoded. A share that is not a whole number of packets is kept on average (0.35 of 10:
     4, 3, 4, 3 ...), so that two streams a few points apart in share are a few points apart in
     frames kept, not a whole packet a group. Until then, or for longer groups, every frame is
-    decoded and `drops()`, asked after each frame decoded, drops an even `1 - share` of them. Keyframes only is skipping after
-    every keyframe, whatever the group. `skipped` counts every frame given up either way. Skipping
-    ends at a keyframe: never in the middle of a group whose start was skipped.
+    decoded and `drops()`, asked after each frame decoded, drops an even `1 - share` of them.
+    Keyframes only is skipping after every keyframe, whatever the group. `skipped` counts every
+    frame given up either way. Skipping ends at a keyframe: never in the middle of a group whose
+    start was skipped.
 
     A decoder may still hold pictures when the packets after them are skipped (B-frame
     reordering). `drain_due` is True for the first packet skipped after packets were decoded: what
@@ -256,7 +257,6 @@ class DecodeShare:
         #: prefix takes it up, so that a share that is not a whole number of a group's packets (0.35 of
         #: 10) is kept on average (3, then 4, ...), not rounded the same way in every group
         self._carry = 0.0
-        self._wanted = 0.0
 
     def skips(self, keyframe: bool, seconds: float | None = None) -> bool:
         """Whether to skip the next packet undecoded (`seconds`: when it is shown, its pts)."""
@@ -267,8 +267,6 @@ class DecodeShare:
             self._since += 1
         if not (keyframe or self.thinning) and self.share < 1.0:
             self.thinning = self.share <= 0.0 or self._cut(seconds)
-            if self.thinning and self.share > 0.0:  # what this group decoded beyond its share, or short of it
-                self._carry = min(1.0, max(-1.0, self._wanted - self._since))
         if keyframe or not self.thinning:
             self.drain_due, self._decoded = False, True
             if seconds is not None and (self._latest is None or seconds > self._latest or keyframe):
@@ -284,10 +282,13 @@ class DecodeShare:
         every frame shown before the last one decoded is decoded, and the frames keep their numbers)."""
         if self._group is None:
             return False
-        self._wanted = self.share * self._group + self._carry
-        if self._since < max(1, math.floor(self._wanted + 0.5)):
+        wanted = self.share * self._group + self._carry
+        if self._since < max(1, math.floor(wanted + 0.5)):
             return False
-        return seconds is None or self._latest is None or seconds > self._latest
+        if seconds is not None and self._latest is not None and seconds <= self._latest:
+            return False
+        self._carry = min(1.0, max(-1.0, wanted - self._since))  # what this group decoded over its share, or under
+        return True
 
     def _learn_group(self, seconds: float | None) -> None:
         if self._since == 0:  # the same keyframe's next packet

@@ -223,7 +223,8 @@ class FilePasses:
             first_pass = False
             # the pass ends at its last frame shown, decoded or skipped: a pass whose end was shed
             # undecoded still lasted as long, and the next one starts on time after it
-            pass_last_pts = max(pass_last_pts, self._skipped_end or pass_last_pts)
+            if self._skipped_end is not None:
+                pass_last_pts = max(pass_last_pts, self._skipped_end)
             loop_offset += pass_last_pts - pass_first_pts + frame_duration
             self._rewind()
 
