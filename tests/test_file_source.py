@@ -203,9 +203,11 @@ def test_a_live_file_decoded_in_a_worker_reads_on_its_owners_clock():
     """Held past `MAX_LIVE_LAG_S`, the owner takes its clock up anew at now; its worker, which waited
     meanwhile, takes the same clock. On a clock of its own it would read every packet as late as
     the hold, skip them all looking for a keyframe read in time, and the stream would end there."""
-    source = FileSource("cam1", clip("highway_720p30.mp4"), live=True, decode="process")
-    frames = _held(source, file_source.MAX_LIVE_LAG_S + 1.0, 2 + 45)
-    assert len(frames) == 2 + 45, f"{len(frames)} frames; lost {source.losses()}"
+    # the 10 fps clip: a machine too busy to decode it in real time would skip frames as a camera's
+    # worker does, and that is not what is asked here
+    source = FileSource("cam1", clip("person_indoor_768x432.mp4"), live=True, decode="process")
+    frames = _held(source, file_source.MAX_LIVE_LAG_S + 1.0, 2 + 15)
+    assert len(frames) == 2 + 15, f"{len(frames)} frames; lost {source.losses()}"
     assert source.losses()["decoder"] == 0
     assert [f.index for f in frames] == list(range(len(frames)))
 
