@@ -80,8 +80,9 @@ def test_drops_outside_the_controller_count_as_over_budget():
     clock = Clock()
     c = BudgetController(33, ["a"], settle_s=1, clock=clock)
     assert feed(c, clock, {"a": 5}, {"a": 0}) == [None]
-    assert feed(c, clock, {"a": 5}, {"a": 3}) == ["keyframe intervals x1.5"]  # 3 frames lost in the queue
-    assert feed(c, clock, {"a": 5}, {"a": 3}) == [None]  # no new ones: calm again
+    # 4 frames lost in the queue: 4 of the last two seconds' 68 frames (5.9%) missed the budget
+    assert feed(c, clock, {"a": 5}, {"a": 4}) == ["keyframe intervals x1.5"]
+    assert feed(c, clock, {"a": 5}, {"a": 4}) == [None]  # no new ones: calm again
 
 
 def test_steps_down_in_reverse_after_calm_and_backs_off_when_that_was_too_soon():

@@ -82,7 +82,10 @@ def test_a_tail_of_frames_too_old_for_the_budget_is_not_overload():
     assert feed(c, clock, {"a": 15, "b": 15}, {"a": 0, "b": 0}) == [None]
     # 64 frames published in the second, 3 dropped for their age (4.5%): the p95's share, not overload
     assert feed(c, clock, {"a": 15, "b": 15}, {"a": 2, "b": 1}) == [None]
-    assert feed(c, clock, {"a": 15, "b": 15}, {"a": 6, "b": 1}) == ["batching for throughput"]  # 4 of 68
+    # 4 of 68 (5.9%) in one second, after seconds within the tail: a burst, not yet a load
+    assert feed(c, clock, {"a": 15, "b": 15}, {"a": 6, "b": 1}) == [None]
+    # the same again: 11 of the last three seconds' 203 frames (5.4%) missed the budget
+    assert feed(c, clock, {"a": 15, "b": 15}, {"a": 10, "b": 1}) == ["batching for throughput"]
 
 
 def test_shedding_climbs_to_its_last_rung_and_no_further():
@@ -176,7 +179,8 @@ def test_one_slow_frame_among_a_few_a_second_is_not_overload_but_a_slow_tail_is(
     Each stream's p95 of its second's 8 frames was their slowest, so that one frame read as overload
     every second, and the controller shed more and had fewer frames still to judge by. The p95 read
     is that of every live stream's frames together (at least 21 of them); a slow tail in them (one
-    stream in ten slow, a tenth of the frames) is still overload."""
+    stream in ten slow, a tenth of the frames) is still overload, from its second second (a tenth of
+    one second's frames, after seconds within the tail, is a burst: `EVIDENCE_WINDOWS`)."""
     clock = Clock()
     streams = [f"cam{i}" for i in range(10)]
     c = BudgetController(33, streams, max_stretch=1, clock=clock)
@@ -189,6 +193,7 @@ def test_one_slow_frame_among_a_few_a_second_is_not_overload_but_a_slow_tail_is(
         return c.tick(dict.fromkeys(streams, 0))
 
     assert [second(streams[i % 10]) for i in range(20)] == [None] * 20 and c.level == 0
+    assert second("cam4", every=True) is None
     assert second("cam4", every=True) == "batching for throughput"
 
 
@@ -242,25 +247,20 @@ def test_while_shedding_a_stream_that_loses_more_elsewhere_is_shed_less_so_all_k
     feed(c, clock, {"a": 40, "b": 40, "c": 40}, dict.fromkeys("abc", 0))  # batching for throughput
     # a second that lost as many frames as it published: shedding goes to 1 in 2
     assert feed(c, clock, dict.fromkeys("abc", 20.0), dict.fromkeys("abc", 32)) == ["dropping 1 in 2"]
-    carried = dict.fromkeys("abc", 32)  # the engine's own losses stop there: the rung holds
     published = dict.fromkeys("abc", 32)  # feed's 32 frames a stream a second
-    # every second now, stream c loses 32 frames late from its source, b 8, a none (losses that do
-    # not make the controller climb, but do make a stream keep less)
+    # every second now, stream c loses 3 frames too old, b 1, a none: 4 of 100, within the tail
+    # (the rung holds), but c keeps less
     for second in range(1, 16):
-        lost = {"a": 32, "b": 32 + 8 * second, "c": 32 + 32 * second}
-        for _ in range(32):
-            clock.now += 1 / 32
-            for stream in lost:
-                c.observe(stream, 20.0)
-        assert c.tick(carried, lost) is None
-    lost = {"a": 0, "b": 8 * 15, "c": 32 * 15}
+        lost = {"a": 32, "b": 32 + second, "c": 32 + 3 * second}
+        assert feed(c, clock, dict.fromkeys("abc", 20.0), lost) == [None]
+    lost = {"a": 0, "b": 15, "c": 3 * 15}
     assert c.shed == 0.5
     shares = {name: s.fraction for name, s in c.shedders.items()}
     assert shares["a"] > shares["b"] > shares["c"]
     # what each keeps: (1 - shed) x (1 - its other losses' share) is about the same for all
     other = {name: (n / 15) / (n / 15 + published[name]) for name, n in lost.items()}
     kept = [(1 - shares[name]) * (1 - other[name]) for name in lost]
-    assert max(kept) - min(kept) < 0.03, (shares, kept)
+    assert max(kept) - min(kept) < 0.01, (shares, kept)
     # streams that lose alike shed alike: the rung's share exactly
     even = BudgetController(33, ["a", "b"], max_stretch=1, clock=clock)
     feed(even, clock, {"a": 40, "b": 40}, {"a": 0, "b": 0})
@@ -380,11 +380,12 @@ def test_the_engine_tells_the_shared_schedule_how_many_frames_never_came():
 
 
 
-def test_frames_late_from_a_source_that_sheds_undecoded_make_the_controller_shed(tmp_path):
-    """A decoder behind its clock hands over frames too late to publish. Shedding after decoding
-    would not help it, so for such a source they are left out of what the controller answers; a
-    decode worker that gives up its share undecoded (a camera's, a `decode: process` file's) is
-    relieved by shedding, so for it they count."""
+def test_frames_late_from_their_source_make_the_controller_shed_wherever_they_are_decoded(tmp_path):
+    """A decoder behind its clock hands over frames too late to publish. Shedding relieves it
+    wherever it decodes: a decode worker (a camera's, a `decode: process` file's) skips its share
+    undecoded, and a live file decoded on its stream's thread no longer pays admission and the engine
+    for its shed frames, in the process its decoder shares. Measured at indoor K=48 on that thread,
+    leaving those frames out let them fall unevenly, unanswered (tools/results/overload.md)."""
     import av
 
     from streamlens.graph.drops import Losses
@@ -409,8 +410,6 @@ def test_frames_late_from_a_source_that_sheds_undecoded_make_the_controller_shed
     for name in sources:
         lanes[name].late_from_source, admissions[name].late_from_source = 4, 3
     losses = Losses(sources, lanes, admissions, Channel(8), {"file": thinning, "other": plain})
-    answered, unshed = losses.for_controller(["file", "other"])
-    assert unshed == {"file": 7, "other": 7}
-    assert answered == {"file": 7, "other": 0}
+    assert losses.for_controller(["file", "other"]) == {"file": 7, "other": 7}
     for source in sources.values():
         source.close()

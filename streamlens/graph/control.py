@@ -15,12 +15,13 @@ published its result. Two parts hold it:
   last second (the p95 of every live stream's frames together, over at least `MIN_SAMPLES` of
   them: a stream's own p95 of the few frames a second it has while shedding is its slowest, and
   read so, one slow frame among a hundred was overload; and the frames dropped without its say:
-  too old for the engine, a full queue, a decoder worker's full ring, and those that came late from a decode worker that
-  gives up its share undecoded; not those late from another source, which shedding after the
-  decoder would not help: the runtime leaves them out) and, when that p95 is
-  over budget or more than `TAIL_SHARE` of the frames were dropped (the wait limit trims a tail of
-  frames that would have been late anyway: that is the p95's 5%, not overload), climbs one rung,
-  then gives the step until the next tick (`settle_s`) to take effect:
+  too old for the engine or late from their source, a full queue, a decoder worker's full ring)
+  and, when that p95 is over budget or more than `TAIL_SHARE` of the frames were dropped (the
+  wait limit trims a tail of frames that would have been late anyway: that is the p95's 5%, not
+  overload), and more than that share of the last `EVIDENCE_WINDOWS` seconds' frames (or of those
+  since its last step) missed the budget too (one stall is a burst of late frames, not a load:
+  each rung taken for one was kept for seconds, and under a noisy scheduler they added up), climbs
+  one rung, then gives the step until the next tick (`settle_s`) to take effect:
 
 0. (live streams sharing one keyframe schedule, `keyframe_wait`) keyframes no longer wait for their
    detections: each goes out by motion at once and its detections are applied when they come (the
@@ -118,6 +119,11 @@ ROUT_SHARE = 0.5
 MIN_SAMPLES = 21
 #: ... looking back at most this many windows for them
 HISTORY_WINDOWS = 5
+#: a second over budget is overload only if, over this many windows (or since the last step, where
+#: that is later), more than `TAIL_SHARE` of the frames missed the budget: one stall (a thread not
+#: scheduled for a tenth of a second, a collection) loses a burst of frames but is not a load that
+#: shedding would answer, and a rung taken for each such second was never given back
+EVIDENCE_WINDOWS = 3
 #: the weight of each new second in the streams' smoothed losses, for fair shares
 FAIR_SMOOTHING = 0.25
 
@@ -205,11 +211,6 @@ class Shedder:
             self._here = bool(getattr(source, "thins_here", False))
 
     @property
-    def sheds_undecoded(self) -> bool:
-        """Whether its source's decode worker gives up its share of frames, mostly undecoded."""
-        return self._thins and not self._here
-
-    @property
     def drain_due(self) -> bool:
         """Whether what the decoder holds is to be drained now (decode.py `DecodeShare`)."""
         return self._thin.drain_due
@@ -281,6 +282,8 @@ class BudgetController:
         self._steady_since: float | None = None  # every stream within the budget since
         self._last_up: float | None = None
         self._last_down: float | None = None
+        self._last_step = float("-inf")
+        self._lost: deque[tuple[float, int]] = deque()  # (tick, frames lost without its say since the last)
 
     @property
     def stretch(self) -> float:
@@ -332,9 +335,19 @@ class BudgetController:
             values = [ms for _, ms in sorted(every)[-MIN_SAMPLES:]]
         return nearest_rank(sorted(values), 0.95) if values else None
 
-    def tick(self, drops: dict[str, int], losses: dict[str, int] | None = None) -> str | None:
-        """`losses`: each stream's frames lost so far but those shed (every cause: `drops` leaves
-        out those late from their source), for fair shares (None: every stream sheds alike)."""
+    def late_share(self) -> float:
+        """The share of every live stream's frames that missed the budget (published over it, or lost
+        without the controller's say) over the last `EVIDENCE_WINDOWS` windows, or since the last
+        step where that is later (0.0: no frame in that time)."""
+        since = max(self.clock() - EVIDENCE_WINDOWS * self.window_s, self._last_step)
+        with self._lock:
+            every = [ms for samples in self._samples.values() for t, ms in samples if t > since]
+        lost = sum(n for t, n in self._lost if t > since)
+        late = lost + sum(1 for ms in every if ms > self.budget_ms)
+        return late / (lost + len(every)) if late else 0.0
+
+    def tick(self, drops: dict[str, int]) -> str | None:
+        """`drops`: each stream's frames lost so far but those the controller shed (every cause)."""
         now = self.clock()
         with self._lock:
             for samples in self._samples.values():
@@ -343,13 +356,16 @@ class BudgetController:
             counts = {name: sum(1 for t, _ in samples if t > now - self.window_s)
                       for name, samples in self._samples.items()}
             published = sum(counts.values())
-        if losses is not None:
-            self._smooth(counts, losses)
+        self._smooth(counts, drops)
         p95 = self.pooled_p95()
         lost = sum(max(0, n - self._drops.get(name, n)) for name, n in drops.items() if name in self._samples)
         self._drops.update(drops)
+        self._lost.append((now, lost))
+        while self._lost[0][0] <= now - HISTORY_WINDOWS * self.window_s:
+            self._lost.popleft()
         lost_share = lost / (lost + published) if lost else 0.0
-        over = lost_share > TAIL_SHARE or (p95 is not None and p95 > self.budget_ms)
+        over_now = lost_share > TAIL_SHARE or (p95 is not None and p95 > self.budget_ms)
+        over = over_now and self.late_share() > TAIL_SHARE
         self._adjust_wait(p95)
         if over:
             self._calm_since = self._steady_since = None
@@ -360,7 +376,7 @@ class BudgetController:
             self._last_down = None
             if self._last_up is not None and now - self._last_up < self.settle_s:
                 return None  # the last step has not had its time yet
-            self._last_up = now
+            self._last_up = self._last_step = now
             action = self._note(self._step_up(lost_share))
             self._share_fairly()
             return action
@@ -368,7 +384,7 @@ class BudgetController:
         if self.level == 0:
             self._calm_since = self._steady_since = None
             return None
-        calm = p95 is None or p95 < CALM_SHARE * self.budget_ms
+        calm = not over_now and (p95 is None or p95 < CALM_SHARE * self.budget_ms)
         if self._steady_since is None:
             self._steady_since = now
         if not calm:
@@ -380,7 +396,7 @@ class BudgetController:
             return None
         if self._last_down is not None:  # the last step down held: the next may come sooner
             self.calm_s = max(self._fastest_calm_s, self.calm_s / 2)
-        self._calm_since = self._steady_since = self._last_down = now
+        self._calm_since = self._steady_since = self._last_down = self._last_step = now
         action = self._note(self._step_down())
         self._share_fairly()
         return action
