@@ -268,6 +268,32 @@ def test_while_shedding_a_stream_that_loses_more_elsewhere_is_shed_less_so_all_k
     assert [s.fraction for s in even.shedders.values()] == [even.shed, even.shed]
 
 
+def test_on_a_keyframe_rung_the_streams_chance_spared_are_shed_down_to_the_others():
+    """Frames too old for the engine fall on streams at random: 48 streams of 10 fps losing 7% ended
+    10-12 points apart over 12 s. Once the controller has climbed a rung, a stream that lost fewer
+    than the mean is shed down to it, even where the rung itself sheds nothing; below capacity (no
+    rung) nothing is shed."""
+    clock = Clock()
+    c = BudgetController(33, ["a", "b", "c"], max_stretch=4, clock=clock)
+    lost = dict.fromkeys("abc", 0)
+    for second in range(10):  # within budget, b and c lose a frame now and then: no rung, no shedding
+        lost = {"a": 0, "b": second // 2, "c": second // 3}
+        assert feed(c, clock, dict.fromkeys("abc", 10.0), lost) == [None]
+    assert c.level == 0 and all(s.fraction == 0.0 for s in c.shedders.values())
+    assert feed(c, clock, dict.fromkeys("abc", 40.0), lost) == ["keyframe intervals x1.5"]
+    for second in range(1, 13):  # the rung holds; c loses 3 frames a second, b 1, a none (4 of 100)
+        assert feed(c, clock, dict.fromkeys("abc", 20.0), {"a": 0, "b": lost["b"] + second,
+                                                          "c": lost["c"] + 3 * second}) == [None]
+    assert c.shed == 0.0 and c.stretch == 1.5
+    shares = {name: s.fraction for name, s in c.shedders.items()}
+    assert shares["a"] > shares["b"] > shares["c"] == 0.0
+    # a and b keep what the three keep on the mean; c, which lost most, is not shed
+    other = {"a": 0.0, "b": 1 / 33, "c": 3 / 35}
+    mean = sum(1 - share for share in other.values()) / 3
+    kept = {name: (1 - shares[name]) * (1 - other[name]) for name in "abc"}
+    assert abs(kept["a"] - mean) < 0.01 and abs(kept["b"] - mean) < 0.01, (shares, kept)
+
+
 # -- the engine and admission ---------------------------------------------------------------------
 
 
