@@ -15,8 +15,10 @@ published its result. Two parts hold it:
   last second (the p95 of every live stream's frames together, over at least `MIN_SAMPLES` of
   them: a stream's own p95 of the few frames a second it has while shedding is its slowest, and
   read so, one slow frame among a hundred was overload; and the frames dropped without its say:
-  too old for the engine or late from their source, a full queue, a decoder worker's full ring)
-  and, when that p95 is over budget or more than `TAIL_SHARE` of the frames were dropped (the
+  too old for the engine, a full queue, a decoder worker's full ring, and those that came late
+  from a decode worker that gives up its share undecoded; not those late from another source,
+  which shedding after the decoder would not help: the runtime leaves them out: counted, a start's
+  burst of them sent it to its top rung for most of a minute at highway K=8 on the graph's threads) and, when that p95 is over budget or more than `TAIL_SHARE` of the frames were dropped (the
   wait limit trims a tail of frames that would have been late anyway: that is the p95's 5%, not
   overload), and more than that share of the last `EVIDENCE_WINDOWS` seconds' frames (or of those
   since its last step) missed the budget too (one stall is a burst of late frames, not a load:
@@ -219,6 +221,11 @@ class Shedder:
             self._here = bool(getattr(source, "thins_here", False))
 
     @property
+    def sheds_undecoded(self) -> bool:
+        """Whether its source's decode worker gives up its share of frames, mostly undecoded."""
+        return self._thins and not self._here
+
+    @property
     def drain_due(self) -> bool:
         """Whether what the decoder holds is to be drained now (decode.py `DecodeShare`)."""
         return self._thin.drain_due
@@ -354,8 +361,10 @@ class BudgetController:
         late = lost + sum(1 for ms in every if ms > self.budget_ms)
         return late / (lost + len(every)) if late else 0.0
 
-    def tick(self, drops: dict[str, int]) -> str | None:
-        """`drops`: each stream's frames lost so far but those the controller shed (every cause)."""
+    def tick(self, drops: dict[str, int], losses: dict[str, int] | None = None) -> str | None:
+        """`drops`: each stream's frames lost so far that the controller answers (graph/drops.py
+        `Losses.for_controller`); `losses`: every frame each lost so far but those shed, for fair
+        shares (None: `drops`)."""
         now = self.clock()
         with self._lock:
             for samples in self._samples.values():
@@ -364,7 +373,7 @@ class BudgetController:
             counts = {name: sum(1 for t, _ in samples if t > now - self.window_s)
                       for name, samples in self._samples.items()}
             published = sum(counts.values())
-        self._smooth(counts, drops)
+        self._smooth(counts, drops if losses is None else losses)
         p95 = self.pooled_p95()
         lost = sum(max(0, n - self._drops.get(name, n)) for name, n in drops.items() if name in self._samples)
         self._drops.update(drops)

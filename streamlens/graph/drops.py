@@ -39,12 +39,27 @@ class Losses:
                 "refused": found.get("refused", 0), "inbox": self.inbox.dropped[name], "stale": stale,
                 "shed": shedder.dropped if shedder is not None else 0}
 
-    def for_controller(self, names: list[str]) -> dict[str, int]:
-        """Per stream of `names`, what the budget controller reads (graph/control.py `tick`): every
-        frame lost but those it shed. Frames that came too late from their source count too: a decoder
-        behind its clock is relieved by shedding, a worker's by the groups it skips undecoded, a
-        thread's by the work its shed frames no longer cost the process (admission, the engine)."""
-        return {name: self.dropped(lost) - lost["shed"] for name in names for lost in (self.of(name),)}
+    def late_from_source(self, name: str) -> int:
+        """Frames of `name` that came too late from their source (a decoder behind its clock):
+        dropped by admission or by the engine."""
+        lane, admit = self.lanes.get(name), self.admissions.get(name)
+        return (lane.late_from_source if lane else 0) + (admit.late_from_source if admit is not None else 0)
+
+    def for_controller(self, names: list[str]) -> tuple[dict[str, int], dict[str, int]]:
+        """Per stream of `names`, what the budget controller reads (graph/control.py `tick`): the
+        frames the machine could not carry, which it answers (every frame lost but those it shed,
+        and but those that came too late from a source other than a decode worker that sheds
+        undecoded: shedding after a decoder behind its clock would not help it; a worker that gives
+        up frames undecoded is relieved), and every frame lost but those it shed (its fair shares
+        weigh them)."""
+        unshed = {name: self.dropped(lost) - lost["shed"] for name in names for lost in (self.of(name),)}
+        answered = {name: n if self._sheds_undecoded(name) else n - self.late_from_source(name)
+                    for name, n in unshed.items()}
+        return answered, unshed
+
+    def _sheds_undecoded(self, name: str) -> bool:
+        shedder = self.shedders.get(name)
+        return shedder is not None and shedder.sheds_undecoded
 
     @staticmethod
     def dropped(lost: dict[str, int]) -> int:

@@ -351,7 +351,7 @@ class Pipeline:
         replaces one not yet applied), and the engine applies it on its thread before its next input."""
         control = self.controller
         if control is not None:
-            control.tick(self._losses.for_controller(list(control.shedders)))
+            control.tick(*self._losses.for_controller(list(control.shedders)))
             self._mail.put(Control(control.stretch, control.wait, control.throughput, control.max_wait_s),
                            key="control", drop_oldest=True)
 
