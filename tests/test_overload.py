@@ -179,8 +179,7 @@ def test_one_slow_frame_among_a_few_a_second_is_not_overload_but_a_slow_tail_is(
     Each stream's p95 of its second's 8 frames was their slowest, so that one frame read as overload
     every second, and the controller shed more and had fewer frames still to judge by. The p95 read
     is that of every live stream's frames together (at least 21 of them); a slow tail in them (one
-    stream in ten slow, a tenth of the frames) is still overload, from its second second (a tenth of
-    one second's frames, after seconds within the tail, is a burst: `EVIDENCE_WINDOWS`)."""
+    stream in ten slow, a tenth of the frames) is still overload."""
     clock = Clock()
     streams = [f"cam{i}" for i in range(10)]
     c = BudgetController(33, streams, max_stretch=1, clock=clock)
@@ -193,7 +192,6 @@ def test_one_slow_frame_among_a_few_a_second_is_not_overload_but_a_slow_tail_is(
         return c.tick(dict.fromkeys(streams, 0))
 
     assert [second(streams[i % 10]) for i in range(20)] == [None] * 20 and c.level == 0
-    assert second("cam4", every=True) is None
     assert second("cam4", every=True) == "batching for throughput"
 
 

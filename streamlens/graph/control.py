@@ -11,19 +11,21 @@ published its result. Two parts hold it:
   off it (down to `MIN_WAIT_SHARE` of the budget: the rest of a frame's way, tracking and
   publishing, takes that long now), and each second within budget gives half its slack back, so
   below capacity it trims nothing a p95 within budget did not need trimmed;
-- the ladder below, climbed by the controller once a second (`tick`): it looks at the live streams'
-  last second (the p95 of every live stream's frames together, over at least `MIN_SAMPLES` of
-  them: a stream's own p95 of the few frames a second it has while shedding is its slowest, and
-  read so, one slow frame among a hundred was overload; and the frames dropped without its say:
-  too old for the engine, a full queue, a decoder worker's full ring, and those that came late
-  from a decode worker that gives up its share undecoded; not those late from another source,
-  which shedding after the decoder would not help: the runtime leaves them out: counted, a start's
-  burst of them sent it to its top rung for most of a minute at highway K=8 on the graph's threads) and, when that p95 is over budget or more than `TAIL_SHARE` of the frames were dropped (the
-  wait limit trims a tail of frames that would have been late anyway: that is the p95's 5%, not
-  overload), and more than that share of the last `EVIDENCE_WINDOWS` seconds' frames (or of those
-  since its last step) missed the budget too (one stall is a burst of late frames, not a load:
-  each rung taken for one was kept for seconds, and under a noisy scheduler they added up), climbs
-  one rung, then gives the step until the next tick (`settle_s`) to take effect:
+- the ladder below, climbed by the controller once a second (`tick`): it looks at the live
+  streams' last second (the p95 of every live stream's frames together, over at least
+  `MIN_SAMPLES` of them: a stream's own p95 of the few frames a second it has while shedding is
+  its slowest, and read so, one slow frame among a hundred was overload; and the frames dropped
+  without its say: too old for the engine, a full queue, a decoder worker's full ring, and those
+  that came late from a decode worker that gives up its share undecoded; not those late from
+  another source, which shedding after the decoder would not help: the runtime leaves them out:
+  counted, a start's burst of them sent it to its top rung for most of a minute at highway K=8 on
+  the graph's threads) and, when that p95 is over budget or more than `TAIL_SHARE` of the frames
+  were dropped (the wait limit trims a tail of frames that would have been late anyway: that is
+  the p95's 5%, not overload; and then only if more than that share of the last
+  `EVIDENCE_WINDOWS` seconds' frames, or of those since its last step, missed the budget too: one
+  stall loses a burst of frames, not a load, each rung taken for one was kept for seconds, and
+  under a noisy scheduler they added up), climbs one rung, then gives the step until the next
+  tick (`settle_s`) to take effect:
 
 0. (live streams sharing one keyframe schedule, `keyframe_wait`) keyframes no longer wait for their
    detections: each goes out by motion at once and its detections are applied when they come (the
@@ -122,10 +124,11 @@ ROUT_SHARE = 0.5
 MIN_SAMPLES = 21
 #: ... looking back at most this many windows for them
 HISTORY_WINDOWS = 5
-#: a second over budget is overload only if, over this many windows (or since the last step, where
-#: that is later), more than `TAIL_SHARE` of the frames missed the budget: one stall (a thread not
-#: scheduled for a tenth of a second, a collection) loses a burst of frames but is not a load that
-#: shedding would answer, and a rung taken for each such second was kept for seconds
+#: a second that lost more than `TAIL_SHARE` of its frames is overload only if, over this many
+#: windows (or since the last step, where that is later), more than that share missed the budget:
+#: one stall (a thread not scheduled for a tenth of a second, a collection) loses a burst of frames
+#: but is not a load that shedding would answer, and a rung taken for each such second was kept for
+#: seconds (a p95 over budget is answered at once: waiting for more let it sit over the budget)
 EVIDENCE_WINDOWS = 3
 #: the weight of each new second in the streams' smoothed losses, for fair shares: about ten
 #: seconds' memory, so that what chance took from a stream over that long is made up for
@@ -381,8 +384,9 @@ class BudgetController:
         while self._lost[0][0] <= now - HISTORY_WINDOWS * self.window_s:
             self._lost.popleft()
         lost_share = lost / (lost + published) if lost else 0.0
-        over_now = lost_share > TAIL_SHARE or (p95 is not None and p95 > self.budget_ms)
-        over = over_now and self.late_share() > TAIL_SHARE
+        slow = p95 is not None and p95 > self.budget_ms
+        over_now = slow or lost_share > TAIL_SHARE
+        over = slow or (lost_share > TAIL_SHARE and self.late_share() > TAIL_SHARE)
         self._adjust_wait(p95)
         if over:
             self._calm_since = self._steady_since = None
