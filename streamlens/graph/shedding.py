@@ -17,10 +17,9 @@ def fair_shares(shed: float, lost: dict[str, float], most: float = SHED_STEPS[-1
     """Each stream's share to shed so that all keep about what they would with `shed` alike and
     the mean of their other losses: `lost` is each stream's share of frames lost otherwise (of
     those not shed). A stream that loses more than that leaves is shed nothing; none more than `most`.
-    With `shed` 0 too, the streams that lost fewer than the mean are shed down to it: losses that
-    fall at random (frames too old for the engine) leave streams apart by chance alone (measured at
-    indoor K=48: 7% lost, as many a stream as chance gives, and 48 streams of 10 fps ended 10 to 12
-    points apart over 12 s).
+    With `shed` 0 too, the streams that lost fewer than the mean are shed down to it: frames too
+    old for the engine fall on the streams at least as unevenly as chance (measured at indoor K=48:
+    7% lost, and 48 streams of 10 fps ended 10 to 12 points apart over 12 s).
 
     Example:
         >>> shares = fair_shares(0.5, {"a": 0.0, "b": 0.2, "c": 0.4})
