@@ -49,16 +49,22 @@ class StatsReporter:
             st.losses(lost, Losses.dropped(lost), lane.deferred_keyframes if lane else 0,
                       lane.discarded_detections if lane else 0)
 
-    def periodic(self) -> None:
+    def periodic(self, part: int = 0, parts: int = 1) -> int:
         """The running streams' `stats`, never waiting: a stream's eos may be stuck in a full sink
         queue, which the calling thread (the run's loop) must stay free to close on an abort; these
-        figures come again in a second."""
+        figures come again in a second. `part` of `parts`: only the streams whose place in the run
+        is `part` modulo `parts` (the run's loop spreads the streams over the second: building 48
+        streams' messages at once held the process for 70-120 ms every second, and the frames due
+        then, the same streams' every time, came too late; tools/results/overload.md). Returns the
+        next part."""
         if not self.out.wants_stats or not self._ends_lock.acquire(blocking=False):
-            return
+            return (part + 1) % parts
         try:
-            self._publish([name for name, st in list(self.stats.items()) if st.reason is None])
+            self._publish([name for i, (name, st) in enumerate(list(self.stats.items()))
+                           if st.reason is None and i % parts == part])
         finally:
             self._ends_lock.release()
+        return (part + 1) % parts
 
     def end(self, end: StreamEnd) -> None:
         """A stream has ended (on the engine thread): its last figures, its last `stats`, its `eos`."""

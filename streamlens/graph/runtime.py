@@ -284,10 +284,10 @@ class Pipeline:
                          control.steps if control else 0, losses, self.secondary_stats())
 
     def _loop(self, threads: list[threading.Thread], on_tick, tick_s: float, stats_every_s: float) -> None:
-        """The run's loop, on the thread that called `run()`, until every thread has ended: the
-        streams' losses, an abort's deadline for stuck sinks, once a second the budget controller
-        and the `stats` messages, and `on_tick`."""
-        next_stats = time.monotonic() + stats_every_s
+        """The run's loop, on the thread that called `run()`, until every thread has ended: losses, an
+        abort's deadline for stuck sinks, the controller and the `stats` once a second, `on_tick`."""
+        parts = max(1, round(stats_every_s / tick_s))
+        part, next_stats = 0, time.monotonic() + stats_every_s / parts
         while True:
             alive = next((t for t in threads if t.is_alive()), None)
             if alive is None:
@@ -302,9 +302,10 @@ class Pipeline:
             if self._aborted_at is not None and time.monotonic() - self._aborted_at > ABORT_SINK_GRACE_S:
                 self._out.close_queues()  # the engine may be stuck putting into one
             if time.monotonic() >= next_stats:
-                next_stats += stats_every_s
-                self._control()
-                self._reporter.periodic()
+                next_stats += stats_every_s / parts
+                if part == 0:  # the controller's second; the streams' stats spread over its ticks
+                    self._control()
+                part = self._reporter.periodic(part, parts)
             if on_tick is not None:
                 on_tick(self)
 
