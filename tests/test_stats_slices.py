@@ -1,38 +1,49 @@
 """The run's loop spreads the streams' `stats` messages over its ticks (graph/reports.py
 `StatsReporter.periodic`): building every stream's at once held the process for 70-120 ms each
-second at 48 streams. Over one round of slices, every running stream is published exactly once."""
+second at 48 streams. Over one round of slices, every running stream is published exactly once,
+through the run's real fan-out to a sink that takes stats."""
 
 from __future__ import annotations
 
+from streamlens.frame import StatsReport
+from streamlens.graph.fanout import FanOut
 from streamlens.graph.reports import StatsReporter
 from streamlens.graph.stats import StreamStats
+from streamlens.sinks.base import Sink
 
 
-class Published:
-    """Where the reporter hands its messages (the fan-out's face for stats)."""
+class StatsSink(Sink):
+    """Keeps the streams of the stats messages it is written, in order (an inline sink: written on
+    the calling thread, as a ZeroMQ publisher of results is)."""
 
+    name = "stats"
     wants_stats = True
+    inline = True
 
     def __init__(self) -> None:
-        self.names: list[str] = []
+        self.streams: list[str] = []
 
-    def publish_stats(self, reports) -> None:
-        self.names.extend(report.stream for report in reports)
+    def write(self, item, message, payload) -> None:
+        if isinstance(item, StatsReport):
+            assert message["type"] == "stats" and message["stream"] == item.stream
+            self.streams.append(item.stream)
 
 
 def test_one_round_of_slices_publishes_every_running_stream_once_and_no_ended_one():
     stats = {f"cam{i}": StreamStats(f"cam{i}", f"rtsp://cam{i}") for i in range(10)}
     stats["cam3"].reason = "eof"  # ended: its last stats went with its eos
-    out = Published()
+    sink, errors = StatsSink(), []
+    out = FanOut([sink], 8, on_published=lambda result, ms: None, on_error=errors.append,
+                 on_close_error=errors.append)
     reporter = StatsReporter(stats, out, None, capped=set(), queue_depth=lambda name: 0)
-    part, seen = 0, []
+    part, slices = 0, []
     for _ in range(4):
-        before = len(out.names)
+        before = len(sink.streams)
         part = reporter.periodic(part, 4)
-        seen.append(out.names[before:])
+        slices.append(sink.streams[before:])
     assert part == 0  # back to the first slice, with the controller's second
-    assert sorted(out.names) == sorted(name for name in stats if name != "cam3")
-    assert all(len(names) <= 3 for names in seen)  # a quarter a tick, not all at once
-    out.names.clear()
+    assert sorted(sink.streams) == sorted(name for name in stats if name != "cam3")
+    assert all(len(names) <= 3 for names in slices)  # a quarter a tick, not all at once
+    sink.streams.clear()
     reporter.periodic()  # one part: every running stream at once
-    assert len(out.names) == 9
+    assert len(sink.streams) == 9 and not errors

@@ -18,14 +18,14 @@ published its result. Two parts hold it:
   without its say: too old for the engine, a full queue, a decoder worker's full ring, and those
   that came late from a decode worker that gives up its share undecoded; not those late from
   another source, which shedding after the decoder would not help: the runtime leaves them out:
-  counted, a start's burst of them sent it to its top rung for most of a minute at highway K=8 on
-  the graph's threads) and, when that p95 is over budget or more than `TAIL_SHARE` of the frames
-  were dropped (the wait limit trims a tail of frames that would have been late anyway: that is
-  the p95's 5%, not overload; and then only if more than that share of the last
+  counted, a start's burst of them sent it to its top rung for the rest of a 20 s trial at highway
+  K=8 on the graph's threads) and, when that p95 is over budget or more than `TAIL_SHARE` of the
+  frames were dropped (the wait limit trims a tail of frames that would have been late anyway:
+  that is the p95's 5%, not overload; and then only if more than that share of the last
   `EVIDENCE_WINDOWS` seconds' frames, or of those since its last step, missed the budget too: one
   stall loses a burst of frames, not a load, each rung taken for one was kept for seconds, and
-  under a noisy scheduler they added up), climbs one rung, then gives the step until the next
-  tick (`settle_s`) to take effect:
+  under a noisy scheduler they added up), climbs one rung, then gives the step until the next tick
+  (`settle_s`) to take effect:
 
 0. (live streams sharing one keyframe schedule, `keyframe_wait`) keyframes no longer wait for their
    detections: each goes out by motion at once and its detections are applied when they come (the

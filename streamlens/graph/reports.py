@@ -57,13 +57,12 @@ class StatsReporter:
         streams' messages at once held the process for 70-120 ms every second, and the frames due
         then, the same streams' every time, came too late; tools/results/overload.md). Returns the
         next part."""
-        if not self.out.wants_stats or not self._ends_lock.acquire(blocking=False):
-            return (part + 1) % parts
-        try:
-            self._publish([name for i, (name, st) in enumerate(list(self.stats.items()))
-                           if st.reason is None and i % parts == part])
-        finally:
-            self._ends_lock.release()
+        if self.out.wants_stats and self._ends_lock.acquire(blocking=False):
+            try:
+                self._publish([name for i, (name, st) in enumerate(list(self.stats.items()))
+                               if st.reason is None and i % parts == part])
+            finally:
+                self._ends_lock.release()
         return (part + 1) % parts
 
     def end(self, end: StreamEnd) -> None:
