@@ -6,6 +6,7 @@ are decoded.
 from __future__ import annotations
 
 from fractions import Fraction
+from statistics import median
 
 from ..sources.decode import DecodeShare
 
@@ -13,28 +14,59 @@ from ..sources.decode import DecodeShare
 SHED_STEPS = (0.0, 1 / 8, 1 / 4, 1 / 3, 1 / 2, 2 / 3, 3 / 4, 5 / 6, 7 / 8, 9 / 10)
 
 
-def fair_shares(shed: float, lost: dict[str, float], most: float = SHED_STEPS[-1]) -> dict[str, float]:
-    """Each stream's share to shed so that all keep about what they would with `shed` alike and
-    the mean of their other losses: `lost` is each stream's share of frames lost otherwise (of
-    those not shed). A stream that loses more than that leaves is shed nothing; none more than `most`.
-    With `shed` 0 too, the streams that lost fewer than the mean are shed down to it: frames too
-    old for the engine fall on the streams at least as unevenly as chance (measured at indoor K=48:
-    7% lost, and 48 streams of 10 fps ended 10 to 12 points apart over 12 s).
+#: what a stream kept beyond the others over the last windows it gives up over this many (graph/
+#: control.py `FAIR_WINDOWS`): the next tick and one more, since a decode worker gives up its share
+#: at the end of each group of pictures, so what one tick asks for may show only at the next
+PAYBACK_WINDOWS = 2
 
-    Example:
-        >>> shares = fair_shares(0.5, {"a": 0.0, "b": 0.2, "c": 0.4})
-        >>> {k: round(v, 3) for k, v in shares.items()}
-        {'a': 0.6, 'b': 0.5, 'c': 0.333}
-        >>> {k: round((1 - v) * (1 - lost), 2) for (k, v), lost in zip(shares.items(), (0.0, 0.2, 0.4))}
-        {'a': 0.4, 'b': 0.4, 'c': 0.4}
-        >>> {k: round(v, 3) for k, v in fair_shares(0.0, {"a": 0.0, "b": 0.1}).items()}
-        {'a': 0.05, 'b': 0.0}
+
+def fair_shares(shed: float, history: dict[str, list[tuple[int, int, int]]], most: float = SHED_STEPS[-1],
+                payback: float = PAYBACK_WINDOWS) -> dict[str, float]:
+    """Each stream's share to shed for the next windows, so that the live streams keep the same
+    share of their frames. `history`: each stream's last windows, as frames published, lost
+    otherwise (too old for the engine or late from their source, a decoder's own losses) and shed.
+    Two parts, over that history:
+
+    - what keeps it level: the share that leaves it, at its own rate of other losses, what the
+      rung's `shed` leaves the stream whose rate is the median;
+    - what evens out the past: what it kept beyond the median share of its frames (of those that
+      came), given up over the next `payback` windows, or, where it kept less, shed less.
+
+    None below 0 or past `most`. So with `shed` 0 too, the streams that kept more than the median
+    are shed down to it: frames too old for the engine fall on the streams at least as unevenly as
+    chance (measured at indoor K=48: 7% lost, and 48 streams of 10 fps ended 10 to 12 points
+    apart over 12 s). Counts, not smoothed rates: what chance gave a stream is given up soon after,
+    and counts in its history from then on. The median, not the mean: a stream that loses half its
+    frames by itself (a failing decoder) costs the others nothing.
+
+    Example: three streams of 10 frames a second for 10 s; b lost 10 of its frames, c 40:
+        >>> history = {"a": [(10, 0, 0)] * 10, "b": [(9, 1, 0)] * 10, "c": [(6, 4, 0)] * 10}
+        >>> {name: round(share, 3) for name, share in fair_shares(0.0, history).items()}
+        {'a': 0.6, 'b': 0.0, 'c': 0.0}
+        >>> {name: round(share, 3) for name, share in fair_shares(0.5, history).items()}
+        {'a': 0.9, 'b': 0.5, 'c': 0.0}
     """
-    if len(set(lost.values())) <= 1:  # nothing to even out
-        return dict.fromkeys(lost, max(0.0, shed))
-    keep = (1.0 - shed) * (1.0 - sum(lost.values()) / len(lost))
-    return {name: min(most, max(0.0, 1.0 - keep / (1.0 - share))) if share < 1.0 else 0.0
-            for name, share in lost.items()}
+    totals = {name: tuple(map(sum, zip(*windows))) + (len(windows),) if windows else (0, 0, 0, 0)
+              for name, windows in history.items()}
+    kept = {name: published / (published + lost + dropped)
+            for name, (published, lost, dropped, _) in totals.items() if published + lost + dropped}
+    spared = {name: published / (published + lost)  # of the frames not shed, the share not lost
+              for name, (published, lost, _, _) in totals.items() if published + lost}
+    if len(set(kept.values())) <= 1 and len(set(spared.values())) <= 1:  # nothing to even out
+        return dict.fromkeys(history, min(most, max(0.0, shed)))
+    level = (1.0 - shed) * median(spared.values())  # what the median stream keeps
+    middle = median(kept.values())
+    shares = {}
+    for name, (published, lost, dropped, windows) in totals.items():
+        came = published + lost + dropped
+        if not published:  # it kept nothing: nothing to shed
+            shares[name] = 0.0
+            continue
+        beyond = published - middle * came  # frames kept beyond the median share
+        beyond = 0.0 if abs(beyond) < 0.5 else beyond  # less than a frame either way: even
+        share = 1.0 - level / spared[name] + beyond / (payback * came / windows)
+        shares[name] = min(most, max(0.0, share))
+    return shares
 
 
 def shed_name(fraction: float) -> str:
