@@ -279,12 +279,13 @@ def test_while_shedding_a_stream_that_loses_more_elsewhere_is_shed_less_so_all_k
     assert c.shed == 0.5
     shares = {name: s.fraction for name, s in c.shedders.items()}
     assert shares["a"] > shares["b"] > shares["c"]
-    # over the last ten seconds each stream kept about the same share of its frames: about what
-    # shedding 1 in 2 leaves b, whose losses are the middle ones
+    # over the last ten seconds the three kept within a few points of each other, about what
+    # shedding 1 in 2 leaves b, whose losses are the median ones (shedding 1 in 2 alike would
+    # leave them 50%, 40% and 25%)
     share = {name: sum(p for p, _ in seconds[-10:]) / sum(n for _, n in seconds[-10:])
              for name, seconds in kept.items()}
-    assert max(share.values()) - min(share.values()) < 0.05, share
-    assert all(0.3 < value < 0.5 for value in share.values()), share
+    assert max(share.values()) - min(share.values()) < 0.08, share
+    assert all(0.33 < value < 0.45 for value in share.values()), share
     # streams that lose alike shed alike: the rung's share exactly
     even = BudgetController(33, ["a", "b"], max_stretch=1, clock=clock)
     feed(even, clock, {"a": 40, "b": 40}, {"a": 0, "b": 0})
@@ -315,14 +316,14 @@ def test_on_a_keyframe_rung_the_streams_chance_spared_are_shed_down_to_the_other
             kept[name].append(published[name] / came[name])
         assert c.tick({}, {name: int(n) for name, n in lost.items()}) is None
     assert c.shed == 0.0 and c.stretch == 1.5
-    shares = {name: s.fraction for name, s in c.shedders.items()}
+    shed = {name: s.dropped for name, s in c.shedders.items()}
     # a and b, which lost nothing, are shed down to c, the median; d and e, which lost more, are not shed
-    assert shares["d"] == shares["e"] == 0.0 and shares["a"] > 0.0
-    last = {name: sum(values[-5:]) / 5 for name, values in kept.items()}
-    assert abs(last["a"] - last["c"]) < 0.02 and abs(last["b"] - last["c"]) < 0.02, last
-    # e's own trouble costs the others nothing: they keep about what c keeps (95% but for the few
-    # points chance takes from the median stream in a second), nowhere near e's 50%
-    assert last["a"] > 0.9, last
+    assert shed["a"] > 0 and shed["b"] > 0 and shed["d"] == shed["e"] == 0, shed
+    share = {name: sum(values) / len(values) for name, values in kept.items()}  # over the 12 s
+    assert abs(share["a"] - share["c"]) < 0.03 and abs(share["b"] - share["c"]) < 0.03, share
+    # e's own trouble costs the others nothing: they keep about what c keeps (95%), nowhere near
+    # e's 50%
+    assert share["a"] > 0.9, share
 
 
 # -- the engine and admission ---------------------------------------------------------------------

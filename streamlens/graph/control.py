@@ -55,11 +55,10 @@ Once it has climbed a rung, the share is the same for every stream only in what 
 stream that lost more of its frames otherwise (too old for the engine or from its source, a full
 queue: which thread the scheduler serves first decides where those fall, and chance does the rest)
 is shed less, one that lost fewer is shed more, so that every live stream keeps about the same
-share (`fair_shares`): what a stream kept beyond the mean share over the last ten seconds
-(`FAIR_WINDOWS`, counted in frames) it gives up over the next two. On the keyframe rungs, where
-the rung sheds nothing, the streams that kept more are shed down to the mean. (Smoothing each
-stream's loss rate instead, over ten seconds, left 48 streams of 10 fps 5-17 points apart
-over 12 s at indoor K=48: what it sheds for a second's luck is spread over the ten that follow.)
+share (`fair_shares`): what a stream kept beyond the median share over the last ten seconds
+(`FAIR_WINDOWS`, counted in frames) it gives up over the next two, and a stream that kept less is
+shed less than the rung's share. On the keyframe rungs, where the rung sheds nothing, the streams
+that kept more are shed down to the median.
 
 Every frame it drops is counted (`shed`, part of `dropped`) in stats, metrics and the summary.
 When that p95 has stayed under 60% of the budget, without losing more than that tail, for

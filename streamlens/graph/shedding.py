@@ -23,49 +23,42 @@ PAYBACK_WINDOWS = 2
 def fair_shares(shed: float, history: dict[str, list[tuple[int, int, int]]], most: float = SHED_STEPS[-1],
                 payback: float = PAYBACK_WINDOWS) -> dict[str, float]:
     """Each stream's share to shed for the next windows, so that the live streams keep the same
-    share of their frames. `history`: each stream's last windows, as frames published, lost
-    otherwise (too old for the engine or late from their source, a decoder's own losses) and shed.
-    Two parts, over that history:
+    share of their frames: `shed`, the rung's share, plus what the stream kept beyond the median
+    share over its `history`, given up over the next `payback` windows; less than `shed` for a
+    stream that kept less (frames lost otherwise: too old for the engine, late from their source,
+    a decoder's own losses). None below 0 or past `most`. `history`: each stream's last windows, as
+    frames published, lost otherwise and shed.
 
-    - what keeps it level: the share that leaves it, at its own rate of other losses, what the
-      rung's `shed` leaves the stream whose rate is the median;
-    - what evens out the past: what it kept beyond the median share of its frames (of those that
-      came), given up over the next `payback` windows, or, where it kept less, shed less.
-
-    None below 0 or past `most`. So with `shed` 0 too, the streams that kept more than the median
-    are shed down to it: frames too old for the engine fall on the streams at least as unevenly as
-    chance (measured at indoor K=48: 7% lost, and 48 streams of 10 fps ended 10 to 12 points
-    apart over 12 s). Counts, not smoothed rates: what chance gave a stream is given up soon after,
-    and counts in its history from then on. The median, not the mean: a stream that loses half its
-    frames by itself (a failing decoder) costs the others nothing.
+    So with `shed` 0 too, the streams that kept more than the median are shed down to it: frames too
+    old for the engine fall on the streams at least as unevenly as chance (measured at indoor K=48:
+    7% lost, and 48 streams of 10 fps ended 10 to 12 points apart over 12 s). Counts, not rates:
+    what chance gave a stream is given up soon after, and counts in its history from then on (a
+    share from each stream's rate of other losses, smoothed over ten seconds, was tried first: it
+    gave up a second's luck over the ten that follow, and since those losses are mostly chance,
+    a stream's past rate foretold little of its next). The median, not the mean: a stream that loses
+    half its frames by itself (a failing decoder) costs the others nothing. A stream that keeps
+    losing more than the others is shed less for it, though not wholly made up for: the history
+    forgets what it was made up for ten windows ago.
 
     Example: three streams of 10 frames a second for 10 s; b lost 10 of its frames, c 40:
         >>> history = {"a": [(10, 0, 0)] * 10, "b": [(9, 1, 0)] * 10, "c": [(6, 4, 0)] * 10}
-        >>> {name: round(share, 3) for name, share in fair_shares(0.0, history).items()}
-        {'a': 0.6, 'b': 0.0, 'c': 0.0}
-        >>> {name: round(share, 3) for name, share in fair_shares(0.5, history).items()}
+        >>> fair_shares(0.0, history)
+        {'a': 0.5, 'b': 0.0, 'c': 0.0}
+        >>> fair_shares(0.5, history)
         {'a': 0.9, 'b': 0.5, 'c': 0.0}
     """
-    totals = {name: tuple(map(sum, zip(*windows))) + (len(windows),) if windows else (0, 0, 0, 0)
+    totals = {name: (sum(w[0] for w in windows), sum(map(sum, windows)), len(windows))
               for name, windows in history.items()}
-    kept = {name: published / (published + lost + dropped)
-            for name, (published, lost, dropped, _) in totals.items() if published + lost + dropped}
-    spared = {name: published / (published + lost)  # of the frames not shed, the share not lost
-              for name, (published, lost, _, _) in totals.items() if published + lost}
-    if len(set(kept.values())) <= 1 and len(set(spared.values())) <= 1:  # nothing to even out
+    kept = {name: published / came for name, (published, came, _) in totals.items() if came}
+    if len(set(kept.values())) <= 1:  # nothing to even out
         return dict.fromkeys(history, min(most, max(0.0, shed)))
-    level = (1.0 - shed) * median(spared.values())  # what the median stream keeps
     middle = median(kept.values())
     shares = {}
-    for name, (published, lost, dropped, windows) in totals.items():
-        came = published + lost + dropped
-        if not published:  # it kept nothing: nothing to shed
-            shares[name] = 0.0
-            continue
-        beyond = published - middle * came  # frames kept beyond the median share
+    for name, (published, came, windows) in totals.items():
+        beyond = published - middle * came if came else 0.0  # frames kept beyond the median share
         beyond = 0.0 if abs(beyond) < 0.5 else beyond  # less than a frame either way: even
-        share = 1.0 - level / spared[name] + beyond / (payback * came / windows)
-        shares[name] = min(most, max(0.0, share))
+        coming = payback * came / windows if came else 1.0  # its frames over the next `payback` windows
+        shares[name] = min(most, max(0.0, shed + beyond / coming))
     return shares
 
 
