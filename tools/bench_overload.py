@@ -76,7 +76,8 @@ def summary(trial: dict, budget_ms: float) -> dict:
             "kept_spread": spread, "p50": trial["latency_ms"]["p50"], "p95": p95, "p99": trial["latency_ms"]["p99"],
             "f1": acc.get("f1"), "f1_min": acc.get("f1_min"), "detected_rate": trial.get("detected_rate"),
             "lost_by_cause": causes, "load": trial["load"],
-            "streams": {name: {"kept": entry.get("kept"),
+            "streams": {name: {"kept": entry.get("kept"), "frames": entry.get("frames"),
+                               "detected": entry.get("detected"), "f1": (entry.get("accuracy") or {}).get("f1"),
                                "lost": (entry.get("eos") or {}).get("lost") or (entry.get("stats") or {}).get("lost")}
                         for name, entry in trial["streams"].items()},
             "passed": bool(trial["frames"] and p95 is not None and p95 <= budget_ms and spread <= MAX_SPREAD)}
