@@ -257,6 +257,7 @@ class _Shared:
     in_flight: bool = False  # its last keyframe is with the detector
     overdue: bool = False  # it is past its interval and has not been served yet
     seen: float = -math.inf  # when its newest frame was offered
+    gap_s: float = 0.0  # the time to its next frame: its period, times the frames its newest skipped
     urgency: float = 1.0  # from its tracking signals, 1 to MAX_URGENCY
     deferred: int = 0  # times it went past its interval without a keyframe
 
@@ -272,13 +273,14 @@ class KeyframeChooser:
     2. the detector can start on it within one frame period of its stream, its stream has no
        keyframe with the detector, at least `min_interval` frames have passed since its stream's
        last keyframe, and every other stream whose next frame is expected by the time the
-       detector would start (its last frame's time plus its period, less `ARRIVAL_SLACK` of a
-       period) and is worth more could still start within its own frame period after this one
+       detector would start (its last frame's time plus its period, times one more than the frames
+       that frame skipped: a stream shed, or on keyframes only, comes that much later; less
+       `ARRIVAL_SLACK` of a period) and is worth more could still start within its own frame period after this one
        (`unit_s`, the detector's time per keyframe, apart). A frame is never taken at the cost of
        a better one that comes a moment later, and never passed over while the detector has room
        for both (frames of many cameras come in bursts: a detector that took only the best of each
-       burst would sit idle). A stream that has sent no frame for `STALL_PERIODS` frame periods is
-       not waited for.
+       burst would sit idle). A stream that has sent no frame for `STALL_PERIODS` times that long
+       is not waited for.
 
     Worth: frames since the stream's last keyframe over its `interval` (1.0: due as a fixed
     schedule would have it), times an urgency from its tracking signals: confidence under 1
@@ -370,7 +372,7 @@ class KeyframeChooser:
         The other streams are judged by their signals at their own last offer."""
         now = time.monotonic() if now is None else now
         s = self._streams[name]
-        s.seen = now
+        s.seen, s.gap_s = now, (skipped + 1) * s.period_s
         if s.since is not None:
             s.since += skipped
         if signals is not None:
@@ -410,9 +412,10 @@ class KeyframeChooser:
         """Every other stream whose next frame is expected by `start` and could become a keyframe,
         with what that frame is worth."""
         for other, s in self._streams.items():
-            if other == name or s.in_flight or now - s.seen > STALL_PERIODS * s.period_s:
+            gap = max(s.period_s, s.gap_s)  # a stream shed 1 in 2, or on keyframes only, comes less often
+            if other == name or s.in_flight or now - s.seen > STALL_PERIODS * gap:
                 continue
-            if s.seen + s.period_s * (1 - ARRIVAL_SLACK) > start:  # it would come after the detector started
+            if s.seen + gap - s.period_s * ARRIVAL_SLACK > start:  # it would come after the detector started
                 continue
             if s.since is not None and s.since + 1 < self._floor(s):
                 continue
