@@ -109,6 +109,30 @@ def test_a_stalled_camera_does_not_hold_the_detector_back():
     assert chooser.offer("a", now=later) == "spare"  # before its interval: the detector would idle
 
 
+def test_on_keyframes_only_a_stream_is_expected_a_group_later_not_a_frame_later():
+    """On the controller's last rung each stream sends one frame a group of pictures (the frames
+    between skipped, counted in `skipped`): a stream that has just sent one is not about to send a
+    better one, so the frame in hand is taken."""
+    chooser = KeyframeChooser(interval=5)
+    for name in ("a", "b"):
+        chooser.add(name, PERIOD)
+        chooser.offer(name, now=0.0)
+        chooser.detected(name)
+    # b's keyframe of its next group, 10 frames later, comes while the detector is busy; b's tracks drift
+    assert chooser.offer("b", signals(confidence=0.0), now=10 * PERIOD, skipped=9, start_in_s=math.inf) == ""
+    # a's comes a frame period later: b's next frame is a group away, so a's is taken
+    assert chooser.offer("a", now=11 * PERIOD, skipped=9) == "interval"
+    # where b skipped nothing, its next frame was due now, worth more: a would have waited for it
+    chooser = KeyframeChooser(interval=5)
+    for name in ("a", "b"):
+        chooser.add(name, PERIOD)
+        chooser.offer(name, now=0.0)
+        chooser.detected(name)
+    for k in range(1, 11):
+        chooser.offer("b", signals(confidence=0.0), now=k * PERIOD, start_in_s=math.inf)
+    assert chooser.offer("a", now=11 * PERIOD, skipped=9) == ""
+
+
 def test_a_burst_of_camera_frames_fills_the_detector_and_no_stream_waits_past_its_interval():
     """Six cameras at 10 fps whose frames come in one burst a period, the least urgent first; a
     detector that takes 30 ms a keyframe (room for 3-4 a period). Knowing that time, the chooser
