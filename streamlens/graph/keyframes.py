@@ -273,10 +273,10 @@ class KeyframeChooser:
     2. the detector can start on it within one frame period of its stream, its stream has no
        keyframe with the detector, at least `min_interval` frames have passed since its stream's
        last keyframe, and every other stream whose next frame is expected by the time the
-       detector would start (its last frame's time plus its period, times one more than the frames
-       that frame skipped: a stream shed, or on keyframes only, comes that much later; less
-       `ARRIVAL_SLACK` of a period) and is worth more could still start within its own frame period after this one
-       (`unit_s`, the detector's time per keyframe, apart). A frame is never taken at the cost of
+       detector would start (its last frame's time plus its period times one more than the
+       frames that frame skipped: a stream shed, or on keyframes only, comes that much later;
+       less `ARRIVAL_SLACK` of a period) and is worth more could still start within its own frame
+       period after this one (`unit_s`, the detector's time per keyframe, apart). A frame is never taken at the cost of
        a better one that comes a moment later, and never passed over while the detector has room
        for both (frames of many cameras come in bursts: a detector that took only the best of each
        burst would sit idle). A stream that has sent no frame for `STALL_PERIODS` times that long
