@@ -226,6 +226,20 @@ def test_the_wait_limit_follows_the_worst_p95_between_a_share_of_the_budget_and_
     assert c.max_wait_s == pytest.approx(0.040)  # never past the budget
 
 
+def test_a_wait_limit_that_lets_no_frame_through_is_given_back():
+    """A start's burst takes the wait limit down to a quarter of the budget; if then no frame is
+    published at all (every one too old for that limit), there is no p95 to give it back by, so
+    seconds with nothing published give it back as if the p95 were 0."""
+    clock = Clock()
+    c = BudgetController(33, ["a", "b"], max_stretch=1, clock=clock)
+    feed(c, clock, {"a": 400.0, "b": 400.0})
+    assert c.max_wait_s == pytest.approx(MIN_WAIT_SHARE * 0.033)
+    for _ in range(6):  # nothing published: within HISTORY_WINDOWS the old samples still count
+        clock.now += 1.0
+        c.tick({"a": 0, "b": 0})
+    assert c.max_wait_s == pytest.approx(WAIT_SHARE * 0.033)
+
+
 def test_streams_shedding_the_same_share_drop_the_same_frames_count_on_staggered_ticks():
     shedders = [Shedder(phase=i / 5) for i in range(5)]
     for s in shedders:
