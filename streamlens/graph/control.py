@@ -328,8 +328,9 @@ class BudgetController:
     def _adjust_wait(self, worst_ms: float | None) -> None:
         """The hard limit follows the second's p95 (see the docs). No frame published for
         `HISTORY_WINDOWS` windows gives back as much as a p95 of 0: a limit trimmed at a start's
-        burst then dropped every frame as too old, so no p95 ever came to give it back (indoor
-        K=128 on the graph's threads published nothing for 20 s, the limit stuck at 8 ms)."""
+        burst then dropped every frame as too old, and no p95 came to give it back (indoor K=128
+        on the graph's threads: the limit stayed at 8 ms for 20 s, until the controller reached
+        keyframes only)."""
         if worst_ms is None:
             worst_ms = 0.0
         if worst_ms > self.budget_ms:

@@ -257,7 +257,7 @@ class _Shared:
     in_flight: bool = False  # its last keyframe is with the detector
     overdue: bool = False  # it is past its interval and has not been served yet
     seen: float = -math.inf  # when its newest frame was offered
-    gap_s: float = 0.0  # the time to its next frame: its period, times the frames its newest skipped
+    gap_s: float = 0.0  # the time to its next frame: its period, times one more than its newest skipped
     urgency: float = 1.0  # from its tracking signals, 1 to MAX_URGENCY
     deferred: int = 0  # times it went past its interval without a keyframe
 
@@ -336,7 +336,7 @@ class KeyframeChooser:
 
     def add(self, name: str, period_s: float) -> None:
         """A live stream, and the time between its frames (seconds)."""
-        self._streams[name] = _Shared(period_s, KeyframeResults(self.interval, self.max_interval))
+        self._streams[name] = _Shared(period_s, KeyframeResults(self.interval, self.max_interval), gap_s=period_s)
 
     def remove(self, name: str) -> None:
         self._streams.pop(name, None)
@@ -412,10 +412,10 @@ class KeyframeChooser:
         """Every other stream whose next frame is expected by `start` and could become a keyframe,
         with what that frame is worth."""
         for other, s in self._streams.items():
-            gap = max(s.period_s, s.gap_s)  # a stream shed 1 in 2, or on keyframes only, comes less often
-            if other == name or s.in_flight or now - s.seen > STALL_PERIODS * gap:
+            # a stream shed 1 in 2, or on keyframes only, comes less often (`gap_s`)
+            if other == name or s.in_flight or now - s.seen > STALL_PERIODS * s.gap_s:
                 continue
-            if s.seen + gap - s.period_s * ARRIVAL_SLACK > start:  # it would come after the detector started
+            if s.seen + s.gap_s - s.period_s * ARRIVAL_SLACK > start:  # it would come after the detector started
                 continue
             if s.since is not None and s.since + 1 < self._floor(s):
                 continue
