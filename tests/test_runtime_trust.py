@@ -166,6 +166,35 @@ keyframes: {{interval: 5}}
     assert max(m["detected_frame"] for m in frames if m["detected_frame"] is not None) >= 60
 
 
+def test_the_budget_controller_ticks_once_a_second_however_slow_the_runs_loop_turns(tmp_path):
+    """Past a hundred live files decoded on the graph's threads, a turn of the run's loop waits for
+    the GIL and took 0.75 s; the controller's second came every fourth turn, every 3 s, and it took
+    three times as long to reach its last rung (indoor K=128 published nothing in its window). Here
+    each turn takes at least 0.85 s (an `on_tick` that sleeps): the controller ticks once a
+    second or so, not once in four turns."""
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {SAMPLE}, live: true, loop: true}}]
+detector: {{backend: motion}}
+""")
+    pipeline = streamlens.Pipeline.from_yaml(path, sinks=[Collect()])
+    assert pipeline.controller is not None
+    ticks, turns = [], []
+    tick = pipeline.controller.tick
+    pipeline.controller.tick = lambda *args: ticks.append(None) or tick(*args)
+
+    def slow_turn(p) -> None:
+        turns.append(len(ticks))
+        if len(turns) == 8:
+            p.stop()
+        time.sleep(0.6)
+
+    report = pipeline.run(on_tick=slow_turn, tick_s=0.25)
+    assert report.status == "interrupted" and report.error is None and len(turns) >= 8
+    # by the eighth turn (at least 6.2 s in): 5 ticks at 0.85 s a turn, one a turn from 1 s on;
+    # once in four turns, 2
+    assert turns[7] >= 4
+
+
 def test_a_start_that_fails_leaves_the_last_runs_output_alone(tmp_path):
     """The metrics port is taken: the run fails at start with one line naming it, before the
     JSONL file of the last run is truncated."""

@@ -287,24 +287,24 @@ class Pipeline:
         """The run's loop, on the thread that called `run()`, until every thread has ended: losses, an
         abort's deadline for stuck sinks, the controller and the `stats` once a second, `on_tick`."""
         parts = max(1, round(stats_every_s / tick_s))
-        part, next_stats = 0, time.monotonic() + stats_every_s / parts
+        part, next_stats, next_control = 0, time.monotonic() + stats_every_s / parts, time.monotonic() + stats_every_s
         while True:
             alive = next((t for t in threads if t.is_alive()), None)
             if alive is None:
                 break
-            # one wait a tick, not one per thread: with a hundred sources' threads each wake-up
-            # waits its turn for the GIL, and a tick of a wake-up per thread took seconds
-            alive.join(tick_s)
+            alive.join(tick_s)  # one wait a turn, not one per thread: 100 wake-ups, each for the GIL, took seconds
             if self._engine_thread.is_alive():  # the stats' writer: the engine thread, then this one
                 self._mail.put(Mail(self._reporter.refresh), key="refresh", drop_oldest=True)
             else:
                 self._reporter.refresh()
             if self._aborted_at is not None and time.monotonic() - self._aborted_at > ABORT_SINK_GRACE_S:
                 self._out.close_queues()  # the engine may be stuck putting into one
-            if time.monotonic() >= next_stats:
+            now = time.monotonic()
+            if now >= next_control:  # by the clock, not by turns: starved of the GIL, a turn took 0.75 s
+                next_control = max(next_control + stats_every_s, now + stats_every_s / 2)
+                self._control()
+            if now >= next_stats:  # the streams' stats, spread over the second
                 next_stats += stats_every_s / parts
-                if part == 0:  # the controller's second; the streams' stats spread over its ticks
-                    self._control()
                 part = self._reporter.periodic(part, parts)
             if on_tick is not None:
                 on_tick(self)
