@@ -39,13 +39,13 @@ def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3]) if Path("/proc/loadavg").exists() else "-"
 
 
-def run_one(code: Path, pipeline: Path, k: int, seconds: float, warmup: float, curve: bool) -> dict:
+def run_one(code: Path, pipeline: Path, k: int, seconds: float, warmup: float) -> dict:
     """One `streamlens bench` trial with the code in `code`; its trial dict, with the load around it."""
     with tempfile.TemporaryDirectory(prefix="overload-") as tmp:
         out = Path(tmp) / "bench.json"
         command = [sys.executable, "-m", "streamlens", "bench", str(pipeline), "--streams", str(k),
                    "--seconds", str(seconds), "--warmup", str(warmup), "--no-baseline", "--no-hold",
-                   "--decode-seconds", "0", "--out", str(out)] + (["--curve"] if curve else [])
+                   "--decode-seconds", "0", "--out", str(out), "--curve"]
         env = {**os.environ, "PYTHONPATH": str(code)}
         before = load()
         done = subprocess.run(command, cwd=code, env=env, capture_output=True, text=True, timeout=900, check=False)
@@ -181,9 +181,11 @@ def run_clip(args, document: dict, name: str, pipeline: Path, configured: Path) 
             "decode_limit": {**limit, "load": limit_load}, "after": [], "before": []}
     ladder = [int(k) for k in getattr(args, name).split(",")]
     for i, k in enumerate(ladder):
-        sides = [("after", ROOT, True)] + ([("before", args.base, False)] if args.base else [])
-        for side, code, curve in (sides if i % 2 == 0 else sides[::-1]):
-            trial = summary(run_one(code, pipeline, k, args.seconds, args.warmup, curve), budget)
+        # both sides with --curve: without it a stream's kept is taken over the span of the frame
+        # numbers it delivered, and one that delivered for the window's last 3 s read as if for all 12
+        sides = [("after", ROOT)] + ([("before", args.base)] if args.base else [])
+        for side, code in (sides if i % 2 == 0 else sides[::-1]):
+            trial = summary(run_one(code, pipeline, k, args.seconds, args.warmup), budget)
             clip[side].append(trial)
             print(f"  {name} K={k} {side}: " + (f"kept {_pct(trial['kept'])} (worst {_pct(trial['kept_min'])}, "
                   f"spread {_num(100 * trial['kept_spread'])}), p95 {_num(trial['p95'])} ms, "
