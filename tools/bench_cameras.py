@@ -249,12 +249,14 @@ def _metrics(port: int) -> str:
 _SAMPLE = re.compile(r'^(streamlens_[a-z_]+)\{([^}]*)\} (\S+)$', re.M)
 
 
-def _series(text: str, name: str) -> dict[tuple, float]:
-    """{label values: value} of one metric in a /metrics text."""
+def _series(text: str, name: str, keys: tuple[str, ...] = ("stream",)) -> dict[tuple, float]:
+    """{values of the labels `keys`, in that order: value} of one metric in a /metrics text (the
+    exposition sorts labels by name, so `cause` comes before `stream`)."""
     out = {}
     for metric, labels, value in _SAMPLE.findall(text):
         if metric == name:
-            out[tuple(v for _, v in re.findall(r'(\w+)="([^"]*)"', labels))] = float(value)
+            found = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+            out[tuple(found.get(key, "") for key in keys)] = float(value)
     return out
 
 
@@ -365,8 +367,8 @@ def measure(trial: dict, ref, fps: float, budget_ms: float) -> dict:
     text = trial["metrics"]
     shed = _series(text, "streamlens_shed_frames_total")
     dropped = _series(text, "streamlens_dropped_frames_total")
-    lost = _series(text, "streamlens_lost_total")
-    restarts = _series(text, "streamlens_engine_restarts_total")
+    lost = _series(text, "streamlens_lost_total", ("stream", "cause"))
+    restarts = _series(text, "streamlens_engine_restarts_total", ("engine",))
     per, latencies, scored = {}, [], {}
     for name, s in streams.items():
         ts = np.asarray(s["ts"], np.float64)
@@ -451,8 +453,9 @@ def write_report(results: dict, md: Path) -> None:
               f"serving `{results['clip_name']}` ({results['clip']['width']}x{results['clip']['height']}, "
               f"{results['clip']['fps']:g} fps, {results['clip_frames']} frames, looped by its `ffmpeg -re` publisher); "
               f"`streamlens run` of `{results['pipeline_name']}` with those cameras (decoded in worker processes, "
-              f"the default), one zmq sink and `runtime.workers` {results['workers']} against "
-              f"{results['baseline']}, alternating, {results['repeats']} each; {results['warmup']:g} s warm-up, "
+              f"the default), one zmq sink and `runtime.workers` {results['workers']}"
+              + (f" against {results['baseline']}, alternating, {results['repeats']} each" if results['baseline']
+                 else f", {results['repeats']} trials") + f"; {results['warmup']:g} s warm-up, "
               f"{results['seconds']:g} s measured. Subscriber: `streamlens.bench.listener` in its own process. "
               f"F1 against YOLOX-Nano on every frame of the clip (IoU 0.5, class-aware); clip frames found from "
               f"`pts` modulo the clip, with an offset per connection fitted on the boxes of its freshest detections "
@@ -566,7 +569,8 @@ def main() -> int:
               flush=True)
     command = "python tools/bench_cameras.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     json_path = args.out.with_suffix(".json")
-    results = {"title": f"{args.cameras} RTSP cameras, `runtime.workers` {args.workers} against {args.baseline}",
+    against = f" against {args.baseline}" if args.baseline else ""
+    results = {"title": f"{args.cameras} RTSP cameras, `runtime.workers` {args.workers}{against}",
                "label": (f"TRIAL RUN ({args.cameras} cameras, {args.seconds:g} s measured, {args.repeats} trial(s) "
                          "per setting) to show that the tool works, on a machine shared with another engineer's "
                          "benchmarks (see the load): not the target's measurement, which replaces it.")
