@@ -168,8 +168,8 @@ keyframes: {{interval: 5}}
 
 def test_the_budget_controller_ticks_once_a_second_however_slow_the_runs_loop_turns(tmp_path):
     """Past a hundred live files decoded on the graph's threads, a turn of the run's loop waits for
-    the GIL and took 0.75 s; the controller's second came every fourth turn, every 3 s, and it took
-    three times as long to reach its last rung (indoor K=128 published nothing in its window). Here
+    the GIL and took 0.4-5 s; the controller's second came every fourth turn, every 3-5 s, and it
+    took up to 20 s to reach its last rung (indoor K=128 published nothing in its window). Here
     each turn takes at least 0.85 s (an `on_tick` that sleeps): the controller ticks once a
     second or so, not once in four turns."""
     path = write_pipeline(tmp_path, f"""

@@ -59,7 +59,7 @@ def run_one(code: Path, pipeline: Path, k: int, seconds: float, warmup: float) -
 
 
 def summary(trial: dict, budget_ms: float) -> dict:
-    """What the curve reports of a trial (computed here, so a base without `--curve` reads the same)."""
+    """What the curve reports of a trial."""
     if trial.get("status") != "ok":
         return {"k": trial["k"], "status": "error", "error": trial.get("error"), "load": trial.get("load")}
     kept = [s["kept"] for s in trial["streams"].values() if "kept" in s]

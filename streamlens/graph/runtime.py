@@ -300,7 +300,7 @@ class Pipeline:
             if self._aborted_at is not None and time.monotonic() - self._aborted_at > ABORT_SINK_GRACE_S:
                 self._out.close_queues()  # the engine may be stuck putting into one
             now = time.monotonic()
-            if now >= next_control:  # by the clock, not by turns: starved of the GIL, a turn took 0.75 s
+            if now >= next_control:  # by the clock, not by turns: starved of the GIL, a turn took up to 5 s
                 next_control = max(next_control + stats_every_s, now + stats_every_s / 2)
                 self._control()
             if now >= next_stats:  # the streams' stats, spread over the second
