@@ -67,8 +67,8 @@ sinks: [{{type: jsonl, path: {tmp_path / 'out.jsonl'}}}]
                             stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
     out = tmp_path / "out.jsonl"
 
-    def messages() -> list[dict]:
-        return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+    def messages() -> list[dict]:  # the lines written whole: the sink may be inside the last one
+        return [json.loads(line) for line in out.read_text().split("\n")[:-1]] if out.exists() else []
 
     try:
         deadline = time.monotonic() + 120

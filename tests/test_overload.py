@@ -16,8 +16,8 @@ from streamlens.detect.motion import MotionDetector
 from streamlens.frame import EndOfStream, Frame, FrameResult
 from streamlens.graph.admit import Admission
 from streamlens.graph.channel import Channel
-from streamlens.graph.control import (MIN_WAIT_SHARE, PROBE_CALMS, SHED_STEPS, WAIT_SHARE, BudgetController,
-                                      Shedder)
+from streamlens.graph.control import (CALM_WAIT_SHARE, MIN_WAIT_SHARE, PROBE_CALMS, SHED_STEPS, WAIT_SHARE,
+                                      BudgetController, Shedder)
 from streamlens.graph.engine import DetectWorker, Engine, Lane
 from streamlens.graph.shedding import fair_shares
 from streamlens.graph.keyframes import KeyframeChooser, SceneCutDetector
@@ -224,6 +224,19 @@ def test_the_wait_limit_follows_the_worst_p95_between_a_share_of_the_budget_and_
     assert c.max_wait_s == pytest.approx(0.015)
     feed(c, clock, {"a": 10, "b": 10}, seconds=4)
     assert c.max_wait_s == pytest.approx(0.040)  # never past the budget
+
+
+def test_below_the_first_rung_frames_held_up_by_a_stall_are_published_late_not_dropped():
+    """Six RTSP cameras the machine carried at half the budget lost 2-16 frames a trial as too old
+    for the budget: stalls, not a load, and the p95 had room for them. Below the first rung the
+    engine's limit is three budgets; once the controller climbs, the budget's limit is back."""
+    clock = Clock()
+    c = BudgetController(33, ["a", "b"], max_stretch=1, clock=clock)
+    assert c.level == 0 and c.wait_limit_s == pytest.approx(CALM_WAIT_SHARE * 0.033)
+    assert feed(c, clock, {"a": 15, "b": 15}) == [None]  # within the budget: it stays
+    assert c.wait_limit_s == pytest.approx(CALM_WAIT_SHARE * 0.033)
+    assert feed(c, clock, {"a": 45, "b": 45}) == ["batching for throughput"]  # a load
+    assert c.level == 1 and c.wait_limit_s == c.max_wait_s < 0.033
 
 
 def test_a_wait_limit_that_lets_no_frame_through_is_given_back():

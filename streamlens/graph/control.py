@@ -3,14 +3,18 @@
 Latency here is end to end: from a frame becoming available (`Frame.clock`) to every sink having
 published its result. Two parts hold it:
 
-- a hard limit, in the engine: a live frame that has already waited `max_wait_s` when the engine
-  comes to it can no longer meet the budget and is dropped there (counted `stale`), whatever the
-  controller's rung. Nothing queues past the budget, and the engine drops by age, in arrival
-  order, so the streams lose alike. The limit starts at the whole budget (`WAIT_SHARE`: a frame
-  that old is late whatever follows); each second whose p95 is over budget takes its excess
+- a hard limit, in the engine: once the controller has climbed a rung, a live frame that has
+  already waited `max_wait_s` when the engine comes to it can no longer meet the budget and is
+  dropped there (counted `stale`). Nothing queues past the budget, and the engine drops by age, in
+  arrival order, so the streams lose alike. The limit starts at the whole budget (`WAIT_SHARE`: a
+  frame that old is late whatever follows); each second whose p95 is over budget takes its excess
   off it (down to `MIN_WAIT_SHARE` of the budget: the rest of a frame's way, tracking and
-  publishing, takes that long now), and each second within budget gives half its slack back, so
-  below capacity it trims nothing a p95 within budget did not need trimmed;
+  publishing, takes that long now), and each second within budget gives half its slack back.
+  Below the first rung the limit is `CALM_WAIT_SHARE` budgets (`wait_limit_s`): there a frame
+  that old was held up by a stall (a collection, a thread not scheduled for a tenth of a second),
+  not by a load, and the p95 has room for a few late frames; dropped at the budget, six RTSP
+  cameras the machine carried at half the budget lost 2-16 frames a trial to stalls. A wait
+  longer than that is a load, and a p95 over budget makes the controller climb;
 - the ladder below, climbed by the controller once a second (`tick`): it looks at the live
   streams' last second (the p95 of every live stream's frames together, over at least
   `MIN_SAMPLES` of them: a stream's own p95 of the few frames a second it has while shedding is
@@ -109,6 +113,8 @@ WAIT_SHARE = 1.0
 TAIL_SHARE = 0.05
 #: ... and the least share that limit is taken down to
 MIN_WAIT_SHARE = 0.25
+#: below the first rung, the budgets a live frame may have waited when the engine comes to it (see the docs)
+CALM_WAIT_SHARE = 3.0
 #: the longest wait between two steps down, seconds
 MAX_CALM_S = 60.0
 #: steps down that held shorten the wait for the next, down to the settling time and this many windows
@@ -140,7 +146,7 @@ class BudgetController:
     `observe(stream, ms)` (any thread) takes each published frame's end-to-end latency; `tick(drops)`
     (one thread, about once a second) takes each stream's count of frames dropped so far outside
     the controller, decides, and returns what it did (or None). The runtime reads `stretch`,
-    `wait`, `throughput`, `max_wait_s` and `shedders[stream]` and applies them."""
+    `wait`, `throughput`, `wait_limit_s` and `shedders[stream]` and applies them."""
 
     def __init__(self, budget_ms: float, streams: list[str], *, max_stretch: float = 4.0,
                  window_s: float = 1.0, calm_s: float = 5.0, settle_s: float = 0.75, keyframe_wait: bool = False,
@@ -186,6 +192,12 @@ class BudgetController:
     def stretch(self) -> float:
         """The factor on every live stream's keyframe intervals (1.0: as configured)."""
         return self.stretches[self._stretch_index]
+
+    @property
+    def wait_limit_s(self) -> float:
+        """How long a live frame may have waited when the engine comes to it, now: `max_wait_s` once
+        the controller has climbed; below the first rung `CALM_WAIT_SHARE` budgets (see the docs)."""
+        return self.max_wait_s if self.level else max(self.max_wait_s, CALM_WAIT_SHARE * self.budget_ms / 1000)
 
     @property
     def shed(self) -> float:

@@ -353,7 +353,7 @@ class Pipeline:
         control = self.controller
         if control is not None:
             control.tick(*self._losses.for_controller(list(control.shedders)))
-            self._mail.put(Control(control.stretch, control.wait, control.throughput, control.max_wait_s),
+            self._mail.put(Control(control.stretch, control.wait, control.throughput, control.wait_limit_s),
                            key="control", drop_oldest=True)
 
     def results(self) -> Iterator[FrameResult | StreamEnd]:
