@@ -11,6 +11,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 import streamlens
 from streamlens.frame import Frame
 from streamlens.graph import runtime
@@ -193,6 +195,35 @@ detector: {{backend: motion}}
     # by the eighth turn (at least 6.2 s in): 5 ticks at 0.85 s a turn, one a turn from 1 s on;
     # once in four turns, 2
     assert turns[7] >= 4
+
+
+def test_the_engine_gets_the_controllers_wait_limit_three_budgets_below_its_first_rung(tmp_path):
+    """The rung the runtime posts to the engine carries `wait_limit_s`: three budgets while the
+    controller has climbed nothing (a stall's frames are published late, not dropped), the
+    budget's trimmed limit once it has. Checked on every rung posted, whichever the machine's
+    speed makes it reach."""
+    from streamlens.graph.engine import Control
+
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {SAMPLE}, live: true, loop: true}}]
+detector: {{backend: motion}}
+""")
+    pipeline = streamlens.Pipeline.from_yaml(path, sinks=[Collect()])
+    control = pipeline.controller
+    posted = []
+    put = pipeline._mail.put
+
+    def recording_put(item, **kwargs):
+        if isinstance(item, Control):
+            posted.append((item.max_wait_s, control.level, control.max_wait_s))
+        return put(item, **kwargs)
+
+    pipeline._mail.put = recording_put
+    report = pipeline.run(on_tick=lambda p: p.stop() if len(posted) >= 3 else None)
+    assert report.error is None and len(posted) >= 3
+    budget_s = control.budget_ms / 1000
+    for limit, level, trimmed in posted:
+        assert limit == pytest.approx(3 * budget_s if level == 0 else trimmed)
 
 
 def test_a_start_that_fails_leaves_the_last_runs_output_alone(tmp_path):

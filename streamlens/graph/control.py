@@ -348,7 +348,7 @@ class BudgetController:
         if worst_ms > self.budget_ms:
             least = min(self._most_wait_s, MIN_WAIT_SHARE * self.budget_ms / 1000)
             self.max_wait_s = max(least, self.max_wait_s - (worst_ms - self.budget_ms) / 1000)
-        elif worst_ms <= self.budget_ms:
+        else:
             self.max_wait_s = min(self._most_wait_s, self.max_wait_s + (self.budget_ms - worst_ms) / 2000)
 
     def _note(self, action: str | None) -> str | None:
