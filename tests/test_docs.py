@@ -40,3 +40,23 @@ def test_every_pipeline_key_is_in_the_reference():
     assert {"sources", "max_pixels", "lost_s", "preview_fps", "send_timeout_s", "pad_value"} <= keys
     missing = sorted(k for k in keys if not re.search(rf"\b{re.escape(k)}\b", page))
     assert not missing, f"docs/pipeline.md does not mention {missing}"
+
+
+def test_every_results_page_is_in_the_sites_nav():
+    """A benchmark writes its page to tools/results; the site's --strict build fails on a page left out
+    of mkdocs.yml's nav, so a new results page is listed there before it lands."""
+    import yaml
+
+    def pages(entry) -> set[str]:
+        if isinstance(entry, str):
+            return {entry}
+        if isinstance(entry, dict):
+            return set().union(*(pages(v) for v in entry.values()))
+        if isinstance(entry, list):
+            return set().union(*(pages(v) for v in entry)) if entry else set()
+        return set()
+
+    config = yaml.load((REPO / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
+    listed = pages(config["nav"])
+    written = {f"results/{p.name}" for p in (REPO / "tools" / "results").glob("*.md")}
+    assert not written - listed, f"mkdocs.yml's nav leaves out {sorted(written - listed)}"
