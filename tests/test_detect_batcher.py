@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -79,6 +80,40 @@ def test_a_keyframe_waits_max_wait_for_company_then_goes_alone():
     assert jobs.waits[:2] == [None, pytest.approx(0.040)]  # it asked to wait 40 ms, no more
 
 
+def test_a_batch_stops_waiting_at_once_when_no_keyframe_could_join_it():
+    """One live stream, whose keyframe is in the batch already: nothing can come to fill it, so the
+    detector starts at once instead of idling max_wait_ms (it did: 10 ms of every keyframe's 27 at
+    one stream, tools/results/overload.md)."""
+    asked = []
+    jobs = Arrivals(["alone", "late"], 0.5)
+    batcher = Batcher(jobs, max_batch=4, max_wait_ms=40.0, budget_ms=None, clock=jobs.clock,
+                      can_grow=lambda until: asked.append(until) or False)
+    batch = batcher.next_batch()
+    assert batch.items == ["alone"] and batch.waited_ms == 0.0
+    assert jobs.waits == [None]  # it never waited for company
+    assert asked == [pytest.approx(0.040)]  # asked whether one could come by the end of the wait
+    jobs = Arrivals(["first", "second"], 0.010)
+    batcher = Batcher(jobs, max_batch=4, max_wait_ms=40.0, budget_ms=None, clock=jobs.clock, can_grow=lambda until: True)
+    assert batcher.next_batch().items == ["first", "second"]  # one could: it waits as before
+
+
+def test_the_budget_counts_from_when_the_keyframes_frame_was_due():
+    """A keyframe that spent 10 ms being decoded and queued has 23 ms of a 33 ms budget left: with a
+    detector that takes 13 ms a frame, a batch of two (26 ms) no longer fits, so it goes alone at once;
+    a frame due just now waits for a second."""
+
+    def batch_of(age_s: float) -> list:
+        jobs = Arrivals([SimpleNamespace(clock=-age_s, name="first"), SimpleNamespace(clock=0.005, name="second")],
+                        0.005)
+        batcher = Batcher(jobs, max_batch=4, max_wait_ms=10.0, budget_ms=33.0, clock=jobs.clock)
+        for _ in range(10):
+            batcher.observe(1, 13.0)
+        return [item.name for item in batcher.next_batch().items]
+
+    assert batch_of(0.010) == ["first"]
+    assert batch_of(0.0) == ["first", "second"]
+
+
 def test_a_real_channel_hands_over_every_keyframe_in_order_in_batches():
     jobs = Channel(64)
     batcher = Batcher(jobs, max_batch=4, max_wait_ms=30.0, budget_ms=None)
@@ -146,3 +181,18 @@ def test_the_engine_batches_keyframes_within_max_batch(monkeypatch, tmp_path):
     # 300 frames a stream at interval 2: 150 keyframes for a, 151 for b (staggered: 0, 1, 3, 5, ...)
     assert sum(detector.batches) == 301 and max(detector.batches) <= 3
     assert np.mean(detector.batches) > 1.2  # two streams' keyframes do share batches
+
+
+def test_one_live_stream_gets_its_detections_without_waiting_for_a_batch_to_fill(tmp_path):
+    """One live camera, a batch allowed to wait 5 s to fill and a keyframe 0.5 s for its detections:
+    with nothing that could join its batch, every keyframe goes to the detector at once and is
+    published with its own detections. (Before, each waited the 5 s and went out late, by motion.)"""
+    cfg = parse_pipeline({"sources": [{"name": "cam", "uri": str(REPO / "samples" / "traffic.mp4"), "live": True}],
+                          "detector": {"backend": "motion", "max_batch": 4, "max_wait_ms": 5000, "budget_ms": 500},
+                          "keyframes": {"interval": 5}, "tracker": {"motion": "kalman"},
+                          "runtime": {"max_stretch": 1}}, tmp_path / "p.yaml")
+    report = runtime.Pipeline(cfg).run()
+    assert report.status == "done", report.error
+    stats = report.streams[0]
+    assert stats.keyframes > 20
+    assert stats.late_keyframes <= stats.keyframes // 10, (stats.late_keyframes, stats.keyframes)

@@ -280,3 +280,33 @@ def test_how_soon_the_detector_would_start_a_keyframe():
     assert left(10.0)  # and a keyframe waiting
     worker._jobs.put(frame("b", 0))
     assert worker.start_in_s() == math.inf  # max_batch keyframes wait already
+
+
+def test_a_stream_can_join_the_detectors_batch_only_if_its_next_keyframe_could_come_in_time():
+    """What the batcher asks before it waits to fill a batch (`Engine.batch_can_grow`): a stream with
+    a keyframe with the detector cannot add one, nor a stalled camera, nor one whose next frame comes
+    after the wait; a file's schedule may at any frame."""
+    worker = DetectWorker(MotionDetector(), lambda d: True, max_batch=4, max_wait_ms=10, budget_ms=33)
+    lanes = [Lane(n, build_tracker(TrackerConfig(motion="kalman"), 30.0), True, 5) for n in "ab"]
+    inbox = Channel(8)
+    engine = Engine(inbox, Channel(8, share=inbox), lanes, worker, lambda item: None, late_after_s=0.033,
+                    chooser=KeyframeChooser(interval=5))
+    assert worker.batcher.can_grow == engine.batch_can_grow
+    chooser, now = engine.chooser, time.monotonic()
+    assert chooser.offer("a", signals(), now=now) == "first"  # a's keyframe is in the batch
+    assert not engine.batch_can_grow(now + 1.0)  # b has sent no frame yet: nothing to wait for
+    assert chooser.offer("b", signals(), now=now) == "first"
+    chooser.detected("b")  # b is free again; its next frame is due a period (33 ms) after its last
+    assert not engine.batch_can_grow(now + 0.010)  # not within a 10 ms wait
+    assert engine.batch_can_grow(now + PERIOD)  # within a longer one
+    chooser.offer("b", signals(), now=now - 1.0)  # b's last frame came a second ago: a stalled camera
+    assert not engine.batch_can_grow(now + 1.0)
+    single = Engine(inbox, Channel(8, share=inbox), [Lane("cam", build_tracker(TrackerConfig(motion="kalman"), 30.0),
+                                                          True, 5)], worker, lambda item: None, late_after_s=0.033)
+    assert single.batch_can_grow(now)  # a live stream with a schedule of its own, none in flight
+    single.lanes["cam"].in_flight = 1
+    assert not single.batch_can_grow(now + 1.0)
+    files = Engine(inbox, Channel(8, share=inbox), [Lane("file", build_tracker(TrackerConfig(motion="kalman"), 30.0),
+                                                         False, 5)], worker, lambda item: None, late_after_s=0.033)
+    files.lanes["file"].in_flight = 3
+    assert files.batch_can_grow(now)  # a file's schedule sends keyframes whatever is in flight

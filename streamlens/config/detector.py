@@ -77,8 +77,8 @@ class DetectorConfig(_Keys):
                     "RT-DETR and their exports) or motion (no model)")
     max_batch: int = Field(4, ge=1, le=MAX_BATCH, description="keyframes per detector call, at most")
     max_wait_ms: float = Field(10.0, ge=0, le=MAX_MS, description="how long a batch waits to fill")
-    budget_ms: float | None = Field(33.0, ge=0, le=MAX_MS, description="how long a keyframe may take from the "
-                                    "engine's inbox to its detections (0: no budget)")
+    budget_ms: float | None = Field(33.0, ge=0, le=MAX_MS, description="how long a keyframe may take from its "
+                                    "frame becoming available to its detections (0: no budget)")
     model: PathKey | None = Field(None, json_schema_extra=_only(_NEURAL), description="the model file or folder")
     imgsz: Annotated[tuple[int, int] | None, BeforeValidator(_imgsz), WithJsonSchema(
         {"anyOf": [{"type": "integer"}, {"type": "array", "items": {"type": "integer"}, "minItems": 2,

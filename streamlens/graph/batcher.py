@@ -5,13 +5,20 @@ returns them in batches, closing a batch when
 - it holds `max_batch` keyframes, or as many as the budget allows (below), or
 - `max_wait_ms` has passed since its first keyframe arrived.
 
-Budget: `budget_ms` (default 33, one frame at 30 fps) is how long a keyframe may take from arriving
-here to its detections. `DetectCost` learns how long the detector takes for a batch of n frames
-(fixed + per_frame x n, from the batches it has timed), and the batcher stops gathering once the
-wait so far plus the detector's time for one more frame would break the budget: a detector that
-needs 25 ms a frame on a CPU runs one frame at a time, one that needs 2 ms on a GPU gathers 8.
-`budget_ms=None` turns the budget off (files and the bulk mode for archives: throughput, not
-latency, with `max_wait_ms` then only a bound on idle waiting).
+Budget: `budget_ms` (default 33, one frame at 30 fps) is how long a keyframe may take to its
+detections, counted from its frame's `clock` (when the frame became available: the engine's queue,
+and a live file's decoding, are inside it; from its arrival here for an item without one).
+`DetectCost` learns how long the detector takes for a batch of n frames (fixed + per_frame x n, from
+the batches it has timed), and the batcher stops gathering once the first keyframe's age plus the
+detector's time for one more frame would break the budget: a detector that needs 25 ms a frame on a
+CPU runs one frame at a time, one that needs 2 ms on a GPU gathers 8. `budget_ms=None` turns the
+budget off (files and the bulk mode for archives: throughput, not latency, with `max_wait_ms` then
+only a bound on idle waiting).
+
+A batch also stops gathering when nothing could join it: `can_grow(until)` (the engine's, see
+`Engine.batch_can_grow`) says whether any stream could still bring a keyframe by `until`, the end of
+the wait. At one live stream, whose keyframe is in the batch already, the detector starts at once
+instead of idling `max_wait_ms` for a keyframe that cannot come.
 
 Example:
     >>> from streamlens.graph.channel import Channel
@@ -87,7 +94,7 @@ class Batcher:
     """
 
     def __init__(self, jobs: Channel, *, max_batch: int, max_wait_ms: float, budget_ms: float | None = 33.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, can_grow: Callable[[float], bool] | None = None):
         if max_batch < 1:
             raise ValueError(f"max_batch={max_batch!r}: expected at least 1")
         self.jobs = jobs
@@ -95,10 +102,13 @@ class Batcher:
         self.max_wait = max(0.0, max_wait_ms) / 1000.0
         self.budget_ms = budget_ms
         self.clock = clock
+        #: whether a keyframe could still join a batch by the given time on `clock` (None: always)
+        self.can_grow = can_grow
         self.cost = DetectCost()
 
     def batch_limit(self, waited_ms: float) -> int:
-        """How many keyframes a batch may hold after waiting `waited_ms`: at least 1, at most `max_batch`."""
+        """How many keyframes a batch may hold once its first keyframe is `waited_ms` old: at least
+        1, at most `max_batch`."""
         if self.budget_ms is None or not self.cost.known:
             return self.max_batch
         n = 1
@@ -111,9 +121,13 @@ class Batcher:
         `ChannelClosed` once `jobs` is closed and empty (a batch cut short by the close is returned)."""
         batch = Batch([self.jobs.get()])
         started = self.clock()
+        due = getattr(batch.items[0], "clock", None)  # a frame's: when it was due, on this clock
+        born = started if due is None else min(started, due)
         while True:
             waited = self.clock() - started
-            if len(batch.items) >= self.batch_limit(waited * 1000.0):
+            if len(batch.items) >= self.batch_limit((waited + started - born) * 1000.0):
+                break
+            if self.can_grow is not None and not self.can_grow(started + self.max_wait):
                 break
             try:
                 item = self.jobs.get(timeout=max(0.0, self.max_wait - waited))

@@ -210,6 +210,7 @@ class Engine:
         self.detections = detections
         self.lanes = {lane.name: lane for lane in lanes}
         self.worker = worker
+        worker.batcher.can_grow = self.batch_can_grow
         self.publish = publish
         self.late_after_s = late_after_s
         self._wait_s = late_after_s  # as configured
@@ -305,6 +306,21 @@ class Engine:
             # an abort (the inbox closed and emptied) does not wait for a batch in hand: the
             # detector's thread ends by itself once it finds the inbox closed
             self.worker.close(0.0 if self.inbox.closed else None)
+
+    def batch_can_grow(self, until: float) -> bool:
+        """Whether a keyframe could still join the detector's batch by `until` (time.monotonic()),
+        asked from the detector's thread (graph/batcher.py). A file, or a live stream with a schedule
+        of its own and no keyframe in flight, may send one at any frame; the shared schedule's
+        streams answer for themselves (`KeyframeChooser.joinable_by`). A stream added or removed
+        meanwhile makes it answer True."""
+        try:
+            lanes = list(self.lanes.values())
+        except RuntimeError:
+            return True
+        if any(lane.open and not lane.live or lane.open and self.chooser is None and not lane.in_flight
+               for lane in lanes):
+            return True
+        return self.chooser is not None and self.chooser.joinable_by(until)
 
     def open_streams(self) -> list[Lane]:
         return [lane for lane in self.lanes.values() if lane.open]

@@ -395,6 +395,21 @@ class KeyframeChooser:
             s.deferred += 1
         return ""
 
+    def joinable_by(self, until: float) -> bool:
+        """Whether a stream could still bring the detector a keyframe by `until` (time.monotonic()):
+        one with no keyframe in flight, not stalled, past its fewest frames between keyframes, whose
+        next frame is expected by then (less `ARRIVAL_SLACK` of a period). The detector's batch
+        stops waiting to fill when none could (graph/batcher.py). Read from the detector's thread: a
+        stream added or removed meanwhile makes it answer True."""
+        now = time.monotonic()
+        try:
+            streams = list(self._streams.values())
+        except RuntimeError:
+            return True
+        return any(not s.in_flight and now - s.seen <= STALL_PERIODS * s.gap_s
+                   and s.since is not None and s.since + 1 >= self._floor(s)
+                   and s.seen + s.gap_s - s.period_s * ARRIVAL_SLACK <= until for s in streams)
+
     def _floor(self, s: _Shared) -> float:
         """The fewest frames between two of a stream's keyframes (scene cuts aside)."""
         if self.stretch <= 1.0:
