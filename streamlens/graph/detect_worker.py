@@ -84,11 +84,6 @@ class DetectWorker:
         cost = self.batcher.cost
         return cost.estimate(1) / 1000 if cost.known else math.inf
 
-    def free_slots(self) -> int:
-        """How many more keyframes the detector takes now: `max_batch` less those waiting (past
-        that, `start_in_s` is `math.inf`)."""
-        return max(0, self.batcher.max_batch - self._jobs.depth())
-
     def start_in_s(self) -> float:
         """Seconds until a keyframe submitted now would start: the rest of the batch in hand and
         the keyframes waiting, at the detector's learnt speed (0.0 when idle). `math.inf` when

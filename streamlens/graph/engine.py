@@ -378,7 +378,7 @@ class Engine:
         if lane.live and self.chooser is not None:
             chosen = bool(self.chooser.offer(lane.name, lane.tracker.signals, cut=frame.scene_cut,
                                              start_in_s=self.worker.start_in_s(), skipped=skipped,
-                                             unit_s=self.worker.unit_s(), slots=self.worker.free_slots()))
+                                             unit_s=self.worker.unit_s()))
             lane.deferred_keyframes = self.chooser.deferred(lane.name)
             return chosen
         scheduled = frame.scheduled

@@ -359,8 +359,7 @@ class KeyframeChooser:
         return (s.since + 1) / s.results.current * s.urgency
 
     def offer(self, name: str, signals=None, *, cut: bool = False, start_in_s: float = 0.0,
-              now: float | None = None, skipped: int = 0, unit_s: float = math.inf,
-              slots: int | None = None) -> str:
+              now: float | None = None, skipped: int = 0, unit_s: float = math.inf) -> str:
         """Whether the stream's frame now arriving is a keyframe: why it is ("first", "scene_cut",
         "interval" when due, "spare" before its time), or "" when it is not. `signals`: the stream's
         tracking signals (None: no tracker); `start_in_s`: seconds until the detector could start
@@ -369,13 +368,8 @@ class KeyframeChooser:
         the way): they count as frames since its last keyframe, so shedding frames leaves the
         keyframes as far apart in time as they were; `unit_s`: the detector's learnt time for one
         more keyframe (`math.inf`: unknown), by which a frame worth less than one expected from
-        another stream is still taken when the detector has room for both within a frame period;
-        `slots`: how many keyframes the detector's queue takes now before it takes no more
-        (`DetectWorker.free_slots`; None: no such bound): a frame is not taken when the streams
-        worth more that are expected by the detector's start would not all find a place after it
-        (else, frames of several cameras that come in step, the same stream last each time, it
-        would find the queue full at every frame, and never be detected). The other streams are
-        judged by their signals at their own last offer."""
+        another stream is still taken when the detector has room for both within a frame period.
+        The other streams are judged by their signals at their own last offer."""
         now = time.monotonic() if now is None else now
         s = self._streams[name]
         s.seen, s.gap_s = now, (skipped + 1) * s.period_s
@@ -390,7 +384,7 @@ class KeyframeChooser:
         elif cut:
             reason = "scene_cut"
         elif not s.in_flight and s.since + 1 >= self._floor(s) and start_in_s <= s.period_s:
-            if self._room(name, worth, now, start_in_s, unit_s, slots):
+            if self._room(name, worth, now, start_in_s, unit_s):
                 reason = "interval" if s.since + 1 >= s.results.current * self.stretch else "spare"
         if reason:
             s.since, s.in_flight, s.overdue = 0, True, False
@@ -422,15 +416,11 @@ class KeyframeChooser:
             return self.min_interval
         return max(2, round(self.min_interval * self.stretch))
 
-    def _room(self, name: str, worth: float, now: float, start_in_s: float, unit_s: float,
-              slots: int | None = None) -> bool:
+    def _room(self, name: str, worth: float, now: float, start_in_s: float, unit_s: float) -> bool:
         """Whether the detector may take the stream's frame now: every other stream expected by the
         time the detector would start (see `_expected`) that is worth more could still start within
-        its frame period after it (each one keyframe of `unit_s` later) and find a place in the
-        detector's queue (`slots`, this frame's included), or none is worth more."""
+        its frame period after it (each one keyframe of `unit_s` later), or none is worth more."""
         better = sorted(s.period_s for s, other in self._expected(name, now, now + start_in_s) if other > worth)
-        if slots is not None and len(better) >= slots:
-            return False
         return all(start_in_s + (rank + 1) * unit_s <= period for rank, period in enumerate(better))
 
     def _expected(self, name: str, now: float, start: float):
