@@ -287,20 +287,22 @@ def test_a_stream_can_join_the_detectors_batch_only_if_its_next_keyframe_could_c
     a keyframe with the detector cannot add one, nor a stalled camera, nor one whose next frame comes
     after the wait; a file's schedule may at any frame."""
     worker = DetectWorker(MotionDetector(), lambda d: True, max_batch=4, max_wait_ms=10, budget_ms=33)
-    lanes = [Lane(n, build_tracker(TrackerConfig(motion="kalman"), 30.0), True, 5) for n in "ab"]
+    # one frame a second, so that a slow machine's pauses between the lines below change nothing
+    lanes = [Lane(n, build_tracker(TrackerConfig(motion="kalman"), 1.0), True, 5, period_s=1.0) for n in "ab"]
     inbox = Channel(8)
     engine = Engine(inbox, Channel(8, share=inbox), lanes, worker, lambda item: None, late_after_s=0.033,
                     chooser=KeyframeChooser(interval=5))
     assert worker.batcher.can_grow == engine.batch_can_grow
     chooser, now = engine.chooser, time.monotonic()
     assert chooser.offer("a", signals(), now=now) == "first"  # a's keyframe is in the batch
-    assert not engine.batch_can_grow(now + 1.0)  # b has sent no frame yet: nothing to wait for
+    assert not engine.batch_can_grow(now + 2.0)  # b has sent no frame yet: nothing to wait for
     assert chooser.offer("b", signals(), now=now) == "first"
-    chooser.detected("b")  # b is free again; its next frame is due a period (33 ms) after its last
+    chooser.detected("b")  # b is free again; its next frame is due a period after its last
     assert not engine.batch_can_grow(now + 0.010)  # not within a 10 ms wait
-    assert engine.batch_can_grow(now + PERIOD)  # within a longer one
-    chooser.offer("b", signals(), now=now - 1.0)  # b's last frame came a second ago: a stalled camera
-    assert not engine.batch_can_grow(now + 1.0)
+    assert engine.batch_can_grow(now + 1.0)  # within a longer one
+    # b's last frame came 10 s ago (3 periods make a stalled camera); the busy detector takes none
+    assert chooser.offer("b", signals(), now=now - 10.0, start_in_s=math.inf) == ""
+    assert not engine.batch_can_grow(now + 2.0)
     single = Engine(inbox, Channel(8, share=inbox), [Lane("cam", build_tracker(TrackerConfig(motion="kalman"), 30.0),
                                                           True, 5)], worker, lambda item: None, late_after_s=0.033)
     assert single.batch_can_grow(now)  # a live stream with a schedule of its own, none in flight

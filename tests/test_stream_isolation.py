@@ -136,7 +136,8 @@ sinks: [{{type: jsonl, path: out.jsonl}}]
         seq = [m["seq"] for m in streams[name]]
         assert all(b > a for a, b in zip(seq, seq[1:])), name
     ends = {m["stream"]: m["reason"] for m in _lines(out) if m["type"] == "eos"}
-    assert ends == {n: "stopped" for n in names}
+    assert ends == {n: "stopped" for n in names}, err[-3000:]  # the run's own lines say what became of an engine
+
     def left() -> list[psutil.Process]:  # a killed engine's resource tracker ends once its last holder has
         return [p for p in descendants if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 

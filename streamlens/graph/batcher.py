@@ -121,7 +121,7 @@ class Batcher:
         `ChannelClosed` once `jobs` is closed and empty (a batch cut short by the close is returned)."""
         batch = Batch([self.jobs.get()])
         started = self.clock()
-        due = getattr(batch.items[0], "clock", None)  # a frame's: when it was due, on this clock
+        due = getattr(batch.items[0], "clock", None)  # a frame's: when it became available, on this clock
         born = started if due is None else min(started, due)
         while True:
             waited = self.clock() - started

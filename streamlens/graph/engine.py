@@ -317,8 +317,7 @@ class Engine:
             lanes = list(self.lanes.values())
         except RuntimeError:
             return True
-        if any(lane.open and not lane.live or lane.open and self.chooser is None and not lane.in_flight
-               for lane in lanes):
+        if any(lane.open and (not lane.live or (self.chooser is None and not lane.in_flight)) for lane in lanes):
             return True
         return self.chooser is not None and self.chooser.joinable_by(until)
 
