@@ -124,8 +124,9 @@ class Batcher:
         due = getattr(batch.items[0], "clock", None)  # a frame's: when it became available, on this clock
         born = started if due is None else min(started, due)
         while True:
-            waited = self.clock() - started
-            if len(batch.items) >= self.batch_limit((waited + started - born) * 1000.0):
+            now = self.clock()
+            waited = now - started
+            if len(batch.items) >= self.batch_limit((now - born) * 1000.0):
                 break
             if self.can_grow is not None and not self.can_grow(started + self.max_wait):
                 break

@@ -398,17 +398,13 @@ class KeyframeChooser:
     def joinable_by(self, until: float) -> bool:
         """Whether a stream could still bring the detector a keyframe by `until` (time.monotonic()):
         one with no keyframe in flight, not stalled, past its fewest frames between keyframes, whose
-        next frame is expected by then (less `ARRIVAL_SLACK` of a period). The detector's batch
-        stops waiting to fill when none could (graph/batcher.py). Read from the detector's thread: a
-        stream added or removed meanwhile makes it answer True."""
-        now = time.monotonic()
+        next frame is expected by then (less `ARRIVAL_SLACK` of a period): what `_expected` yields.
+        The detector's batch stops waiting to fill when none could (graph/batcher.py). Read from the
+        detector's thread: a stream added or removed meanwhile makes it answer True."""
         try:
-            streams = list(self._streams.values())
-        except RuntimeError:
+            return any(True for _ in self._expected(None, time.monotonic(), until))
+        except RuntimeError:  # the streams changed while it looked
             return True
-        return any(not s.in_flight and now - s.seen <= STALL_PERIODS * s.gap_s
-                   and s.since is not None and s.since + 1 >= self._floor(s)
-                   and s.seen + s.gap_s - s.period_s * ARRIVAL_SLACK <= until for s in streams)
 
     def _floor(self, s: _Shared) -> float:
         """The fewest frames between two of a stream's keyframes (scene cuts aside)."""
@@ -423,9 +419,9 @@ class KeyframeChooser:
         better = sorted(s.period_s for s, other in self._expected(name, now, now + start_in_s) if other > worth)
         return all(start_in_s + (rank + 1) * unit_s <= period for rank, period in enumerate(better))
 
-    def _expected(self, name: str, now: float, start: float):
-        """Every other stream whose next frame is expected by `start` and could become a keyframe,
-        with what that frame is worth."""
+    def _expected(self, name: str | None, now: float, start: float):
+        """Every stream but `name` whose next frame is expected by `start` and could become a
+        keyframe, with what that frame is worth."""
         for other, s in self._streams.items():
             # a stream shed 1 in 2, or on keyframes only, comes less often (`gap_s`)
             if other == name or s.in_flight or now - s.seen > STALL_PERIODS * s.gap_s:
