@@ -312,3 +312,167 @@ def test_a_stream_can_join_the_detectors_batch_only_if_its_next_keyframe_could_c
                                                          False, 5)], worker, lambda item: None, late_after_s=0.033)
     files.lanes["file"].in_flight = 3
     assert files.batch_can_grow(now)  # a file's schedule sends keyframes whatever is in flight
+
+
+class Queue:
+    """A detector queue for the chooser alone: one keyframe at a time, `unit` seconds each, at most
+    `cap` waiting (as `DetectWorker` with `max_batch` = cap); `t` is the time now."""
+
+    def __init__(self, chooser: KeyframeChooser, unit: float, cap: int):
+        self.chooser, self.unit, self.cap = chooser, unit, cap
+        self.waiting: list[str] = []
+        self.busy: tuple[str, float] | None = None  # the stream detected now, and when it ends
+        self.t = 0.0
+
+    def advance(self, t: float) -> None:
+        """The detector's work up to `t`: keyframes done are reported to the chooser."""
+        self.t = t
+        while self.busy is not None and self.busy[1] <= t:
+            name, end = self.busy
+            self.chooser.detected(name)
+            self.busy = (self.waiting.pop(0), end + self.unit) if self.waiting else None
+        if self.busy is None and self.waiting:
+            self.busy = (self.waiting.pop(0), t + self.unit)
+
+    def submit(self, name: str) -> None:
+        self.waiting.append(name)
+        self.advance(self.t)
+
+    def waiting_streams(self) -> list[str]:
+        return list(self.waiting)
+
+    def start_in_s(self, withdrawn: int = 0) -> float:
+        waiting = len(self.waiting) - withdrawn
+        if waiting >= self.cap:
+            return math.inf
+        return (max(0.0, self.busy[1] - self.t) if self.busy else 0.0) + waiting * self.unit
+
+    def withdraw(self, name: str) -> bool:
+        self.waiting.remove(name)
+        return True
+
+
+def in_step(streams: int, displace: bool, ticks: int = 100) -> tuple[dict, KeyframeChooser]:
+    """`streams` cameras at 10 fps whose frames come in step, in the same order every period; a
+    detector that takes 20 ms a keyframe and queues at most 4. Returns each stream's keyframe ticks."""
+    period, unit = 0.1, 0.02
+    chooser = KeyframeChooser(interval=3)
+    names = [f"s{i}" for i in range(streams)]
+    for name in names:
+        chooser.add(name, period)
+    queue = Queue(chooser, unit, cap=4)
+    keys = {name: [] for name in names}
+    for tick in range(ticks):
+        for k, name in enumerate(names):
+            queue.advance(tick * period + 0.001 * k)
+            if chooser.offer(name, signals(), start_in_s=queue.start_in_s(), now=queue.t, unit_s=unit,
+                             queue=queue if displace else None):
+                keys[name].append(tick)
+                queue.submit(name)
+    return keys, chooser
+
+
+@pytest.mark.parametrize("streams", [8, 12])
+def test_cameras_in_step_each_get_keyframes_when_a_waiting_one_gives_its_place(streams):
+    """Cameras whose frames come in step fill the detector's queue in the same order every period.
+    Without giving up places, the camera offered last found the queue full at every frame: 1
+    keyframe in 100 periods (the bench saw a stream detected on 1 frame of 120). A keyframe still
+    waiting gives its place to a frame worth twice as much: every camera is then detected at least
+    every other interval, and the detector does as many keyframes as before."""
+    starved, _ = in_step(streams, displace=False)
+    assert min(len(ticks) for ticks in starved.values()) <= 1
+    keys, chooser = in_step(streams, displace=True)
+    assert all(len(ticks) >= 100 / 6 for ticks in keys.values())
+    assert all(b - a <= 2 * 3 for ticks in keys.values() for a, b in zip(ticks, ticks[1:]))
+    assert sum(map(len, keys.values())) >= sum(map(len, starved.values())) - streams
+    assert sum(chooser.displaced(name) for name in keys) > 0
+
+
+def test_a_waiting_keyframe_gives_its_place_only_to_a_frame_worth_twice_as_much():
+    chooser = KeyframeChooser(interval=5)
+    for name in "abc":
+        chooser.add(name, PERIOD)
+        assert chooser.offer(name, signals(), now=0.0) == "first"
+        chooser.detected(name)
+    queue = Queue(chooser, unit=0.01, cap=1)
+    queue.busy = ("x", 1.0)  # another stream's keyframe runs until t = 1 s
+    assert chooser.offer("a", signals(), now=0.01, start_in_s=queue.start_in_s(), unit_s=0.01, queue=queue) == ""
+    queue.busy = ("x", 0.02)
+    assert chooser.offer("b", signals(), now=0.01, start_in_s=queue.start_in_s(), unit_s=0.01, queue=queue) == "spare"
+    queue.waiting.append("b")  # b's keyframe waits, worth 1/5 when taken; the queue is full
+    # c's next frame is worth 1/5 as well: not enough; the one after, 2/5: b's place is c's
+    assert chooser.offer("c", signals(), now=0.01, start_in_s=queue.start_in_s(), unit_s=0.01, queue=queue) == ""
+    assert chooser.offer("c", signals(), now=0.04, start_in_s=queue.start_in_s(), unit_s=0.01, queue=queue) == "spare"
+    assert queue.waiting == [] and chooser.displaced("b") == 1
+    # b counts its frames from its keyframe before (frame 0): the one taken back, then one more
+    assert chooser.offer("b", signals(), now=0.04, start_in_s=math.inf) == ""
+    assert chooser.worth("b") == 3 / 5
+    # a scene cut's or a first frame's keyframe never gives its place
+    chooser.add("d", PERIOD)
+    assert chooser.offer("d", signals(), now=0.05, start_in_s=math.inf) == "first"
+    queue.waiting = ["d"]
+    for k in range(1, 20):
+        assert chooser.offer("a", signals(), now=0.05 + k * PERIOD, start_in_s=queue.start_in_s(), unit_s=0.01,
+                             queue=queue) == ""
+    assert queue.waiting == ["d"]
+
+
+def test_the_engine_publishes_a_keyframe_taken_back_from_the_detectors_queue_by_motion():
+    """A real engine and detector thread: with the detector held on one stream's keyframe and
+    another's spare keyframe waiting, a third stream's frame worth twice as much takes that place;
+    the keyframe taken back goes out at once by motion (`keyframe` false), its stream is free for
+    its next keyframe, and the detector never sees it."""
+    inbox = Channel(64)
+    detections = Channel(1 << 20, "detections", share=inbox)
+    detector = GatedDetector()
+    worker = DetectWorker(detector, detections.put, max_batch=1, max_wait_ms=0, budget_ms=33)
+    lanes = [Lane(n, build_tracker(TrackerConfig(motion="kalman"), 30.0), True, 5) for n in "abc"]
+    published: list = []
+    engine = Engine(inbox, detections, lanes, worker, published.append, late_after_s=60.0,
+                    chooser=KeyframeChooser(interval=5))
+    worker.start()
+
+    def back() -> Detected:
+        while True:
+            item = detections.get(60)
+            assert item is not None, "the detector's results never came back"
+            if isinstance(item, Detected):
+                engine._on_detected(item)
+                return item
+
+    try:
+        for name in "abc":
+            engine._on_input(frame(name, 0))
+        detector.gate.release(3)
+        for _ in range(3):
+            back()
+        worker.batcher.cost = DetectCost()
+        worker.batcher.observe(1, 1.0)  # 1 ms a keyframe: a place in the queue starts within a period
+        engine._on_input(frame("a", 1))  # to the detector, held there by the gate
+        for _ in range(600):  # until the detector's thread has taken it from the queue
+            if detector.calls[-1:] == [["a"]]:
+                break
+            time.sleep(0.05)
+        assert detector.calls[-1] == ["a"]
+        engine._on_input(frame("b", 1))  # a spare keyframe, worth 1/5: it waits in the queue (full)
+        assert engine.lanes["b"].in_flight == 1 and worker.waiting_streams() == ["b"]
+        engine._on_input(frame("c", 1))  # worth 1/5 too: not taken
+        engine._on_input(frame("c", 2))  # worth 2/5: takes b's place
+        assert engine.lanes["c"].in_flight == 1 and engine.lanes["b"].in_flight == 0
+        assert worker.waiting_streams() == ["c"] and engine.chooser.displaced("b") == 1
+        for lane in lanes:
+            engine._advance(lane)
+        out = {(r.frame.stream, r.frame.index): r.keyframe for r in published}
+        assert out[("b", 1)] is False  # out by motion, not waiting for detections
+        assert ("a", 1) not in out  # a's keyframe waits for its detections
+        detector.gate.release(2)
+        done = {back().frame.stream for _ in range(2)}
+        assert done == {"a", "c"} and all("b" not in call for call in detector.calls[3:])
+        for lane in lanes:
+            engine._advance(lane)
+        out = {(r.frame.stream, r.frame.index): r.keyframe for r in published}
+        assert out[("a", 1)] is True and out[("c", 2)] is True and out[("c", 1)] is False
+        assert all(lane.in_flight == 0 for lane in lanes)
+    finally:
+        detector.gate.release(8)
+        worker.close(10)

@@ -70,7 +70,16 @@ class DetectWorker:
 
     def submit(self, frame: Frame) -> None:
         frame.submitted = time.perf_counter()
-        self._jobs.put(frame)
+        self._jobs.put(frame, key=frame.stream)
+
+    def waiting_streams(self) -> list[str]:
+        """The streams whose keyframes wait in the queue, not yet taken into a batch."""
+        return self._jobs.waiting_keys()
+
+    def withdraw(self, stream: str) -> Frame | None:
+        """Take the stream's oldest keyframe back out of the queue, if no batch has taken it yet
+        (None otherwise): its place goes to a keyframe worth more (`KeyframeChooser`)."""
+        return self._jobs.take_back(stream)
 
     def expected_s(self) -> float:
         """Seconds until the detections of a keyframe submitted now would be back: the keyframes
@@ -84,11 +93,12 @@ class DetectWorker:
         cost = self.batcher.cost
         return cost.estimate(1) / 1000 if cost.known else math.inf
 
-    def start_in_s(self) -> float:
+    def start_in_s(self, withdrawn: int = 0) -> float:
         """Seconds until a keyframe submitted now would start: the rest of the batch in hand and
-        the keyframes waiting, at the detector's learnt speed (0.0 when idle). `math.inf` when
-        `max_batch` keyframes wait already, or while the first batch runs untimed."""
-        waiting, busy = self._jobs.depth(), self._busy
+        the keyframes waiting (less `withdrawn` of them), at the detector's learnt speed (0.0 when
+        idle). `math.inf` when `max_batch` keyframes wait already, or while the first batch runs
+        untimed."""
+        waiting, busy = max(0, self._jobs.depth() - withdrawn), self._busy
         if waiting >= self.batcher.max_batch:
             return math.inf
         if not (waiting or busy):
@@ -143,3 +153,25 @@ class DetectWorker:
                 waited = (started - (frame.submitted or started)) * 1000
                 if not self.deliver(Detected(frame, detections, batch_ms=waited, detect_ms=ms)):
                     return
+
+
+@dataclass(frozen=True, slots=True)
+class KeyframeQueue:
+    """The detector's queue as the shared schedule sees it (`keyframes.DetectorQueue`): a keyframe
+    taken back from it (`withdraw`) is handed to `taken_back`, on the engine thread."""
+
+    worker: DetectWorker
+    taken_back: Callable[[Frame], None]
+
+    def waiting_streams(self) -> list[str]:
+        return self.worker.waiting_streams()
+
+    def start_in_s(self, withdrawn: int = 0) -> float:
+        return self.worker.start_in_s(withdrawn)
+
+    def withdraw(self, stream: str) -> bool:
+        frame = self.worker.withdraw(stream)
+        if frame is None:
+            return False
+        self.taken_back(frame)
+        return True

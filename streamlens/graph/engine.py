@@ -23,7 +23,8 @@ With a `KeyframeChooser` (`keyframes.shared`, the default), the engine itself ch
 keyframes as frames arrive: whenever the detector can start one within a frame period
 (`DetectWorker.start_in_s`: idle, or about to end the work it has), the stream whose next
 keyframe is worth most gets it, so the detector stays busy on the streams that need it, and
-no keyframe waits in its queue longer than a frame period.
+no keyframe waits in its queue longer than a frame period. A keyframe still waiting there gives its
+place to a frame worth far more (`KeyframeQueue`): it is taken back and goes out by motion.
 A live frame older than its lane's limit when the engine comes to it (`Lane.too_old`: the
 source's `max_staleness_ms`, or the budget controller's `max_wait_s`) is dropped before any work
 and counted: as the engine's (`stale_dropped`: it grew old waiting here) or its source's
@@ -52,7 +53,7 @@ import supervision as sv
 from ..frame import EndOfStream, Frame, FrameResult, MediaClock, StreamEnd
 from ..track import Tracker
 from .channel import Channel, ChannelClosed, get_any
-from .detect_worker import Detected, DetectWorker
+from .detect_worker import Detected, DetectWorker, KeyframeQueue
 from .keyframes import KeyframeChooser
 from .regions import build_planner
 
@@ -211,6 +212,8 @@ class Engine:
         self.lanes = {lane.name: lane for lane in lanes}
         self.worker = worker
         worker.batcher.can_grow = self.batch_can_grow
+        #: the detector's queue, whose waiting keyframes give their place to frames worth more
+        self.queue = KeyframeQueue(worker, self._taken_back)
         self.publish = publish
         self.late_after_s = late_after_s
         self._wait_s = late_after_s  # as configured
@@ -375,9 +378,11 @@ class Engine:
         but never while a live stream's last keyframe is still with the detector (deferred).
         `skipped`: the stream's frames since its last that never reached the engine."""
         if lane.live and self.chooser is not None:
+            # a keyframe whose region was planned keeps its place: its planner has moved on from it
             chosen = bool(self.chooser.offer(lane.name, lane.tracker.signals, cut=frame.scene_cut,
                                              start_in_s=self.worker.start_in_s(), skipped=skipped,
-                                             unit_s=self.worker.unit_s()))
+                                             unit_s=self.worker.unit_s(),
+                                             queue=None if self.regions else self.queue))
             lane.deferred_keyframes = self.chooser.deferred(lane.name)
             return chosen
         scheduled = frame.scheduled
@@ -390,6 +395,16 @@ class Engine:
             lane.deferred_keyframes += scheduled
             return False
         return True
+
+    def _taken_back(self, frame: Frame) -> None:
+        """A keyframe taken back from the detector's queue (its place went to a frame worth more):
+        it goes out by motion like the frames between keyframes."""
+        lane = self.lanes[frame.stream]
+        frame.keyframe, frame.prepared = False, None
+        lane.in_flight -= 1
+        lane.deadlines.pop(frame.index, None)
+        lane.late.discard(frame.index)  # published already, by motion: no detections will come
+        lane.publish_view()
 
     def _on_detected(self, done: Detected) -> None:
         if done.error is not None:
@@ -466,4 +481,5 @@ class Engine:
             self.hold_open = True  # the last stream was taken away, not ended: the run waits for more
 
 
-__all__ = ["Control", "Detected", "DetectWorker", "Engine", "Lane", "LaneView", "Mail", "engine_mailbox", "too_old"]
+__all__ = ["Control", "Detected", "DetectWorker", "Engine", "KeyframeQueue", "Lane", "LaneView", "Mail", "engine_mailbox",
+           "too_old"]

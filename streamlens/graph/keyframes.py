@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import cv2
 import numpy as np
@@ -50,6 +51,11 @@ STALL_PERIODS = 3.0
 #: detector would start still counts against the frame in hand (frames of several cameras come in
 #: bursts a few milliseconds wide; waiting that long for a better one costs the detector little)
 ARRIVAL_SLACK = 0.25
+#: shared schedule: a frame takes the place of a keyframe still waiting in the detector's queue when
+#: it is worth at least this many times what that keyframe was worth when taken (twice: a stream is
+#: never passed over for longer than about twice its interval while the detector could start it in
+#: time, and two streams cannot take a place back and forth)
+DISPLACE_RATIO = 2.0
 #: scene cuts: the mean absolute difference (0-255) of two consecutive thumbnails that counts as a cut
 CUT_DIFFERENCE = 30.0
 
@@ -260,6 +266,22 @@ class _Shared:
     gap_s: float = 0.0  # the time to its next frame: its period, times one more than its newest skipped
     urgency: float = 1.0  # from its tracking signals, 1 to MAX_URGENCY
     deferred: int = 0  # times it went past its interval without a keyframe
+    taken_worth: float = math.inf  # what its last keyframe was worth when taken (inf: a first frame, a cut)
+    taken_since: int = 0  # frames between its last keyframe and the one before
+    displaced: int = 0  # its keyframes that gave their place in the detector's queue to one worth more
+
+
+class DetectorQueue(Protocol):
+    """The detector's queue as the shared schedule sees it (the engine's `KeyframeQueue`)."""
+
+    def waiting_streams(self) -> list[str]:
+        """The streams whose keyframes wait in the queue, not started."""
+
+    def start_in_s(self, withdrawn: int = 0) -> float:
+        """Seconds until a keyframe submitted now would start, with `withdrawn` fewer waiting."""
+
+    def withdraw(self, stream: str) -> bool:
+        """Take the stream's waiting keyframe back (False: a batch took it meanwhile)."""
 
 
 class KeyframeChooser:
@@ -280,7 +302,14 @@ class KeyframeChooser:
        a better one that comes a moment later, and never passed over while the detector has room
        for both (frames of many cameras come in bursts: a detector that took only the best of each
        burst would sit idle). A stream that has sent no frame for `STALL_PERIODS` times that long
-       is not waited for.
+       is not waited for; or
+    3. the detector cannot start on it within the period, but could if one of the keyframes waiting
+       in its queue, not started (`queue`), gave its place: then the one worth least gives it when
+       this frame is worth at least `DISPLACE_RATIO` times what that one was worth when taken, and
+       the conditions of 2. hold at the start it would get. The keyframe taken back goes out by
+       motion, and its stream counts its frames since its keyframe before. Frames of several
+       cameras come in step: without this, the streams offered first in each burst fill the queue
+       and the one offered last finds it full at every frame.
 
     Worth: frames since the stream's last keyframe over its `interval` (1.0: due as a fixed
     schedule would have it), times an urgency from its tracking signals: confidence under 1
@@ -350,6 +379,10 @@ class KeyframeChooser:
         """How many times the stream went past its interval and waited for the detector."""
         return self._streams[name].deferred if name in self._streams else 0
 
+    def displaced(self, name: str) -> int:
+        """How many of the stream's keyframes gave their place in the detector's queue to one worth more."""
+        return self._streams[name].displaced if name in self._streams else 0
+
     def worth(self, name: str) -> float:
         """What detecting the stream's next frame is worth (see the class docs), by its signals at
         its last offer; inf before its first."""
@@ -359,7 +392,8 @@ class KeyframeChooser:
         return (s.since + 1) / s.results.current * s.urgency
 
     def offer(self, name: str, signals=None, *, cut: bool = False, start_in_s: float = 0.0,
-              now: float | None = None, skipped: int = 0, unit_s: float = math.inf) -> str:
+              now: float | None = None, skipped: int = 0, unit_s: float = math.inf,
+              queue: DetectorQueue | None = None) -> str:
         """Whether the stream's frame now arriving is a keyframe: why it is ("first", "scene_cut",
         "interval" when due, "spare" before its time), or "" when it is not. `signals`: the stream's
         tracking signals (None: no tracker); `start_in_s`: seconds until the detector could start
@@ -368,8 +402,9 @@ class KeyframeChooser:
         the way): they count as frames since its last keyframe, so shedding frames leaves the
         keyframes as far apart in time as they were; `unit_s`: the detector's learnt time for one
         more keyframe (`math.inf`: unknown), by which a frame worth less than one expected from
-        another stream is still taken when the detector has room for both within a frame period.
-        The other streams are judged by their signals at their own last offer."""
+        another stream is still taken when the detector has room for both within a frame period;
+        `queue`: the detector's queue, whose waiting keyframes may give their place to this frame
+        (None: none does). The other streams are judged by their signals at their own last offer."""
         now = time.monotonic() if now is None else now
         s = self._streams[name]
         s.seen, s.gap_s = now, (skipped + 1) * s.period_s
@@ -383,11 +418,16 @@ class KeyframeChooser:
             reason = "first"
         elif cut:
             reason = "scene_cut"
-        elif not s.in_flight and s.since + 1 >= self._floor(s) and start_in_s <= s.period_s:
-            if self._room(name, worth, now, start_in_s, unit_s):
+        elif not s.in_flight and s.since + 1 >= self._floor(s):
+            if start_in_s <= s.period_s:
+                taken = self._room(name, worth, now, start_in_s, unit_s)
+            else:
+                taken = queue is not None and self._displace(name, worth, now, unit_s, queue)
+            if taken:
                 reason = "interval" if s.since + 1 >= s.results.current * self.stretch else "spare"
         if reason:
-            s.since, s.in_flight, s.overdue = 0, True, False
+            s.taken_worth = worth if reason in ("interval", "spare") else math.inf
+            s.taken_since, s.since, s.in_flight, s.overdue = s.since or 0, 0, True, False
             return reason
         s.since += 1
         if not s.overdue and s.since >= s.results.current * self.stretch:
@@ -418,6 +458,26 @@ class KeyframeChooser:
         its frame period after it (each one keyframe of `unit_s` later), or none is worth more."""
         better = sorted(s.period_s for s, other in self._expected(name, now, now + start_in_s) if other > worth)
         return all(start_in_s + (rank + 1) * unit_s <= period for rank, period in enumerate(better))
+
+    def _displace(self, name: str, worth: float, now: float, unit_s: float, queue: DetectorQueue) -> bool:
+        """Whether the stream's frame takes the place of the keyframe waiting in the detector's queue
+        that was worth least when taken (see the class docs, 3.); that keyframe is then taken back."""
+        waiting = [(self._streams[w].taken_worth, w) for w in queue.waiting_streams() if w != name and w in self._streams]
+        if not waiting:
+            return False
+        least, victim = min(waiting)
+        if worth < DISPLACE_RATIO * least:
+            return False
+        start = queue.start_in_s(1)
+        if start > self._streams[name].period_s or not self._room(name, worth, now, start, unit_s):
+            return False
+        if not queue.withdraw(victim):  # a batch took it meanwhile
+            return False
+        v = self._streams[victim]
+        v.in_flight, v.overdue = False, False
+        v.since = v.taken_since + 1 + v.since  # its frames since its keyframe before, the one taken back too
+        v.displaced += 1
+        return True
 
     def _expected(self, name: str | None, now: float, start: float):
         """Every stream but `name` whose next frame is expected by `start` and could become a
