@@ -3,7 +3,8 @@
 The engine hands it keyframes (`submit`, never waiting); its thread takes them in batches across
 streams (graph/batcher.py), runs the detector, and delivers each keyframe's detections on a
 channel the engine waits on with its inbox. It reports its load (`start_in_s`, `expected_s`) for
-the engine's keyframe decisions.
+the engine's keyframe decisions, and a keyframe no batch has taken yet can be taken back
+(`withdraw`; `KeyframeQueue` is that queue as the shared schedule sees it).
 """
 
 from __future__ import annotations

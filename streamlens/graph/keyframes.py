@@ -52,9 +52,9 @@ STALL_PERIODS = 3.0
 #: bursts a few milliseconds wide; waiting that long for a better one costs the detector little)
 ARRIVAL_SLACK = 0.25
 #: shared schedule: a frame takes the place of a keyframe still waiting in the detector's queue when
-#: it is worth at least this many times what that keyframe was worth when taken (twice: a stream is
-#: never passed over for longer than about twice its interval while the detector could start it in
-#: time, and two streams cannot take a place back and forth)
+#: it is worth at least this many times what that keyframe was worth when taken (twice: a keyframe
+#: taken when due gives its place to a calm stream that has waited two intervals, and two streams
+#: cannot take a place back and forth)
 DISPLACE_RATIO = 2.0
 #: scene cuts: the mean absolute difference (0-255) of two consecutive thumbnails that counts as a cut
 CUT_DIFFERENCE = 30.0
