@@ -15,7 +15,7 @@ from streamlens.frame import Frame
 from streamlens.graph.batcher import DetectCost
 from streamlens.graph.channel import Channel
 from streamlens.graph.engine import Detected, DetectWorker, Engine, Lane
-from streamlens.graph.keyframes import STALL_PERIODS, KeyframeChooser
+from streamlens.graph.chooser import STALL_PERIODS, KeyframeChooser
 from streamlens.track import build_tracker
 
 PERIOD = 1 / 30

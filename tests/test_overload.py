@@ -20,7 +20,8 @@ from streamlens.graph.control import (CALM_WAIT_SHARE, MIN_WAIT_SHARE, PROBE_CAL
                                       BudgetController, Shedder)
 from streamlens.graph.engine import DetectWorker, Engine, Lane
 from streamlens.graph.shedding import fair_shares
-from streamlens.graph.keyframes import KeyframeChooser, SceneCutDetector
+from streamlens.graph.chooser import KeyframeChooser
+from streamlens.graph.keyframes import SceneCutDetector
 from streamlens.track import build_tracker
 
 from .test_budget import Clock, feed

@@ -23,7 +23,7 @@ from .conftest import REPO, tmpfs
 from .rtsp_server import GstRtspServer, free_port, gst_missing
 from .test_live_pipeline import _by_stream, _wait_for
 from .test_live_pipeline import _frames as _lines
-from .test_workers import engines
+from .test_workers import command_line, engines
 
 SAMPLE = REPO / "samples" / "traffic.mp4"  # 300 frames, 640x360, 30 fps
 SHM = Path("/dev/shm")
@@ -220,7 +220,7 @@ sinks: [{{type: jsonl, path: out.jsonl}}]
 
 def _decode_workers(pid: int) -> list[psutil.Process]:
     """The run's decode worker processes: the children of its forkserver (forked, they show its command line)."""
-    servers = [p for p in psutil.Process(pid).children() if "forkserver" in " ".join(p.cmdline())]
+    servers = [p for p in psutil.Process(pid).children() if "forkserver" in command_line(p)]
     return [w for server in servers for w in server.children()]
 
 

@@ -133,11 +133,26 @@ def test_subscribers_see_every_engine_on_one_endpoint(tmp_path):
     assert ended == {"cam1", "cam2", "third"} and seqs == ALL_FRAMES
 
 
+def command_line(process: psutil.Process) -> str:
+    """The process's command line, "" once it has ended (it may, between listing and reading)."""
+    try:
+        return " ".join(process.cmdline())
+    except (psutil.Error, OSError):
+        return ""
+
+
 def engines(pid: int) -> list[psutil.Process]:
     """The engine processes of the run `pid`, oldest first (engine 0 first)."""
     found = [p for p in psutil.Process(pid).children()
-             if "spawn_main" in " ".join(p.cmdline()) and "resource_tracker" not in " ".join(p.cmdline())]
-    return sorted(found, key=lambda p: p.create_time())
+             if "spawn_main" in (line := command_line(p)) and "resource_tracker" not in line]
+
+    def started(p: psutil.Process) -> float:
+        try:
+            return p.create_time()
+        except psutil.Error:
+            return float("inf")
+
+    return sorted(found, key=started)
 
 
 def test_a_killed_engine_comes_back_with_its_cameras_and_the_others_lose_nothing(tmp_path):

@@ -56,7 +56,7 @@ STAGES = [
     ("publishing (fan-out, ZeroMQ)", ["graph/fanout.py", "sinks/zmq.py", "sinks/base.py"]),
     ("result stages and figures", ["graph/route.py", "graph/stages.py", "analytics/", "graph/stats.py",
                                    "graph/reports.py"]),
-    ("engine: loop, keyframe choice", ["graph/engine.py", "graph/keyframes.py", "graph/channel.py"]),
+    ("engine: loop, keyframe choice", ["graph/engine.py", "graph/keyframes.py", "graph/chooser.py", "graph/channel.py"]),
     ("run loop, controller", ["graph/runtime.py", "graph/control.py", "graph/drops.py"]),
 ]
 #: a sample whose innermost frame is one of these is a wait, not work

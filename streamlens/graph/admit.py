@@ -14,7 +14,7 @@ on that stream's own thread so that its work overlaps the engine's and the other
    (`adaptive`) first waits until the engine has published its previous frame, so the signals are
    those after exactly that frame and its keyframes are the same on every run (its decoding still
    runs a frame ahead of the engine). A live stream of the shared schedule only marks scene cuts
-   here; the engine chooses its keyframes (graph/keyframes.py `KeyframeChooser`);
+   here; the engine chooses its keyframes (graph/chooser.py `KeyframeChooser`);
 3. a keyframe's detector input made ahead, when the detector runs on an accelerator
    (`Detector.prepare_ahead`);
 4. the tracker's per-frame work made ahead (`Tracker.prepare`: the motion model's observation).

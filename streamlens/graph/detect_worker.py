@@ -158,7 +158,7 @@ class DetectWorker:
 
 @dataclass(frozen=True, slots=True)
 class KeyframeQueue:
-    """The detector's queue as the shared schedule sees it (`keyframes.DetectorQueue`): a keyframe
+    """The detector's queue as the shared schedule sees it (`chooser.DetectorQueue`): a keyframe
     taken back from it (`withdraw`) is handed to `taken_back`, on the engine thread."""
 
     worker: DetectWorker

@@ -54,7 +54,7 @@ from ..frame import EndOfStream, Frame, FrameResult, MediaClock, StreamEnd
 from ..track import Tracker
 from .channel import Channel, ChannelClosed, get_any
 from .detect_worker import Detected, DetectWorker, KeyframeQueue
-from .keyframes import KeyframeChooser
+from .chooser import KeyframeChooser
 from .regions import build_planner
 
 #: tracker steps of a late keyframe's replay done at a time while the inbox is empty

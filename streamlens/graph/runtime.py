@@ -11,8 +11,8 @@ result and its stages (graph/route.py, graph/stages.py), the fan-out to the sink
 (graph/fanout.py), the budget controller (graph/control.py), loss accounting (graph/drops.py),
 the `stats` and `eos` messages (graph/reports.py), the run's figures (graph/stats.py), a stream's
 parts and streams added or removed while running (graph/streams.py); graph/process.py holds what
-a run changes in the whole process. This module wires them and owns
-their lifecycle (`_build`, `_start`, `_loop`, `_close`):
+a run changes in the whole process. This module wires them and owns their lifecycle (`_build`,
+`_start`, `_loop`, `_close`):
 
 - The inbox gives each stream its own share; a file source blocks when its share is full (nothing
   is lost), a live source drops its oldest frame (every drop counted).
@@ -57,11 +57,12 @@ from ..sinks import Sink, build_sink
 from ..sources import Source
 from .admit import Admission, StreamStop, run_source
 from .channel import Channel, Credits, file_credits
+from .chooser import build_chooser
 from .control import BudgetController
 from .drops import Losses
 from .engine import Control, DetectWorker, Engine, Lane, Mail, engine_mailbox
 from .fanout import FanOut
-from .keyframes import build_chooser, longest_gap, stagger_offsets
+from .keyframes import longest_gap, stagger_offsets
 from .model_stages import ModelStages, build_model_stages
 from .process import CycleCollector, live_switch_interval
 from .reports import StatsReporter
@@ -191,8 +192,7 @@ class Pipeline:
         return self._inbox.depth(stream)
 
     def endpoints(self) -> dict[str, str]:
-        """Where the running pipeline's zmq sinks listen, by their key path (`{"sinks[1]": "tcp://0.0.0.0:40213"}`);
-        empty until they are open."""
+        """Where the zmq sinks listen, by key path (`{"sinks[1]": "tcp://0.0.0.0:40213"}`); empty until open."""
         sinks = self._out.sinks if self._out is not None else []
         return {s.where: s.endpoint for s in sinks if s.where and isinstance(getattr(s, "endpoint", None), str)}
 
