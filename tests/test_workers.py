@@ -217,6 +217,57 @@ sinks: [{{type: zmq, endpoint: 'tcp://127.0.0.1:{port}', hwm: 100000}}]
         assert s == list(range(s[0], s[0] + len(s))), name  # the other engine lost nothing
 
 
+def test_the_streams_of_an_engine_not_running_when_the_run_ends_still_end_in_every_sink(tmp_path):
+    """Ctrl-C just after an engine was killed: it is not started again (the run is ending), so it
+    sends no `eos`. The supervisor sends one for each of its streams, in the zmq sink and the JSONL
+    file alike: reason `stopped`, `seq` past every frame the stream published; every other stream
+    ends once, from its own engine."""
+    port = free_port()
+    path = write_pipeline(tmp_path, f"""
+sources:
+  - {{uri: {SAMPLE}, live: true, loop: true}}
+  - {{uri: {SAMPLE}, live: true, loop: true}}
+detector: {{backend: motion}}
+runtime: {{workers: 2}}
+sinks:
+  - {{type: zmq, endpoint: 'tcp://127.0.0.1:{port}', hwm: 100000}}
+  - {{type: jsonl, path: {tmp_path}/out.jsonl}}
+""")
+    ctx = zmq.Context()
+    sub = frame_subscriber(ctx, port, b"frame.", b"eos.")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    got: dict[str, list[dict]] = {"cam1": [], "cam2": []}
+
+    def receive_until(condition, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not condition() and time.monotonic() < deadline:
+            if sub.poll(500):
+                m = json.loads(sub.recv_multipart()[1])
+                got[m["stream"]].append(m)
+        assert condition(), {k: len(v) for k, v in got.items()}
+
+    try:
+        receive_until(lambda: all(len(v) >= 20 for v in got.values()), 120)
+        engines(proc.pid)[1].kill()  # engine 1: cam2; Ctrl-C before its restart's wait (1 s) is over
+        proc.send_signal(signal.SIGINT)
+        receive_until(lambda: all(v[-1]["type"] == "eos" for v in got.values()), 60)
+        assert proc.wait(60) == 130
+    finally:
+        proc.kill()
+        stderr = proc.stderr.read()
+        sub.close(0)
+        ctx.term()
+    lines = read_jsonl(tmp_path / "out.jsonl")
+    for name, messages in got.items():
+        for where, seen in (("zmq", messages), ("jsonl", [m for m in lines if m["stream"] == name])):
+            ends = [m for m in seen if m["type"] == "eos"]
+            assert len(ends) == 1 and ends[0]["reason"] == "stopped", (name, where, ends, stderr[-2000:])
+            frames = [m["seq"] for m in seen if m["type"] == "frame"]
+            assert ends[0]["seq"] > max(frames), (name, where)
+    assert "Traceback" not in stderr
+
+
 def test_a_file_whose_engine_dies_ends_with_an_error_not_a_repeat(tmp_path):
     """A file is not read again by a restarted engine (its output would repeat): its stream ends with
     an error naming it, the other engine's stream goes on, and the run's exit code says it failed."""

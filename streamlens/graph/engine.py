@@ -53,8 +53,8 @@ import supervision as sv
 from ..frame import EndOfStream, Frame, FrameResult, MediaClock, StreamEnd
 from ..track import Tracker
 from .channel import Channel, ChannelClosed, get_any
-from .detect_worker import Detected, DetectWorker, KeyframeQueue
 from .chooser import KeyframeChooser
+from .detect_worker import Detected, DetectWorker, KeyframeQueue
 from .regions import build_planner
 
 #: tracker steps of a late keyframe's replay done at a time while the inbox is empty
@@ -481,5 +481,4 @@ class Engine:
             self.hold_open = True  # the last stream was taken away, not ended: the run waits for more
 
 
-__all__ = ["Control", "Detected", "DetectWorker", "Engine", "KeyframeQueue", "Lane", "LaneView", "Mail", "engine_mailbox",
-           "too_old"]
+__all__ = ["Control", "Detected", "DetectWorker", "Engine", "Lane", "LaneView", "Mail", "engine_mailbox", "too_old"]

@@ -18,7 +18,9 @@ import zmq
 
 from ..config import SinkConfig
 from ..frame import Snapshot as EventSnapshot
-from ..wire.codec import MAX_DOWNSTREAM_BYTES, MAX_UPSTREAM_BYTES, is_subscription
+from ..frame import StreamEnd
+from ..wire.codec import MAX_DOWNSTREAM_BYTES, MAX_UPSTREAM_BYTES, encode, is_subscription
+from ..wire.schema import eos_message, topic
 from ..wire.keys import RunKeys
 from .engine_config import WRITTEN_HERE
 
@@ -60,6 +62,7 @@ class Forwarder:
         self._sink = None  # a sink written here
         self._joined: dict[int, str] = {}  # engine -> the endpoint its share comes from
         self._joins: queue.SimpleQueue = queue.SimpleQueue()
+        self._ends: queue.SimpleQueue = queue.SimpleQueue()  # stream ends no engine will send (`end`)
         self._finishing = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"forward-{where}", daemon=True)
         pub = sink.type == "zmq" and sink.mode == "pub"
@@ -72,6 +75,12 @@ class Forwarder:
     def join(self, engine: int, endpoint: str) -> None:
         """Take `engine`'s share from `endpoint` from now on (any thread; a new endpoint replaces its old one)."""
         self._joins.put((engine, endpoint))
+
+    def end(self, end: StreamEnd) -> None:
+        """Send a stream's `eos` from here (any thread, before `finish`): its engine will not, having
+        been stopped before it could start again, or killed at the end of the run. Encoded as the
+        engines encode theirs for this sink."""
+        self._ends.put(end)
 
     def start(self) -> None:
         from ..errors import SinkError, StreamlensError
@@ -111,6 +120,7 @@ class Forwarder:
         idle_since = None
         while True:
             self._take_joins()
+            self._take_ends()
             events = dict(poller.poll(_POLL_MS))
             if self.back is not None and self.back in events:
                 upstream = self.back.recv_multipart()
@@ -133,6 +143,7 @@ class Forwarder:
             if self.front not in events and self._finishing.is_set():
                 idle_since = idle_since or time.monotonic()
                 if time.monotonic() - idle_since >= DRAIN_IDLE_S:
+                    self._take_ends()
                     return
 
     def _failed(self, error: BaseException) -> None:
@@ -154,6 +165,16 @@ class Forwarder:
                 self.front.disconnect(old)
             self.front.connect(endpoint)
             self._joined[engine] = endpoint
+
+    def _take_ends(self) -> None:
+        while not self._ends.empty():
+            message = eos_message(self._ends.get())
+            fmt = self.sink.format if self._sink is None else "json"  # what the engines push here is JSON
+            if self.error is None:
+                try:
+                    self._forward([topic(message), encode(message, fmt)])
+                except Exception as error:  # noqa: BLE001 - told to the supervisor, which ends the run
+                    self._failed(error)
 
     def _forward(self, parts: list[bytes]) -> None:
         if self._sink is not None:

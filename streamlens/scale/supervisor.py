@@ -62,6 +62,7 @@ from typing import Any, Callable
 from ..config import PipelineConfig, preflight_problems
 from ..config.added import added_source
 from ..errors import ConfigError, NoSuchStream, StreamConflict
+from ..frame import StreamEnd
 from ..graph.stats import RunReport, StreamStats
 from .engine import EngineSpec, Snapshot
 from .engine_config import engine_config
@@ -258,6 +259,7 @@ class Supervisor:
             if any(e.running for e in self._engines):  # ended by an exception: end the engines
                 self.abort()
             self._end_engines()
+            self._end_orphans()
             for where, forwarder in self._forwarders.items():  # each one, whatever the others do
                 try:
                     forwarder.finish()
@@ -386,6 +388,27 @@ class Supervisor:
                 log.warning("engine %d did not end in %g s; killed", engine.index, END_WAIT_S)
                 self._launcher.kill(engine)
                 engine.running = False
+
+    def _end_orphans(self) -> None:
+        """Streams whose engine ended the run without a report (stopped while it waited to start
+        again, died while the run was stopping, or killed after `END_WAIT_S`) get their `eos` from
+        here, reason `stopped`, `seq` past the last one their engine published: every stream ends
+        once in every sink. A stream whose last snapshot says it had ended already gets none."""
+        for engine in self._engines:
+            if engine.report is not None or engine.failed is not None:  # a failed engine fails the run
+                continue
+            seqs = self._launcher.next_seq(engine)
+            for name in engine.streams:
+                if name in self._removed or name in self._ended_stats:
+                    continue
+                st = (engine.snapshot.stats.get(name) if engine.snapshot else None) or self._placeholders[name]
+                if st.reason is not None:
+                    continue
+                st.end("stopped", f"its engine {engine.index} was not running when the run ended")
+                self._ended_stats[name] = st
+                end = StreamEnd(name, seqs.get(name, 0), seqs.get(name, 0), "stopped", dict(st.lost), detail=st.detail)
+                for forwarder in self._forwarders.values():
+                    forwarder.end(end)
 
     def _report(self, wall_s: float) -> RunReport:
         reports = [e.report for e in self._engines if e.report is not None]
