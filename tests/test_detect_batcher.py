@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from types import SimpleNamespace
@@ -229,3 +230,53 @@ def test_one_live_stream_gets_its_detections_without_waiting_for_a_batch_to_fill
     pipeline.stop()
     assert len(detector.waits) > 20 and max(detector.batches) == 1
     assert max(detector.waits) < 30.0, max(detector.waits)  # half the minute
+
+
+def test_a_model_that_runs_one_frame_a_call_gets_its_keyframes_one_at_a_time(tmp_path):
+    """A model exported with a fixed batch of one (YOLOX-Nano's ONNX export; here the tests' cell
+    model, the real onnx backend) runs a batch of four as four calls, and the whole batch's
+    detections came back together: the first keyframe waited for the other three's inference. Four
+    keyframes wait, `max_batch` is 4 and a batch may wait a minute to fill: each keyframe goes to
+    the model alone, and its detections are back before the next one's call starts."""
+    from streamlens.detect.onnx import OnnxDetector
+    from streamlens.graph.detect_worker import Detected, DetectWorker
+
+    from .cell_detector import build_cell_detector
+
+    events: list[tuple[str, list[int]]] = []
+
+    class Recorded(OnnxDetector):
+        def detect(self, frames):
+            events.append(("call", [f.index for f in frames]))
+            return super().detect(frames)
+
+    detector = Recorded(build_cell_detector(tmp_path), resize="resize", conf=0.5)
+    assert detector.max_batch == 1  # the model's own batch dimension
+    back = Channel(64)
+
+    def deliver(done: Detected) -> bool:
+        assert done.error is None, done.error
+        events.append(("back", [done.frame.index]))
+        return back.put(done) is not False
+
+    worker = DetectWorker(detector, deliver, max_batch=4, max_wait_ms=60_000, budget_ms=None)
+    for i in range(4):
+        image = np.full((48, 64, 3), 60 * i, np.uint8)
+        worker.submit(Frame("cam", i, i / 30, time.time(), image))
+    worker.start()
+    try:
+        for _ in range(4):
+            assert back.get(60) is not None, "a keyframe's detections never came back"
+    finally:
+        worker.close(10)
+    assert events == [(what, [i]) for i in range(4) for what in ("call", "back")], events
+
+    # four keyframes may still wait their turn, one call each: the schedule sees a queue of four places
+    waiting = DetectWorker(detector, deliver, max_batch=4, max_wait_ms=0, budget_ms=33)
+    waiting.batcher.observe(1, 10.0)  # the model's learnt speed: 10 ms a keyframe
+    starts = []
+    for i in range(4):
+        starts.append(waiting.start_in_s())
+        waiting.submit(Frame("cam", i, i / 30, time.time(), np.zeros((48, 64, 3), np.uint8)))
+    assert starts == pytest.approx([0.0, 0.010, 0.020, 0.030])
+    assert waiting.start_in_s() == math.inf  # the fifth has no place

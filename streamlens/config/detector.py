@@ -75,7 +75,8 @@ class DetectorConfig(_Keys):
     backend: Literal["onnx", "openvino", "ultralytics", "motion"] = Field(
         description="onnx (onnxruntime), openvino (the same ONNX models run by OpenVINO), ultralytics (YOLO, "
                     "RT-DETR and their exports) or motion (no model)")
-    max_batch: int = Field(4, ge=1, le=MAX_BATCH, description="keyframes per detector call, at most")
+    max_batch: int = Field(4, ge=1, le=MAX_BATCH, description="keyframes per detector call, at most (a model "
+                           "with a fixed batch: its own, if smaller)")
     max_wait_ms: float = Field(10.0, ge=0, le=MAX_MS, description="how long a batch waits to fill")
     budget_ms: float | None = Field(33.0, ge=0, le=MAX_MS, description="how long a keyframe may take from its "
                                     "frame becoming available to its detections (0: no budget)")

@@ -43,7 +43,10 @@ class Detected:
 
 class DetectWorker:
     """The detector on a thread of its own: `submit(frame)` never waits; each keyframe comes back
-    through `deliver(Detected(...))`. Batches gather keyframes of every stream.
+    through `deliver(Detected(...))`. Batches gather keyframes of every stream, no more than the
+    detector runs in one call (its `max_batch`: a model exported with a fixed batch of 1 runs one
+    frame a call, and a batch of four would hold the first keyframe's detections back for the
+    other three's inference); `max_batch` keyframes may still wait their turn, one call each.
 
     `low_priority` (Linux) runs that thread at nice `DETECTOR_NICE`: a detector on the CPU then takes
     the cores only when decoding, tracking and publishing leave them idle, so a busy machine makes
@@ -62,6 +65,11 @@ class DetectWorker:
         self._busy = 0  # keyframes in the batch being detected now
         self._started = 0.0  # when that batch started (time.perf_counter())
         self._jobs = Channel(capacity=1 << 16, name="keyframes")
+        #: keyframes that may wait for the detector (`start_in_s`), whatever it runs in one call
+        self.places = max_batch
+        per_call = getattr(detector, "max_batch", None)
+        if isinstance(per_call, int) and per_call >= 1:
+            max_batch = min(max_batch, per_call)
         self.batcher = Batcher(self._jobs, max_batch=max_batch, max_wait_ms=max_wait_ms, budget_ms=budget_ms)
         self.budget_ms = budget_ms  # as configured (the budget controller may lift it: `Engine.apply_control`)
         self._thread = threading.Thread(target=self._run, name="detector", daemon=True)
@@ -97,10 +105,10 @@ class DetectWorker:
     def start_in_s(self, withdrawn: int = 0) -> float:
         """Seconds until a keyframe submitted now would start: the rest of the batch in hand and
         the keyframes waiting (less `withdrawn` of them), at the detector's learnt speed (0.0 when
-        idle). `math.inf` when `max_batch` keyframes wait already, or while the first batch runs
-        untimed."""
+        idle). `math.inf` when `max_batch` keyframes (as configured) wait already, or while the first
+        batch runs untimed."""
         waiting, busy = max(0, self._jobs.depth() - withdrawn), self._busy
-        if waiting >= self.batcher.max_batch:
+        if waiting >= self.places:
             return math.inf
         if not (waiting or busy):
             return 0.0
