@@ -181,7 +181,8 @@ def test_one_slow_frame_among_a_few_a_second_is_not_overload_but_a_slow_tail_is(
     Each stream's p95 of its second's 8 frames was their slowest, so that one frame read as overload
     every second, and the controller shed more and had fewer frames still to judge by. The p95 read
     is that of every live stream's frames together (at least 21 of them); a slow tail in them (one
-    stream in ten slow, a tenth of the frames) is still overload."""
+    stream in ten slow, a tenth of the frames) is still overload once it lasts: its first second
+    is 4% of the last three seconds' frames (a stall's burst), its second 7%."""
     clock = Clock()
     streams = [f"cam{i}" for i in range(10)]
     c = BudgetController(33, streams, max_stretch=1, clock=clock)
@@ -194,7 +195,34 @@ def test_one_slow_frame_among_a_few_a_second_is_not_overload_but_a_slow_tail_is(
         return c.tick(dict.fromkeys(streams, 0))
 
     assert [second(streams[i % 10]) for i in range(20)] == [None] * 20 and c.level == 0
+    assert second("cam4", every=True) is None and c.level == 0
     assert second("cam4", every=True) == "batching for throughput"
+
+
+def test_a_single_second_over_budget_stops_the_keyframes_waiting_but_costs_no_detections_or_frames():
+    """Seen at indoor K=48: single seconds whose p95 read 34-40 ms, between seconds of 8-25 ms, each
+    took a rung (keyframe intervals stretched, then frames shed), and each rung was given back only
+    15 s later, so the ladder crept up. A second over budget among calm ones now stops the keyframes
+    waiting (the cheapest rung: their own boxes for a few seconds) and nothing more; a load that
+    lasts (two such seconds in a row: 7% of three seconds' frames late) takes the next rung."""
+    clock = Clock()
+    streams = [f"cam{i}" for i in range(4)]
+    c = BudgetController(33, streams, max_stretch=4, clock=clock, keyframe_wait=True)
+
+    def second(late: float):  # a share of each stream's 30 frames 40 ms late, the rest 10 ms
+        for k in range(30):
+            clock.now += 1 / 30
+            for name in streams:
+                c.observe(name, 40.0 if k < 30 * late else 10.0)
+        return c.tick(dict.fromkeys(streams, 0))
+
+    assert [second(0.0) for _ in range(5)] == [None] * 5
+    assert second(0.1) == "keyframes no longer wait"
+    # a spike one second in four (3% of the frames): no rung that costs detections or frames
+    assert [second(0.1 if i % 4 == 3 else 0.0) for i in range(11)] == [None] * 11
+    assert c.level == 1 and c.stretch == 1.0 and c.shed == 0.0
+    assert second(0.1) is None  # 10% of the frames of the last three seconds, one of them late: 3%
+    assert second(0.1) == "keyframe intervals x1.5"  # two in a row: 7%
 
 
 def test_one_stream_of_a_few_frames_a_second_is_judged_on_its_last_21():

@@ -25,11 +25,11 @@ published its result. Two parts hold it:
   counted, a start's burst of them sent it to its top rung for the rest of a 20 s trial at highway
   K=8 on the graph's threads) and, when that p95 is over budget or more than `TAIL_SHARE` of the
   frames were dropped (the wait limit trims a tail of frames that would have been late anyway:
-  that is the p95's 5%, not overload; and then only if more than that share of the last
-  `EVIDENCE_WINDOWS` seconds' frames, or of those since its last step, missed the budget too: one
-  stall loses a burst of frames, not a load, each rung taken for one was kept for seconds, and
-  under a noisy scheduler they added up), climbs one rung, then gives the step until the next tick
-  (`settle_s`) to take effect:
+  that is the p95's 5%, not overload), and more than that share of the last `EVIDENCE_WINDOWS`
+  seconds' frames, or of those since its last step, missed the budget too (published late or
+  dropped: one stall makes a burst of frames late, not a load, each rung taken for one was kept
+  for seconds, and under a noisy scheduler they added up), climbs one rung, then gives the step
+  until the next tick (`settle_s`) to take effect:
 
 0. (live streams sharing one keyframe schedule, `keyframe_wait`) keyframes no longer wait for their
    detections: each goes out by motion at once and its detections are applied when they come (the
@@ -129,11 +129,14 @@ ROUT_SHARE = 0.5
 MIN_SAMPLES = 21
 #: ... looking back at most this many windows for them
 HISTORY_WINDOWS = 5
-#: a second that lost more than `TAIL_SHARE` of its frames is overload only if, over this many
-#: windows (or since the last step, where that is later), more than that share missed the budget:
-#: one stall (a thread not scheduled for a tenth of a second, a collection) loses a burst of frames
-#: but is not a load that shedding would answer, and a rung taken for each such second was kept for
-#: seconds (a p95 over budget is answered at once: waiting for more let it sit over the budget)
+#: a second whose p95 is over budget, or that lost more than `TAIL_SHARE` of its frames, is
+#: overload only if, over this many windows (or since the last step, where that is later), more
+#: than that share missed the budget: one stall (a thread not scheduled for a tenth of a second, a
+#: collection) makes a burst of frames late or lost but is not a load that shedding would answer,
+#: and a rung taken for each such second was kept for seconds (at indoor K=48 the controller
+#: climbed on single seconds' p95 of 34-40 ms between seconds of 8-25 ms, and came down a rung in
+#: 15 s; tools/results/overload.md). A load is still answered at once when more than three times
+#: that share of a second's frames are late, and within this many seconds when more than that share
 EVIDENCE_WINDOWS = 3
 #: fair shares weigh what each stream kept over this many windows (about ten seconds), so that
 #: what chance took from a stream over that long is made up for
@@ -277,7 +280,9 @@ class BudgetController:
         lost_share = lost / (lost + published) if lost else 0.0
         slow = p95 is not None and p95 > self.budget_ms
         over_now = slow or lost_share > TAIL_SHARE
-        over = slow or (lost_share > TAIL_SHARE and self.late_share() > TAIL_SHARE)
+        # the keyframes' wait, the cheapest rung, goes at a p95 over budget; a rung that costs
+        # detections or frames needs the evidence of `EVIDENCE_WINDOWS` seconds too
+        over = (slow and self._wait_rung and self.wait) or (over_now and self.late_share() > TAIL_SHARE)
         self._adjust_wait(p95)
         if over:
             self._calm_since = self._steady_since = None
