@@ -221,7 +221,7 @@ def test_a_single_second_over_budget_stops_the_keyframes_waiting_but_costs_no_de
     # a spike one second in four (3% of the frames): no rung that costs detections or frames
     assert [second(0.1 if i % 4 == 3 else 0.0) for i in range(11)] == [None] * 11
     assert c.level == 1 and c.stretch == 1.0 and c.shed == 0.0
-    assert second(0.1) is None  # 10% of the frames of the last three seconds, one of them late: 3%
+    assert second(0.1) is None  # one second of the last three 10% late: 3% of their frames
     assert second(0.1) == "keyframe intervals x1.5"  # two in a row: 7%
 
 
