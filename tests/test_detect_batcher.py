@@ -280,3 +280,40 @@ def test_a_model_that_runs_one_frame_a_call_gets_its_keyframes_one_at_a_time(tmp
         waiting.submit(Frame("cam", i, i / 30, time.time(), np.zeros((48, 64, 3), np.uint8)))
     assert starts == pytest.approx([0.0, 0.010, 0.020, 0.030])
     assert waiting.start_in_s() == math.inf  # the fifth has no place
+
+
+def test_a_camera_and_a_live_file_get_one_keyframe_a_call_from_a_model_of_batch_one(monkeypatch, tmp_path, camera):
+    """The runtime's own path: a real RTSP camera (decoded in its worker process) and a live file,
+    the tests' cell model (onnx backend, fixed batch 1) made as slow as YOLOX-Nano on a CPU core
+    (12 ms a call: two fit in the 33 ms budget), `max_batch: 4`, every other setting a default.
+    Before, the two streams' keyframes went two to a batch, run as two calls, their detections
+    back together (it failed so in both runs tried). Every call now takes one keyframe."""
+    from streamlens.detect.onnx import OnnxDetector
+
+    from .cell_detector import build_cell_detector
+
+    cells = build_cell_detector(tmp_path)
+    batches: list[int] = []
+
+    class Slow(OnnxDetector):
+        def detect(self, frames):
+            batches.append(len(frames))
+            time.sleep(0.012)  # a CPU model's time; what is asserted does not depend on it
+            return super().detect(frames)
+
+    monkeypatch.setattr(runtime, "build_detector",
+                        lambda cfg: Slow(cfg.model, resize="resize", conf=0.5, max_batch=cfg.max_batch))
+    cfg = parse_pipeline({"sources": [{"name": "cam", "uri": camera.url("cam")},
+                                      {"name": "file", "uri": str(REPO / "samples" / "traffic.mp4"), "live": True,
+                                       "loop": True}],
+                          "detector": {"backend": "onnx", "model": str(cells), "resize": "resize", "max_batch": 4}},
+                         tmp_path / "p.yaml")
+    pipeline = runtime.Pipeline(cfg, sinks=[])
+    published = {"cam": 0, "file": 0}
+    for result in pipeline.results():  # until both streams have published 150 frames
+        if isinstance(result, FrameResult):
+            published[result.frame.stream] += 1
+        if min(published.values()) >= 150:
+            break
+    pipeline.stop()
+    assert len(batches) > 20 and set(batches) == {1}, batches

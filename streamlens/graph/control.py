@@ -137,6 +137,7 @@ HISTORY_WINDOWS = 5
 #: climbed on single seconds' p95 of 34-40 ms between seconds of 8-25 ms, and came down a rung in
 #: 15 s; tools/results/overload.md). A load is still answered at once when more than three times
 #: that share of a second's frames are late, and within this many seconds when more than that share
+#: of each second's are
 EVIDENCE_WINDOWS = 3
 #: fair shares weigh what each stream kept over this many windows (about ten seconds), so that
 #: what chance took from a stream over that long is made up for
