@@ -460,6 +460,8 @@ def test_the_engine_publishes_a_keyframe_taken_back_from_the_detectors_queue_by_
         engine._on_input(frame("c", 2))  # worth 2/5: takes b's place
         assert engine.lanes["c"].in_flight == 1 and engine.lanes["b"].in_flight == 0
         assert worker.waiting_streams() == ["c"] and engine.chooser.displaced("b") == 1
+        # counted on the stream that gave its place, as its stats and metrics show it
+        assert [lane.displaced_keyframes for lane in lanes] == [0, 1, 0]
         for lane in lanes:
             engine._advance(lane)
         out = {(r.frame.stream, r.frame.index): r.keyframe for r in published}

@@ -287,7 +287,8 @@ def _result(k: int, heard: dict, report: dict, warmup: float, seconds: float, re
         for cause, n in lost.items():
             causes[cause] = causes.get(cause, 0) + (n or 0)
     result["lost_by_cause"] = causes
-    result["late_keyframes"] = sum(c.get("late_keyframes", 0) or 0 for c in report.get("streams", []))
+    for key in ("late_keyframes", "displaced_keyframes"):
+        result[key] = sum(c.get(key, 0) or 0 for c in report.get("streams", []))
     return result
 
 
@@ -317,7 +318,8 @@ def run_hold_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds:
     report, heard = _run_with_listener(k, command + (["--debug"] if debug else []), "hold baseline",
                                        STARTUP_S + warmup + seconds + DRAIN_S)
     result = _result(k, heard, report, warmup, seconds, reference)
-    result["late_keyframes"] = None  # it has no keyframes to be late: every frame goes out at once
+    # it has no keyframes to be late or to give their place: every frame goes out at once
+    result["late_keyframes"] = result["displaced_keyframes"] = None
     result["passed"] = passes(result, budget_ms, min_kept, min_f1)
     return result
 

@@ -127,6 +127,9 @@ class Lane:
     #: live keyframes put off because the stream's previous keyframe was still with the detector
     #: (shared schedule: times the stream went past its interval and waited for the detector)
     deferred_keyframes: int = 0
+    #: live keyframes taken back from the detector's queue, their place given to a frame worth more
+    #: (shared schedule, `KeyframeChooser._displace`); they went out by motion
+    displaced_keyframes: int = 0
     #: a live frame that waited longer than this for the engine is dropped (None: never): the
     #: source's `max_staleness_ms`, and the budget controller's `max_wait_s` (`Engine.apply_control`)
     max_staleness_s: float | None = None
@@ -401,6 +404,7 @@ class Engine:
         it goes out by motion like the frames between keyframes."""
         lane = self.lanes[frame.stream]
         frame.keyframe, frame.prepared = False, None
+        lane.displaced_keyframes += 1
         lane.in_flight -= 1
         lane.deadlines.pop(frame.index, None)
         lane.late.discard(frame.index)  # published already, by motion: no detections will come

@@ -41,13 +41,14 @@ class StatsReporter:
     def refresh(self) -> None:
         """On the stats' writer (the engine thread; the run's thread once it has ended): what other
         threads posted to each stream's figures, and its losses by cause (`lost`, `shed`,
-        `dropped`, and the engine's `deferred_keyframes` and `discarded_detections`)."""
+        `dropped`, and the engine's `deferred_keyframes`, `discarded_detections` and
+        `displaced_keyframes`)."""
         for st in list(self.stats.values()):  # a stream may be added meanwhile (graph/streams.py)
             st.take_posts()
             lost = self.losses.of(st.name)
             lane = self.losses.lanes.get(st.name)
             st.losses(lost, Losses.dropped(lost), lane.deferred_keyframes if lane else 0,
-                      lane.discarded_detections if lane else 0)
+                      lane.discarded_detections if lane else 0, lane.displaced_keyframes if lane else 0)
 
     def periodic(self, part: int = 0, parts: int = 1) -> int:
         """The running streams' `stats`, never waiting: a stream's eos may be stuck in a full sink

@@ -55,6 +55,8 @@ class StreamStats:
     shed: int = 0
     late_keyframes: int = 0
     deferred_keyframes: int = 0
+    #: keyframes that gave their place in the detector's queue to a frame worth more (by motion)
+    displaced_keyframes: int = 0
     #: keyframes whose detections came back too late for the tracker to apply (older than its history)
     discarded_detections: int = 0
     #: frames (and packets, `corrupt`) lost by cause: see `graph.drops.Losses.of`
@@ -150,12 +152,15 @@ class StreamStats:
             self.stages["batch"].observe(batch)
             self.stages["detect"].observe(detect)
 
-    def losses(self, lost: dict[str, int], dropped: int, deferred_keyframes: int, discarded_detections: int) -> None:
+    def losses(self, lost: dict[str, int], dropped: int, deferred_keyframes: int, discarded_detections: int,
+               displaced_keyframes: int = 0) -> None:
         """What the stream has lost so far, by cause (graph/drops.py), and the engine's counts of
-        deferred keyframes and of detections that came back too late to apply."""
+        deferred keyframes, of detections that came back too late to apply and of keyframes that
+        gave their place in the detector's queue."""
         with self._lock:
             self.lost, self.shed, self.dropped = lost, lost.get("shed", 0), dropped
             self.deferred_keyframes, self.discarded_detections = deferred_keyframes, discarded_detections
+            self.displaced_keyframes = displaced_keyframes
 
     def end(self, reason: str, detail: str | None) -> None:
         """The stream has ended: how (`StreamEnd.reason`), and what went wrong."""
@@ -198,7 +203,7 @@ class StreamStats:
                 "latency_ms": self.latency_percentiles(), "stages_ms": stages,
                 "queue_depth": queue_depth, "dropped": self.dropped, "shed": self.shed, "lost": dict(self.lost),
                 "late_keyframes": self.late_keyframes, "deferred_keyframes": self.deferred_keyframes,
-                "discarded_detections": self.discarded_detections}
+                "displaced_keyframes": self.displaced_keyframes, "discarded_detections": self.discarded_detections}
 
     @property
     def fps(self) -> float:

@@ -70,6 +70,10 @@ class Collector:
                                        "Keyframes put off while the detector was busy (a live stream's last one "
                                        "still with it, or its turn not yet come)",
                                        labels=label)
+        displaced = CounterMetricFamily("streamlens_displaced_keyframes",
+                                        "Keyframes taken back from the detector's queue, their place given to a "
+                                        "frame worth more (published by motion)",
+                                        labels=label)
         discarded = CounterMetricFamily("streamlens_discarded_detections",
                                         "Keyframes whose detections came back too late for the tracker to apply",
                                         labels=label)
@@ -115,6 +119,7 @@ class Collector:
             v = [st.name]
             shed.add_metric(v, st.shed)
             deferred.add_metric(v, st.deferred_keyframes)
+            displaced.add_metric(v, st.displaced_keyframes)
             discarded.add_metric(v, st.discarded_detections)
             held = self.pipeline.control_of(st.name)
             if held is not None:
@@ -139,8 +144,8 @@ class Collector:
                 buckets = [(str(b / 1000), c) for b, c in zip(hist.bounds_ms, hist.cumulative())]
                 buckets.append(("+Inf", hist.count))
                 family.add_metric(labels, buckets, hist.sum_ms / 1000)
-        yield from (frames, keyframes, late, objects, dropped, lost, shed, deferred, discarded, depth, fps, up, ended, stretch,
-                    waiting, shed_share, latency, stages, detect)
+        yield from (frames, keyframes, late, objects, dropped, lost, shed, deferred, displaced, discarded, depth, fps, up,
+                    ended, stretch, waiting, shed_share, latency, stages, detect)
         restarts = getattr(self.pipeline, "engine_restarts", None)  # runtime.workers: the supervisor's
         if restarts is not None:
             family = CounterMetricFamily("streamlens_engine_restarts", "Times an engine was started again after it died",
