@@ -287,7 +287,8 @@ def test_a_camera_and_a_live_file_get_one_keyframe_a_call_from_a_model_of_batch_
     the tests' cell model (onnx backend, fixed batch 1) made as slow as YOLOX-Nano on a CPU core
     (12 ms a call: two fit in the 33 ms budget), `max_batch: 4`, every other setting a default.
     Before, the two streams' keyframes went two to a batch, run as two calls, their detections
-    back together (it failed so in both runs tried). Every call now takes one keyframe."""
+    back together (it failed so in both runs tried). Every call now takes one keyframe, and the
+    budget controller's ladder has no "batching for throughput" rung (there is no batch to fill)."""
     from streamlens.detect.onnx import OnnxDetector
 
     from .cell_detector import build_cell_detector
@@ -317,3 +318,4 @@ def test_a_camera_and_a_live_file_get_one_keyframe_a_call_from_a_model_of_batch_
             break
     pipeline.stop()
     assert len(batches) > 20 and set(batches) == {1}, batches
+    assert pipeline.controller is not None and pipeline.controller.batching_rung is False

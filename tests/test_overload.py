@@ -117,6 +117,25 @@ def test_steps_down_one_rung_at_a_time_in_the_reverse_order():
     assert c.level == 0 and all(s.fraction == 0 for s in c.shedders.values())
 
 
+def test_a_detector_of_one_keyframe_a_call_has_no_batching_rung_up_or_down():
+    """YOLOX-Nano's ONNX export runs one frame a call: "batching for throughput" would change
+    nothing, so the ladder goes from the widest intervals to shedding, the rout takes only the
+    keyframe rungs, and the way down has no calm wait spent on batching."""
+    clock = Clock()
+    c = BudgetController(33, ["a", "b"], max_stretch=1.5, clock=clock, calm_s=2, keyframe_wait=True)
+    c.attach([], batches=False)
+    feed(c, clock, {"a": 20, "b": 20}, {"a": 0, "b": 0})
+    assert feed(c, clock, {"a": 50, "b": 20}, {"a": 0, "b": 0}, seconds=3) == [
+        "keyframes no longer wait", "keyframe intervals x1.5", "dropping 1 in 8"]
+    assert not c.throughput
+    actions = [a for a in feed(c, clock, {"a": 5, "b": 5}, {"a": 0, "b": 0}, seconds=12) if a]
+    assert actions == ["no longer dropping", "keyframe intervals x1", "keyframes wait again"] and c.level == 0
+    # half a second's frames lost: the keyframe rungs at once, and frames shed from the next tick
+    assert feed(c, clock, {"a": 20, "b": 20}, {"a": 100, "b": 100}) == ["keyframe intervals x1.5 at once"]
+    assert (c.wait, c.stretch, c.throughput) == (False, 1.5, False)
+    assert feed(c, clock, {"a": 20, "b": 20}, {"a": 200, "b": 200}) == ["dropping 5 in 6"]
+
+
 def test_a_passing_load_leaves_no_rung_behind_when_the_streams_run_within_budget_but_not_calm():
     # Overload for a while (another program on the machine), then the streams run at 25 ms of a
     # 33 ms budget: within it, never under the calm 60%. The controller tries a rung down every

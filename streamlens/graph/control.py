@@ -39,7 +39,10 @@ published its result. Two parts hold it:
 1. widen the keyframe intervals of every live stream (x1.5, x2, x3, x4 ... up to `max_stretch`):
    less detector work, the cheapest thing to give up, since the tracker carries objects between;
 2. batch for throughput: the detector fills its batches up to `max_batch` instead of cutting them
-   short to keep each keyframe's latency (keyframes then come back later; frames do not wait);
+   short to keep each keyframe's latency (keyframes then come back later; frames do not wait).
+   Not a rung for a detector that runs one keyframe a call (a model exported with a fixed batch of
+   1, `attach`): it would change nothing and cost a second on the way up and a calm wait on the
+   way down;
 3. drop frames: one share for every live stream alike (`SHED_STEPS`: 1 in 8, 1 in 4, 1 in 3,
    1 in 2, 2 in 3, 3 in 4, 5 in 6, 7 in 8, 9 in 10), before the frames cost the engine anything: a
    camera's decode worker skips the end of each group of pictures undecoded, so its decoding gives
@@ -167,6 +170,8 @@ class BudgetController:
         self.max_wait_s = self._most_wait_s = self.budget_ms * wait_share / 1000
         self.shedders = {name: Shedder(i / len(streams)) for i, name in enumerate(streams)}
         self.throughput = False
+        #: whether "batching for throughput" is a rung: False for a detector of one keyframe a call (`attach`)
+        self.batching_rung = True
         #: whether live keyframes wait for their detections (rung 0; always True without `keyframe_wait`)
         self.wait = True
         self._wait_rung = keyframe_wait
@@ -224,8 +229,11 @@ class BudgetController:
             self.shedders = {**self.shedders, stream: shedder}
         return shedder
 
-    def attach(self, sources) -> None:
-        """Each source with a shedder here thins its own decoding for it where it can (`Shedder.attach`)."""
+    def attach(self, sources, batches: bool = True) -> None:
+        """Each source with a shedder here thins its own decoding for it where it can (`Shedder.attach`);
+        `batches`: whether the detector runs more than one keyframe a call (False: the ladder has no
+        "batching for throughput" rung)."""
+        self.batching_rung = batches
         for source in sources:
             if source.name in self.shedders:
                 self.shedders[source.name].attach(source)
@@ -369,19 +377,21 @@ class BudgetController:
         the second's frames or more, the keyframe rungs are all taken at once (in their order:
         what gives first is still the keyframes), so that frames are shed from the next tick on,
         not after a rung a tick while nearly every frame is lost."""
-        if lost_share >= ROUT_SHARE and (self.throughput is False or (self._wait_rung and self.wait)):
+        if lost_share >= ROUT_SHARE and self._keyframe_rungs_left:
             self.wait = not self._wait_rung and self.wait
             self._stretch_index = len(self.stretches) - 1
-            self.throughput = True
-            stretched = f"keyframe intervals x{self.stretch:g} and " if self.stretch > 1.0 else ""
-            return f"{stretched}batching for throughput at once"
+            self.throughput = self.batching_rung
+            taken = [f"keyframe intervals x{self.stretch:g}"] if self.stretch > 1.0 else []
+            if self.throughput:
+                taken.append("batching for throughput")
+            return " and ".join(taken or ["keyframes no longer wait"]) + " at once"
         if self._wait_rung and self.wait:
             self.wait = False
             return "keyframes no longer wait"
         if self._stretch_index + 1 < len(self.stretches):
             self._stretch_index += 1
             return f"keyframe intervals x{self.stretch:g}"
-        if not self.throughput:
+        if not self.throughput and self.batching_rung:
             self.throughput = True
             return "batching for throughput"
         if self._shed_index + 1 == len(SHED_STEPS):
@@ -391,6 +401,12 @@ class BudgetController:
         while index + 1 < len(SHED_STEPS) and SHED_STEPS[index] < needed - 1e-9:
             index += 1
         return self._set_shed(index)
+
+    @property
+    def _keyframe_rungs_left(self) -> bool:
+        """Whether a rung before shedding is still to climb."""
+        return ((self._wait_rung and self.wait) or self._stretch_index + 1 < len(self.stretches)
+                or (self.batching_rung and not self.throughput))
 
     def _step_down(self) -> str:
         if self.keyframes_only:

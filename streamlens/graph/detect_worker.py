@@ -67,12 +67,15 @@ class DetectWorker:
         self._jobs = Channel(capacity=1 << 16, name="keyframes")
         #: keyframes that may wait for the detector (`start_in_s`), whatever it runs in one call
         self.places = max_batch
-        per_call = getattr(detector, "max_batch", None)
-        if isinstance(per_call, int) and per_call >= 1:
-            max_batch = min(max_batch, per_call)
-        self.batcher = Batcher(self._jobs, max_batch=max_batch, max_wait_ms=max_wait_ms, budget_ms=budget_ms)
+        self.batcher = Batcher(self._jobs, max_batch=self.per_call(detector, max_batch), max_wait_ms=max_wait_ms, budget_ms=budget_ms)
         self.budget_ms = budget_ms  # as configured (the budget controller may lift it: `Engine.apply_control`)
         self._thread = threading.Thread(target=self._run, name="detector", daemon=True)
+
+    @staticmethod
+    def per_call(detector, max_batch: int) -> int:
+        """The most keyframes a batch holds: `max_batch`, or fewer where the detector runs fewer in one call."""
+        most = getattr(detector, "max_batch", None)
+        return min(max_batch, most) if isinstance(most, int) and most >= 1 else max_batch
 
     def start(self) -> None:
         self._thread.start()

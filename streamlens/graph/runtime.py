@@ -426,8 +426,8 @@ class Pipeline:
         offsets = stagger_offsets(cfg.keyframes.interval, len(sources))
         self._prepare = detector.prepare if getattr(detector, "prepare_ahead", False) else None
         shedders = self.controller.shedders if self.controller else {}
-        if self.controller:
-            self.controller.attach(sources)  # live sources thin their decoding on the last rung
+        if self.controller:  # live sources thin their decoding on the last rung; a rung only if batches can grow
+            self.controller.attach(sources, DetectWorker.per_call(detector, cfg.detector.max_batch) > 1)
         self._stops = {src.name: StreamStop() for src in sources}
         self._admissions = {src.name: Admission(lane, schedule_for(cfg, by_name[src.name], self._chooser is not None, off),
                                                 self._prepare, getattr(shedders.get(src.name), "drop", None),
