@@ -22,6 +22,14 @@ run) and reports every held-out sequence's HOTA with it, beside ByteTrack's.
 
     python tools/bench_mot.py                                # both trackers, intervals 1 and 5
     python tools/bench_mot.py --loko lost_s=1,2,3 --loko WEAK_KEEP_LOST=0,1
+    python tools/bench_mot.py --bounds --intervals 5         # what the frames between keyframes can add
+
+`--bounds` asks how much of the HOTA at an interval is lost between keyframes: per sequence,
+streamlens as it runs (causal: the Kalman prediction between keyframes), the same keyframes'
+objects held between them (what the prediction adds over holding), and those objects moved
+linearly from each keyframe to the next where the next keyframe has the same track (a bound no live
+tracker can reach: it uses the next keyframe before its frames are published); beside them
+streamlens and ByteTrack at interval 1 and the issue's goal at that interval (ByteTrack held + 5).
 """
 
 from __future__ import annotations
@@ -138,6 +146,53 @@ def _bytetrack(sequence, interval: int) -> dict[int, sv.Detections]:
     return results
 
 
+def between_keyframes(results: dict[int, sv.Detections], interval: int) -> tuple[dict, dict]:
+    """A tracker's objects per frame as two others: each keyframe's objects held until the next
+    (`held`), and moved linearly towards the next keyframe's box of the same track (`moved`, the
+    non-causal bound of `--bounds`; a track the next keyframe does not have is held)."""
+    held, moved = {}, {}
+    keys = [n for n in sorted(results) if (n - 1) % interval == 0]
+    for first, after in zip(keys, keys[1:] + [None]):
+        start = results[first]
+        end = results[after] if after is not None else None
+        ids = start.tracker_id if start.tracker_id is not None else np.empty(0, np.int64)
+        for number in range(first, first + interval):
+            if number not in results:
+                break
+            held[number] = start
+            if end is None or number == first or not len(start):
+                moved[number] = start
+                continue
+            t = (number - first) / (after - first)
+            where = {int(i): k for k, i in enumerate(end.tracker_id)}
+            boxes = start.xyxy.copy()
+            for k, track in enumerate(ids):
+                if int(track) in where:
+                    boxes[k] = start.xyxy[k] * (1 - t) + end.xyxy[where[int(track)]] * t
+            moved[number] = sv.Detections(xyxy=boxes, tracker_id=ids, class_id=start.class_id)
+    return held, moved
+
+
+def bounds(name: str, interval: int, out: str) -> dict:
+    """The `--bounds` row of one sequence at one interval (HOTA of each way; see the module docs)."""
+    from streamlens.track.tracker import KeyframeTracker
+
+    sequence = load_sequence(sequence_folder(name))
+    gt = read_mot_file(sequence.gt_path)
+
+    def hota(results: dict, label: str) -> float:
+        path = write_results(results, Path(out) / "bounds" / label / f"interval{interval}" / f"{name}.txt")
+        return score_sequence(name, gt, read_mot_file(path), sequence.length).hota
+
+    tracked = replay(sequence, KeyframeTracker("kalman", sequence.fps), interval)
+    held, moved = between_keyframes(tracked, interval)
+    return {"sequence": name, "interval": interval, "streamlens": hota(tracked, "streamlens"),
+            "held": hota(held, "held"), "moved": hota(moved, "moved"),
+            "streamlens_i1": hota(replay(sequence, KeyframeTracker("kalman", sequence.fps), 1), "streamlens_i1"),
+            "bytetrack_i1": hota(_bytetrack(sequence, 1), "bytetrack_i1"),
+            "bytetrack_held": hota(_bytetrack(sequence, interval), "bytetrack_held")}
+
+
 def _scores(row: dict):
     from streamlens.eval.metrics import SequenceScores
     return SequenceScores(row["sequence"], clear=row["clear"], hota_detail=row["hota"], identity=row["identity"])
@@ -228,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--loko", action="append", default=[], metavar="NAME=V1,V2,...",
                         help="leave one kind out over every combination of these values (repeatable)")
+    parser.add_argument("--bounds", action="store_true",
+                        help="what the frames between keyframes lose and could gain, per sequence (see the docs)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None, help="also write every run's scores here")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "streamlens_bench_mot")
@@ -243,6 +300,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, numpy {np.__version__}; date {date.today()}\n")
     rows: list[dict] = []
+    if args.bounds:
+        lines = ["| sequence | kind | interval | streamlens | its keyframes held | moved to the next keyframe "
+                 "(non-causal bound) | streamlens i1 | ByteTrack i1 | goal: ByteTrack held + 5 |",
+                 "|---|---|---|---|---|---|---|---|---|"]
+        for i in (i for i in intervals if i > 1):
+            for row in [bounds(s, i, str(args.out)) for s in names]:
+                lines.append(f"| {row['sequence']} | {KIND_OF[row['sequence']]} | {i} | " + " | ".join(
+                    f"{row[k]:.1f}" for k in ("streamlens", "held", "moved", "streamlens_i1", "bytetrack_i1"))
+                    + f" | {row['bytetrack_held'] + 5:.1f} |")
+        print("\n".join(lines))
+        return 0
     if args.loko:
         points = grid(args.loko)
         jobs = [("bytetrack", s, i, {}, str(args.out)) for s in SEQUENCES for i in intervals]
