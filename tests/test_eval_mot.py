@@ -135,3 +135,27 @@ def test_mot17_targets(tmp_path):
         combined = next(line for line in done.stdout.splitlines() if line.startswith("COMBINED"))
         hota = float(re.split(r"\s+", combined)[1])
         assert hota >= target, (interval, combined)
+
+
+def test_the_bound_moves_each_keyframe_object_to_its_next_keyframe_box_and_holds_the_rest():
+    """tools/bench_mot.py `--bounds`: between two keyframes 5 frames apart, `held` repeats the first
+    keyframe's objects, `moved` carries each along the line to the same track's box on the next
+    keyframe; a track the next keyframe lacks is held; after the last keyframe both hold."""
+    import importlib.util
+
+    import supervision as sv
+
+    spec = importlib.util.spec_from_file_location("bench_mot", Path(__file__).parents[1] / "tools" / "bench_mot.py")
+    bench_mot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_mot)
+
+    def objects(boxes: dict[int, list[float]]) -> sv.Detections:
+        return sv.Detections(xyxy=np.array(list(boxes.values()), np.float32).reshape(-1, 4),
+                             tracker_id=np.array(list(boxes), np.int64), class_id=np.zeros(len(boxes), np.int64))
+
+    first, second = objects({1: [0, 0, 10, 10], 2: [50, 50, 60, 60]}), objects({1: [10, 0, 20, 10]})
+    results = {n: first if n == 1 else second if n == 6 else objects({}) for n in range(1, 9)}
+    held, moved = bench_mot.between_keyframes(results, 5)
+    assert all(held[n] is first for n in range(1, 6)) and all(held[n] is second for n in (6, 7, 8))
+    assert np.allclose(moved[3].xyxy, [[4, 0, 14, 10], [50, 50, 60, 60]])  # 2/5 of the way; track 2 held
+    assert list(moved[3].tracker_id) == [1, 2] and moved[1] is first and moved[8] is second
