@@ -67,7 +67,8 @@ class DetectWorker:
         self._jobs = Channel(capacity=1 << 16, name="keyframes")
         #: keyframes that may wait for the detector (`start_in_s`), whatever it runs in one call
         self.places = max_batch
-        self.batcher = Batcher(self._jobs, max_batch=self.per_call(detector, max_batch), max_wait_ms=max_wait_ms, budget_ms=budget_ms)
+        self.batcher = Batcher(self._jobs, max_batch=self.per_call(detector, max_batch), max_wait_ms=max_wait_ms,
+                               budget_ms=budget_ms)
         self.budget_ms = budget_ms  # as configured (the budget controller may lift it: `Engine.apply_control`)
         self._thread = threading.Thread(target=self._run, name="detector", daemon=True)
 

@@ -18,11 +18,11 @@ each route below `/` but `/metrics` and `/healthz` (every answer is JSON unless 
   their share of the last 256 frames), `keyframes_per_s` (sent to the detector, in time or late,
   over the last 10 s), `late_keyframes` (published by motion, their detections applied when back),
   `deferred_keyframes`, `displaced_keyframes` (taken back from the detector's queue, their place
-  given to a frame worth more: published by motion), `discarded_detections`, `dropped`, `shed`, `lost` (by cause),
-  `queue_depth`, `detect_ms` (the detector call per keyframe's batch, p50/p95/p99 of the last 64),
-  `control` (the budget controller's `level`, `keyframe_stretch`, `keyframe_wait`,
-  `shed_fraction`; null where it does not watch the stream) and `counts` (the newest frame's: per
-  line `{"in", "out", "classes"}`, per zone the objects in it now). `detector`: its load over the
+  given to a frame worth more: published by motion), `discarded_detections`, `dropped`, `shed`,
+  `lost` (by cause), `queue_depth`, `detect_ms` (the detector call per keyframe's batch,
+  p50/p95/p99 of the last 64), `control` (the budget controller's `level`, `keyframe_stretch`,
+  `keyframe_wait`, `shed_fraction`; null where it does not watch the stream) and `counts` (the
+  newest frame's: per line `{"in", "out", "classes"}`, per zone the objects in it now). `detector`: its load over the
   last 10 s, all streams together: `keyframes_per_s`, `detected_share` (the share of frames it ran
   on), and the slowest stream's `detect_ms`. `control`: the controller's `level` and `steps` (null
   without one). `secondary`: the secondary models' figures. `history`: `{"every_s": 1, "next": M,
@@ -218,8 +218,8 @@ class Api:
                 "keyframes": st.keyframes, "keyframe_rate": report["keyframe_rate"],
                 "keyframes_per_s": round(k / s, 2) if s > 0 else 0.0,
                 "late_keyframes": st.late_keyframes, "deferred_keyframes": st.deferred_keyframes,
-                "displaced_keyframes": st.displaced_keyframes, "discarded_detections": st.discarded_detections, "dropped": st.dropped, "shed": st.shed,
-                "lost": dict(st.lost), "queue_depth": report["queue_depth"], "detect_ms": ms,
+                "displaced_keyframes": st.displaced_keyframes, "discarded_detections": st.discarded_detections,
+                "dropped": st.dropped, "shed": st.shed, "lost": dict(st.lost), "queue_depth": report["queue_depth"], "detect_ms": ms,
                 "control": self._control(name),
                 "counts": newest[1].get("counts") if newest is not None else None}
         controller = getattr(p, "controller", None)
