@@ -27,9 +27,11 @@ run) and reports every held-out sequence's HOTA with it, beside ByteTrack's.
 `--bounds` asks how much of the HOTA at an interval is lost between keyframes: per sequence,
 streamlens as it runs (causal: the Kalman prediction between keyframes), the same keyframes'
 objects held between them (what the prediction adds over holding), and those objects moved
-linearly from each keyframe to the next where the next keyframe has the same track (a bound no live
-tracker can reach: it uses the next keyframe before its frames are published); beside them
-streamlens and ByteTrack at interval 1 and the issue's goal at that interval (ByteTrack held + 5).
+linearly from each keyframe to the next where the next keyframe has the same track (a non-causal
+reference: a live tracker cannot read the next keyframe before the frames between are published;
+the keyframes' own tracks are kept as they are, so it says what motion between them can add, not
+what a different association could); beside them streamlens and ByteTrack at interval 1 and the
+issue's goal at that interval (ByteTrack held + 5).
 """
 
 from __future__ import annotations
@@ -149,7 +151,7 @@ def _bytetrack(sequence, interval: int) -> dict[int, sv.Detections]:
 def between_keyframes(results: dict[int, sv.Detections], interval: int) -> tuple[dict, dict]:
     """A tracker's objects per frame as two others: each keyframe's objects held until the next
     (`held`), and moved linearly towards the next keyframe's box of the same track (`moved`, the
-    non-causal bound of `--bounds`; a track the next keyframe does not have is held)."""
+    non-causal reference of `--bounds`; a track the next keyframe does not have is held)."""
     held, moved = {}, {}
     keys = [n for n in sorted(results) if (n - 1) % interval == 0]
     for first, after in zip(keys, keys[1:] + [None]):
@@ -302,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     if args.bounds:
         lines = ["| sequence | kind | interval | streamlens | its keyframes held | moved to the next keyframe "
-                 "(non-causal bound) | streamlens i1 | ByteTrack i1 | goal: ByteTrack held + 5 |",
+                 "(non-causal) | streamlens i1 | ByteTrack i1 | goal: ByteTrack held + 5 |",
                  "|---|---|---|---|---|---|---|---|---|"]
         for i in (i for i in intervals if i > 1):
             for row in [bounds(s, i, str(args.out)) for s in names]:
