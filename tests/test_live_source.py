@@ -283,6 +283,27 @@ def test_a_decoder_that_fell_behind_its_camera_skips_to_a_keyframe_instead_of_ha
     assert all(b.pts > a.pts for a, b in zip(frames, frames[1:]))
 
 
+def test_catch_up_skips_a_start_backlog_but_not_a_clock_that_runs_fast_or_a_camera_read_late():
+    """A start's backlog is skipped to the camera's pace; a camera whose clock runs twice as fast as
+    this host's is not a backlog for long (decoded again after `BACKLOG_MAX_S`); a camera read late
+    from its start (a slow first decode, its packets waiting in the socket) is behind, not a backlog."""
+    from streamlens.sources.decode import BACKLOG_MAX_S
+
+    burst = CatchUp(behind_s=1.0)  # 4 s sent in 40 ms, then 30 fps at the camera's pace, a keyframe a second
+    sent = [burst.skip(k / 30, 10 + k / 3000, k % 30 == 0) for k in range(120)]
+    live = [burst.skip(4 + k / 30, 10.04 + k / 30, k % 30 == 0) for k in range(1, 91)]
+    assert not any(sent[:31]) and all(sent[32:]) and burst.backlog is False
+    assert all(live[:29]) and not any(live[29:])  # the first keyframe after half a second of pace
+    fast = CatchUp(behind_s=1.0)
+    run = [fast.skip(k / 15, 10 + k / 30, k % 30 == 0) for k in range(30 * 10)]
+    # 1 s ahead after 31 packets: skipped for BACKLOG_MAX_S of wall time (150 packets), decoded after
+    assert run.index(True) == 31 and all(run[31:181]) and not any(run[int(31 + 30 * BACKLOG_MAX_S) + 1:])
+    late = CatchUp(behind_s=1.0)  # its first packet read, then nothing for 2 s, then the rest at once:
+    for k in range(60):  # behind the camera (the lag rule's to catch up), never ahead of it
+        late.skip(k / 30, 10 + (0 if k == 0 else 2 + k / 3000), k % 30 == 0)
+        assert not late.backlog, k
+
+
 def test_catch_up_follows_a_camera_clock_slower_than_the_hosts_and_lets_jitter_be():
     # an hour of a 30 fps camera whose clock runs 0.1% slow (3.6 s an hour), each packet read up to
     # 0.4 s late (network jitter): never skipped; then the decoder freezes for 3 s: skipped up to a
@@ -711,3 +732,29 @@ def test_a_worker_whose_larger_ring_was_refused_asks_for_a_new_one_next_session(
     first, refused, third = done.stdout.split("\n")[:3]
     # each small session delivers its frames (5, or one more already on its way when it was aborted)
     assert int(first) >= 5 and refused == "0 refused 1" and int(third) >= 5, done.stdout + done.stderr[-2000:]
+
+
+def test_a_backlog_a_server_sends_at_connection_is_skipped_to_the_cameras_present(tmp_path):
+    """GStreamer's RTSP server, its shared media playing with no client for 5 s, sends the first
+    client those 5 s at once (a relay's cache does the same). They are not published as if live:
+    past `BEHIND_S` ahead of this host's clock the session skips to a keyframe read at the camera's
+    pace, so the video handed over outruns the wall clock by little more than that, and the frames
+    skipped are not counted as the camera's losses. Before, the whole backlog was decoded and
+    handed over within a second or two (6 s of video more than the wall time). A slow machine only
+    makes frames later."""
+    reason = gst_missing()
+    if reason:
+        pytest.skip(reason)
+    with GstRtspServer({"cam1": SAMPLE}, tmp_path) as server:
+        time.sleep(5.0)  # the media runs, buffered by the server for its first client
+        source = LiveSource("cam1", server.url("cam1"), transport="tcp", timeout_s=10, stall_s=5)
+        with _Recorder(source) as rec:
+            assert rec.wait_frames(60, 30), f"no frames: {source.stats()}"
+            time.sleep(1.0)
+    pts = [frame.pts for _, frame in rec.frames]
+    steps = [b - a for a, b in zip(pts, pts[1:])]
+    # the video handed over (the skip to the present left out) against the wall time it took
+    video, wall = sum(step for step in steps if step < 1.0), rec.frames[-1][0] - rec.frames[0][0]
+    assert video - wall < BEHIND_S + 0.5, (video, wall, max(steps))
+    assert max(steps) > 3.0, max(steps)  # the skip: most of the 5 s backlog was never decoded
+    assert source.losses().get("decoder", 0) < 30, source.losses()  # and is not counted as lost

@@ -20,6 +20,9 @@ What runs:
   listener (`python -m streamlens.bench.listener`, another process, started first). Trials
   alternate between `--workers` and `--baseline` (W=2, W=1, then W=1, W=2, ...), so the
   machine's drift falls on both alike.
+- With `--settle S`, the cameras stream for S seconds before the first trial (real cameras have
+  been on long before a pipeline connects; without it the first trial starts as soon as the server
+  serves every mount).
 - Once every camera has published a frame (read from `/metrics`), the trial waits `--warmup` s,
   measures `--seconds` s, scrapes `/metrics` (shed, dropped and lost frames; engine restarts) and
   stops the run with SIGINT. The measured window is the frames whose `ts` (when the frame was
@@ -455,7 +458,9 @@ def write_report(results: dict, md: Path) -> None:
               f"`streamlens run` of `{results['pipeline_name']}` with those cameras (decoded in worker processes, "
               f"the default), one zmq sink and `runtime.workers` {results['workers']}"
               + (f" against {results['baseline']}, alternating, {results['repeats']} each" if results['baseline']
-                 else f", {results['repeats']} trials") + f"; {results['warmup']:g} s warm-up, "
+                 else f", {results['repeats']} trials")
+              + (f"; the cameras streamed {results['settle']:g} s before the first trial"
+                 if results.get("settle") else "") + f"; {results['warmup']:g} s warm-up, "
               f"{results['seconds']:g} s measured. Subscriber: `streamlens.bench.listener` in its own process. "
               f"F1 against YOLOX-Nano on every frame of the clip (IoU 0.5, class-aware); clip frames found from "
               f"`pts` modulo the clip, with an offset per connection fitted on the boxes of its freshest detections "
@@ -517,6 +522,8 @@ def main() -> int:
     p.add_argument("--baseline", type=int, default=1, help="runtime.workers measured beside it (default 1; 0: none)")
     p.add_argument("--repeats", type=int, default=3, help="trials of each setting (default 3)")
     p.add_argument("--warmup", type=float, default=10.0, help="seconds not counted after every camera streams")
+    p.add_argument("--settle", type=float, default=0.0,
+                   help="seconds the cameras stream before the first trial (default 0: it starts at once)")
     p.add_argument("--seconds", type=float, default=60.0, help="seconds measured per trial (default 60)")
     p.add_argument("--pipeline", type=Path, default=PIPELINE)
     p.add_argument("--clip", type=Path, default=CLIP)
@@ -551,6 +558,7 @@ def main() -> int:
         names = [f"cam{i + 1}" for i in range(args.cameras)]
         with GstRtspServer({name: args.clip for name in names}, folder) as server:
             urls = {name: server.url(name) for name in names}
+            time.sleep(args.settle)
             for repeat in range(args.repeats):
                 for w in settings if repeat % 2 == 0 else settings[::-1]:
                     raw = run_trial(args.pipeline, urls, w, args.warmup, args.seconds, folder)
@@ -578,7 +586,7 @@ def main() -> int:
                "ended": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M"), "uptime_start": uptime_start,
                "uptime_end": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
                "machine": machine(), "versions": versions(), "cameras": args.cameras, "workers": args.workers,
-               "baseline": args.baseline, "repeats": args.repeats, "warmup": args.warmup, "seconds": args.seconds,
+               "baseline": args.baseline, "repeats": args.repeats, "warmup": args.warmup, "settle": args.settle, "seconds": args.seconds,
                "budget_ms": budget_ms, "clip": info, "clip_name": args.clip.name, "clip_frames": len(ref),
                "pipeline_name": os.path.relpath(args.pipeline, REPO), "json_name": json_path.name,
                "reference": str(ref.path), "trials": trials}

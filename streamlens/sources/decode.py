@@ -108,6 +108,15 @@ class FrameRateCap:
         return True
 
 
+#: the wall time over which a session's pace is read, at its start (`CatchUp`)
+PACE_WINDOW_S = 0.5
+#: a start's packets that run this many times faster than this host's clock are a server's backlog
+LIVE_PACE = 1.5
+#: a backlog comes as fast as the network carries it: one still read after this long (wall time) is
+#: a camera whose clock runs fast, not a backlog, and its packets are decoded again
+BACKLOG_MAX_S = 5.0
+
+
 class CatchUp:
     """Whether a live decoder has fallen behind its camera, and so skips to a keyframe.
 
@@ -123,26 +132,55 @@ class CatchUp:
     (counted as the worker's drops). The window lets the least offset follow a camera whose clock
     runs slower than this host's, or a network path that got longer.
 
+    A server may also send, to a client that has just connected, what it buffered before (a relay's
+    cache, a shared stream that ran with no client): seconds of video at once, the oldest first.
+    There every packet is the most punctual yet, so the lag above stays 0 and the whole backlog was
+    decoded and published as if live (20 s of it from GStreamer's RTSP server took six cameras'
+    pipeline to its top rung of shedding for half a minute). So in the session's first `window_s`,
+    once its packets have run ahead of this host's clock by more than `behind_s` since its first
+    (`backlog`), packets are skipped up to a keyframe read at the camera's pace (over the last
+    `PACE_WINDOW_S`, no more than `LIVE_PACE` times as much video as wall time): the present.
+    Those are not the camera's losses (it sent them before the session began) and are not counted.
+    A "backlog" that lasts `BACKLOG_MAX_S` of wall time is a camera whose clock runs fast: decoded.
+
     Example:
         >>> catch_up = CatchUp(behind_s=1.0)
         >>> [catch_up.skip(pts, now, key) for pts, now, key in
         ...  [(0.0, 100.0, True), (0.5, 100.5, False), (1.0, 102.5, False), (1.5, 102.6, False),
         ...   (2.0, 102.7, True), (2.5, 102.8, False), (4.0, 104.1, True), (4.5, 104.5, False)]]
         [False, False, True, True, True, True, False, False]
+
+    A backlog of 3 s sent at once, then the camera's present at 10 packets a second, a keyframe
+    every 5th:
+        >>> catch_up = CatchUp(behind_s=1.0)
+        >>> burst = [catch_up.skip(i / 10, 50.0 + i / 1000, i % 5 == 0) for i in range(30)]
+        >>> burst.index(True), catch_up.backlog    # decoded until it ran 1 s ahead of the clock
+        (11, True)
+        >>> live = [catch_up.skip(3.0 + i / 10, 50.03 + i / 10, i % 5 == 0) for i in range(1, 12)]
+        >>> live, catch_up.backlog                  # the first keyframe read at the camera's pace
+        ([True, True, True, True, False, False, False, False, False, False, False], False)
     """
 
     def __init__(self, behind_s: float, window_s: float = 30.0):
         self.behind_s = behind_s
         self.window_s = window_s
         self.skipping = False
+        #: skipping what a server sent of its backlog at the session's start (not counted as drops)
+        self.backlog = False
         #: (read time, offset) with offsets increasing: the least offset of the window is the first
         self._least: deque[tuple[float, float]] = deque()
+        self._first: tuple[float, float] | None = None  # (read time, pts) of the session's first packet
+        self._recent: deque[tuple[float, float]] = deque()  # (read time, pts) over `PACE_WINDOW_S`
+        self._watching = True  # still in the session's first `window_s`, where a backlog shows
+        self._backlog_since = 0.0  # when the backlog was seen
 
     def skip(self, pts: float | None, now: float, keyframe: bool) -> bool:
         """True if the packet with presentation time `pts` (seconds; None: unknown), read at `now`
         (`time.monotonic()`), is to be skipped rather than decoded."""
         if pts is None:  # no clock to go by: decoded, unless it is part of a skipped stretch
-            return self.skipping
+            return self.skipping or self.backlog
+        if self._watching and self._in_backlog(pts, now, keyframe):
+            return True
         offset = now - pts
         while self._least and self._least[-1][1] >= offset:
             self._least.pop()
@@ -155,6 +193,27 @@ class CatchUp:
         else:
             self.skipping = lag > self.behind_s
         return self.skipping
+
+    def _in_backlog(self, pts: float, now: float, keyframe: bool) -> bool:
+        """Whether this packet is part of a backlog sent at the session's start (see the docs)."""
+        if self._first is None:
+            self._first = (now, pts)
+        recent = self._recent
+        recent.append((now, pts))
+        while recent[0][0] < now - PACE_WINDOW_S:
+            recent.popleft()
+        if not self.backlog:
+            if (pts - self._first[1]) - (now - self._first[0]) > self.behind_s:
+                self.backlog, self._backlog_since = True, now
+            else:
+                self._watching = now - self._first[0] < self.window_s
+                return False
+        span = now - recent[0][0]
+        paced = keyframe and span >= PACE_WINDOW_S / 2 and pts - recent[0][1] <= LIVE_PACE * span
+        if paced or now - self._backlog_since > BACKLOG_MAX_S:
+            self.backlog = self._watching = False
+            return False
+        return True
 
 
 class ClockCatchUp:

@@ -267,7 +267,8 @@ def _demux_decode(packets, spec: SessionSpec, out: SessionOutput, should_stop, r
         if catch_up is not None and packet is not None and packet.size:
             ticks = packet.dts if packet.dts is not None else packet.pts
             if catch_up.skip(None if ticks is None else ticks * tick, time.monotonic(), packet.is_keyframe):
-                out.skipped()
+                if not catch_up.backlog:  # a server's backlog from before the session is not the camera's loss
+                    out.skipped()
                 continue
         started = time.perf_counter()  # decode time only: waiting for the network is not decoding
         try:
