@@ -285,8 +285,9 @@ def test_a_decoder_that_fell_behind_its_camera_skips_to_a_keyframe_instead_of_ha
 
 def test_catch_up_skips_a_start_backlog_but_not_a_clock_that_runs_fast_or_a_camera_read_late():
     """A start's backlog is skipped to the camera's pace; a camera whose clock runs twice as fast as
-    this host's is not a backlog for long (decoded again after `BACKLOG_MAX_S`); a camera read late
-    from its start (a slow first decode, its packets waiting in the socket) is behind, not a backlog."""
+    this host's is not a backlog for long (decoded again after `BACKLOG_MAX_S`); a live file read
+    ahead has no backlog (its clock is known); a camera read late from its start (a slow first
+    decode, its packets waiting in the socket) is behind, not a backlog."""
     from streamlens.sources.decode import BACKLOG_MAX_S
 
     burst = CatchUp(behind_s=1.0)  # 4 s sent in 40 ms, then 30 fps at the camera's pace, a keyframe a second
@@ -298,6 +299,10 @@ def test_catch_up_skips_a_start_backlog_but_not_a_clock_that_runs_fast_or_a_came
     run = [fast.skip(k / 15, 10 + k / 30, k % 30 == 0) for k in range(30 * 10)]
     # 1 s ahead after 31 packets: skipped for BACKLOG_MAX_S of wall time (150 packets), decoded after
     assert run.index(True) == 31 and all(run[31:181]) and not any(run[int(31 + 30 * BACKLOG_MAX_S) + 1:])
+    from streamlens.sources.decode import ClockCatchUp
+
+    file = ClockCatchUp(behind_s=1.0)  # a live file read ahead before its clock is known: no backlog there
+    assert not any(file.skip(k / 30, 10 + k / 3000, k % 30 == 0) for k in range(120))
     late = CatchUp(behind_s=1.0)  # its first packet read, then nothing for 2 s, then the rest at once:
     for k in range(60):  # behind the camera (the lag rule's to catch up), never ahead of it
         late.skip(k / 30, 10 + (0 if k == 0 else 2 + k / 3000), k % 30 == 0)
@@ -740,8 +745,8 @@ def test_a_backlog_a_server_sends_at_connection_is_skipped_to_the_cameras_presen
     past `BEHIND_S` ahead of this host's clock the session skips to a keyframe read at the camera's
     pace, so the video handed over outruns the wall clock by little more than that, and the frames
     skipped are not counted as the camera's losses. Before, the whole backlog was decoded and
-    handed over within a second or two (6 s of video more than the wall time). A slow machine only
-    makes frames later."""
+    handed over within a second or two (7.1 s of video in 1.1 s). A slow machine only makes frames
+    later."""
     reason = gst_missing()
     if reason:
         pytest.skip(reason)
@@ -753,8 +758,10 @@ def test_a_backlog_a_server_sends_at_connection_is_skipped_to_the_cameras_presen
             time.sleep(1.0)
     pts = [frame.pts for _, frame in rec.frames]
     steps = [b - a for a, b in zip(pts, pts[1:])]
-    # the video handed over (the skip to the present left out) against the wall time it took
+    # the video handed over (the skip to the present left out) against the wall time it took: at
+    # most `BEHIND_S` of backlog decoded before the skip, and a second's slack for frames handed
+    # over late (a busy machine only adds wall time); the code before handed over 6 s more
     video, wall = sum(step for step in steps if step < 1.0), rec.frames[-1][0] - rec.frames[0][0]
-    assert video - wall < BEHIND_S + 0.5, (video, wall, max(steps))
+    assert video - wall < BEHIND_S + 1.0, (video, wall, max(steps))
     assert max(steps) > 3.0, max(steps)  # the skip: most of the 5 s backlog was never decoded
     assert source.losses().get("decoder", 0) < 30, source.losses()  # and is not counted as lost

@@ -49,7 +49,6 @@ class _Shared:
     deferred: int = 0  # times it went past its interval without a keyframe
     taken_worth: float = math.inf  # what its last keyframe was worth when taken (inf: a first frame, a cut)
     taken_since: int = 0  # frames between its last keyframe and the one before
-    displaced: int = 0  # its keyframes that gave their place in the detector's queue to one worth more
 
 
 class DetectorQueue(Protocol):
@@ -160,10 +159,6 @@ class KeyframeChooser:
         """How many times the stream went past its interval and waited for the detector."""
         return self._streams[name].deferred if name in self._streams else 0
 
-    def displaced(self, name: str) -> int:
-        """How many of the stream's keyframes gave their place in the detector's queue to one worth more."""
-        return self._streams[name].displaced if name in self._streams else 0
-
     def worth(self, name: str) -> float:
         """What detecting the stream's next frame is worth (see the class docs), by its signals at
         its last offer; inf before its first."""
@@ -258,8 +253,7 @@ class KeyframeChooser:
         v = self._streams[victim]
         v.in_flight, v.overdue = False, False
         v.since = v.taken_since + 1 + v.since  # its frames since its keyframe before, the one taken back too
-        v.displaced += 1
-        return True
+        return True  # the engine counts it (`Lane.displaced_keyframes`) as it takes it back
 
     def _expected(self, name: str | None, now: float, start: float):
         """Every stream but `name` whose next frame is expected by `start` and could become a

@@ -135,13 +135,14 @@ class CatchUp:
     A server may also send, to a client that has just connected, what it buffered before (a relay's
     cache, a shared stream that ran with no client): seconds of video at once, the oldest first.
     There every packet is the most punctual yet, so the lag above stays 0 and the whole backlog was
-    decoded and published as if live (20 s of it from GStreamer's RTSP server to six cameras made
-    the budget controller shed 3 in 4 of their frames, for 27 s). So in the session's first
+    decoded and published as if live (with 30 s of it from GStreamer's RTSP server, six cameras'
+    first trial shed 540-600 frames each: tools/results/cameras.md). So in the session's first
     `window_s`, once its packets have run ahead of this host's clock by more than `behind_s` since
     its first (`backlog`), packets are skipped up to a keyframe read at the camera's pace (over the
     last `PACE_WINDOW_S`, no more than `LIVE_PACE` times as much video as wall time): the present.
     Those are not the camera's losses (it sent them before the session began) and are not counted.
     A "backlog" that lasts `BACKLOG_MAX_S` of wall time is a camera whose clock runs fast: decoded.
+    `backlogs=False` leaves this out (a live file's clock is known: `ClockCatchUp`).
 
     Example:
         >>> catch_up = CatchUp(behind_s=1.0)
@@ -161,7 +162,7 @@ class CatchUp:
         ([True, True, True, True, False, False, False, False, False, False, False], False)
     """
 
-    def __init__(self, behind_s: float, window_s: float = 30.0):
+    def __init__(self, behind_s: float, window_s: float = 30.0, backlogs: bool = True):
         self.behind_s = behind_s
         self.window_s = window_s
         self.skipping = False
@@ -171,7 +172,7 @@ class CatchUp:
         self._least: deque[tuple[float, float]] = deque()
         self._first: tuple[float, float] | None = None  # (read time, pts) of the session's first packet
         self._recent: deque[tuple[float, float]] = deque()  # (read time, pts) over `PACE_WINDOW_S`
-        self._watching = True  # still in the session's first `window_s`, where a backlog shows
+        self._watching = backlogs  # still in the session's first `window_s`, where a backlog shows
         self._backlog_since = 0.0  # when the backlog was seen
 
     def skip(self, pts: float | None, now: float, keyframe: bool) -> bool:
@@ -234,12 +235,12 @@ class ClockCatchUp:
     def __init__(self, behind_s: float):
         self.behind_s = behind_s
         self.start: float | None = None
-        self._catch_up = CatchUp(behind_s)
+        self._catch_up = CatchUp(behind_s, backlogs=False)
 
     def anchor(self, start: float) -> None:
         if start != self.start:
             if self.start is not None:  # the window's offsets belong to the old clock
-                self._catch_up = CatchUp(self.behind_s)
+                self._catch_up = CatchUp(self.behind_s, backlogs=False)
             self.start = start
 
     def skip(self, media: float, now: float, keyframe: bool) -> bool:
