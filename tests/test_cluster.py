@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import psutil
 import pytest
@@ -107,8 +108,18 @@ def foreign_peers_get_nothing(ctx: zmq.Context, wire, drain, seconds: float) -> 
     return stolen
 
 
+def preview_seq(page: int, stream: str) -> int | None:
+    """The `seq` of the newest frame the live page has of `stream` (asked of its actor), or None."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{page}/api/streams/{stream}/preview.jpg", timeout=30) as r:
+            body = r.read()
+            return int(r.headers["X-Streamlens-Seq"]) if r.status == 200 and body[:2] == b"\xff\xd8" else None
+    except OSError:
+        return None
+
+
 def test_six_streams_over_three_actors_survive_a_killed_actor(cluster, tmp_path):
-    port = free_port()
+    port, page = free_port(), free_port()
     # s0 and s1 (on actors 0 and 1) decode in worker processes, as cameras do: an actor starts its own
     sources = "\n".join(f"  - {{uri: {SAMPLE}, name: {name}, live: true, loop: true"
                         f"{', decode: process' if name in ('s0', 's1') else ''}}}" for name in STREAMS)
@@ -117,7 +128,7 @@ sources:
 {sources}
 detector: {{backend: motion}}
 keyframes: {{interval: 3}}
-runtime: {{workers: 3, cluster: {{cpus: 1}}}}
+runtime: {{workers: 3, cluster: {{cpus: 1}}, http: {{port: {page}}}}}
 sinks:
   - {{type: zmq, endpoint: 'tcp://127.0.0.1:{port}', hwm: 100000}}
   - {{type: jsonl, path: {tmp_path / 'out.jsonl'}}}
@@ -147,17 +158,22 @@ sinks:
         receive_until(lambda: all(len(v) >= 30 for v in seqs.values()), 180)
         actors = actor_processes()
         assert len(actors) == 3
-        # each actor's two sockets towards the supervisor (the pub share and the jsonl push), CurveZMQ on
-        # loopback (this is the supervisor's node): a foreign SUB or PULL there receives nothing
+        # each actor's three sockets towards the supervisor (the pub share, the jsonl push and its answers
+        # to the live page), CurveZMQ on loopback (this is the supervisor's node): a foreign SUB or PULL
+        # there receives nothing
         wire = engine_wire(actors)
-        assert len(wire) == 6 and set(wire.values()) == {"CURVE"}, wire
+        assert len(wire) == 9 and set(wire.values()) == {"CURVE"}, wire
         assert {host for host, _ in wire} == {"127.0.0.1"}, wire
         assert foreign_peers_get_nothing(ctx, wire, drain, 5.0) == 0
+        shown = {name: preview_seq(page, name) for name in STREAMS}  # the page: every actor's frames
+        assert all(seq is not None for seq in shown.values()), shown
         counts = {name: len(v) for name, v in seqs.items()}
         killed_at = time.monotonic()
         actors[0].kill()
         # every stream receives 60 more frames: the killed actor's ones after Ray restarted it
         receive_until(lambda: all(len(v) >= counts[name] + 60 for name, v in seqs.items()), 180)
+        again = {name: preview_seq(page, name) for name in STREAMS}  # and the restarted actor's on the page
+        assert all(again[name] is not None and again[name] > shown[name] for name in STREAMS), (shown, again)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 130
         stderr = proc.stderr.read()

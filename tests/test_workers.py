@@ -386,7 +386,7 @@ def test_engines_of_one_machine_share_its_cores():
 
 def test_a_supervisor_offers_the_http_server_all_a_pipeline_does():
     """The HTTP server reads either run as a `RunView` (it may not import them): both have every
-    member of it, and only the pipeline's frames reach the live page."""
+    member of it."""
     from streamlens import Pipeline
     from streamlens.config import parse_pipeline
     from streamlens.http.run_view import RunView
@@ -398,11 +398,10 @@ def test_a_supervisor_offers_the_http_server_all_a_pipeline_does():
     shutil.rmtree(supervisor._dir)  # never run: its folder for sockets goes now
     pipeline = Pipeline(parse_pipeline(data, REPO / "p.yaml"))
     members = {*RunView.__annotations__, *(name for name in vars(RunView) if not name.startswith("_"))}
-    assert {"stats", "stopping", "shows_frames", "queue_depth", "control_of", "preview"} <= members
+    assert {"stats", "stopping", "queue_depth", "control_of", "preview"} <= members
     for run in (pipeline, supervisor):
         assert [name for name in sorted(members) if not hasattr(run, name)] == [], type(run).__name__
         assert len(run.stats) == 2
-    assert pipeline.shows_frames and not supervisor.shows_frames
 
 
 def test_a_webhook_and_snapshots_work_through_two_engines_as_through_one(tmp_path):

@@ -84,9 +84,6 @@ class Pipeline:
     """A pipeline built from a `PipelineConfig`; `run()` it once. Its HTTP server reads it as a
     `streamlens.http.run_view.RunView`."""
 
-    #: the live page shows this run's frames: they pass through this process (`preview`)
-    shows_frames = True
-
     def __init__(self, config: PipelineConfig, *, sinks: list[Sink] | None = None,
                  first_seq: dict[str, int] | None = None, stats_extra: dict | None = None):
         """`sinks`: more sinks beside the file's (an embedding program's own); `first_seq`: the `seq`

@@ -4,14 +4,14 @@ each route below `/` but `/metrics` and `/healthz` (every answer is JSON unless 
 
 - `/` the page (`streamlens/http/page/index.html`), `/page/<file>` its script and style sheet
   (streamlens/http/page_files.py).
-- `/api/streams`: `{"state", "frames", "note", "preview_fps", "budget_ms", "history", "streams": [...]}`
+- `/api/streams`: `{"state", "preview_fps", "budget_ms", "history", "streams": [...]}`
   (`history`: whether `runtime.history` keeps counts for `/api/history`), per
   stream its `name`, `uri` (credentials masked: `rtsp://***@cam/1`), `live`, `state` (starting,
   running, streaming, connecting, backing_off, reconnecting, stalled, ended, truncated, stopped,
   error), `width`/`height`/`seq` of its newest frame (null before it), current `fps`, `frames`,
   and its analytics' `lines` (`{"name", "points"}`) and `zones` (`{"name", "polygon"}`) in source
-  pixels as they are applied. `frames` is false, and `note` says why, where no live frames can be
-  shown: with `runtime.workers` > 1 the frames stay in the engine processes, the page shows figures.
+  pixels as they are applied. With `runtime.workers` > 1 the frames and what is said of them here
+  come from the engine that has the stream (streamlens/scale/preview.py).
 - `/api/stats[?history_since=N]`: `{"ts", "state", "budget_ms", "streams", "detector", "control",
   "secondary", "history"}`. Per stream: `state`, `fps`, `frames`, `latency_ms` (p50/p95/p99 end to
   end over the last 256 frames), `keyframes` and `keyframe_rate` (detected in time: how many, and
@@ -47,7 +47,8 @@ each route below `/` but `/metrics` and `/healthz` (every answer is JSON unless 
   had. Each frame is encoded once however many viewers ask, and only when one asks.
 
 A slow browser never slows the pipeline: these answers only read references the preview sink keeps
-(streamlens/http/preview.py), and encode here, on the server's worker threads.
+(streamlens/http/preview.py), and encode here, on the server's worker threads (with several engines,
+on the engine's answering thread, asked by streamlens/scale/preview.py).
 """
 
 from __future__ import annotations
@@ -161,20 +162,13 @@ class Api:
 
     # -- /api/streams ---------------------------------------------------------------------------
 
-    def _frames_note(self) -> str | None:
-        """Why this run shows no live frames, or None where it does."""
-        if self.pipeline.shows_frames:
-            return None
-        return "live frames are not available with several engines (runtime.workers > 1): figures only"
-
     def streams(self) -> Reply:
         p = self.pipeline
         preview = getattr(p, "preview", None)
         sources = {s.name: s for s in p.config.sources}
         out = []
         for name, st in list(p.stats.items()):
-            newest = preview.newest(name) if preview is not None else None
-            message = newest[1] if newest is not None else None
+            message = preview.newest_message(name) if preview is not None else None
             lines, zones = preview.geometry(name) if preview is not None else ([], [])
             source = sources.get(name)
             out.append({"name": name, "uri": mask_url(st.uri), "live": bool(getattr(source, "live", False)),
@@ -182,9 +176,7 @@ class Api:
                         "height": message["height"] if message else None,
                         "seq": message["seq"] if message else None, "fps": round(st.fps, 2), "frames": st.frames,
                         "lines": lines, "zones": zones})
-        note = self._frames_note()
-        return json_reply({"state": pipeline_state(p), "frames": note is None, "note": note,
-                      "preview_fps": self.preview_fps, "budget_ms": p.config.runtime.budget_ms,
+        return json_reply({"state": pipeline_state(p), "preview_fps": self.preview_fps, "budget_ms": p.config.runtime.budget_ms,
                       "history": p.config.runtime.history is not None, "streams": out})
 
     # -- /api/stats -----------------------------------------------------------------------------
@@ -207,7 +199,7 @@ class Api:
         streams, detect, seconds, frames, keyframes = {}, {"p50": 0.0, "p95": 0.0, "p99": 0.0}, 0.0, 0, 0
         for name, st in list(p.stats.items()):
             report = st.report(p.queue_depth(name))
-            newest = preview.newest(name) if preview is not None else None
+            newest = preview.newest_message(name) if preview is not None else None
             s, f, k = rates.get(name, (0.0, 0, 0))
             seconds, frames, keyframes = max(seconds, s), frames + f, keyframes + k
             ms = report["stages_ms"]["detect"]
@@ -221,7 +213,7 @@ class Api:
                 "displaced_keyframes": st.displaced_keyframes, "discarded_detections": st.discarded_detections,
                 "dropped": st.dropped, "shed": st.shed, "lost": dict(st.lost), "queue_depth": report["queue_depth"], "detect_ms": ms,
                 "control": self._control(name),
-                "counts": newest[1].get("counts") if newest is not None else None}
+                "counts": newest.get("counts") if newest is not None else None}
         controller = getattr(p, "controller", None)
         return json_reply({
             "ts": round(time.time(), 3), "state": pipeline_state(p), "budget_ms": p.config.runtime.budget_ms,
@@ -328,11 +320,7 @@ class Api:
     def _preview_of(self, name: str):
         if name not in self.pipeline.stats:
             return None, text_reply(404, f"no stream named {name!r}")
-        preview = getattr(self.pipeline, "preview", None)
-        note = self._frames_note()
-        if note is not None:
-            return None, text_reply(404, note)
-        return preview, None  # None: not made yet
+        return getattr(self.pipeline, "preview", None), None  # None: not made yet
 
     def frame_jpeg(self, name: str) -> Reply:
         preview, refused = self._preview_of(name)
@@ -372,8 +360,7 @@ class Api:
         if preview is None:
             message = None
         elif seq is None:
-            newest = preview.newest(name)
-            message = newest[1] if newest is not None else None
+            message = preview.newest_message(name)
         else:
             message = preview.message(name, seq)
         if message is None:

@@ -125,6 +125,11 @@ class PreviewSink(Sink):
         stream = self._streams.get(name)
         return None if stream is None else stream.newest
 
+    def newest_message(self, name: str) -> dict | None:
+        """The frame message of stream `name`'s newest result, or None before its first."""
+        newest = self.newest(name)
+        return None if newest is None else newest[1]
+
     def ended(self, name: str) -> str | None:
         """How stream `name` ended (its eos `reason`), None while it goes on."""
         stream = self._streams.get(name)

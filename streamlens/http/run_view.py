@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from ..config.model import PipelineConfig
     from ..graph.control import BudgetController
     from ..graph.stats import StreamStats
+    from ..scale.preview import EnginePreviews
     from .preview import PreviewSink
 
 
@@ -21,8 +22,9 @@ class RunView(Protocol):
 
     #: the pipeline file: its sources, `runtime.budget_ms` and `runtime.http`
     config: PipelineConfig
-    #: the live page's view of the frames (None: not made yet, or the frames are elsewhere)
-    preview: PreviewSink | None
+    #: the live page's view of the frames: a `PreviewSink`, or with several engines the
+    #: `EnginePreviews` that asks them (None: not made yet, or no page)
+    preview: PreviewSink | EnginePreviews | None
     #: the budget controller of this process (None: none here)
     controller: BudgetController | None
 
@@ -34,12 +36,6 @@ class RunView(Protocol):
     @property
     def stopping(self) -> bool:
         """True once the run was told to end."""
-        ...
-
-    @property
-    def shows_frames(self) -> bool:
-        """Whether the live page can show this run's frames: they pass through this process (its
-        preview sink may be made only after the server starts)."""
         ...
 
     def queue_depth(self, stream: str) -> int:

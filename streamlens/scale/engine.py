@@ -65,13 +65,17 @@ class EngineSpec:
     #: address of the supervisor's node (an actor there binds on loopback); see ray.py
     keys: RunKeys | None = None
     supervisor_node: str | None = None
+    #: where this engine answers the supervisor's live page about its frames (scale/preview.py;
+    #: None: the run serves no page)
+    preview: str | None = None
 
 
 @dataclass
 class Snapshot:
     """An engine's figures as the supervisor shows them: per stream its `StreamStats`, the budget
     controller's hold (`Pipeline.control_of`), its queue depth and the last `seq` published; the
-    controller's actions; where its zmq sinks listen (`Pipeline.endpoints`) and on which host."""
+    controller's actions; where its zmq sinks listen (`Pipeline.endpoints`) and where it answers
+    the live page (`preview`), on which host."""
 
     stats: dict
     control: dict
@@ -117,12 +121,18 @@ class EngineRun:
     `abort()` from others."""
 
     def __init__(self, spec: EngineSpec, marks=None, host: str | None = None,
-                 changes: queue.SimpleQueue | None = None):
+                 changes: queue.SimpleQueue | None = None, curve: dict | None = None):
         """`changes`: where ("add", SourceConfig) and ("remove", name) wait for the run's next tick
-        (an actor's own, filled before it makes this engine too; default: a new one)."""
+        (an actor's own, filled before it makes this engine too; default: a new one); `curve`: an
+        actor's CurveZMQ server keys, for its answers to the live page (ray.py)."""
         self.spec = spec
         self.host = host or socket.gethostname()
         self._marks = _SeqMark(spec.streams, marks)
+        self._preview = None
+        if spec.preview is not None:
+            from .preview import PreviewServer
+
+            self._preview = PreviewServer(spec.preview, curve)
         self._pipeline = None
         self._stopped = threading.Event()  # stop() before the pipeline was built
         self._changes = changes if changes is not None else queue.SimpleQueue()  # in order
@@ -134,7 +144,8 @@ class EngineRun:
 
         spec = self.spec
         try:
-            self._pipeline = Pipeline(spec.config, sinks=[self._marks], first_seq=spec.first_seq,
+            extra = [self._marks] + ([self._preview] if self._preview is not None else [])
+            self._pipeline = Pipeline(spec.config, sinks=extra, first_seq=spec.first_seq,
                                       stats_extra={"engine": spec.index, "engine_restarts": spec.restarts})
             if self._stopped.is_set():
                 self._pipeline.stop()
@@ -155,9 +166,12 @@ class EngineRun:
             return None
         names = list(p.stats)
         control = p.controller
+        endpoints = p.endpoints()
+        if self._preview is not None:
+            endpoints["preview"] = self._preview.endpoint  # bound once its sinks are open
         return Snapshot({n: p.stats[n].snapshot() for n in names}, {n: p.control_of(n) for n in names},
                         {n: p.queue_depth(n) for n in names}, dict(self._marks.last), p.stopping,
-                        list(control.actions) if control is not None else [], p.endpoints(), self.host,
+                        list(control.actions) if control is not None else [], endpoints, self.host,
                         os.getpid(), dict(self._refused))
 
     def add(self, source) -> None:

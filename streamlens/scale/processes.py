@@ -26,7 +26,7 @@ class Processes:
         self.folder = folder
         self.ctx = multiprocessing.get_context("spawn")
 
-    def sink_endpoint(self, engine: int, sink: int) -> str:
+    def sink_endpoint(self, engine: int, sink: int | str) -> str:
         return f"ipc://{self.folder}/{engine}-{sink}"
 
     def start(self, engine: Any, spec: EngineSpec) -> None:

@@ -61,7 +61,9 @@ class EngineActor:
             curve = spec.keys.write_server(folder) if spec.keys is not None else None
             sinks = [_on_node(s, bind, curve) for s in spec.config.sinks]
             spec.config = spec.config.model_copy(update={"sinks": sinks})
-            self._engine = EngineRun(spec, host=host, changes=self._changes)
+            if spec.preview is not None:
+                spec.preview = spec.preview.replace("{node}", bind)
+            self._engine = EngineRun(spec, host=host, changes=self._changes, curve=curve)
             return self._engine.run()
 
     def snapshot(self):
@@ -130,7 +132,7 @@ class RayActors:
             num_cpus=cluster.cpus, num_gpus=cluster.gpus, max_restarts=-1, max_task_retries=0, max_concurrency=4)
         self._actors: list = []
 
-    def sink_endpoint(self, engine: int, sink: int) -> str:
+    def sink_endpoint(self, engine: int, sink: int | str) -> str:
         return "tcp://{node}:*"
 
     def start(self, engine, spec: EngineSpec) -> None:

@@ -18,8 +18,10 @@ the rest of the world see one pipeline:
 - video sinks stay in the engines (they need the pixels): one file per stream as before; a path
   without `{stream}` gives the first source's stream `path` itself and the others
   `<stem>-<stream><suffix>`;
-- `/metrics` and `/healthz` are served here, for every stream; the progress display and the
-  summary show every stream; the budget controller's actions are listed per engine.
+- `/metrics`, `/healthz` and the live page are served here, for every stream: the page's frames,
+  results and events are asked of the engine that has them when a viewer wants them
+  (preview.py); the progress display and the summary show every stream; the budget controller's
+  actions are listed per engine.
 
 An engine that dies (killed, crashed, its node lost) is started again with its live streams,
 whose `seq` goes on past the last one published (a subscriber sees a gap, never a repeat): exactly
@@ -68,6 +70,7 @@ from .engine import EngineSpec, Snapshot
 from .engine_config import engine_config
 from .forwarder import Forwarder
 from .policy import END_WAIT_S, restart_delay, supervised, worker_count
+from .preview import EnginePreviews
 from .processes import Processes
 
 log = logging.getLogger("streamlens.scale")
@@ -115,6 +118,9 @@ class Supervisor:
         self.controller = None  # each engine has its own: see control_of() and the report
         self.restarts = 0
         self.http_port: int | None = None
+        #: the live page's view of the engines' frames (preview.py), made when the page is served
+        self.preview: EnginePreviews | None = None
+        self._preview_at: dict[int, str] = {}  # engine: where it answers the page
         self._log_level = log_level
         self._stopping = False
         self._dir = tempfile.mkdtemp(prefix="streamlens-")  # the engines' ipc sockets
@@ -162,10 +168,6 @@ class Supervisor:
     def control_of(self, stream: str):
         snapshot = self._engine_of[stream].snapshot
         return snapshot.control.get(stream) if snapshot is not None else None
-
-    #: the live page's frames stay in the engines: the page a supervisor serves shows figures only
-    preview = None
-    shows_frames = False
 
     def secondary_stats(self) -> dict:
         """The secondary models run in the engines: their figures are in each engine's `stats`
@@ -243,6 +245,9 @@ class Supervisor:
             if self.config.runtime.http_port is not None:
                 from ..http.server import MetricsServer
 
+                if self.config.runtime.http.page:
+                    self.preview = EnginePreviews(self._preview_of, lambda: dict(self._preview_at),
+                                                  self._launcher.keys)
                 http = MetricsServer(self, self.config.runtime.http_host, self.config.runtime.http_port)
                 http.start()
                 self.http_port = http.port
@@ -270,6 +275,8 @@ class Supervisor:
                     self._error = forwarder.error
             if http is not None:
                 http.close()
+            if self.preview is not None:
+                self.preview.close()
             self._launcher.close()
             shutil.rmtree(self._dir, ignore_errors=True)
         return self._report(time.monotonic() - started)
@@ -279,10 +286,19 @@ class Supervisor:
         """Restarts so far, per engine (for /metrics)."""
         return {e.index: e.restarts for e in self._engines}
 
+    def _preview_of(self, name: str) -> str | None:
+        """Where the engine that has stream `name` answers the live page (None: not known yet)."""
+        engine = self._engine_of.get(name)
+        return self._preview_at.get(engine.index) if engine is not None else None
+
     def _start(self, engine: _Engine) -> None:
         with self._lock:
             spec = EngineSpec(engine.index, self._engine_config(engine), list(engine.streams),
                               dict(engine.first_seq), self._log_level, engine.restarts)
+        if self.preview is not None:
+            spec.preview = self._launcher.sink_endpoint(engine.index, "preview")
+            if not self._launcher.remote:  # an ipc file: known before it is bound (an actor's: in its snapshot)
+                self._preview_at[engine.index] = spec.preview
         engine.restart_at = None
         engine.started_at = time.monotonic()
         self._launcher.start(engine, spec)
@@ -322,8 +338,14 @@ class Supervisor:
                     self._schedule_restart(engine, f"could not be started again: {error}")
 
     def _connect(self, engine: _Engine) -> None:
-        """An actor's sinks listen where its snapshot says: the forwarders join them there."""
+        """An actor's sinks listen where its snapshot says: the forwarders join them there (and the
+        live page asks it there)."""
         for where, endpoint in engine.snapshot.endpoints.items():
+            if where == "preview":
+                old = self._preview_at.get(engine.index)
+                self._preview_at[engine.index] = endpoint
+                if old not in (None, endpoint) and self.preview is not None:
+                    self.preview.forget(old)
             forwarder = self._forwarders.get(where)
             if forwarder is not None:
                 forwarder.join(engine.index, endpoint)  # bound on its node's address (ray.py)

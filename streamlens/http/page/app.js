@@ -35,7 +35,6 @@
     boxes: true,
     rules: true,
     paused: false,
-    frames: true,         // false where the server has no live frames (several engines)
     previewFps: 5,
     budgetMs: 33,
     historyNext: 0,
@@ -279,7 +278,7 @@
   // -- live frames ------------------------------------------------------------------------------
 
   function wanted(stream) {
-    return state.frames && !state.paused && !document.hidden && (state.view === null || state.view === stream.info.name);
+    return !state.paused && !document.hidden && (state.view === null || state.view === stream.info.name);
   }
 
   async function fetchFrame(stream) {
@@ -359,14 +358,10 @@
   async function refreshStreams() {
     state.streamsStale = false;
     const body = await getJson("/api/streams");
-    state.frames = body.frames;
     state.previewFps = body.preview_fps || 5;
     state.budgetMs = body.budget_ms || 33;
     state.hasHistory = Boolean(body.history);
     setBadge($("#state"), body.state);
-    const note = $("#note");
-    note.hidden = !(body.note && !body.frames);
-    note.textContent = body.note || "";
     for (const info of body.streams) {
       const stream = state.streams.get(info.name) || addStream(info);
       const geometryChanged = JSON.stringify([stream.info.lines, stream.info.zones]) !== JSON.stringify([info.lines, info.zones]);
@@ -376,7 +371,6 @@
       uri.textContent = info.uri;
       $(".uri", stream.tile).replaceChildren(uri);
       $(".uri", stream.tile).title = info.uri;
-      $(".waiting", stream.tile).textContent = body.frames ? "waiting for frames" : "live frames are not available with several engines";
       if (geometryChanged) draw(stream);
     }
     api.ready = true;
