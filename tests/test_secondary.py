@@ -451,3 +451,48 @@ def test_an_output_the_model_lacks_is_one_line_naming_the_entry(colour_model):
 
     with pytest.raises(DetectorError, match=r"^secondary\[0\]\.output: colour\.onnx has no output 'hue'"):
         SecondaryStage([entry(colour_model, output="hue")])
+
+
+def test_with_two_engines_the_page_and_metrics_show_both_engines_secondary_figures_as_one(tmp_path, colour_model):
+    """`streamlens run` over two engines (the default on two cores or more; here asked for): the
+    secondary models run in the engines, and /api/stats and /metrics show their figures summed, as
+    one run's (streamlens/scale/figures.py)."""
+    import socket
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+
+    from .test_web_page import wait_for
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sample = REPO / "samples" / "traffic.mp4"
+    path = pipeline(tmp_path, f"[{{name: colour, kind: classify, model: {colour_model}, min_size: 8}}]",
+                    more=f"runtime: {{workers: 2, http: {{port: {port}}}}}")
+    path.write_text(path.read_text().replace(
+        f"sources: [{{uri: {sample}}}]",
+        f"sources: [{{uri: {sample}, live: true, loop: true}}, {{uri: {sample}, live: true, loop: true, name: two}}]"))
+    run = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(path)], cwd=tmp_path,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def figures():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/stats", timeout=30) as r:
+                colour = json.loads(r.read())["secondary"].get("colour")
+        except (urllib.error.URLError, OSError):  # not listening yet
+            return None if run.poll() is None else {"ended": run.stderr.read()}
+        return colour if colour and colour["computed"] >= 20 else None
+
+    try:
+        colour = wait_for(figures, 120, "the colour model's figures from both engines")
+        assert "ended" not in colour, colour
+        assert colour["calls"] > 0 and colour["tracks"] > 0 and colour["ms_per_crop"] > 0
+        assert colour["hit_rate"] == round(colour["cached"] / (colour["cached"] + colour["computed"]), 4)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+            metrics = r.read().decode()
+        assert 'streamlens_secondary_computed_total{model="colour"}' in metrics
+    finally:
+        run.terminate()
+        run.wait(60)

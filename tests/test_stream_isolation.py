@@ -236,6 +236,7 @@ sources:
 detector: {{backend: motion}}
 tracker: none
 sinks: [{{type: jsonl, path: out.jsonl}}]
+runtime: {{workers: 1}}  # one engine: the run's own process starts the decode worker, under its limit
 """)
     out = tmp_path / "out.jsonl"
     run = psutil.Process(proc.pid)

@@ -436,3 +436,30 @@ sinks:
     for name in ("cam1", "other"):
         assert [m for m in posted if m["stream"] == name] == [m for m in events if m["stream"] == name]
     assert any("snapshot" in m and m["snapshot"]["bytes"] > 0 for m in events)
+
+
+def test_by_default_a_file_of_several_streams_runs_one_engine_per_core_one_per_two_on_a_gpu(monkeypatch):
+    """`runtime.workers` defaults to auto: one engine per CPU core with the detector on the CPU (two
+    engines did as well as one or better at every load measured on two cores: docs/scale.md), one
+    per two cores with it on a GPU, never more than streams; one stream is always one engine."""
+    import os
+
+    from streamlens.config import parse_pipeline
+    from streamlens.scale.policy import supervised, worker_count
+
+    model = REPO / "pipelines" / "quickstart.yaml"  # any existing file: validation only checks it is there
+
+    def config(streams: int, **detector):
+        data = {"sources": [{"uri": str(SAMPLE), "name": f"s{i}"} for i in range(streams)],
+                "detector": detector or {"backend": "motion"}}
+        return parse_pipeline(data, REPO / "p.yaml")
+
+    assert config(3).runtime.workers == "auto"
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    assert [worker_count(config(k)) for k in (1, 2, 3, 8)] == [1, 2, 3, 4]
+    assert worker_count(config(8, backend="onnx", model=str(model), device="cpu")) == 4
+    assert worker_count(config(8, backend="onnx", model=str(model), device="cuda")) == 2
+    assert worker_count(config(8, backend="ultralytics", model=str(model), device="cuda:1")) == 2
+    assert not supervised(config(1)) and supervised(config(2))
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert worker_count(config(8)) == 1 and not supervised(config(8))

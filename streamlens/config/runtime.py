@@ -79,8 +79,9 @@ class RuntimeConfig(_Keys):
     max_stretch: float = Field(4.0, ge=1, le=16, description="how far the controller may widen keyframe intervals")
     workers: Annotated[int | Literal["auto"], BeforeValidator(_workers), WithJsonSchema(
         {"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_WORKERS}, {"const": "auto"}]})] = Field(
-        1, description="engine processes the streams are split over, each with its own detector (auto: one per "
-                       "two CPU cores, at most one per stream); see streamlens/scale")
+        "auto", description="engine processes the streams are split over, each with its own detector (auto: "
+                            "one per CPU core, one per two with the detector on a GPU; at most one per stream); "
+                            "see streamlens/scale")
     cluster: ClusterConfig | None = Field(None, description="run the engines as Ray actors on this cluster")
     cache: CacheConfig = Field(default_factory=CacheConfig, description="the secondary models' cache")
     history: HistoryConfig | None = Field(None, description="every event and the counts per minute in a SQLite "

@@ -88,6 +88,9 @@ class Snapshot:
     pid: int
     #: streams whose addition this engine could not make, with the one line saying why
     refused: dict = field(default_factory=dict)
+    #: its secondary models' figures and its mask stage's (`Pipeline.secondary_stats`, `segment_stats`)
+    secondary: dict = field(default_factory=dict)
+    segment: dict = field(default_factory=dict)
 
 
 class _SeqMark(Sink):
@@ -172,7 +175,7 @@ class EngineRun:
         return Snapshot({n: p.stats[n].snapshot() for n in names}, {n: p.control_of(n) for n in names},
                         {n: p.queue_depth(n) for n in names}, dict(self._marks.last), p.stopping,
                         list(control.actions) if control is not None else [], endpoints, self.host,
-                        os.getpid(), dict(self._refused))
+                        os.getpid(), dict(self._refused), p.secondary_stats(), p.segment_stats())
 
     def add(self, source) -> None:
         """A stream added to this engine (a `SourceConfig` the supervisor checked): its `seq` mark

@@ -33,12 +33,35 @@ def restart_delay(last_s: float, ran_s: float) -> float:
 
 
 def worker_count(config: PipelineConfig) -> int:
-    """How many engines `runtime.workers` asks for, at most one per source (`auto`: one per two
-    cores here; in a cluster, one per source)."""
+    """How many engines `runtime.workers` asks for, at most one per source. `auto` (the default):
+    one per CPU core when the detector runs on the CPU; one per two cores when it runs on a GPU
+    (`detector_on_gpu`); in a cluster, one per source."""
     wanted = config.runtime.workers
     if wanted == "auto":
-        wanted = len(config.sources) if config.runtime.cluster else max(1, (os.cpu_count() or 2) // 2)
+        cores = os.cpu_count() or 2
+        wanted = len(config.sources) if config.runtime.cluster else \
+            max(1, cores // 2) if detector_on_gpu(config) else cores
     return max(1, min(int(wanted), len(config.sources)))
+
+
+def detector_on_gpu(config: PipelineConfig) -> bool:
+    """Whether the detector will run on a GPU: `detector.device` cuda or cuda:N, or auto where the
+    backend sees a CUDA device (onnxruntime's CUDA provider; torch's CUDA for ultralytics)."""
+    detector = config.detector
+    device = getattr(detector, "device", "cpu")
+    if device.startswith("cuda"):
+        return True
+    if device != "auto":
+        return False
+    if detector.backend == "onnx":
+        import onnxruntime
+
+        return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+    if detector.backend == "ultralytics":
+        from ..sources.host_memory import cuda_is_available
+
+        return cuda_is_available(import_torch=True)
+    return False
 
 
 def supervised(config: PipelineConfig) -> bool:
@@ -46,5 +69,5 @@ def supervised(config: PipelineConfig) -> bool:
     return worker_count(config) > 1 or config.runtime.cluster is not None
 
 
-__all__ = ["restart_delay", "worker_count", "supervised", "RESTART_DELAY_S", "RESTART_MAX_S", "HEALTHY_RUN_S",
+__all__ = ["restart_delay", "worker_count", "detector_on_gpu", "supervised", "RESTART_DELAY_S", "RESTART_MAX_S", "HEALTHY_RUN_S",
            "END_WAIT_S"]

@@ -67,6 +67,7 @@ from ..errors import ConfigError, NoSuchStream, StreamConflict
 from ..frame import StreamEnd
 from ..graph.stats import RunReport, StreamStats
 from .engine import EngineSpec, Snapshot
+from .figures import merge_counters, merge_secondary
 from .engine_config import engine_config
 from .forwarder import Forwarder
 from .policy import END_WAIT_S, restart_delay, supervised, worker_count
@@ -170,9 +171,13 @@ class Supervisor:
         return snapshot.control.get(stream) if snapshot is not None else None
 
     def secondary_stats(self) -> dict:
-        """The secondary models run in the engines: their figures are in each engine's `stats`
-        messages, not gathered here."""
-        return {}
+        """The secondary models' figures of every engine as one run's (figures.py), from each
+        engine's last snapshot (as each engine's `stats` messages give them)."""
+        return merge_secondary([e.snapshot.secondary for e in self._engines if e.snapshot is not None])
+
+    def segment_stats(self) -> dict:
+        """The mask stages' counters of every engine added up (for /metrics; figures.py)."""
+        return merge_counters([e.snapshot.segment for e in self._engines if e.snapshot is not None])
 
     # -- control ------------------------------------------------------------------------------
 

@@ -76,7 +76,7 @@ detector: {{backend: motion}}
 keyframes: {{interval: 10}}
 tracker: none
 sinks: [{{type: jsonl, path: out/results.jsonl}}]
-runtime: {{http: {{port: {port}}}}}
+runtime: {{http: {{port: {port}}}, workers: 1}}  # one engine: the camera's decode worker is the run's child
 """)
     results, stderr = tmp_path / "out" / "results.jsonl", tmp_path / "stderr.txt"
     with open(stderr, "wb") as err:
