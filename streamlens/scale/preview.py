@@ -93,7 +93,10 @@ class PreviewServer(PreviewSink):
         while not self._done.is_set():
             if not self._sock.poll(_POLL_MS):
                 continue
-            *route, kind, body = self._sock.recv_multipart()
+            parts = self._sock.recv_multipart()
+            if len(parts) < 4:  # not a question (identity, delimiter, kind, arguments): nobody to answer
+                continue
+            *route, kind, body = parts
             try:
                 answer, jpeg = self.answer(kind.decode(), json.loads(body))
             except Exception:  # noqa: BLE001 - a question it cannot answer: told, never fatal
