@@ -176,8 +176,9 @@ class Api:
                         "height": message["height"] if message else None,
                         "seq": message["seq"] if message else None, "fps": round(st.fps, 2), "frames": st.frames,
                         "lines": lines, "zones": zones})
-        return json_reply({"state": pipeline_state(p), "preview_fps": self.preview_fps, "budget_ms": p.config.runtime.budget_ms,
-                      "history": p.config.runtime.history is not None, "streams": out})
+        return json_reply({"state": pipeline_state(p), "preview_fps": self.preview_fps,
+                           "budget_ms": p.config.runtime.budget_ms, "history": p.config.runtime.history is not None,
+                           "streams": out})
 
     # -- /api/stats -----------------------------------------------------------------------------
 

@@ -170,8 +170,8 @@ class EngineRun:
         names = list(p.stats)
         control = p.controller
         endpoints = p.endpoints()
-        if self._preview is not None:
-            endpoints["preview"] = self._preview.endpoint  # bound once its sinks are open
+        if self._preview is not None and self._preview.bound:  # once its sinks are open
+            endpoints["preview"] = self._preview.endpoint
         return Snapshot({n: p.stats[n].snapshot() for n in names}, {n: p.control_of(n) for n in names},
                         {n: p.queue_depth(n) for n in names}, dict(self._marks.last), p.stopping,
                         list(control.actions) if control is not None else [], endpoints, self.host,

@@ -53,7 +53,8 @@ class PreviewServer(PreviewSink):
 
     def __init__(self, endpoint: str, curve: dict | None = None):
         super().__init__()
-        self.endpoint = endpoint
+        self.endpoint = endpoint  # as asked; once bound (`bound`), where it listens (a port for `*`)
+        self.bound = False
         self._curve = curve
         self._ctx = zmq.Context()
         self._sock = None
@@ -77,6 +78,7 @@ class PreviewServer(PreviewSink):
             self._sock.close()
             raise SinkError(f"the live page's frames: cannot bind {self.endpoint}: {zmq.strerror(e.errno)}") from None
         self.endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.bound = True
         self._thread.start()
 
     def close(self) -> None:
