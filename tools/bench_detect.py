@@ -1,7 +1,7 @@
 """Detector benchmark: streamlens' backends side by side with a plain hand-written loop and Ultralytics' predict.
 
     python tools/bench_detect.py [--frames 48] [--reps 3] [--clip PATH] [--out tools/results/detect.md]
-    python tools/bench_detect.py --parts runtimes [--threads 1,2] [--resizes letterbox,bucket] [--int8 M.xml]
+    python tools/bench_detect.py --parts runtimes [--threads 1,2] [--resizes letterbox,bucket] [--int8 M.xml] [--half]
 
 Four parts (`--parts`), all in one run on the same frames (these machines are shared and noisy: read the
 ratios, which compare things measured a few seconds apart, more than the absolute figures):
@@ -21,7 +21,8 @@ ratios, which compare things measured a few seconds apart, more than the absolut
    interval 1, tracker none, no sinks; wall time from building to the end, `--reps` times each,
    alternating; medians and the ratio. Target: the pipeline within 10% of the plain loop.
 4. `runtimes`: onnxruntime (`backend: onnx`) against OpenVINO FP32 (`backend: openvino`), and an
-   INT8 model on OpenVINO when `--int8` names one (tools/quantize.py), on YOLOX-Nano: letterbox and
+   INT8 model on OpenVINO when `--int8` names one (tools/quantize.py), and with `--half` OpenVINO at
+   `detector.half: true` (its own precision: BF16 on CPUs with AMX), on YOLOX-Nano: letterbox and
    bucket, `detector.threads` 1 and 2, batch 1/4/8, every runner interleaved round by round;
    ms/frame medians, the median of the paired per-round ratios, and F1 of each one's boxes against
    onnxruntime FP32's (and INT8's against OpenVINO FP32's); with `--reps`, the whole clip through
@@ -144,10 +145,11 @@ def plain_clip(path: Path, model: Path) -> float:
     return time.perf_counter() - started
 
 
-def pipeline_clip(path: Path, model: Path, backend: str = "onnx", threads: int | None = None) -> float:
+def pipeline_clip(path: Path, model: Path, backend: str = "onnx", threads: int | None = None,
+                  half: bool = False) -> float:
     """The engine's detect-every-frame pipeline over a whole clip. Seconds, from building to the end."""
     started = time.perf_counter()
-    detector = {"backend": backend, "model": str(model), "conf": CONF, "iou": IOU}
+    detector = {"backend": backend, "model": str(model), "conf": CONF, "iou": IOU, "half": half}
     if threads:
         detector["threads"] = threads
     cfg = parse_pipeline({"sources": [{"name": "hw", "uri": str(path)}], "detector": detector,
@@ -224,23 +226,27 @@ def runtimes_part(args, frames: list[Frame]) -> list[str]:
     from streamlens.bench.accuracy import detections_f1
     from streamlens.detect.openvino_backend import OpenVinoDetector
 
-    kinds = [("onnxruntime FP32", OnnxDetector, YOLOX), ("OpenVINO FP32", OpenVinoDetector, YOLOX)]
+    kinds = [("onnxruntime FP32", OnnxDetector, YOLOX, {}), ("OpenVINO FP32", OpenVinoDetector, YOLOX, {})]
     if args.int8:
-        kinds.append(("OpenVINO INT8", OpenVinoDetector, args.int8))
+        kinds.append(("OpenVINO INT8", OpenVinoDetector, args.int8, {}))
+    if args.half:  # `detector.half: true`: OpenVINO's own precision (BF16 on CPUs that have it)
+        precision = openvino.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
+        kinds.append((f"OpenVINO half ({precision})", OpenVinoDetector, YOLOX, {"half": True}))
     resizes, threads = args.resizes.split(","), [int(t) for t in args.threads.split(",")]
-    detectors = {(kind, resize, t): cls(model, conf=CONF, iou=IOU, max_batch=8, threads=t, resize=resize)
-                 for resize in resizes for t in threads for kind, cls, model in kinds}
+    detectors = {(kind, resize, t): cls(model, conf=CONF, iou=IOU, max_batch=8, threads=t, resize=resize, **more)
+                 for resize in resizes for t in threads for kind, cls, model, more in kinds}
     boxes = {(kind, resize): [detectors[kind, resize, threads[0]].detect([f])[0] for f in frames]
-             for kind, _, _ in kinds for resize in resizes}
+             for kind, *_ in kinds for resize in resizes}
     f1 = {key: detections_f1(found, boxes["onnxruntime FP32", key[1]]) for key, found in boxes.items()}
     f1_fp32 = {key: detections_f1(found, boxes["OpenVINO FP32", key[1]]) for key, found in boxes.items()}
     runners = {(kind, resize, t, b): (detectors[kind, resize, t].detect, b)
-               for resize in resizes for t in threads for b in BATCHES for kind, _, _ in kinds}
+               for resize in resizes for t in threads for b in BATCHES for kind, *_ in kinds}
     per_round = interleaved_ms_per_frame(runners, frames, args.rounds, raw=True)
-    head = ["| resize | threads | batch | " + " | ".join(f"{k}: ms/frame" for k, _, _ in kinds[:2])
-            + " | OpenVINO / onnxruntime |" + (" INT8: ms/frame | INT8 / onnxruntime | INT8 / OpenVINO FP32 |"
-                                               if args.int8 else ""),
-            "|---|---|---|---|---|---|" + ("---|---|---|" if args.int8 else "")]
+    more = [k for k, *_ in kinds[2:]]  # INT8 and half, each: ms/frame and its ratios
+    head = ["| resize | threads | batch | " + " | ".join(f"{k}: ms/frame" for k, *_ in kinds[:2])
+            + " | OpenVINO / onnxruntime |"
+            + "".join(f" {k}: ms/frame | {k} / onnxruntime | {k} / OpenVINO FP32 |" for k in more),
+            "|---|---|---|---|---|---|" + "---|---|---|" * len(more)]
     rows = []
     for resize in resizes:
         for t in threads:
@@ -248,15 +254,15 @@ def runtimes_part(args, frames: list[Frame]) -> list[str]:
                 ort_ms, ov_ms = per_round["onnxruntime FP32", resize, t, b], per_round["OpenVINO FP32", resize, t, b]
                 row = (f"| {resize} | {t} | {b} | {statistics.median(ort_ms):.1f} | {statistics.median(ov_ms):.1f} | "
                        f"**{paired_ratio(ov_ms, ort_ms):.2f}** |")
-                if args.int8:
-                    q_ms = per_round["OpenVINO INT8", resize, t, b]
+                for kind in more:
+                    q_ms = per_round[kind, resize, t, b]
                     row += (f" {statistics.median(q_ms):.1f} | {paired_ratio(q_ms, ort_ms):.2f} | "
                             f"**{paired_ratio(q_ms, ov_ms):.2f}** |")
                 rows.append(row)
     agree = [f"- {kind}, {resize}: {sum(map(len, boxes[kind, resize]))} boxes; F1 against onnxruntime FP32's boxes "
              f"**{f1[kind, resize]:.4f}**" + (f", against OpenVINO FP32's **{f1_fp32[kind, resize]:.4f}**"
-                                             if "INT8" in kind else "")
-             for kind, _, _ in kinds for resize in resizes]
+                                             if kind in more else "")
+             for kind, *_ in kinds for resize in resizes]
     lines = ["## onnxruntime against OpenVINO on YOLOX-Nano (`backend: onnx` / `backend: openvino`)", "",
              f"OpenVINO {openvino.__version__}; YOLOX-Nano 416x416 (fixed batch 1: a batch of n is n calls); "
              f"{args.rounds} rounds, every runner once a round in turn; ms/frame: median over rounds; ratios: the "
@@ -264,16 +270,19 @@ def runtimes_part(args, frames: list[Frame]) -> list[str]:
              f"{IOU}, F1 of boxes at IoU 0.5, class-aware, matched per frame, over the {len(frames)} frames."
              + (f" INT8 model: `{args.int8.name}`." if args.int8 else ""), "", *head, *rows, "", *agree, ""]
     if args.reps:
-        runs: dict[str, list[float]] = {"onnx": [], "openvino": []}
+        runs: dict[str, list[float]] = {"onnx": [], "openvino": [], **({"openvino, half": []} if args.half else {})}
         for _ in range(args.reps):
-            for backend in runs:
-                runs[backend].append(pipeline_clip(args.clip, YOLOX, backend, threads=1))
+            for name in runs:
+                runs[name].append(pipeline_clip(args.clip, YOLOX, name.split(",")[0], threads=1, half="half" in name))
         o, v = runs["onnx"], runs["openvino"]
         lines += [f"Whole clip ({args.clip.name}, every frame detected, `streamlens.Pipeline`, tracker none, "
                   f"no sinks, `detector.threads: 1`, {args.reps} runs each, alternating): onnx "
                   f"{', '.join(f'{r:.1f}' for r in o)} s, openvino {', '.join(f'{r:.1f}' for r in v)} s; "
                   f"medians {statistics.median(o):.1f} / {statistics.median(v):.1f} s, ratio of the pairs' "
-                  f"median **{paired_ratio(v, o):.2f}**.", ""]
+                  f"median **{paired_ratio(v, o):.2f}**"
+                  + (f"; openvino with `half: true` {', '.join(f'{r:.1f}' for r in runs['openvino, half'])} s, "
+                     f"median {statistics.median(runs['openvino, half']):.1f} s, ratio to onnx "
+                     f"**{paired_ratio(runs['openvino, half'], o):.2f}**" if args.half else "") + ".", ""]
     return lines
 
 
@@ -291,6 +300,8 @@ def main() -> int:
     ap.add_argument("--threads", default="1,2", help="runtimes part: the detector.threads values")
     ap.add_argument("--resizes", default="letterbox,bucket", help="runtimes part: the resize modes")
     ap.add_argument("--int8", type=Path, help="runtimes part: an INT8 model (tools/quantize.py) on OpenVINO too")
+    ap.add_argument("--half", action="store_true",
+                    help="runtimes part: OpenVINO with detector.half too (its own precision: BF16 where the CPU has it)")
     args = ap.parse_args()
     parts = set(args.parts.split(",")) - ({"yolov8"} if args.skip_ultralytics else set())
     for needed in (YOLOX, args.clip):
