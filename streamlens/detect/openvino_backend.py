@@ -19,9 +19,9 @@ metadata, providers) over OpenVINO's `Core.compile_model`.
   it), FP32 inference precision (OpenVINO would pick BF16 on CPUs with AMX; FP32 keeps the boxes of
   onnxruntime). `detector.half: true` leaves the precision to OpenVINO: BF16 on CPUs that have it
   (AMX or AVX-512 BF16), FP32 on the others, FP16 on Intel GPUs. On a Xeon with AMX, YOLOX-Nano ran
-  1.1-1.3x faster in BF16 than in FP32 with boxes agreeing at F1 0.976-0.979
-  (tools/results/detect.md). With `threads: 1` the inference runs on the calling thread, so the detector thread's
-  low priority covers it, as with onnxruntime.
+  1.2-1.4x faster in BF16 than in FP32, its boxes agreeing with FP32's at F1 0.976-0.979
+  (tools/results/detect.md). With `threads: 1` the inference runs on the calling thread, so the
+  detector thread's low priority covers it, as with onnxruntime.
 - Devices: `auto` and `cpu` are OpenVINO's CPU; `gpu`, `gpu.N`, `npu` name OpenVINO's devices
   (Intel graphics and NPUs) when this machine has them; anything else is one clear error.
 

@@ -4,6 +4,7 @@ a death it starts one again (`restart_delay`)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from ..config import PipelineConfig
 
@@ -45,23 +46,28 @@ def worker_count(config: PipelineConfig) -> int:
 
 
 def detector_on_gpu(config: PipelineConfig) -> bool:
-    """Whether the detector will run on a GPU: `detector.device` cuda or cuda:N, or auto where the
-    backend sees a CUDA device (onnxruntime's CUDA provider; torch's CUDA for ultralytics)."""
+    """Whether the detector will run on a GPU: `detector.device` cuda or cuda:N, or auto on a machine
+    whose NVIDIA driver lists a GPU (for onnx, with onnxruntime's CUDA provider installed). Neither
+    torch nor a CUDA context is loaded to find out: the supervisor that asks starts no detector."""
     detector = config.detector
     device = getattr(detector, "device", "cpu")
     if device.startswith("cuda"):
         return True
-    if device != "auto":
+    if device != "auto" or detector.backend not in ("onnx", "ultralytics") or not _nvidia_gpus():
         return False
     if detector.backend == "onnx":
         import onnxruntime
 
         return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
-    if detector.backend == "ultralytics":
-        from ..sources.host_memory import cuda_is_available
+    return True
 
-        return cuda_is_available(import_torch=True)
-    return False
+
+def _nvidia_gpus() -> bool:
+    """Whether the NVIDIA driver lists a GPU on this machine."""
+    try:
+        return any(Path("/proc/driver/nvidia/gpus").iterdir())
+    except OSError:
+        return False
 
 
 def supervised(config: PipelineConfig) -> bool:
@@ -69,5 +75,5 @@ def supervised(config: PipelineConfig) -> bool:
     return worker_count(config) > 1 or config.runtime.cluster is not None
 
 
-__all__ = ["restart_delay", "worker_count", "detector_on_gpu", "supervised", "RESTART_DELAY_S", "RESTART_MAX_S", "HEALTHY_RUN_S",
-           "END_WAIT_S"]
+__all__ = ["restart_delay", "worker_count", "detector_on_gpu", "supervised", "RESTART_DELAY_S", "RESTART_MAX_S",
+           "HEALTHY_RUN_S", "END_WAIT_S"]
