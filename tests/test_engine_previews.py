@@ -201,3 +201,64 @@ def test_the_page_of_two_engines_shows_every_streams_frames_and_goes_on_past_a_k
             run.wait(60)
         except subprocess.TimeoutExpired:
             run.kill()
+
+
+def test_a_stopped_engine_flooded_with_viewers_costs_the_other_engines_stream_nothing(tmp_path):
+    """`streamlens run` with `workers: 2`; engine 1 (cam2) stopped with SIGSTOP while 64 viewers at
+    once ask for cam2's frame, result and the stream list, over and over: cam1's frames go on
+    reaching the page, /healthz answers; once the engine goes on, cam2's frames come back."""
+    import signal
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .test_web_page import pipeline_file
+    from .test_workers import engines as engine_processes
+    from .test_workers import free_port
+
+    port = free_port()
+    path = pipeline_file(tmp_path)
+    path.write_text(path.read_text().replace("queue_size: 64", "queue_size: 64\n  workers: 2")
+                    .replace("port: 0", f"port: {port}"))
+    run = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(path)], cwd=REPO,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    stopped = None
+
+    def seq(stream: str) -> int | None:
+        try:
+            code, headers, _ = _get(f"{base}/api/streams/{stream}/preview.jpg")
+        except OSError:  # not listening yet, or a flooded socket: asked again
+            return None
+        return int(headers["X-Streamlens-Seq"]) if code == 200 else None
+
+    def hammer(i: int) -> None:
+        for route in ("/api/streams/cam2/preview.jpg", f"/api/streams/cam2/result?seq={i}", "/api/streams",
+                      "/api/streams/cam2/frame.jpg"):
+            try:
+                _get(base + route)
+            except OSError:
+                pass
+
+    try:
+        before = {s: wait_for(lambda s=s: seq(s), 90, f"a frame of {s}") for s in ("cam1", "cam2")}
+        stopped = engine_processes(run.pid)[1]
+        stopped.send_signal(signal.SIGSTOP)
+        with ThreadPoolExecutor(64) as pool:
+            flood = [pool.submit(hammer, i) for i in range(256)]
+            after = wait_for(lambda: (s := seq("cam1")) is not None and s > before["cam1"] + 10 and s, 90,
+                             "cam1's frames going on while engine 1 is stopped and flooded")
+            assert _get(base + "/healthz")[0] == 200
+            for future in flood:
+                future.result()
+        assert after > before["cam1"] + 10
+        stopped.send_signal(signal.SIGCONT)
+        stopped = None
+        wait_for(lambda: (s := seq("cam2")) is not None and s > before["cam2"], 90, "cam2's frames once it goes on")
+        assert run.poll() is None, run.stderr.read()
+    finally:
+        if stopped is not None:
+            stopped.send_signal(signal.SIGCONT)
+        run.terminate()
+        try:
+            run.wait(60)
+        except subprocess.TimeoutExpired:
+            run.kill()
