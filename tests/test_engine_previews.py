@@ -5,6 +5,7 @@ process, and with `streamlens run` and two engine processes, one of them killed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -135,14 +136,12 @@ def _get(url: str) -> tuple[int, dict, bytes]:
         return e.code, dict(e.headers), e.read()
 
 
-def test_the_page_of_two_engines_shows_every_streams_frames_and_goes_on_past_a_killed_engine(tmp_path):
-    """`streamlens run` with `workers: 2`: the API serves each stream's frames, results and events
-    from its engine; engine 1 killed, its stream's frames come back from the engine started again,
-    with a later `seq`, and the events go on being numbered without a repeat."""
-    import cv2
-
+@contextlib.contextmanager
+def two_engines(tmp_path):
+    """`streamlens run` of the live page's test pipeline (two looping live copies of the sample,
+    cam1 and cam2) with `workers: 2` and the page on a free port: (the process, the base URL);
+    ended when the block ends."""
     from .test_web_page import pipeline_file
-    from .test_workers import engines as engine_processes
     from .test_workers import free_port
 
     port = free_port()
@@ -151,8 +150,25 @@ def test_the_page_of_two_engines_shows_every_streams_frames_and_goes_on_past_a_k
                     .replace("port: 0", f"port: {port}"))
     run = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(path)], cwd=REPO,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
     try:
+        yield run, f"http://127.0.0.1:{port}"
+    finally:
+        run.terminate()
+        try:
+            run.wait(60)
+        except subprocess.TimeoutExpired:
+            run.kill()
+
+
+def test_the_page_of_two_engines_shows_every_streams_frames_and_goes_on_past_a_killed_engine(tmp_path):
+    """`streamlens run` with `workers: 2`: the API serves each stream's frames, results and events
+    from its engine; engine 1 killed, its stream's frames come back from the engine started again,
+    with a later `seq`, and the events go on being numbered without a repeat."""
+    import cv2
+
+    from .test_workers import engines as engine_processes
+
+    with two_engines(tmp_path) as (run, base):
         def frame(stream: str, after: int = -1):
             try:
                 code, headers, body = _get(f"{base}/api/streams/{stream}/preview.jpg")
@@ -195,12 +211,6 @@ def test_the_page_of_two_engines_shows_every_streams_frames_and_goes_on_past_a_k
         indices = [e["index"] for e in json.loads(_get(f"{base}/api/events?since=0")[2])]
         assert indices == sorted(set(indices)) and later[0]["index"] > before[-1]["index"]
         assert run.poll() is None, run.stderr.read()
-    finally:
-        run.terminate()
-        try:
-            run.wait(60)
-        except subprocess.TimeoutExpired:
-            run.kill()
 
 
 def test_a_stopped_engine_flooded_with_viewers_costs_the_other_engines_stream_nothing(tmp_path):
@@ -210,55 +220,37 @@ def test_a_stopped_engine_flooded_with_viewers_costs_the_other_engines_stream_no
     import signal
     from concurrent.futures import ThreadPoolExecutor
 
-    from .test_web_page import pipeline_file
     from .test_workers import engines as engine_processes
-    from .test_workers import free_port
 
-    port = free_port()
-    path = pipeline_file(tmp_path)
-    path.write_text(path.read_text().replace("queue_size: 64", "queue_size: 64\n  workers: 2")
-                    .replace("port: 0", f"port: {port}"))
-    run = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(path)], cwd=REPO,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    stopped = None
-
-    def seq(stream: str) -> int | None:
-        try:
-            code, headers, _ = _get(f"{base}/api/streams/{stream}/preview.jpg")
-        except OSError:  # not listening yet, or a flooded socket: asked again
-            return None
-        return int(headers["X-Streamlens-Seq"]) if code == 200 else None
-
-    def hammer(i: int) -> None:
-        for route in ("/api/streams/cam2/preview.jpg", f"/api/streams/cam2/result?seq={i}", "/api/streams",
-                      "/api/streams/cam2/frame.jpg"):
+    with two_engines(tmp_path) as (run, base):
+        def seq(stream: str) -> int | None:
             try:
-                _get(base + route)
-            except OSError:
-                pass
+                code, headers, _ = _get(f"{base}/api/streams/{stream}/preview.jpg")
+            except OSError:  # not listening yet, or a flooded socket: asked again
+                return None
+            return int(headers["X-Streamlens-Seq"]) if code == 200 else None
 
-    try:
+        def hammer(i: int) -> None:
+            for route in ("/api/streams/cam2/preview.jpg", f"/api/streams/cam2/result?seq={i}", "/api/streams",
+                          "/api/streams/cam2/frame.jpg"):
+                try:
+                    _get(base + route)
+                except OSError:
+                    pass
+
         before = {s: wait_for(lambda s=s: seq(s), 90, f"a frame of {s}") for s in ("cam1", "cam2")}
         stopped = engine_processes(run.pid)[1]
         stopped.send_signal(signal.SIGSTOP)
-        with ThreadPoolExecutor(64) as pool:
-            flood = [pool.submit(hammer, i) for i in range(256)]
-            after = wait_for(lambda: (s := seq("cam1")) is not None and s > before["cam1"] + 10 and s, 90,
-                             "cam1's frames going on while engine 1 is stopped and flooded")
-            assert _get(base + "/healthz")[0] == 200
-            for future in flood:
-                future.result()
+        try:
+            with ThreadPoolExecutor(64) as pool:
+                flood = [pool.submit(hammer, i) for i in range(256)]
+                after = wait_for(lambda: (s := seq("cam1")) is not None and s > before["cam1"] + 10 and s, 90,
+                                 "cam1's frames going on while engine 1 is stopped and flooded")
+                assert _get(base + "/healthz")[0] == 200
+                for future in flood:
+                    future.result()
+        finally:
+            stopped.send_signal(signal.SIGCONT)
         assert after > before["cam1"] + 10
-        stopped.send_signal(signal.SIGCONT)
-        stopped = None
         wait_for(lambda: (s := seq("cam2")) is not None and s > before["cam2"], 90, "cam2's frames once it goes on")
         assert run.poll() is None, run.stderr.read()
-    finally:
-        if stopped is not None:
-            stopped.send_signal(signal.SIGCONT)
-        run.terminate()
-        try:
-            run.wait(60)
-        except subprocess.TimeoutExpired:
-            run.kill()

@@ -390,19 +390,9 @@ def test_with_several_engines_the_page_plays_every_streams_frames_with_its_boxes
     """`runtime.workers: 2` under `streamlens run`: the frames stay in the engine processes, and the
     page the supervisor serves plays both streams all the same (each asked of its engine), with the
     boxes of each frame's own message, and its figures."""
-    import socket
+    from .test_engine_previews import two_engines
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    path = pipeline_file(tmp_path)
-    path.write_text(path.read_text().replace("queue_size: 64", "queue_size: 64\n  workers: 2")
-                    .replace("port: 0", f"port: {port}"))
-    run = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(path)], cwd=REPO,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        base = f"http://127.0.0.1:{port}"
-
+    with two_engines(tmp_path) as (run, base):
         def up() -> bool:
             try:
                 return run.poll() is not None or get(base + "/healthz")[0] == 200
@@ -428,9 +418,6 @@ def test_with_several_engines_the_page_plays_every_streams_frames_with_its_boxes
                  not in ("–", "0.0"), 30, "cam2's figures")
         assert errors(browser) == []
         browser.get("about:blank")
-    finally:
-        run.terminate()
-        run.wait(30)
 
 
 def test_the_screenshot_of_the_highway_clip_shows_the_boxes(browser, tmp_path):

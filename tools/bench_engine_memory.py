@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -25,30 +26,26 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import psutil
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
 CLIP = DATA / "video" / "highway_720p30.mp4"
-MODEL = DATA / "models" / "yolox_nano"
+SHIPPED = REPO / "pipelines" / "highway_yolox.yaml"
 
 
 def pipeline(folder: Path, streams: int, workers: str) -> Path:
-    sources = "\n".join(f"  - {{name: s{i}, uri: {CLIP}, live: true, loop: true}}" for i in range(streams))
+    """K live looping copies of the clip with the shipped highway pipeline's detector, keyframes and
+    tracker (its model paths made absolute), no sink, `runtime.workers` as asked."""
+    shipped = yaml.safe_load(SHIPPED.read_text())
+    detector = dict(shipped["detector"])
+    for key in ("model", "names"):
+        detector[key] = str((SHIPPED.parent / detector[key]).resolve())
+    data = {"sources": [{"name": f"s{i}", "uri": str(CLIP), "live": True, "loop": True} for i in range(streams)],
+            "detector": detector, "keyframes": shipped["keyframes"], "tracker": shipped["tracker"],
+            "runtime": {"workers": workers if workers == "auto" else int(workers)}}
     path = folder / f"k{streams}-{workers}.yaml"
-    path.write_text(f"""sources:
-{sources}
-detector:
-  backend: onnx
-  model: {MODEL / 'yolox_nano.onnx'}
-  names: {MODEL / 'coco_classes.txt'}
-  conf: 0.3
-  resize: bucket
-  threads: 1
-  classes: [car, truck, bus, motorbike]
-keyframes: {{interval: 5, adaptive: true, max_interval: 15}}
-tracker: {{motion: mv}}
-runtime: {{workers: {workers}}}
-""")
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 
@@ -73,11 +70,8 @@ def one_run(path: Path, seconds: float) -> dict:
             samples.append(sum(sizes) / 2**20)
             largest, processes = max(largest, max(sizes) / 2**20), max(processes, len(sizes))
     finally:
-        run.terminate()
-        try:
-            run.wait(60)
-        except subprocess.TimeoutExpired:
-            run.kill()
+        run.send_signal(signal.SIGINT)  # Ctrl-C: the run ends as a user's would (one that does not, in a minute, fails this)
+        run.wait(60)
     if not samples:
         raise SystemExit(f"{path.name}: the run ended early: {run.stderr.read()[-2000:]}")
     return {"median": statistics.median(samples), "peak": max(samples), "largest": largest, "processes": processes}
