@@ -73,8 +73,9 @@ def test_half_runs_the_cpus_own_precision_and_keeps_the_boxes_close(detectors, f
     from streamlens.detect.openvino_backend import OpenVinoDetector
 
     native = openvino.Core().get_property("CPU", "INFERENCE_PRECISION_HINT")
-    configured = build_detector(parse_pipeline({"sources": [{"uri": str(REPO / "samples" / "traffic.mp4")}], "detector": {
-        "backend": "openvino", "model": str(need_yolox()), "threads": 1, "half": True}}, REPO / "p.yaml").detector)
+    data = {"sources": [{"uri": str(REPO / "samples" / "traffic.mp4")}],
+            "detector": {"backend": "openvino", "model": str(need_yolox()), "threads": 1, "half": True}}
+    configured = build_detector(parse_pipeline(data, REPO / "p.yaml").detector)
     assert isinstance(configured, OpenVinoDetector) and configured.half
     half = OpenVinoDetector(need_yolox(), conf=0.25, threads=1, resize="letterbox", max_batch=4, half=True)
     ort, full = detectors["ort", "letterbox"], detectors["ov", "letterbox"]

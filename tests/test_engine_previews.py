@@ -102,8 +102,11 @@ def test_events_are_numbered_once_over_every_engine_and_go_on_past_an_engine_sta
     assert [i for i, _, _ in view.events_since(0)] == [1, 2, 3, 4]  # nothing numbered twice
 
 
-def test_an_engine_that_does_not_answer_costs_only_its_own_streams(engines):
-    """An engine stopped (here: never answering) gives no frame and no events, the others do."""
+def test_an_engine_that_does_not_answer_costs_only_its_own_streams(engines, monkeypatch):
+    """An engine stopped (here: never answering) gives no frame and no events, the others do; while
+    one question waits on it, every other about its streams gets nothing at once, without asking."""
+    import streamlens.scale.preview as preview_module
+
     view, servers, _ = engines
     servers[0].write(*_frame("cam1", 0), b"")
     servers[1].write(*_frame("cam2", 0), b"")
@@ -113,17 +116,19 @@ def test_an_engine_that_does_not_answer_costs_only_its_own_streams(engines):
     assert view.preview_jpeg("cam1") is None and view.newest_message("cam1") is None
     assert view.preview_jpeg("cam2")[0] == 0
     assert [m["stream"] for _, m, _ in view.events_since(0)] == ["cam2"]
-    # while one question waits on the silent engine, every other about its streams gets nothing at once
-    probe = threading.Thread(target=view.message, args=("cam1", 0))
+    monkeypatch.setattr(preview_module, "ASK_TIMEOUT_S", 300)  # the next question waits until answered below
+    answered = []
+    probe = threading.Thread(target=lambda: answered.append(view.message("cam1", 0)))
     probe.start()
     wait_for(lambda: view._probing, 30, "the question to the silent engine")
     assert [view.message("cam1", 0) for _ in range(20)] == [None] * 20
+    sock, asked = servers[0]._sock, []  # what engine 0 was asked, read here in its place
+    while sock.poll(30_000 if len(asked) < 4 else 0):
+        asked.append(sock.recv_multipart())
+    assert [parts[-2] for parts in asked] == [b"preview", b"stream", b"events", b"message"]
+    sock.send_multipart([*asked[-1][:-2], json.dumps({"message": {"seq": 0}}).encode(), b""])  # the probe's answer
     probe.join()
-    asked = 0
-    while servers[0]._sock.poll(0):
-        servers[0]._sock.recv_multipart()
-        asked += 1
-    assert asked == 4  # preview, stream, events, and the one question out while it was silent
+    assert answered == [{"seq": 0}]
     servers[1].write(*_frame("cam2", 1), b"")
     assert view.preview_jpeg("cam2")[0] == 1  # the other engine: asked as ever
 
@@ -137,15 +142,18 @@ def _get(url: str) -> tuple[int, dict, bytes]:
 
 
 @contextlib.contextmanager
-def two_engines(tmp_path):
-    """`streamlens run` of the live page's test pipeline (two looping live copies of the sample,
-    cam1 and cam2) with `workers: 2` and the page on a free port: (the process, the base URL);
-    ended when the block ends."""
+def two_engines(tmp_path, camera: str | None = None):
+    """`streamlens run` of the live page's test pipeline (cam1, a looping live copy of the sample, in
+    engine 0; cam2, another copy or the RTSP camera at URL `camera`, in engine 1) with `workers: 2`
+    and the page on a free port: (the process, the base URL); ended when the block ends."""
     from .test_web_page import pipeline_file
     from .test_workers import free_port
 
     port = free_port()
-    path = pipeline_file(tmp_path)
+    if camera is None:
+        path = pipeline_file(tmp_path)
+    else:
+        path = pipeline_file(tmp_path, streams=("cam1",), more=f"\n  - {{name: cam2, uri: '{camera}', transport: tcp}}")
     path.write_text(path.read_text().replace("queue_size: 64", "queue_size: 64\n  workers: 2")
                     .replace("port: 0", f"port: {port}"))
     run = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(path)], cwd=REPO,
@@ -161,14 +169,20 @@ def two_engines(tmp_path):
 
 
 def test_the_page_of_two_engines_shows_every_streams_frames_and_goes_on_past_a_killed_engine(tmp_path):
-    """`streamlens run` with `workers: 2`: the API serves each stream's frames, results and events
-    from its engine; engine 1 killed, its stream's frames come back from the engine started again,
-    with a later `seq`, and the events go on being numbered without a repeat."""
+    """`streamlens run` with `workers: 2`, cam2 a camera of a real RTSP server (GStreamer's) decoded in
+    its worker process, as cameras are by default: the API serves each stream's frames, results and
+    events from its engine; engine 1 killed (with its camera's decode worker), cam2's frames come back
+    from the engine started again, with a later `seq`, and the events go on being numbered without a
+    repeat."""
     import cv2
 
+    from .rtsp_server import GstRtspServer, gst_missing
     from .test_workers import engines as engine_processes
 
-    with two_engines(tmp_path) as (run, base):
+    reason = gst_missing()
+    if reason:
+        pytest.skip(reason)
+    with GstRtspServer({"cam2": SAMPLE}, tmp_path) as server, two_engines(tmp_path, server.url("cam2")) as (run, base):
         def frame(stream: str, after: int = -1):
             try:
                 code, headers, body = _get(f"{base}/api/streams/{stream}/preview.jpg")

@@ -301,7 +301,8 @@ def main() -> int:
     ap.add_argument("--resizes", default="letterbox,bucket", help="runtimes part: the resize modes")
     ap.add_argument("--int8", type=Path, help="runtimes part: an INT8 model (tools/quantize.py) on OpenVINO too")
     ap.add_argument("--half", action="store_true",
-                    help="runtimes part: OpenVINO with detector.half too (its own precision: BF16 where the CPU has it)")
+                    help="runtimes part: OpenVINO with detector.half too (its own precision: BF16 where the "
+                         "CPU has it)")
     args = ap.parse_args()
     parts = set(args.parts.split(",")) - ({"yolov8"} if args.skip_ultralytics else set())
     for needed in (YOLOX, args.clip):

@@ -70,7 +70,7 @@ def one_run(path: Path, seconds: float) -> dict:
             samples.append(sum(sizes) / 2**20)
             largest, processes = max(largest, max(sizes) / 2**20), max(processes, len(sizes))
     finally:
-        run.send_signal(signal.SIGINT)  # Ctrl-C: the run ends as a user's would (one that does not, in a minute, fails this)
+        run.send_signal(signal.SIGINT)  # Ctrl-C, as a user ends it (a run that does not end in a minute fails this)
         run.wait(60)
     if not samples:
         raise SystemExit(f"{path.name}: the run ended early: {run.stderr.read()[-2000:]}")
@@ -102,7 +102,8 @@ def main() -> int:
              f"Command: `{command.strip()}`, {platform.machine()} with {os.cpu_count()} cores, "
              f"{psutil.virtual_memory().total / 2**30:.1f} GiB, Python {platform.python_version()}; each run "
              f"{args.seconds:g} s of `streamlens run`, runs alternating, medians over {args.repeats} runs.", "",
-             "| streams | workers | processes | resident memory of the run, median MiB | peak MiB | largest process MiB |",
+             "| streams | workers | processes | resident memory of the run, median MiB | peak MiB "
+             "| largest process MiB |",
              "|---|---|---|---|---|---|"]
     for (k, w), runs in found.items():
         lines.append(f"| {k} | {w} | {max(r['processes'] for r in runs)} | "

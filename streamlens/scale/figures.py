@@ -63,9 +63,9 @@ def _made(figures: dict) -> dict:
     for key in ("batch_mean", "ms_per_crop"):
         if f"_{key}" in figures:
             out[key] = round(figures[f"_{key}"] / computed, 3) if computed else None
-    if "hits" in out and "misses" in out:
+    if "hits" in out and "misses" in out:  # a cache's, as MemoryCache.stats gives it
         gets = out["hits"] + out["misses"]
-        out["hit_rate"] = round(out["hits"] / gets, 4) if gets else 0.0
+        out["hit_rate"] = out["hits"] / gets if gets else 0.0
     elif "cached" in out and "computed" in out:
         looked = out["cached"] + out["computed"]
         out["hit_rate"] = round(out["cached"] / looked, 4) if looked else None

@@ -8,7 +8,8 @@ the number of viewers, as with one process) and sent whole; the newest frame mes
 lines and zones, a message by `seq`, the events and their snapshots likewise. The supervisor asks
 each engine at most one question per stream and kind at a time, and keeps the answer for
 `FRESH_S`: viewers asking meanwhile get that answer, so any number of browsers cost an engine at
-most a few questions a second per stream. An engine that does not answer within `ASK_TIMEOUT_S`
+most one question per `FRESH_S` per stream and kind (the page asks for frames, results and the
+stream's figures). An engine that does not answer within `ASK_TIMEOUT_S`
 (busy, stopped, restarting) costs the question that waits for it; until it answers again it is
 asked one question at a time, and every other question about its streams is answered at once with
 nothing (a flood of viewers never piles up threads waiting on it); the other engines answer as
