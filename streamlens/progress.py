@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from .graph.runtime import Pipeline
 from .graph.stats import RunReport, StreamStats
+
+if TYPE_CHECKING:  # a supervisor of engines shows its progress too, without the engine's modules
+    from .graph.runtime import Pipeline
 
 
 def stream_line(st: StreamStats) -> str:

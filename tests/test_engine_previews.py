@@ -171,13 +171,17 @@ def two_engines(tmp_path, camera: str | None = None):
 def test_the_page_of_two_engines_shows_every_streams_frames_and_goes_on_past_a_killed_engine(tmp_path):
     """`streamlens run` with `workers: 2`, cam2 a camera of a real RTSP server (GStreamer's) decoded in
     its worker process, as cameras are by default: the API serves each stream's frames, results and
-    events from its engine; engine 1 killed (with its camera's decode worker), cam2's frames come back
-    from the engine started again, with a later `seq`, and the events go on being numbered without a
-    repeat."""
+    events from its engine (the supervisor without OpenCV or numba: it draws and tracks nothing);
+    engine 1 killed (with its camera's decode worker), cam2's frames come back from the engine
+    started again, with a later `seq`, and the events go on being numbered without a repeat."""
     import cv2
 
     from .rtsp_server import GstRtspServer, gst_missing
     from .test_workers import engines as engine_processes
+
+    def drawing_libraries(pid: int) -> set[str]:  # OpenCV's and numba's shared libraries mapped by `pid`
+        with open(f"/proc/{pid}/maps") as maps:
+            return {name for line in maps for name in ("cv2", "llvmlite") if f"/{name}/" in line}
 
     reason = gst_missing()
     if reason:
@@ -199,6 +203,9 @@ def test_the_page_of_two_engines_shows_every_streams_frames_and_goes_on_past_a_k
             assert json.loads(_get(f"{base}/api/streams/{stream}/result?seq={seq}")[2]) == message
         code, headers, body = _get(f"{base}/api/streams/cam2/frame.jpg")
         assert code == 200 and cv2.imdecode(np.frombuffer(body, np.uint8), cv2.IMREAD_COLOR).shape == (360, 640, 3)
+        # the engines draw and track; the supervisor that serves their frames loads neither library
+        assert drawing_libraries(run.pid) == set()
+        assert all(drawing_libraries(p.pid) == {"cv2", "llvmlite"} for p in engine_processes(run.pid))
         listed = json.loads(_get(f"{base}/api/streams")[2])["streams"]
         assert [(s["name"], s["width"], s["lines"][0]["name"]) for s in listed] == [("cam1", 640, "gate"),
                                                                                    ("cam2", 640, "gate")]

@@ -36,7 +36,6 @@ import numpy as np
 
 from ..frame import Event, FrameResult, StreamEnd
 from ..sinks.base import Sink
-from ..sinks.draw import StreamAnnotators, encode_jpeg
 
 #: frame messages kept per stream (by seq), for `/api/streams/<name>/result?seq=`
 RESULTS = 64
@@ -83,6 +82,10 @@ class PreviewSink(Sink):
         self._shots: dict[int, bytes] = {}  # event index: its snapshot JPEG, while kept
         self._shot_order: deque = deque()  # the indices of `_shots`, oldest first
         self._shot_bytes, self._shot_budget = 0, snapshot_bytes
+        # drawing imports supervision: a sink made in the process that draws (an engine), never in a
+        # supervisor that only asks its engines (scale/preview.py), which then stays without it
+        from ..sinks.draw import StreamAnnotators
+
         self._annotators = StreamAnnotators()  # for frame.jpg: each stream's used under its `encoding`
 
     # -- the engine's side: references only ----------------------------------------------------
@@ -214,6 +217,8 @@ class PreviewSink(Sink):
         if newest is None:
             return None
         result, message = newest
+        from ..sinks.draw import encode_jpeg
+
         with stream.encoding:
             cached = getattr(stream, slot)
             if cached is None or cached[0] != message["seq"]:

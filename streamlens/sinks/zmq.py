@@ -86,7 +86,6 @@ from ..frame import Event, FrameResult, StatsReport, StreamEnd
 from ..wire import codec, keys
 from ..wire.schema import topic
 from .base import Sink
-from .draw import StreamAnnotators, encode_jpeg
 
 log = logging.getLogger("streamlens.sinks.zmq")
 
@@ -159,7 +158,7 @@ class ZmqSink(Sink):
         self._sock: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
         self._auth: Any = None
-        self._annotators = StreamAnnotators()
+        self._annotators: Any = None  # made with the first annotated frame: drawing imports supervision
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -349,6 +348,10 @@ class ZmqSink(Sink):
                     self.endpoint, sum(self.dropped.values()) - self._dropped_before)
 
     def _jpeg(self, result: FrameResult) -> bytes:
+        from .draw import StreamAnnotators, encode_jpeg
+
+        if self.annotate and self._annotators is None:
+            self._annotators = StreamAnnotators()
         image = self._annotators.annotate(result) if self.annotate else result.frame.image
         try:
             return encode_jpeg(image, self.jpeg_quality)
