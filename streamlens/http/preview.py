@@ -172,11 +172,6 @@ class PreviewSink(Sink):
         after = [(i, m, i in shots) for i, m in kept if i > index]
         return after[-limit:] if limit > 0 else []
 
-    @property
-    def event_count(self) -> int:
-        """Events seen so far (the newest one's index)."""
-        return self._event_count
-
     def shot_of(self, message: dict) -> int | None:
         """The index of the event kept here that `message` is (the same stream, seq and time),
         when its snapshot is kept; else None."""
