@@ -27,7 +27,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -47,6 +46,14 @@ PIPELINES = {"highway_720p30.mp4": "highway_yolox.yaml", "highway_320x240.avi": 
              "highway_1080p30.mp4": "highway_yolox.yaml", "road_topdown_640x360.avi": "highway_yolox.yaml",
              "person_indoor_768x432.mp4": "indoor_yolox.yaml"}
 MODEL, NAMES = "models/yolox_nano/yolox_nano.onnx", "models/yolox_nano/coco_classes.txt"
+
+
+def _machine() -> str:
+    """The CPU's model name, the cores this process may use, the memory: where the page was measured."""
+    from streamlens.bench.probe import machine
+
+    m = machine()
+    return f"{m['cpu']}, {m['usable_cores']} cores usable, {m['memory_gib']} GiB"
 
 
 def detector_section(data: Path, pipeline: Path = PIPELINE) -> dict:
@@ -100,7 +107,7 @@ def write_page(data: dict, out: Path) -> None:
     clips = sorted({r["clip"] for r in data["runs"]})
     lines = ["# Keyframes and the frames between: agreement with detecting every frame", "",
              f"Command: `{data['command']}` ({data['seconds']:.0f} s)  ",
-             f"Machine: {data['machine']}, 2 cores shared with other work; date {data['date']}, commit {data['commit']}  ",
+             f"Machine: {data['machine']}; date {data['date']}, commit {data['commit']}  ",
              f"Clips: {', '.join(clips)}; detector: the `detector` section of each clip's pipeline (`PIPELINES` in the "
              f"tool; `agnostic_nms: {data['agnostic_nms']}`); file mode, fixed intervals.", "",
              "F1 at IoU 0.5 against the same detector on every frame (`streamlens.bench.accuracy`). `keyframes`: "
@@ -152,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                         runs.append(result)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
     data = {"command": " ".join(["python tools/bench_keyframes.py", *(argv if argv is not None else sys.argv[1:])]),
-            "seconds": time.monotonic() - started, "machine": platform.processor() or platform.machine(),
+            "seconds": time.monotonic() - started, "machine": _machine(),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "commit": commit.strip(), "agnostic_nms": config.agnostic_nms, "runs": runs}
     args.out.parent.mkdir(parents=True, exist_ok=True)

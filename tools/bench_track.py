@@ -41,6 +41,7 @@ import supervision as sv
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from streamlens.bench.probe import machine  # noqa: E402
 from streamlens.eval.metrics import combine, read_mot_file, score_sequence  # noqa: E402
 from streamlens.eval.mot import load_sequence, replay, write_results  # noqa: E402
 from streamlens.frame import Frame  # noqa: E402
@@ -269,16 +270,6 @@ def _grid_objects(count: int, index: int, width: int, height: int) -> sv.Detecti
 
 # -- main ------------------------------------------------------------------------------------------
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=("all", "mot", "video", "cost"), default="all")
@@ -294,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     options = {} if args.coast_s is None else {"coast_s": args.coast_s}
     print(f"command: python tools/bench_track.py {' '.join(argv or sys.argv[1:])}".rstrip())
-    print(f"machine: {_cpu_name()}, {os.cpu_count()} cores, "
+    print(f"machine: {machine()['cpu']}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, numpy {np.__version__}; date {date.today()}\n")
     if args.part in ("all", "mot"):
         print("MOTChallenge (MOT17-02/04/05/09 combined, public detections, kalman between keyframes)\n")
