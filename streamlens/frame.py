@@ -451,6 +451,9 @@ class StatsReport:
 #: track's life (streamlens/track/labels.py); `class_id` and `data["class_name"]` are what the detector
 #: said of the object on its last keyframe
 TRACK_CLASS_ID, TRACK_CLASS_NAME = "track_class_id", "track_class_name"
+#: `sv.Detections.data` key of a detector's weak boxes: scored under its `conf`, reported for the
+#: tracker alone (they keep a track alive; they never start one and are never shown: track/base.py)
+WEAK = "weak"
 
 
 def track_labels(det: sv.Detections) -> tuple[np.ndarray, np.ndarray]:

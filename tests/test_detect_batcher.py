@@ -173,7 +173,7 @@ class RecordingDetector(Detector):
 
 def test_the_engine_batches_keyframes_within_max_batch(monkeypatch, tmp_path):
     detector = RecordingDetector()
-    monkeypatch.setattr(runtime, "build_detector", lambda cfg: detector)
+    monkeypatch.setattr(runtime, "build_detector", lambda cfg, *_: detector)
     cfg = parse_pipeline({"sources": [{"name": "a", "uri": str(REPO / "samples" / "traffic.mp4")},
                                       {"name": "b", "uri": str(REPO / "samples" / "traffic.mp4")}],
                           "detector": {"backend": "motion", "max_batch": 3, "max_wait_ms": 5, "budget_ms": 0},
@@ -215,7 +215,7 @@ def test_one_live_stream_gets_its_detections_without_waiting_for_a_batch_to_fill
     one there can be), so every keyframe goes to the detector at once. Before, the first one waited
     the whole minute, and no other keyframe was taken meanwhile."""
     detector = WaitRecordingDetector()
-    monkeypatch.setattr(runtime, "build_detector", lambda cfg: detector)
+    monkeypatch.setattr(runtime, "build_detector", lambda cfg, *_: detector)
     source = ({"name": "cam", "uri": request.getfixturevalue("camera").url("cam")} if kind == "camera"
               else {"name": "cam", "uri": str(REPO / "samples" / "traffic.mp4"), "live": True})
     cfg = parse_pipeline({"sources": [source],
@@ -303,7 +303,7 @@ def test_a_camera_and_a_live_file_get_one_keyframe_a_call_from_a_model_of_batch_
             return super().detect(frames)
 
     monkeypatch.setattr(runtime, "build_detector",
-                        lambda cfg: Slow(cfg.model, resize="resize", conf=0.5, max_batch=cfg.max_batch))
+                        lambda cfg, *_: Slow(cfg.model, resize="resize", conf=0.5, max_batch=cfg.max_batch))
     cfg = parse_pipeline({"sources": [{"name": "cam", "uri": camera.url("cam")},
                                       {"name": "file", "uri": str(REPO / "samples" / "traffic.mp4"), "live": True,
                                        "loop": True}],

@@ -68,6 +68,28 @@ def test_yolox_finds_cars_in_at_least_85_percent_of_the_highway_frames(yolox):
     assert frames_with_car >= 0.85 * total, f"cars in {frames_with_car} of {total} frames"
 
 
+def test_with_a_weak_floor_the_boxes_at_conf_are_the_same_and_the_weaker_ones_come_flagged(yolox):
+    """A tracker's second stage asks for boxes down to 0.1 (`weak_floor`): every box at the
+    detector's `conf` is the one it reports without (NMS only ever drops the weaker of two boxes),
+    and the others, flagged `WEAK`, score from 0.1 to `conf`. 60 real frames of the highway clip."""
+    from streamlens.frame import WEAK
+    from streamlens.track.base import confident
+
+    floored = OnnxDetector(need_yolox(), conf=0.3, max_batch=4)
+    floored.floor = 0.1
+    weak = 0
+    for frame in decoded_frames(need_video("highway_720p30.mp4"), every=15):
+        plain, both = yolox.detect([frame])[0], floored.detect([frame])[0]
+        flags = both.data[WEAK]
+        assert flags.tolist() == (both.confidence < 0.3).tolist() and (both.confidence >= 0.1).all()
+        kept = confident(both)
+        assert WEAK not in kept.data and WEAK not in plain.data
+        assert kept.xyxy.tolist() == plain.xyxy.tolist() and kept.class_id.tolist() == plain.class_id.tolist()
+        assert kept.confidence.tolist() == plain.confidence.tolist()
+        weak += int(flags.sum())
+    assert weak > 30  # YOLOX-Nano's cars straddle its threshold: weak boxes there are
+
+
 def nearest_car(detections, box: np.ndarray) -> np.ndarray | None:
     """The car box of `detections` closest to `box`, or None when there is no car."""
     cars = [b for b, n in zip(detections.xyxy, detections.data["class_name"]) if n == "car"]

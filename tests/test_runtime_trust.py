@@ -65,7 +65,7 @@ class FrameCount:
 def test_a_file_waits_for_a_slow_detector_instead_of_filling_memory(tmp_path, monkeypatch):
     """A detector far slower than decoding (every frame a keyframe): the file source waits for
     credits, so the frames alive at any moment stay bounded, and none is lost."""
-    monkeypatch.setattr(runtime, "build_detector", lambda cfg: SlowMotionDetector(0.02))
+    monkeypatch.setattr(runtime, "build_detector", lambda cfg, *_: SlowMotionDetector(0.02))
     path = write_pipeline(tmp_path, f"""
 sources: [{{name: cam1, uri: {SAMPLE}}}]
 detector: {{backend: motion, max_batch: 2}}
@@ -326,7 +326,7 @@ def test_a_failing_sink_ends_the_run_while_a_file_waits_for_a_credit(tmp_path, m
                 release.wait(60)
             return super().detect(frames)
 
-    monkeypatch.setattr(runtime, "build_detector", lambda cfg: FirstOnly())
+    monkeypatch.setattr(runtime, "build_detector", lambda cfg, *_: FirstOnly())
     monkeypatch.setattr(runtime, "ABORT_JOIN_S", 1.0)  # the hung detector is not waited for long
     path = write_pipeline(tmp_path, f"""
 sources: [{{name: cam1, uri: {SAMPLE}}}]

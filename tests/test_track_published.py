@@ -55,6 +55,42 @@ def test_a_keyframe_shows_its_detections_and_keeps_the_tracks_it_missed(coast_s)
     assert again.tracker_id.tolist() == [1, 2] and again.xyxy.tolist() == found([a(15), b(15)], [1, 1]).xyxy.tolist()
 
 
+@pytest.mark.parametrize("motion", ["kalman", "mv"])
+def test_a_track_seen_weakly_is_kept_out_of_sight_and_found_again_with_its_id(motion):
+    """A pipeline's detector reports boxes under its `conf` too, flagged weak, for the tracker alone.
+    A walker seen on four keyframes, then for 3 s (longer than `lost_s`, 2 s) only weakly while it
+    walks on 270 px, then confidently again: no keyframe or frame between shows it in the weak
+    stretch, and it comes back with its id. The same walker without the weak boxes comes back as a
+    new track (it was lost too long, too far from where it was last seen)."""
+    from streamlens.frame import WEAK
+
+    def walker(i: int) -> list[float]:
+        return [20 + 3 * i, 100, 60 + 3 * i, 200]
+
+    def run(weak_boxes: bool) -> tuple[list[int], int]:
+        tracker = KeyframeTracker(motion, 30, high_score=0.5, low_score=0.1, new_track_score=0.5)
+        hidden = []  # what the weak stretch showed: boxes on keyframes and between
+        for index in range(0, 180, 3):
+            strong = index < 12 or index >= 102
+            detections = found([walker(index)], [0.9 if strong else 0.3])
+            detections.data[WEAK] = np.array([not strong])
+            if not (strong or weak_boxes):
+                detections = found([], [])
+            out = tracker.update(frame(index), detections)
+            assert WEAK not in out.data and detections.data.get(WEAK, np.zeros(0)).tolist() == ([] if len(
+                detections) == 0 else [not strong])  # the detections are left as they are
+            between = [tracker.propagate(frame(index + 1)), tracker.propagate(frame(index + 2))]
+            if not strong:
+                hidden += [len(out), *(len(b) for b in between)]
+            last = out
+        return hidden, int(last.tracker_id[0])
+
+    hidden, final = run(weak_boxes=True)
+    assert set(hidden) == {0} and final == 1
+    hidden, final = run(weak_boxes=False)
+    assert set(hidden) == {0} and final == 2
+
+
 class Recording(Detector):
     """The pipeline's own detector, its detections on every keyframe kept by frame index."""
 
@@ -71,9 +107,9 @@ class Recording(Detector):
         self.inner.close()
 
 
-def rows(xyxy, scores, classes) -> list[tuple]:
+def rows(xyxy, scores, classes, size: tuple[int, int] = (WIDTH, HEIGHT)) -> list[tuple]:
     """Boxes as sorted rows (x1, y1, x2, y2, score, class), clipped to the frame as published."""
-    xyxy = np.clip(np.asarray(xyxy, np.float64).reshape(-1, 4), 0, [WIDTH, HEIGHT, WIDTH, HEIGHT])
+    xyxy = np.clip(np.asarray(xyxy, np.float64).reshape(-1, 4), 0, [*size, *size])
     return sorted((*np.round(box, 3).tolist(), round(float(s), 4), int(c)) for box, s, c in zip(xyxy, scores, classes))
 
 
@@ -84,8 +120,8 @@ def test_in_the_pipeline_every_keyframe_publishes_exactly_its_detections(tmp_pat
     frame's edge), its tracked boxes with their tracks' ids; frames between carry tracks only."""
     recorders = []
 
-    def recording(cfg):
-        recorders.append(Recording(build_detector(cfg)))
+    def recording(cfg, weak_floor=None):
+        recorders.append(Recording(build_detector(cfg, weak_floor)))
         return recorders[-1]
 
     monkeypatch.setattr(runtime, "build_detector", recording)
@@ -111,3 +147,42 @@ tracker: {{motion: {tracker}}}
                 assert (det.tracker_id >= 1).all()
     assert keyframes == 75 and between == 225
     assert sum(len(v[0]) for v in recorders[0].seen.values()) > 50  # the sample has objects to box
+
+
+def test_with_a_neural_detector_a_keyframe_publishes_its_boxes_at_conf_and_never_a_weak_one(tmp_path, monkeypatch):
+    """File mode, the real pipeline, YOLOX-Nano on the real highway clip with a tracker: the detector
+    reports boxes down to the tracker's `low_score` (0.1), and every published keyframe's boxes are
+    exactly those at the detector's `conf` (0.3); none under it is published, on keyframes or between."""
+    from .conftest import DATA, need_video
+
+    model = DATA / "models" / "yolox_nano" / "yolox_nano.onnx"
+    if not model.is_file():
+        pytest.skip(f"{model} not found: the real YOLOX-Nano model lives in ../shared/data outside the repository")
+    recorders = []
+
+    def recording(cfg, weak_floor=None):
+        recorders.append(Recording(build_detector(cfg, weak_floor)))
+        return recorders[-1]
+
+    monkeypatch.setattr(runtime, "build_detector", recording)
+    path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {need_video("highway_720p30.mp4")}}}]
+detector: {{backend: onnx, model: {model}, conf: 0.3, classes: [2, 5, 7], resize: bucket}}
+keyframes: {{interval: 5}}
+tracker: {{motion: mv}}
+""")
+    keyframes = 0
+    with streamlens.Pipeline.from_yaml(path) as pipeline:
+        for item in pipeline.results():
+            if not isinstance(item, FrameResult):
+                continue
+            det = item.detections
+            assert (det.confidence >= 0.3).all(), item.frame.index
+            if item.keyframe:
+                keyframes += 1
+                xyxy, scores, classes = recorders[0].seen[item.frame.index]
+                strong = scores >= 0.3
+                assert rows(det.xyxy, det.confidence, det.class_id, (1280, 720)) == rows(
+                    xyxy[strong], scores[strong], classes[strong], (1280, 720)), item.frame.index
+    assert keyframes == 180
+    assert sum(int((v[1] < 0.3).sum()) for v in recorders[0].seen.values()) > 100  # weak boxes were reported

@@ -31,7 +31,9 @@ class TrackerConfig(_Keys):
                               "motion vectors); null: detections pass through untracked")
     high_score: float | None = Field(None, ge=0, le=1, description="confident detections (matched first); "
                                                                    "default: the detector's conf")
-    low_score: float | None = Field(None, ge=0, le=1, description="the weakest detection matched (default 0.1)")
+    low_score: float | None = Field(None, ge=0, le=1, description="the weakest detection matched (default 0.1); "
+                                                                  "the detector reports boxes down to it for the "
+                                                                  "tracker alone: under its conf, never shown")
     new_track_score: float | None = Field(None, ge=0, le=1, description="the least score to start a track")
     lost_s: float | None = Field(None, gt=0, le=MAX_SECONDS, description="how long a lost track waits to be found")
     coast_s: float | None = Field(None, ge=0, le=MAX_SECONDS, description="how long a missed track stays "

@@ -19,8 +19,17 @@ from ..errors import DetectorError
 from .base import Detector
 
 
-def build_detector(cfg: DetectorConfig) -> Detector:
-    """The detector for the `detector` section of a pipeline file; a `DetectorError` names what is wrong."""
+def build_detector(cfg: DetectorConfig, weak_floor: float | None = None) -> Detector:
+    """The detector for the `detector` section of a pipeline file; a `DetectorError` names what is wrong.
+    `weak_floor`: a neural detector reports its boxes down to that score too, those under `conf`
+    flagged weak (`frame.WEAK`), for a tracker's second stage (`track.weak_floor`)."""
+    detector = _build(cfg)
+    if weak_floor is not None and hasattr(detector, "floor"):  # the neural backends
+        detector.floor = weak_floor
+    return detector
+
+
+def _build(cfg: DetectorConfig) -> Detector:
     if cfg.backend == "motion":
         from .motion import MotionDetector
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import supervision as sv
 
-from ..frame import Frame, empty_detections
+from ..frame import WEAK, Frame, empty_detections
 from .base import Detector
 from .detections import to_detections
 from .heads import Candidates
@@ -63,6 +63,19 @@ class NeuralDetector(Detector):
     max_det: int = 300
     agnostic_nms: bool | str = False
     nms_done: bool = False
+    #: a `-seg` model: each box comes with its mask
+    gives_masks: bool = False
+    #: boxes down to this score are reported too, flagged `data[WEAK]` under `conf`, for the tracker's
+    #: second stage (`build_detector(..., weak_floor=)`: the tracker's `low_score`); None: none under `conf`
+    floor: float | None = None
+
+    @property
+    def threshold(self) -> float:
+        """The least score a box is decoded at: `conf`, or `floor` under it. Not for a model that
+        gives masks: a weak box is never shown, and its mask would be work for nothing."""
+        if self.floor is None or self.gives_masks:
+            return self.conf
+        return min(self.conf, self.floor)
 
     def prepare(self, frame: Frame) -> None:
         frame.prepared = self.prepare_input(frame)
@@ -106,4 +119,6 @@ class NeuralDetector(Detector):
                 results[i] = to_detections(cand, inputs[i].geometry, self.names, iou=self.iou,
                                            apply_nms=not self.nms_done, max_det=self.max_det,
                                            agnostic=self.agnostic_nms)
+                if self.threshold < self.conf:  # NMS keeps the same boxes at `conf`: a box only suppresses weaker ones
+                    results[i].data[WEAK] = results[i].confidence < self.conf
         return results  # type: ignore[return-value]

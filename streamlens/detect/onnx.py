@@ -258,7 +258,7 @@ class OnnxDetector(NeuralDetector):
             batch = np.concatenate([batch, blank])
         outputs = self.run_outputs(batch)
         prototypes = outputs[1][:count] if len(outputs) > 1 else None
-        return self.head.decode(outputs[0][:count], inputs[0].input_size, self.conf, self.wanted, prototypes)
+        return self.head.decode(outputs[0][:count], inputs[0].input_size, self.threshold, self.wanted, prototypes)
 
     def run_outputs(self, batch: np.ndarray) -> list[np.ndarray]:
         """The model's outputs (float32) for a ready input batch [B, 3, H, W]: the head's, and a

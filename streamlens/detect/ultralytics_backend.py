@@ -255,7 +255,7 @@ class UltralyticsDetector(NeuralDetector):
             tensors = _tensors(raw)
             raw = next(t for t in tensors if t.ndim == 3)
             protos = next(t for t in tensors if t.ndim == 4)
-        kept = non_max_suppression(raw, self.conf, self.iou, self._classes, agnostic=self.agnostic_nms is True,
+        kept = non_max_suppression(raw, self.threshold, self.iou, self._classes, agnostic=self.agnostic_nms is True,
                                    max_det=self.max_det, max_time_img=1.0, end2end=self.end2end,
                                    nc=len(self.names) if protos is not None else 0)
         out = []
@@ -276,7 +276,7 @@ class UltralyticsDetector(NeuralDetector):
         width, height = chunk[0].input_size
         out = []
         for rows in rows_all:
-            keep = rows[:, 4] > self.conf
+            keep = rows[:, 4] > self.threshold
             if self.wanted is not None:
                 keep &= np.isin(rows[:, 5].astype(np.int64), self.wanted)
             rows = rows[keep][np.argsort(-rows[keep, 4], kind="stable")][: self.max_det]

@@ -52,6 +52,7 @@ import supervision as sv
 
 from ..frame import EndOfStream, Frame, FrameResult, MediaClock, StreamEnd
 from ..track import Tracker
+from ..track.base import confident
 from .channel import Channel, ChannelClosed, get_any
 from .chooser import KeyframeChooser
 from .detect_worker import Detected, DetectWorker, KeyframeQueue
@@ -427,7 +428,7 @@ class Engine:
             if getattr(lane.tracker, "stale_updates", 0) == stale:  # applied, not too old for its history
                 lane.detected_frame = max(done.frame.index, lane.detected_frame or 0)
                 if self.on_keyframe is not None:
-                    self.on_keyframe(done.frame, done.detections, objects)
+                    self.on_keyframe(done.frame, confident(done.detections), objects)
             else:
                 lane.discarded_detections += 1
         elif lane.open:  # not published yet: its timings are still the engine's to fill in
@@ -456,7 +457,7 @@ class Engine:
                 detections = lane.tracker.update(head, found)
                 lane.detected_frame = head.index
                 if self.on_keyframe is not None:
-                    self.on_keyframe(head, found, detections)
+                    self.on_keyframe(head, confident(found), detections)
             else:
                 detections = lane.tracker.propagate(head)
             head.timings["track"] = (time.perf_counter() - started) * 1000

@@ -55,6 +55,7 @@ from ..frame import FrameResult, StreamEnd
 from ..http.server import MetricsServer
 from ..sinks import Sink, build_sink
 from ..sources import Source
+from ..track import weak_floor
 from .admit import Admission, StreamStop, run_source
 from .channel import Channel, Credits, file_credits
 from .chooser import build_chooser
@@ -376,7 +377,7 @@ class Pipeline:
             for s in cfg.sources:
                 sources.append(open_source(cfg, s, self.stats[s.name], self._on_source_state))
                 built.append(sources[-1])
-            detector = build_detector(cfg.detector)
+            detector = build_detector(cfg.detector, weak_floor(cfg.tracker))  # weak boxes: the tracker's alone
             built.append(detector)
             self._models = build_model_stages(cfg, detector, built)  # secondary models, masks
             http = None

@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..config import TrackerConfig
 from .base import PassThrough, Tracker
 from .motion import build_motion
-from .tracker import KeyframeTracker, TrackingSignals
+from .tracker import LOW_SCORE, KeyframeTracker, TrackingSignals
 
 
 def build_tracker(cfg: TrackerConfig, fps: float | None, *, detector_conf: float | None = None,
@@ -35,6 +35,19 @@ def build_tracker(cfg: TrackerConfig, fps: float | None, *, detector_conf: float
     if cfg.motion is None:
         return PassThrough()
     return KeyframeTracker(build_motion(cfg.motion, untracked=adaptive), fps, **tracker_options(cfg, detector_conf))
+
+
+def weak_floor(cfg: TrackerConfig | None) -> float | None:
+    """The score down to which a pipeline's detector reports boxes for this tracker's second stage
+    (`tracker.low_score`, default `LOW_SCORE`); None without a tracker (`tracker: none`).
+
+    Example:
+        >>> weak_floor(TrackerConfig(motion="mv")), weak_floor(TrackerConfig(motion=None))
+        (0.1, None)
+    """
+    if cfg is None or cfg.motion is None:
+        return None
+    return cfg.low_score if cfg.low_score is not None else LOW_SCORE
 
 
 def tracker_options(cfg: TrackerConfig, detector_conf: float | None = None) -> dict[str, float]:
@@ -59,4 +72,5 @@ def tracker_options(cfg: TrackerConfig, detector_conf: float | None = None) -> d
     return options
 
 
-__all__ = ["Tracker", "PassThrough", "KeyframeTracker", "TrackingSignals", "build_tracker", "tracker_options"]
+__all__ = ["Tracker", "PassThrough", "KeyframeTracker", "TrackingSignals", "build_tracker", "tracker_options",
+           "weak_floor"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import supervision as sv
 
-from ..frame import MIN_BOX_PX, Frame, empty_detections
+from ..frame import MIN_BOX_PX, WEAK, Frame, empty_detections
 
 
 def clip_to_frame(xyxy: np.ndarray, width: int, height: int) -> tuple[np.ndarray, np.ndarray]:
@@ -26,11 +26,37 @@ def clip_to_frame(xyxy: np.ndarray, width: int, height: int) -> tuple[np.ndarray
     return boxes, shown
 
 
+def weak_mask(detections: sv.Detections) -> np.ndarray | None:
+    """Which of `detections` are the detector's weak boxes (`WEAK`), or None when it reported none."""
+    weak = detections.data.get(WEAK) if detections.data and len(detections) else None
+    return None if weak is None else np.asarray(weak, bool)
+
+
+def confident(detections: sv.Detections) -> sv.Detections:
+    """`detections` without the detector's weak boxes (`WEAK`): what a keyframe may show, and what
+    the stages that look at a keyframe's detections are given.
+
+    Example:
+        >>> d = sv.Detections(xyxy=np.array([[0.0, 0, 9, 9], [20, 0, 29, 9]]), confidence=np.array([0.8, 0.2]))
+        >>> d.data[WEAK] = np.array([False, True])
+        >>> kept = confident(d)
+        >>> kept.confidence.tolist(), WEAK in kept.data
+        ([0.8], False)
+    """
+    weak = weak_mask(detections)
+    if weak is None:
+        return detections
+    kept = detections[~weak]
+    kept.data.pop(WEAK, None)
+    return kept
+
+
 class Tracker:
     """One instance per stream.
 
     `update(frame, detections)` runs on keyframes: it associates the detector's boxes with the
-    tracks and returns the objects on this frame with their `tracker_id`. `propagate(frame)` runs
+    tracks and returns the objects on this frame with their `tracker_id`; of the detector's weak
+    boxes (`WEAK`) it shows none. `propagate(frame)` runs
     on the frames in between: it moves every live track by motion and returns them.
 
     `signals` tells an adaptive keyframe scheduler how sure the tracker is of the latest frame
@@ -82,6 +108,7 @@ class PassThrough(Tracker):
         self._held = np.empty((0, 4), np.float32)
 
     def update(self, frame: Frame, detections: sv.Detections, catch_up: bool = True) -> sv.Detections:
+        detections = confident(detections)
         boxes, shown = clip_to_frame(detections.xyxy, frame.width, frame.height)
         detections.xyxy = boxes
         if not shown.all():

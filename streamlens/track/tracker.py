@@ -58,7 +58,10 @@ The thresholds default to ByteTrack's MOT17 settings, for detections reported do
 track carried by prediction alone needs on its second keyframe, the buffer such boxes are compared
 with, and how long a lost track waits (chosen by leave-one-out on MOTChallenge sequences, see the
 constants). In a pipeline, `build_tracker` sets the confident and new-track scores to the detector's
-own `conf` (every box the detector reports counts).
+own `conf`, and a neural detector reports its boxes down to `low_score` for the second stage, flagged
+weak (`frame.WEAK`) where they are under `conf`: a track matched by a weak box only is kept but not
+shown (it is lost on that keyframe, its box corrected and its `lost_s` wait started again), and a
+keyframe shows none of them. What is shown is what the user's `conf` calls an object.
 
 Example:
     >>> import numpy as np, supervision as sv
@@ -82,7 +85,7 @@ import numpy as np
 import supervision as sv
 
 from ..frame import TRACK_CLASS_ID, TRACK_CLASS_NAME, Frame, empty_detections
-from .base import MIN_BOX_PX, Tracker, clip_to_frame
+from .base import MIN_BOX_PX, Tracker, clip_to_frame, confident, weak_mask
 from .history import FrameHistory, FrameStep
 from .keyframe_objects import keyframe_objects
 from .labels import LabelVotes
@@ -428,6 +431,9 @@ class KeyframeTracker(Tracker):
         states[~hit & (states == TENTATIVE)] = REMOVED
         states[(states == LOST) & (now - tracks.last_seen > self.lost_s)] = REMOVED
         self._apply(tracks, rows, found, cols, now)
+        weak = weak_mask(detections)
+        if weak is not None:  # a track the detector saw under its `conf` is kept, not shown: lost, found where it was
+            states[rows[weak[cols]]] = LOST
 
         new = high[found.scores[high] >= self.new_track_score]
         born = self._start(found, new, now, first_keyframe)
@@ -437,6 +443,8 @@ class KeyframeTracker(Tracker):
         self.labels.keep(tracks.ids)
         self.signals.births, self.signals.losses = len(born), int(missed.sum())
         self._note_motion(tracks, self.signals.untracked_motion)
+        if weak is not None:
+            detections, shown = confident(detections), shown[~weak]
         return tracks, keyframe_objects(detections, shown, tracks, *self._frame_size)
 
     def _apply(self, tracks: TrackTable, rows: np.ndarray, found: Found, cols: np.ndarray, now: float) -> None:
@@ -480,6 +488,7 @@ class _Replay:
 
 
 def _untracked(detections: sv.Detections) -> sv.Detections:
-    """Detections handed back as they are, id -1 (a result the tracker could not apply)."""
+    """Detections handed back as they are (but the weak ones), id -1 (a result the tracker could not apply)."""
+    detections = confident(detections)
     detections.tracker_id = np.full(len(detections), -1, dtype=np.int64)
     return detections
