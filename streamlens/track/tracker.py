@@ -59,9 +59,10 @@ track carried by prediction alone needs on its second keyframe, the buffer such 
 with, and how long a lost track waits (chosen by leave-one-out on MOTChallenge sequences, see the
 constants). In a pipeline, `build_tracker` sets the confident and new-track scores to the detector's
 own `conf`, and a neural detector reports its boxes down to `low_score` for the second stage, flagged
-weak (`frame.WEAK`) where they are under `conf`: a track matched by a weak box only is kept but not
-shown (it is lost on that keyframe, its box corrected and its `lost_s` wait started again), and a
-keyframe shows none of them. What is shown is what the user's `conf` calls an object.
+weak (`frame.WEAK`) where they are under `conf`: a track matched by a weak box only is corrected to
+it but not shown (lost on that keyframe; its `lost_s` wait still runs from its last box at `conf`),
+and a keyframe shows none of them. What is shown is what the user's `conf` calls an object, and a
+track is never gone longer than `lost_s` before it comes back with its id.
 
 Example:
     >>> import numpy as np, supervision as sv
@@ -430,10 +431,14 @@ class KeyframeTracker(Tracker):
         states[missed] = LOST
         states[~hit & (states == TENTATIVE)] = REMOVED
         states[(states == LOST) & (now - tracks.last_seen > self.lost_s)] = REMOVED
-        self._apply(tracks, rows, found, cols, now)
         weak = weak_mask(detections)
-        if weak is not None:  # a track the detector saw under its `conf` is kept, not shown: lost, found where it was
-            states[rows[weak[cols]]] = LOST
+        if weak is not None:
+            by_weak = rows[weak[cols]]
+            seen_before = tracks.last_seen[by_weak].copy()
+        self._apply(tracks, rows, found, cols, now)
+        if weak is not None:  # seen under `conf`: kept where that box is, not shown, its wait not restarted
+            tracks.last_seen[by_weak] = seen_before
+            states[by_weak] = np.where(now - seen_before > self.lost_s, REMOVED, LOST)
 
         new = high[found.scores[high] >= self.new_track_score]
         born = self._start(found, new, now, first_keyframe)
