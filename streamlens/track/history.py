@@ -39,6 +39,16 @@ class FrameStep:
     cut: bool = False
 
 
+@dataclass(slots=True)
+class Replay:
+    """The frames after a late keyframe, being redone from their stored motion."""
+
+    tracks: TrackTable      # the tracks as far as the replay has come
+    previous: FrameStep     # the last step redone (first: the keyframe's)
+    later: list[FrameStep]  # every step after the keyframe's, oldest first
+    done: int = 0           # how many of `later` are redone
+
+
 class FrameHistory:
     """The last `max_frames` `FrameStep`s of a stream, oldest first."""
 

@@ -59,9 +59,9 @@ track carried by prediction alone needs on its second keyframe, the buffer such 
 with, and how long a lost track waits (chosen by leave-one-out on MOTChallenge sequences, see the
 constants). In a pipeline, `build_tracker` sets the confident and new-track scores to the detector's
 own `conf`, and a neural detector reports its boxes down to `low_score` for the second stage, flagged
-weak (`frame.WEAK`) where they are under `conf`: a track matched by a weak box only is corrected to
-it but not shown (lost on that keyframe; its `lost_s` wait still runs from its last box at `conf`),
-and a keyframe shows none of them. What is shown is what the user's `conf` calls an object, and a
+weak (`frame.WEAK`) where they are under `conf`: a track matched by a weak box only is moved to it
+and otherwise missed (lost on that keyframe, not shown; its score, class, label and `lost_s` wait
+are those of its last box at `conf`), and a keyframe shows none of them. What is shown is what the user's `conf` calls an object, and a
 track is never gone longer than `lost_s` before it comes back with its id.
 
 Example:
@@ -87,7 +87,7 @@ import supervision as sv
 
 from ..frame import TRACK_CLASS_ID, TRACK_CLASS_NAME, Frame, empty_detections
 from .base import MIN_BOX_PX, Tracker, clip_to_frame, confident, weak_mask
-from .history import FrameHistory, FrameStep
+from .history import FrameHistory, FrameStep, Replay
 from .keyframe_objects import keyframe_objects
 from .labels import LabelVotes
 from .kalman import BoxKalmanFilter, xywh_to_xyxy, xyxy_to_xywh
@@ -207,7 +207,7 @@ class KeyframeTracker(Tracker):
         #: keyframe results not applied: older than the last one applied, or than the history
         self.stale_updates = 0
         self._history = FrameHistory(max_frames=math.ceil(history_s * self.fps) + 1)
-        self._replay: _Replay | None = None  # a late keyframe's replay not finished yet
+        self._replay: Replay | None = None  # a late keyframe's replay not finished yet
         self._next_id = 1
         self._last_pts: float | None = None
         self._last_clock = 0.0
@@ -248,7 +248,7 @@ class KeyframeTracker(Tracker):
         tracks, output = self._correct(step.tracks, detections, step.time)
         step.tracks, step.corrected = tracks, True
         self._last_corrected = self.signals.keyframe = frame.index
-        self._replay = _Replay(tracks, step, list(self._history.since(step.index)))
+        self._replay = Replay(tracks, step, list(self._history.since(step.index)))
         if catch_up:
             self.catch_up()
         return output
@@ -432,15 +432,19 @@ class KeyframeTracker(Tracker):
         states[~hit & (states == TENTATIVE)] = REMOVED
         states[(states == LOST) & (now - tracks.last_seen > self.lost_s)] = REMOVED
         weak = weak_mask(detections)
-        if weak is not None:
-            by_weak = rows[weak[cols]]
-            seen_before = tracks.last_seen[by_weak].copy()
-        self._apply(tracks, rows, found, cols, now)
-        if weak is not None:  # seen under `conf`: kept where that box is, not shown, its wait not restarted
-            tracks.last_seen[by_weak] = seen_before
-            states[by_weak] = np.where(now - seen_before > self.lost_s, REMOVED, LOST)
+        by_weak = np.zeros(len(rows), bool) if weak is None else weak[cols]
+        if by_weak.any():  # seen under `conf` only: moved to that box, otherwise missed (lost, not shown)
+            held = rows[by_weak]
+            self._nudge(tracks, held, found.boxes[cols[by_weak]])
+            newly = held[states[held] == CONFIRMED]
+            states[newly] = LOST
+            missed[newly] = True
+            states[held[states[held] == TENTATIVE]] = REMOVED  # (`high_score` set under `conf`) as if missed
+        self._apply(tracks, rows[~by_weak], found, cols[~by_weak], now)
 
         new = high[found.scores[high] >= self.new_track_score]
+        if weak is not None:
+            new = new[~weak[new]]  # a weak box never starts a track, whatever `high_score` says
         born = self._start(found, new, now, first_keyframe)
         shown = np.full(len(found.scores), -1, np.int64)  # per detection, its track's id
         shown[cols], shown[new] = tracks.ids[rows], born.ids
@@ -467,6 +471,13 @@ class KeyframeTracker(Tracker):
         tracks.last_seen[rows] = now
         tracks.motion_quality[rows] = 1.0
 
+    def _nudge(self, tracks: TrackTable, rows: np.ndarray, boxes: np.ndarray) -> None:
+        """Correct the tracks at `rows` to the detector's weak `boxes`: where they are, nothing else
+        (their score, class, label and last sighting stay those of their last box at `conf`)."""
+        tracks.means[rows], tracks.covs[rows] = self.kalman.update(tracks.means[rows], tracks.covs[rows],
+                                                                   xyxy_to_xywh(boxes))
+        tracks.motion_quality[rows] = 1.0
+
     def _start(self, found: Found, cols: np.ndarray, now: float, confirmed: bool) -> TrackTable:
         """New tracks from the detections at `cols`."""
         means, covs = self.kalman.initiate(xyxy_to_xywh(found.boxes[cols]))
@@ -480,16 +491,6 @@ class KeyframeTracker(Tracker):
                           seen_names=found.class_names[cols], scores=found.scores[cols].astype(np.float32),
                           hits=np.ones(count, np.int64), born=np.full(count, now), last_seen=np.full(count, now),
                           motion_quality=np.ones(count))
-
-
-@dataclass(slots=True)
-class _Replay:
-    """The frames after a late keyframe, being redone from their stored motion."""
-
-    tracks: TrackTable      # the tracks as far as the replay has come
-    previous: FrameStep     # the last step redone (first: the keyframe's)
-    later: list[FrameStep]  # every step after the keyframe's, oldest first
-    done: int = 0           # how many of `later` are redone
 
 
 def _untracked(detections: sv.Detections) -> sv.Detections:
