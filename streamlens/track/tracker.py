@@ -59,10 +59,10 @@ track carried by prediction alone needs on its second keyframe, the buffer such 
 with, and how long a lost track waits (chosen by leave-one-out on MOTChallenge sequences, see the
 constants). In a pipeline, `build_tracker` sets the confident and new-track scores to the detector's
 own `conf`, and a neural detector reports its boxes down to `low_score` for the second stage, flagged
-weak (`frame.WEAK`) where they are under `conf`: a track matched by a weak box only is moved to it
-and otherwise missed (lost on that keyframe, not shown; its score, class, label and `lost_s` wait
-are those of its last box at `conf`), and a keyframe shows none of them. What is shown is what the user's `conf` calls an object, and a
-track is never gone longer than `lost_s` before it comes back with its id.
+weak (`frame.WEAK`) under `conf`: a track matched by a weak box only is moved to it and otherwise
+missed (lost, not shown; its score, class, label and `lost_s` wait are those of its last box at
+`conf`); a keyframe shows none of them. What is shown is what the user's `conf` calls an object, and
+a track is never gone longer than `lost_s` before it comes back with its id.
 
 Example:
     >>> import numpy as np, supervision as sv
