@@ -111,6 +111,18 @@ class Recording(Detector):
         self.inner.close()
 
 
+def recorded_detectors(monkeypatch) -> list[Recording]:
+    """The pipeline's detectors, each wrapped in a `Recording` as the runtime builds it."""
+    recorders: list[Recording] = []
+
+    def recording(cfg, weak_floor=None):
+        recorders.append(Recording(build_detector(cfg, weak_floor)))
+        return recorders[-1]
+
+    monkeypatch.setattr(runtime, "build_detector", recording)
+    return recorders
+
+
 def rows(xyxy, scores, classes, size: tuple[int, int] = (WIDTH, HEIGHT)) -> list[tuple]:
     """Boxes as sorted rows (x1, y1, x2, y2, score, class), clipped to the frame as published."""
     xyxy = np.clip(np.asarray(xyxy, np.float64).reshape(-1, 4), 0, [*size, *size])
@@ -122,13 +134,7 @@ def test_in_the_pipeline_every_keyframe_publishes_exactly_its_detections(tmp_pat
     """File mode, the real pipeline: every published keyframe's boxes and scores are the detector's
     on that frame (the motion detector on samples/traffic.mp4: boxes of several sizes, some at the
     frame's edge), its tracked boxes with their tracks' ids; frames between carry tracks only."""
-    recorders = []
-
-    def recording(cfg, weak_floor=None):
-        recorders.append(Recording(build_detector(cfg, weak_floor)))
-        return recorders[-1]
-
-    monkeypatch.setattr(runtime, "build_detector", recording)
+    recorders = recorded_detectors(monkeypatch)
     path = write_pipeline(tmp_path, f"""
 sources: [{{name: cam1, uri: {SAMPLE}}}]
 detector: {{backend: motion}}
@@ -162,13 +168,7 @@ def test_with_a_neural_detector_a_keyframe_publishes_its_boxes_at_conf_and_never
     model = DATA / "models" / "yolox_nano" / "yolox_nano.onnx"
     if not model.is_file():
         pytest.skip(f"{model} not found: the real YOLOX-Nano model lives in ../shared/data outside the repository")
-    recorders = []
-
-    def recording(cfg, weak_floor=None):
-        recorders.append(Recording(build_detector(cfg, weak_floor)))
-        return recorders[-1]
-
-    monkeypatch.setattr(runtime, "build_detector", recording)
+    recorders = recorded_detectors(monkeypatch)
     path = write_pipeline(tmp_path, f"""
 sources: [{{name: cam1, uri: {need_video("highway_720p30.mp4")}}}]
 detector: {{backend: onnx, model: {model}, conf: 0.3, classes: [2, 5, 7], resize: bucket}}
