@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -55,6 +54,12 @@ MODEL, NAMES = "models/yolox_nano/yolox_nano.onnx", "models/yolox_nano/coco_clas
 CLIPS = {"highway_320x240.avi": "highway_yolox.yaml", "highway_720p30.mp4": "highway_yolox.yaml",
          "highway_1080p30.mp4": "highway_yolox.yaml", "road_topdown_640x360.avi": "highway_yolox.yaml",
          "person_indoor_768x432.mp4": "indoor_yolox.yaml", "street_night_1080p_8frames.mp4": "indoor_yolox.yaml"}
+
+
+def _cpu() -> str:
+    from streamlens.bench.probe import machine
+
+    return machine()["cpu"]
 
 
 def sections(pipeline: str, data: Path, resize: str) -> tuple[dict, dict]:
@@ -202,7 +207,7 @@ def write_page(data: dict, out: Path) -> None:
     title = "" if data["resize"] == "bucket" else f", on a fixed-size input (`resize: {data['resize']}`)"
     lines = [f"# Detection where things move (`detector.regions: motion`){title}", "",
              f"Command: `{data['command']}` ({data['seconds']:.0f} s)  ",
-             f"Machine: {data['machine']}, {data['cores']} cores shared with other work (load average "
+             f"Machine: {data['machine']}, {data['cores']} cores (load average "
              f"{data['load']} at the start); date {data['date']}, commit {data['commit']}  ",
              f"Detector: YOLOX-Nano (../shared/data), onnxruntime, `resize: {data['resize']}`, one thread, the "
              "detector and keyframes of pipelines/highway_yolox.yaml (traffic clips) or indoor_yolox.yaml "
@@ -295,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             clips[name] = clip
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
     data = {"command": " ".join(["python tools/bench_regions.py", *(argv if argv is not None else sys.argv[1:])]),
-            "seconds": time.monotonic() - started, "machine": platform.processor() or platform.machine(),
+            "seconds": time.monotonic() - started, "machine": _cpu(),
             "cores": __import__("os").cpu_count(), "load": load, "resize": args.resize, "max_drop": args.max_drop,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "commit": commit.strip(), "clips": clips,

@@ -160,12 +160,9 @@ sinks: []
 
 def machine() -> str:
     """The CPU's model name, how many CPUs this process sees, and whether torch sees a GPU."""
-    name = platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
-    except OSError:
-        pass
+    from streamlens.bench.probe import machine as probe_machine
+
+    name = probe_machine()["cpu"]
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"

@@ -274,14 +274,9 @@ def run_phase(subscribers: int, items: list, *, rate: float | None, hwm: int, pe
 def machine() -> str:
     import zmq
 
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from streamlens.bench.probe import machine as probe_machine
+
+    model = probe_machine()["cpu"]
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return (f"{os.cpu_count()} CPU(s), {model}; load average {load} at start; Python "
             f"{platform.python_version()}, pyzmq {zmq.pyzmq_version()}, libzmq {zmq.zmq_version()}")
