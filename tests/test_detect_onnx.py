@@ -88,6 +88,8 @@ def test_with_a_weak_floor_the_boxes_at_conf_are_the_same_and_the_weaker_ones_co
         assert kept.confidence.tolist() == plain.confidence.tolist()
         weak += int(flags.sum())
     assert weak > 30  # YOLOX-Nano's cars straddle its threshold: weak boxes there are
+    # it keeps a box scoring above `conf`: one at `conf` exactly is weak
+    assert floored.under_conf(np.array([0.3, 0.3001], np.float32)).tolist() == [True, False]
 
 
 def nearest_car(detections, box: np.ndarray) -> np.ndarray | None:

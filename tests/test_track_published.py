@@ -93,6 +93,17 @@ def test_a_track_seen_weakly_is_kept_out_of_sight_and_found_again_with_its_id(mo
     assert set(hidden) == {0} and set(ids) == {2}
     hidden, ids = run(weak_boxes=True, strong_again=105)  # 3 s of weak boxes only
     assert set(hidden) == {0} and set(ids) == {2}
+    # keyframes 3 s apart: one weak box after `lost_s` keeps nothing either
+    sparse = KeyframeTracker(motion, 30, high_score=0.5, low_score=0.1, new_track_score=0.5, coast_s=0.4)
+    sparse.update(frame(0), found([walker(12)], [0.9]))
+    weak = found([walker(12)], [0.3])
+    weak.data[WEAK] = np.array([True])
+    for index in range(1, 90):
+        sparse.propagate(frame(index))
+    assert len(sparse.update(frame(90), weak)) == 0 and len(sparse.propagate(frame(91))) == 0
+    for index in range(92, 180):
+        sparse.propagate(frame(index))
+    assert sparse.update(frame(180), found([walker(12)], [0.9])).tracker_id.tolist() == [2]
 
 
 class Recording(Detector):

@@ -120,5 +120,9 @@ class NeuralDetector(Detector):
                                            apply_nms=not self.nms_done, max_det=self.max_det,
                                            agnostic=self.agnostic_nms)
                 if self.threshold < self.conf:  # NMS keeps the same boxes at `conf`: a box only suppresses weaker ones
-                    results[i].data[WEAK] = results[i].confidence < self.conf
-        return results  # type: ignore[return-value]
+                    results[i].data[WEAK] = self.under_conf(results[i].confidence)
+        return results
+
+    def under_conf(self, scores: np.ndarray) -> np.ndarray:
+        """Which of `scores` the detector would not keep at `conf` alone: it keeps a box scoring above it."""
+        return ~(scores > self.conf)  # type: ignore[return-value]

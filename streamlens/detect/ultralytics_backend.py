@@ -269,6 +269,10 @@ class UltralyticsDetector(NeuralDetector):
                                   protos.shape[-1] / chunk[0].input_size[0] if protos is not None else 1.0))
         return out
 
+    def under_conf(self, scores: np.ndarray) -> np.ndarray:
+        """As `NeuralDetector.under_conf`, in the precision the model's NMS compares in (FP16 with `half`)."""
+        return ~(scores > (np.float16(self.conf) if self.fp16 else self.conf))
+
     def _rtdetr_candidates(self, chunk: list[PreparedInput], raw) -> list[Candidates]:
         """RT-DETR: [B, K, 6] of cx cy w h (0-1 of the input), score, class; no NMS."""
         raw = raw[0] if isinstance(raw, (list, tuple)) else raw

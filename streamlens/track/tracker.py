@@ -60,9 +60,9 @@ with, and how long a lost track waits (chosen by leave-one-out on MOTChallenge s
 constants). In a pipeline, `build_tracker` sets the confident and new-track scores to the detector's
 own `conf`, and a neural detector reports its boxes down to `low_score` for the second stage, flagged
 weak (`frame.WEAK`) under `conf`: a track matched by a weak box only is moved to it and otherwise
-missed (lost, not shown; its score, class, label and `lost_s` wait are those of its last box at
-`conf`); a keyframe shows none of them. What is shown is what the user's `conf` calls an object, and
-a track is never gone longer than `lost_s` before it comes back with its id.
+missed (lost, shown only as `coast_s` shows a missed track; its score, class, label and `lost_s` wait
+are those of its last box at `conf`); a keyframe shows none of them. What is shown is what the user's
+`conf` calls an object, and no track is gone longer than `lost_s` before it comes back with its id.
 
 Example:
     >>> import numpy as np, supervision as sv
@@ -430,7 +430,6 @@ class KeyframeTracker(Tracker):
         missed = ~hit & was_confirmed
         states[missed] = LOST
         states[~hit & (states == TENTATIVE)] = REMOVED
-        states[(states == LOST) & (now - tracks.last_seen > self.lost_s)] = REMOVED
         weak = weak_mask(detections)
         by_weak = np.zeros(len(rows), bool) if weak is None else weak[cols]
         if by_weak.any():  # seen under `conf` only: moved to that box, otherwise missed (lost, not shown)
@@ -440,6 +439,7 @@ class KeyframeTracker(Tracker):
             states[newly] = LOST
             missed[newly] = True
             states[held[states[held] == TENTATIVE]] = REMOVED  # (`high_score` set under `conf`) as if missed
+        states[(states == LOST) & (now - tracks.last_seen > self.lost_s)] = REMOVED
         self._apply(tracks, rows[~by_weak], found, cols[~by_weak], now)
 
         new = high[found.scores[high] >= self.new_track_score]
