@@ -457,17 +457,15 @@ def test_with_two_engines_the_page_and_metrics_show_both_engines_secondary_figur
     """`streamlens run` over two engines (the default on two cores or more; here asked for): the
     secondary models run in the engines, and /api/stats and /metrics show their figures summed, as
     one run's (streamlens/scale/figures.py)."""
-    import socket
     import subprocess
     import sys
     import urllib.error
     import urllib.request
 
     from .test_web_page import wait_for
+    from .test_workers import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     sample = REPO / "samples" / "traffic.mp4"
     path = pipeline(tmp_path, f"[{{name: colour, kind: classify, model: {colour_model}, min_size: 8}}]",
                     more=f"runtime: {{workers: 2, http: {{port: {port}}}}}")

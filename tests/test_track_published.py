@@ -104,6 +104,10 @@ def test_a_track_seen_weakly_is_kept_out_of_sight_and_found_again_with_its_id(mo
     for index in range(92, 180):
         sparse.propagate(frame(index))
     assert sparse.update(frame(180), found([walker(12)], [0.9])).tracker_id.tolist() == [2]
+    # weak whatever its score: with `high_score` under it, a weak box still starts no track
+    low_high = KeyframeTracker(motion, 30, high_score=0.2, low_score=0.1, new_track_score=0.2)
+    assert len(low_high.update(frame(0), weak)) == 0 and len(low_high.propagate(frame(1))) == 0
+    assert len(low_high.tracks) == 0
 
 
 class Recording(Detector):
@@ -201,3 +205,47 @@ tracker: {{motion: mv}}
                     xyxy[strong], scores[strong], classes[strong], (1280, 720)), item.frame.index
     assert keyframes == 180
     assert sum(int((v[1] < 0.3).sum()) for v in recorders[0].seen.values()) > 100  # weak boxes were reported
+
+
+def test_a_real_rtsp_camera_with_the_defaults_publishes_nothing_under_conf(tmp_path, monkeypatch):
+    """A camera of a real RTSP server (GStreamer's, the highway clip), decoded in its worker process
+    as cameras are by default, live keyframes (any whose detections come late goes out by motion and
+    they are applied when they come), YOLOX-Nano at conf 0.3 and the `mv` tracker with their defaults: the
+    detector reports weak boxes for the tracker, and no published object, on a keyframe or between,
+    scores at or under `conf`; a keyframe published with its detections shows exactly those above it."""
+    from .conftest import DATA, need_video
+    from .rtsp_server import GstRtspServer, gst_missing
+
+    model = DATA / "models" / "yolox_nano" / "yolox_nano.onnx"
+    if not model.is_file():
+        pytest.skip(f"{model} not found: the real YOLOX-Nano model lives in ../shared/data outside the repository")
+    reason = gst_missing()
+    if reason:
+        pytest.skip(reason)
+    recorders = recorded_detectors(monkeypatch)
+    with GstRtspServer({"cam": need_video("highway_720p30.mp4")}, tmp_path) as server:
+        path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam, uri: '{server.url("cam")}'}}]
+detector: {{backend: onnx, model: {model}, conf: 0.3, classes: [2, 5, 7], resize: bucket}}
+tracker: mv
+""")
+        published = keyframes = 0
+        with streamlens.Pipeline.from_yaml(path) as pipeline:
+            for item in pipeline.results():
+                if not isinstance(item, FrameResult):
+                    continue
+                published += 1
+                det = item.detections
+                assert (det.confidence > 0.3).all(), (item.frame.index, det.confidence)
+                if item.keyframe:
+                    keyframes += 1
+                    xyxy, scores, classes = recorders[0].seen[item.frame.index]
+                    strong = scores > 0.3
+                    assert rows(det.xyxy, det.confidence, det.class_id, (1280, 720)) == rows(
+                        xyxy[strong], scores[strong], classes[strong], (1280, 720)), item.frame.index
+                if published >= 240:
+                    break
+            pipeline.stop()
+            print("late keyframes:", pipeline.stats["cam"].late_keyframes)
+    assert keyframes > 10
+    assert sum(int((v[1] <= 0.3).sum()) for v in recorders[0].seen.values()) > 20  # weak boxes were reported

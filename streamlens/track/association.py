@@ -52,12 +52,13 @@ GATED_SIZE_RATIO = 1.5
 
 def match_stages(states: np.ndarray, buffered: np.ndarray, iou: np.ndarray, scores: np.ndarray,
                  high_score: float, low_score: float, match_iou: float, low_match_iou: float,
-                 tentative_match_iou: float, distance: np.ndarray | None = None
+                 tentative_match_iou: float, distance: np.ndarray | None = None, weak: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The matches of tracks (their `states`) with detections (their `scores`), in ByteTrack's
     stages, from two overlap matrices (tracks x detections): `buffered` (the boxes of blind tracks
     grown, see `matching.buffered_iou`) and plain `iou`. Returns the matched rows and columns, and
-    the confident detections left (which may start tracks).
+    the confident detections left (which may start tracks). `weak` (per detection, or None): the
+    detector's weak boxes (`frame.WEAK`), weak whatever their score says: they only ever take stage 2.
 
     1. confident detections against confirmed and lost tracks, `buffered` >= `match_iou` (times the
        detection's score with `FIRST_STAGE_BY_SCORE`);
@@ -71,8 +72,9 @@ def match_stages(states: np.ndarray, buffered: np.ndarray, iou: np.ndarray, scor
        `distance` <= `TENTATIVE_GATE` (see there).
     """
     was_confirmed = states == CONFIRMED
-    high = np.flatnonzero(scores >= high_score)
-    low = np.flatnonzero((scores >= low_score) & (scores < high_score))
+    confident = scores >= high_score if weak is None else (scores >= high_score) & ~weak
+    high = np.flatnonzero(confident)
+    low = np.flatnonzero((scores >= low_score) & ~confident)
     weighted = buffered * scores[None, :]  # a less sure detection needs more overlap
 
     # 1. confident detections against confirmed and lost tracks

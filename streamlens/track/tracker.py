@@ -423,28 +423,25 @@ class KeyframeTracker(Tracker):
             held = np.maximum(tracks.means[:, None, 2:4], 1.0)
             ratio = np.maximum(held / sizes, sizes / held).max(axis=2)
             distance[ratio > association.GATED_SIZE_RATIO] = np.inf  # a box's size changes slowly
+        weak = weak_mask(detections)
         rows, cols, high = match_stages(states, buffered, iou, found.scores, self.high_score, self.low_score,
-                                        self.match_iou, self.low_match_iou, self.tentative_match_iou, distance)
+                                        self.match_iou, self.low_match_iou, self.tentative_match_iou, distance, weak)
         hit = np.zeros(len(tracks), bool)
         hit[rows] = True
         missed = ~hit & was_confirmed
         states[missed] = LOST
         states[~hit & (states == TENTATIVE)] = REMOVED
-        weak = weak_mask(detections)
         by_weak = np.zeros(len(rows), bool) if weak is None else weak[cols]
         if by_weak.any():  # seen under `conf` only: moved to that box, otherwise missed (lost, not shown)
             held = rows[by_weak]
             self._nudge(tracks, held, found.boxes[cols[by_weak]])
-            newly = held[states[held] == CONFIRMED]
+            newly = held[states[held] == CONFIRMED]  # (stage 2 matches no tentative track)
             states[newly] = LOST
             missed[newly] = True
-            states[held[states[held] == TENTATIVE]] = REMOVED  # (`high_score` set under `conf`) as if missed
         states[(states == LOST) & (now - tracks.last_seen > self.lost_s)] = REMOVED
         self._apply(tracks, rows[~by_weak], found, cols[~by_weak], now)
 
         new = high[found.scores[high] >= self.new_track_score]
-        if weak is not None:
-            new = new[~weak[new]]  # a weak box never starts a track, whatever `high_score` says
         born = self._start(found, new, now, first_keyframe)
         shown = np.full(len(found.scores), -1, np.int64)  # per detection, its track's id
         shown[cols], shown[new] = tracks.ids[rows], born.ids
