@@ -66,6 +66,21 @@ class CurveConfig(_Keys):
                                                          "that knows the server's public key)")
 
 
+class PeersConfig(_Keys):
+    """What the peers of a zmq sink's socket may do (see streamlens/wire/peers.py): past a bound, a
+    peer is refused at its handshake or disconnected, and counted."""
+
+    max_peers: int = Field(512, ge=1, le=65536, description="connections at once; one more is refused")
+    subscriptions: int = Field(256, ge=1, le=65536,
+                               description="subscriptions one peer may send (its byte allowance); past "
+                                           "them it is disconnected and its address refused for cooldown_s")
+    topics: int = Field(4096, ge=1, le=1 << 20,
+                        description="distinct topics passed on to the engines (several engines) or counted")
+    cooldown_s: float = Field(10.0, ge=0, le=MAX_SECONDS,
+                              description="how long an address that flooded is refused (doubled each time "
+                                          "again, up to 300 s)")
+
+
 class ZmqSinkConfig(_Sink):
     """Results over ZeroMQ (see streamlens/sinks/zmq.py)."""
 
@@ -83,6 +98,7 @@ class ZmqSinkConfig(_Sink):
                                          description="push: how long a send may wait for the consumer")
     linger_ms: int | None = Field(None, ge=0, le=int(MAX_MS), description="how long closing waits to deliver")
     curve: CurveConfig | None = None
+    peers: PeersConfig = Field(default_factory=PeersConfig, description="bounds on the socket's peers")
 
     @field_validator("endpoint")
     @classmethod

@@ -69,6 +69,10 @@ class FanOut:
     def sinks(self) -> list[Sink]:
         return self._queued + [entry.sink for entry in self._inline]
 
+    def refusals(self) -> dict[str, dict[str, int]]:
+        """Peers each sink refused or disconnected, by its key path and the reason; those with any."""
+        return {sink.where or sink.name: refused for sink in self.sinks if (refused := sink.refusals())}
+
     def threads(self) -> list[threading.Thread]:
         """One thread per queued sink, not started."""
         return [threading.Thread(target=self._run, args=(s, ch), name=f"sink-{s.name}", daemon=True)

@@ -194,6 +194,10 @@ class Pipeline:
         sinks = self._out.sinks if self._out is not None else []
         return {s.where: s.endpoint for s in sinks if s.where and isinstance(getattr(s, "endpoint", None), str)}
 
+    def peer_refusals(self) -> dict[str, dict[str, int]]:
+        """Peers each zmq sink refused or disconnected, by key path and reason (wire/peers.py)."""
+        return self._out.refusals() if self._out is not None else {}
+
     def secondary_stats(self) -> dict:
         """Per `secondary` entry: looks answered (`calls`), tracks looked at, looks per track, crops
         computed and found in the cache, its hit rate, mean batch, ms per computed crop, crops dropped;

@@ -146,6 +146,14 @@ class Collector:
                 family.add_metric(labels, buckets, hist.sum_ms / 1000)
         yield from (frames, keyframes, late, objects, dropped, lost, shed, deferred, displaced, discarded, depth, fps, up,
                     ended, stretch, waiting, shed_share, latency, stages, detect)
+        refused = CounterMetricFamily("streamlens_zmq_refused",
+                                      "Peers of a zmq sink refused at their handshake or disconnected, and topics "
+                                      "a relay did not pass on, by reason: flood, peers, cooldown, key, topics",
+                                      labels=["sink", "reason"])
+        for where, reasons in self.pipeline.peer_refusals().items():
+            for reason, n in reasons.items():
+                refused.add_metric([where, reason], n)
+        yield refused
         restarts = getattr(self.pipeline, "engine_restarts", None)  # runtime.workers: the supervisor's
         if restarts is not None:
             family = CounterMetricFamily("streamlens_engine_restarts", "Times an engine was started again after it died",

@@ -47,6 +47,11 @@ class RunView(Protocol):
         their detections, share of frames shed); None where none watches it."""
         ...
 
+    def peer_refusals(self) -> dict[str, dict[str, int]]:
+        """Peers each zmq sink refused at their handshake or disconnected (and topics a relay did not
+        pass on), by the sink's key path and the reason (streamlens/wire/peers.py)."""
+        ...
+
     def secondary_stats(self) -> dict:
         """The secondary models' figures by `secondary` entry, the cache's own under `cache`; empty
         where none run in this process."""

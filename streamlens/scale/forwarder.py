@@ -1,8 +1,13 @@
 """The supervisor's forwarders: each sink of the file (but video sinks) fed by every engine.
 
 A zmq sink's endpoint is bound here, and its forwarder joins the engines' shares into it (pub:
-XSUB to XPUB, subscriptions passed upstream and nothing else, none over `MAX_UPSTREAM_BYTES`; push: PULL to PUSH, each message waiting for a
-consumer at most the sink's `send_timeout_s`); a jsonl, mqtt or webhook sink is written here from
+XSUB to XPUB; push: PULL to PUSH, each message waiting for a consumer at most the sink's
+`send_timeout_s`). The bound socket's peers are held to the sink's `peers` bounds
+(streamlens/wire/peers.py). Upstream, pub passes the engines subscriptions and nothing else, each
+distinct topic once (when its first subscriber takes it; its unsubscription when its last one
+leaves), only topics that can match the contract, at most `peers.topics` of them (more are
+refused, counted as `topics`), none over `MAX_UPSTREAM_BYTES`: what the engines keep stays small
+whatever the subscribers do. a jsonl, mqtt or webhook sink is written here from
 what the engines push to it (`WRITTEN_HERE`).
 """
 
@@ -20,6 +25,7 @@ from ..config import SinkConfig
 from ..frame import Snapshot as EventSnapshot
 from ..frame import StreamEnd
 from ..wire.codec import MAX_DOWNSTREAM_BYTES, MAX_UPSTREAM_BYTES, encode, is_subscription
+from ..wire.peers import TopicTable
 from ..wire.schema import eos_message, topic
 from ..wire.keys import RunKeys
 from .engine_config import WRITTEN_HERE
@@ -52,20 +58,21 @@ class Forwarder:
         self.sink, self.where = sink, where
         self.ctx = zmq.Context()
         self.dropped = 0
+        pub = sink.type == "zmq" and sink.mode == "pub"
         #: the line that says why the sink written here failed (then what comes is dropped), or None
         self.error: str | None = None
         #: the last time (time.monotonic()) nothing was left to forward: whatever a dead engine had
         #: sent before then has been forwarded, and its restart may publish without its messages
         #: coming out interleaved with the old ones
         self.caught_up_at = 0.0
-        self._auth = None
+        self._guard = None  # the bound socket's PeerGuard
+        self._topics = TopicTable(sink.peers.topics) if pub else None
         self._sink = None  # a sink written here
         self._joined: dict[int, str] = {}  # engine -> the endpoint its share comes from
         self._joins: queue.SimpleQueue = queue.SimpleQueue()
         self._ends: queue.SimpleQueue = queue.SimpleQueue()  # stream ends no engine will send (`end`)
         self._finishing = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"forward-{where}", daemon=True)
-        pub = sink.type == "zmq" and sink.mode == "pub"
         self.front = self.ctx.socket(zmq.XSUB if pub else zmq.PULL)
         self.front.setsockopt(zmq.MAXMSGSIZE, MAX_DOWNSTREAM_BYTES)
         if keys is not None:  # the engines are Ray actors: their sockets admit this key only (ray.py)
@@ -92,19 +99,18 @@ class Forwarder:
             self._sink = build_sink(sink, {}, where=self.where)
             self._sink.open()
         else:
-            from ..sinks.zmq import DEFAULT_LINGER_MS, DEFAULT_SEND_TIMEOUT_S, secure
+            from ..sinks.zmq import DEFAULT_LINGER_MS, DEFAULT_SEND_TIMEOUT_S, guard
 
             self.back = self.ctx.socket(zmq.XPUB if sink.mode == "pub" else zmq.PUSH)
             self.back.sndhwm = sink.hwm
             self.back.linger = sink.linger_ms if sink.linger_ms is not None else DEFAULT_LINGER_MS[sink.mode]
-            if sink.mode == "pub":
-                self.back.setsockopt(zmq.XPUB_VERBOSER, 1)  # every subscription reaches the engines
+            if sink.mode == "pub":  # not verbose: each topic comes once (see the module)
                 self.back.setsockopt(zmq.MAXMSGSIZE, MAX_UPSTREAM_BYTES)  # more: the peer is dropped
             else:
                 self.back.sndtimeo = int(1000 * (sink.send_timeout_s or DEFAULT_SEND_TIMEOUT_S))
             try:
-                if sink.curve is not None:
-                    self._auth = secure(self.ctx, self.back, sink.curve.model_dump())
+                curve = sink.curve.model_dump() if sink.curve is not None else None
+                self._guard = guard(self.ctx, self.back, self.where, sink.peers, curve)
                 self.back.bind(sink.endpoint)
             except zmq.ZMQError as e:
                 raise SinkError(f"{self.where}.endpoint: cannot bind {sink.endpoint}: {zmq.strerror(e.errno)}") from None
@@ -125,7 +131,7 @@ class Forwarder:
             if self.back is not None and self.back in events:
                 upstream = self.back.recv_multipart()
                 if is_subscription(upstream):  # a peer that speaks XSUB may send anything else
-                    self.front.send_multipart(upstream)
+                    self._subscription(upstream[0])
             if self.front in events:
                 idle_since = None
                 parts = self.front.recv_multipart()
@@ -145,6 +151,20 @@ class Forwarder:
                 if time.monotonic() - idle_since >= DRAIN_IDLE_S:
                     self._take_ends()
                     return
+
+    def _subscription(self, message: bytes) -> None:
+        """Pass a (un)subscription to the engines if the table of topics says so."""
+        topic = message[1:]
+        passed = self._topics.subscribe(topic) if message[:1] == b"\x01" else self._topics.unsubscribe(topic)
+        if passed:
+            self.front.send(message)
+
+    def refusals(self) -> dict[str, int]:
+        """Peers refused or disconnected, and topics not passed on, by reason (wire/peers.py)."""
+        refused = dict(self._guard.refused) if self._guard is not None else {}
+        if self._topics is not None and self._topics.refused:
+            refused["topics"] = self._topics.refused
+        return refused
 
     def _failed(self, error: BaseException) -> None:
         from ..errors import StreamlensError
@@ -206,8 +226,8 @@ class Forwarder:
             self.front.close(linger=0)
             if self.back is not None:
                 self.back.close()
-            if self._auth is not None:
-                self._auth.stop()
+            if self._guard is not None:
+                self._guard.close()
             self.ctx.term()
 
 

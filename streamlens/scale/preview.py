@@ -67,13 +67,14 @@ class PreviewServer(PreviewSink):
 
     def open(self) -> None:
         from ..errors import SinkError
-        from ..sinks.zmq import secure
+        from ..config.sinks import PeersConfig
+        from ..sinks.zmq import guard
 
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.linger = 0
         try:
             if self._curve is not None:
-                self._auth = secure(self._ctx, self._sock, self._curve)
+                self._auth = guard(self._ctx, self._sock, "the live page's frames", PeersConfig(), self._curve)
             self._sock.bind(self.endpoint)
         except zmq.ZMQError as e:
             self._sock.close()
@@ -89,7 +90,7 @@ class PreviewServer(PreviewSink):
         if self._sock is not None:
             self._sock.close()
         if self._auth is not None:
-            self._auth.stop()
+            self._auth.close()
         self._ctx.term()
 
     def _serve(self) -> None:

@@ -170,6 +170,10 @@ class Supervisor:
         snapshot = self._engine_of[stream].snapshot
         return snapshot.control.get(stream) if snapshot is not None else None
 
+    def peer_refusals(self) -> dict[str, dict[str, int]]:
+        """Peers each zmq sink's relay refused or disconnected, by key path and reason (wire/peers.py)."""
+        return {where: refused for where, f in self._forwarders.items() if (refused := f.refusals())}
+
     def secondary_stats(self) -> dict:
         """The secondary models' figures of every engine as one run's (figures.py), from each
         engine's last snapshot (as each engine's `stats` messages give them)."""

@@ -64,6 +64,11 @@ class Sink:
         Safe to call from any thread."""
         return {}
 
+    def refusals(self) -> dict[str, int]:
+        """Peers refused or disconnected, by reason (a sink that others connect to; see
+        streamlens/wire/peers.py). Others: none."""
+        return {}
+
     def write(self, item: FrameResult | StreamEnd, message: dict[str, Any], payload: bytes) -> None:
         raise NotImplementedError
 

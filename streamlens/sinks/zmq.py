@@ -31,7 +31,8 @@ up the cameras. Use push for a consumer that must see every result (a database w
 archiver, an evaluation job), accepting that it sets the pace.
 
 `wait_subscribers: N` holds `open()` (so the pipeline's start) until N subscriptions have arrived
-(pub: each topic a SUB socket subscribes to counts once; push: N consumers connected), for at most
+(pub: each topic of the contract a SUB socket subscribes to counts once, behind the supervisor of
+several engines each distinct topic once; push: N consumers connected), for at most
 `wait_timeout_s` seconds, after which the pipeline starts anyway with a warning. Subscribers that
 start first thus lose nothing to ZeroMQ's slow-joiner effect.
 
@@ -39,7 +40,8 @@ Stats: the runtime hands this sink a `stats` report per stream about once a seco
 published as `stats.<stream>.` with a `publisher` object added: `sent` and `dropped` (messages of
 this stream sent, and dropped by this sink: refused by the socket, or no consumer took them in
 time), `subscriptions` (pub) or `consumers` (push) now, and for push `waited_ms` (time spent
-waiting for the consumer) and `dropping` (true while no consumer takes messages). `drops()` gives
+waiting for the consumer) and `dropping` (true while no consumer takes messages), and once a peer
+has been refused, `refused` by reason (`refusals()`). `drops()` gives
 the same drop counts to the runtime. A pub socket cannot count what ZeroMQ drops for one slow
 subscriber (libzmq does not report it): that subscriber sees the loss as gaps in `seq`.
 
@@ -49,7 +51,12 @@ linger at all, and a send that waits gives up within one poll step (the message 
 
 CurveZMQ: `curve: {server_secret: FILE, authorized: DIR}` encrypts the traffic with the keys in
 `FILE` (see `streamlens.wire.keys`, `streamlens keygen`) and, with `authorized`, lets in only the
-subscribers whose public keys are in `DIR`.
+subscribers whose public keys are in `DIR` (a peer with another key is refused, counted as `key`).
+
+Peers: `peers: {max_peers, subscriptions, topics, cooldown_s}` bounds what the socket's peers may do
+(streamlens/wire/peers.py): connections at once, the bytes of subscriptions each may send (past
+them it is disconnected and its address refused for a while), and the distinct topics counted.
+A subscription that cannot match a topic of the contract never counts as a subscriber.
 
 Example:
     >>> import zmq
@@ -80,10 +87,11 @@ from typing import Any
 import zmq
 
 from ..config.common import section
-from ..config.sinks import ZmqSinkConfig
+from ..config.sinks import PeersConfig, ZmqSinkConfig
 from ..errors import SinkError, StreamlensError
 from ..frame import Event, FrameResult, StatsReport, StreamEnd
 from ..wire import codec, keys
+from ..wire.peers import PeerGuard, PeerLimits, topic_allowed
 from ..wire.schema import topic
 from .base import Sink
 
@@ -98,22 +106,21 @@ DEFAULT_SEND_TIMEOUT_S = 10.0
 _POLL_MS = 50
 
 
-def secure(ctx: zmq.Context, sock: zmq.Socket, curve: dict[str, Any]):
-    """Make `sock` a CurveZMQ server with the keys of `curve` (`server_secret`, `authorized`), before
-    it binds; returns the started authenticator when only known clients may connect (stop it after
-    closing the socket), else None."""
-    keys.make_server(sock, curve["server_secret"])
-    authorized = curve.get("authorized")
-    if authorized is None:
-        return None
-    from zmq.auth.thread import ThreadAuthenticator
-
-    if not Path(authorized).is_dir():
-        raise keys.KeyFileError(f"{authorized}: no such folder of authorized public keys")
-    auth = ThreadAuthenticator(ctx, log=log.getChild("auth"))
-    auth.start()
-    auth.configure_curve(domain="*", location=str(authorized))
-    return auth
+def guard(ctx: zmq.Context, sock: zmq.Socket, where: str, peers: PeersConfig,
+          curve: dict[str, Any] | None) -> PeerGuard:
+    """Put `sock`'s peers under a `PeerGuard` with the bounds of `peers`, and make it a CurveZMQ
+    server with the keys of `curve` (`server_secret`, `authorized`) when given; before it binds.
+    Close the guard after closing the socket."""
+    authorized = None
+    if curve:
+        keys.make_server(sock, curve["server_secret"])
+        authorized = curve.get("authorized")
+        if authorized is not None and not Path(authorized).is_dir():
+            raise keys.KeyFileError(f"{authorized}: no such folder of authorized public keys")
+    limits = PeerLimits(peers.max_peers, peers.subscriptions, peers.topics, peers.cooldown_s)
+    watch = PeerGuard(ctx, sock, where, limits, authorized)
+    watch.arm()
+    return watch
 
 
 class ZmqSink(Sink):
@@ -141,6 +148,7 @@ class ZmqSink(Sink):
         self.send_timeout_s = DEFAULT_SEND_TIMEOUT_S if cfg.send_timeout_s is None else cfg.send_timeout_s
         self.linger_ms = DEFAULT_LINGER_MS[cfg.mode] if cfg.linger_ms is None else cfg.linger_ms
         self.curve = cfg.curve.model_dump() if cfg.curve is not None else {}
+        self.peer_bounds = cfg.peers
         #: messages handed to ZeroMQ, and messages the socket refused, per stream
         self.sent: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
@@ -156,8 +164,8 @@ class ZmqSink(Sink):
         self._connected = self._connected_before = 0  # push: consumers ever connected; when dropping began
         self._ctx: zmq.Context | None = None
         self._sock: zmq.Socket | None = None
-        self._monitor: zmq.Socket | None = None
-        self._auth: Any = None
+        self._guard: PeerGuard | None = None
+        self._refused: Counter[str] = Counter()  # the guard's counts, kept once it is closed
         self._annotators: Any = None  # made with the first annotated frame: drawing imports supervision
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -172,11 +180,8 @@ class ZmqSink(Sink):
             if self.mode == "pub":
                 self._sock.setsockopt(zmq.XPUB_VERBOSER, 1)  # every (un)subscription, for counting
                 self._sock.setsockopt(zmq.MAXMSGSIZE, codec.MAX_UPSTREAM_BYTES)  # more: the peer is dropped
-            else:
-                self._monitor = self._sock.get_monitor_socket(
-                    zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
-            if self.curve:
-                self._secure()
+            self._guard = guard(self._ctx, self._sock, self.where or f"zmq sink {self.endpoint}",
+                                self.peer_bounds, self.curve)
             self._sock.bind(self.endpoint)
         except zmq.ZMQError as e:
             self.close()
@@ -187,6 +192,8 @@ class ZmqSink(Sink):
             where = self.key("curve") if self.where else f"zmq sink {self.endpoint}"
             raise SinkError(f"{where}: {e}") from None
         self.endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        if not self.where:
+            self._guard.where = f"zmq sink {self.endpoint}"
         if self.wait_subscribers and not self.wait_for(self.wait_subscribers, self.wait_timeout_s):
             what = "subscriptions" if self.mode == "pub" else "consumers"
             log.warning("zmq sink %s: %d of %d %s after %g s; starting anyway", self.endpoint,
@@ -201,6 +208,10 @@ class ZmqSink(Sink):
         waits give up within one poll step (the message dropped and counted), send without waiting
         from now on, and let `close()` discard what is queued instead of lingering."""
         self._interrupted = self._aborted = True
+
+    def refusals(self) -> dict[str, int]:
+        """Peers refused at their handshake or disconnected, by reason (streamlens/wire/peers.py)."""
+        return dict(self._guard.refused) if self._guard is not None else dict(self._refused)
 
     def drops(self) -> dict[str, int]:
         """Messages dropped per stream (see `dropped`)."""
@@ -217,8 +228,11 @@ class ZmqSink(Sink):
             left = deadline - time.monotonic()
             if left <= 0 or self._interrupted:
                 return False
-            watched = self._sock if self.mode == "pub" else self._monitor
-            watched.poll(min(_POLL_MS, max(1, int(left * 1000))), zmq.POLLIN)
+            step = min(_POLL_MS, max(1, int(left * 1000)))
+            if self.mode == "pub":
+                self._sock.poll(step, zmq.POLLIN)
+            else:
+                time.sleep(step / 1000)  # the guard counts the consumers' connections
 
     def write(self, item: FrameResult | StreamEnd | StatsReport, message: dict[str, Any],
               payload: bytes) -> None:
@@ -256,10 +270,6 @@ class ZmqSink(Sink):
     def close(self) -> None:
         """Close the socket, letting ZeroMQ deliver what is queued for up to `linger_ms` (not at
         all after `interrupt()`); log what was dropped, if anything. Safe to call twice."""
-        if self._monitor is not None:
-            self._sock.disable_monitor()
-            self._monitor.close(linger=0)
-            self._monitor = None
         if self._sock is not None:
             self._sock.close(linger=0 if self._aborted else self.linger_ms)
             self._sock = None
@@ -267,9 +277,10 @@ class ZmqSink(Sink):
                 each = ", ".join(f"{stream}: {n}" for stream, n in sorted(self.dropped.items()))
                 log.warning("zmq sink %s: %d message(s) dropped (%s)", self.endpoint,
                             sum(self.dropped.values()), each)
-        if self._auth is not None:
-            self._auth.stop()
-            self._auth = None
+        if self._guard is not None:
+            self._refused = Counter(self._guard.refused)
+            self._guard.close()
+            self._guard = None
         if self._ctx is not None:
             self._term(self._ctx)
             self._ctx = None
@@ -287,9 +298,6 @@ class ZmqSink(Sink):
                 log.warning("zmq sink %s: closed without waiting for queued messages to be delivered",
                             self.endpoint)
                 return
-
-    def _secure(self) -> None:
-        self._auth = secure(self._ctx, self._sock, self.curve)
 
     def _send_now(self, parts: list[bytes]) -> None:
         """Send a multipart message or raise `zmq.Again` (then nothing is sent). Part by part:
@@ -360,31 +368,29 @@ class ZmqSink(Sink):
                             f"of {result.frame.stream!r} as JPEG") from None
 
     def _count_peers(self) -> None:
-        """Read what the socket says about its peers: (un)subscriptions (pub) or monitor events
-        (push). Cheap; called on stats reports and while waiting, never per frame."""
+        """Read what the socket says about its peers: (un)subscriptions (pub), or the connections
+        the guard admitted (push). Cheap; called on stats reports and while waiting, never per frame."""
         if self.mode == "pub":
             while True:
                 try:
                     event = self._sock.recv(zmq.NOBLOCK)
                 except zmq.Again:
                     return
+                if not topic_allowed(event[1:]):
+                    continue  # it cannot match a topic of ours: no subscriber
                 if event[:1] == b"\x01":
                     self.peers += 1
                 elif event[:1] == b"\x00":
                     self.peers = max(0, self.peers - 1)
-        else:
-            from zmq.utils.monitor import recv_monitor_message
-
-            while self._monitor.poll(0):
-                event = recv_monitor_message(self._monitor)["event"]
-                if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                    self.peers += 1
-                    self._connected += 1
-                elif event == zmq.EVENT_DISCONNECTED:
-                    self.peers = max(0, self.peers - 1)
+        elif self._guard is not None:
+            self.peers = self._guard.admitted_now
+            self._connected = self._guard.admitted
 
     def _publisher_stats(self, stream: str) -> dict[str, Any]:
         stats: dict[str, Any] = {"mode": self.mode, "sent": self.sent[stream], "dropped": self.dropped[stream]}
+        refused = self.refusals()
+        if refused:
+            stats["refused"] = refused
         if self.mode == "pub":
             stats["subscriptions"] = self.peers
         else:
