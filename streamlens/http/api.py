@@ -46,6 +46,10 @@ each route below `/` but `/metrics` and `/healthz` (every answer is JSON unless 
   gets at most `runtime.http.preview_fps` new frames a second: asked sooner, it gets the frame it
   had. Each frame is encoded once however many viewers ask, and only when one asks.
 
+Every number of a query or path (`since`, `seq`, `after`, `bucket_s`, an event's number) is parsed
+with bounds (numbers.py): one that is none, or out of its range, is a 400 naming the key and the
+range, never a 500 and never a default put in its place.
+
 A slow browser never slows the pipeline: these answers only read references the preview sink keeps
 (streamlens/http/preview.py), and encode here, on the server's worker threads (with several engines,
 on the engine's answering thread, asked by streamlens/scale/preview.py).
@@ -66,8 +70,9 @@ from ..history import store
 from ..urls import mask_url
 from .metrics import pipeline_state
 from .page_files import page_file
+from .numbers import MAX_UNIX_TIME, BadNumber, parse_int, query_float, query_int
 from .preview import EVENTS
-from .reply import Reply, ascii_json, int_arg, json_reply, text_reply
+from .reply import Reply, ascii_json, json_reply, text_reply
 
 log = logging.getLogger("streamlens.http")
 
@@ -82,6 +87,8 @@ RATE_SAMPLES = 10
 RESULT_HEADER_MAX = 16 * 1024
 #: a viewer asking again within this share of its preview period gets the frame it had
 VIEWER_SLACK = 0.8
+#: the widest bucket `/api/history` sums, in seconds: 36,500 days (the longest `runtime.history.keep_days`)
+MAX_BUCKET_S = 36_500 * 86_400
 
 
 class History:
@@ -223,13 +230,13 @@ class Api:
                          "detected_share": round(keyframes / frames, 4) if frames else 0.0, "detect_ms": detect},
             "control": None if controller is None else {"level": controller.level, "steps": controller.steps},
             "secondary": p.secondary_stats(),
-            "history": self.history.since(int_arg(query, "history_since", 0))})
+            "history": self.history.since(query_int(query, "history_since", 0))})
 
     # -- /api/events ----------------------------------------------------------------------------
 
     def events(self, query: dict) -> Reply:
         preview = getattr(self.pipeline, "preview", None)
-        since = int_arg(query, "since", 0)
+        since = query_int(query, "since", 0)
         stored = self._stored_events(since)
         if stored is not None:  # runtime.history: the file's, which outlive the run
             return json_reply([{"index": i, "has_snapshot": preview is not None and preview.shot_of(m) is not None,
@@ -257,15 +264,8 @@ class Api:
         config = self.pipeline.config.runtime.history
         if config is None:
             return text_reply(404, "no history: set runtime.history in the pipeline file")
-        numbers = {}
-        for key in ("since", "until"):
-            try:
-                numbers[key] = float(query[key][0]) if key in query else None
-            except ValueError:
-                return text_reply(400, f"{key}: expected Unix time in seconds")
-        bucket = int_arg(query, "bucket_s", 60)
-        if bucket is None or bucket < 60:
-            return text_reply(400, "bucket_s: expected an integer of at least 60")
+        numbers = {key: query_float(query, key, None, 0.0, MAX_UNIX_TIME) for key in ("since", "until")}
+        bucket = query_int(query, "bucket_s", 60, 60, MAX_BUCKET_S)
         stream, rule = (query.get("stream") or [None])[0], (query.get("rule") or [None])[0]
         found = self._stored(lambda db: store.buckets(db, stream=stream, rule=rule, bucket_s=bucket, **numbers))
         if found is None:
@@ -345,7 +345,7 @@ class Api:
                 return Reply(204)
             self.viewers.gave(key, frame)
         seq, jpeg, message = frame
-        if seq == int_arg(query, "after"):
+        if seq == query_int(query, "after", None):
             return Reply(204)
         headers = {"X-Streamlens-Seq": str(seq)}
         header = ascii_json(message)
@@ -357,7 +357,7 @@ class Api:
         preview, refused = self._preview_of(name)
         if refused is not None:
             return refused
-        seq = int_arg(query, "seq")
+        seq = query_int(query, "seq", None)
         if preview is None:
             message = None
         elif seq is None:
@@ -369,7 +369,14 @@ class Api:
         return json_reply(message)
 
     def route(self, path: str, query: dict, client: str) -> Reply:
-        """The answer to `path` (`query` as `parse_qs` makes it; `client`: the viewer's address)."""
+        """The answer to `path` (`query` as `parse_qs` makes it; `client`: the viewer's address); a
+        number in either that is none or out of its range is a 400 (numbers.py)."""
+        try:
+            return self._route(path, query, client)
+        except BadNumber as error:
+            return text_reply(400, str(error))
+
+    def _route(self, path: str, query: dict, client: str) -> Reply:
         if path in ("/", "/index.html"):
             return page_file("index.html")
         if path.startswith("/page/"):
@@ -385,7 +392,7 @@ class Api:
         parts = path.split("/")
         if len(parts) == 5 and parts[:3] == ["", "api", "events"] and parts[4] in ("snapshot.jpg", "clip.mp4") \
                 and parts[3].isascii() and parts[3].isdigit():  # '²'.isdigit() too, and int() refuses it
-            return (self.snapshot if parts[4] == "snapshot.jpg" else self.clip)(int(parts[3]))
+            return (self.snapshot if parts[4] == "snapshot.jpg" else self.clip)(parse_int(parts[3], "event"))
         if len(parts) == 5 and parts[:3] == ["", "api", "streams"]:
             name, what = parts[3], parts[4]
             if what == "frame.jpg":

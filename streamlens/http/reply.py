@@ -1,12 +1,10 @@
 """An answer of the HTTP server before it is written (`Reply`), and the small helpers the routes
-share to make one and to read their query.
+share to make one (the numbers of a query: numbers.py).
 
 Example:
     >>> reply = text_reply(404, "no stream named 'cam9'")
     >>> reply.code, reply.ctype, reply.body
     (404, 'text/plain; charset=utf-8', b"no stream named 'cam9'\\n")
-    >>> int_arg({"since": ["17"]}, "since"), int_arg({"since": ["x"]}, "since", 0)
-    (17, 0)
 """
 
 from __future__ import annotations
@@ -39,11 +37,3 @@ def ascii_json(value) -> str:
         return json.dumps(value, separators=(",", ":"), allow_nan=False)
     except ValueError:
         return json.dumps(finite(value), separators=(",", ":"))
-
-
-def int_arg(query: dict, key: str, default: int | None = None) -> int | None:
-    """The integer `query[key][0]` (a `parse_qs` mapping), `default` where absent or not a number."""
-    try:
-        return int(query[key][0])
-    except (KeyError, IndexError, ValueError):
-        return default
