@@ -36,3 +36,7 @@ class StreamConflict(StreamlensError):
 
 class NoSuchStream(StreamlensError):
     """A running pipeline has no stream of that name (HTTP 404)."""
+
+
+class StreamLimit(StreamlensError):
+    """A stream cannot be added: the run has `runtime.max_streams` streams open (HTTP 429)."""

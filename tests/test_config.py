@@ -250,7 +250,7 @@ sinks: [{type: zmq, endpoint: "tcp://127.0.0.1:*", hwm: 100000, linger_ms: 0, wa
     assert load_pipeline(big).detector.imgsz == (2176, 3840)
 
 
-@pytest.mark.parametrize("name", ["cam1\n", "cam.1", "cam 1", "kamera-ü", "cam1/../x", ""])
+@pytest.mark.parametrize("name", ["cam.1", "cam 1", "kamera-ü", "cam1/../x", ""])  # "cam1\n": faults/test_stream_api_limits.py
 def test_stream_names_are_ascii_letters_digits_underscore_and_dash(tmp_path, name):
     path = write(tmp_path, f"sources: [{{uri: clip.mp4, name: {json.dumps(name)}}}]\ndetector: {{backend: motion}}\n")
     assert problems(path) == [f"{path}: sources[0].name: {name!r}: use letters, digits, '_' and '-' only"]

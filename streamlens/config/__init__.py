@@ -11,6 +11,7 @@ both are valid). Relative paths are relative to the pipeline file's folder.
   `segment.py`, `runtime.py`; what they share in `common.py`), and `model.py` re-exports them;
 - `yaml_file.py`: the file read with bounds (size, depth, aliases), `${VAR}` filled in;
 - `problems.py`: pydantic's errors in the file's words;
+- `text.py`: no string of the file (nor of a request) holds a control character;
 - `preflight.py`: `preflight_problems(cfg)` checks, without starting anything, what a run needs
   from the machine: files to read, folders to write, ports to listen on.
 
@@ -39,6 +40,7 @@ from .model import (INT_MAX, LIVE_SCHEMES, MAX_BATCH, MAX_HWM, MAX_IMGSZ, MAX_MS
                     SourceConfig, TrackerConfig, VideoSinkConfig, ZmqSinkConfig)
 from .preflight import preflight_problems
 from .problems import Problems, from_validation
+from .text import control_problems
 from .yaml_file import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES, interpolate, read_yaml
 
 #: `runtime.mode: bulk` batches this many keyframes unless the file says otherwise
@@ -53,6 +55,10 @@ def parse_pipeline(data: Any, path: Path, display: str | None = None,
         problems.add("", "expected a mapping with sources, detector, keyframes, tracker and sinks")
         raise ConfigError(problems.lines)
     data = interpolate(data, "", problems, env)
+    unset = len(problems.lines)
+    control_problems(data, "", problems)
+    if len(problems.lines) > unset:  # a control character: nothing below may show that text
+        raise ConfigError(problems.lines)
     try:
         file = PipelineFile.model_validate(data, context={"base": path.resolve().parent})
     except ValidationError as e:

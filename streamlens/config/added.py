@@ -10,7 +10,10 @@ would have in the file (`sources[3].uri: file not found: /x/a.mp4`), prefixed wi
 (`POST /api/streams`), and raised as `ConfigError`. What may fail but need not (a camera whose host
 does not resolve now) comes back as warnings.
 
-No `${VAR}` is filled in: a request's text is never interpolated with the run's environment.
+No `${VAR}` is filled in: a request's text is never interpolated with the run's environment, and
+no string of it may hold a control character (text.py). With `remote=True` (a request over HTTP,
+not an embedding program's call) the source is also held to what the operator allows and never
+listens (remote.py): its options then carry FFmpeg's `protocol_whitelist` for its scheme.
 
 Example:
     >>> import tempfile, pathlib
@@ -33,10 +36,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StreamLimit
 from .model import PipelineConfig, SourceConfig
 from .preflight import input_problems, preflight_warnings
 from .problems import Problems, from_validation, join_key
+from .remote import remote_options, remote_problems
+from .text import control_problems
 
 #: how the request is named in its messages
 ASKED = "POST /api/streams"
@@ -53,14 +58,18 @@ class _Under(Problems):
         super().add(join_key(self.where, path) if path else self.where, message)
 
 
-def added_source(data: Any, config: PipelineConfig, taken: set[str]) -> tuple[SourceConfig, list[str]]:
+def added_source(data: Any, config: PipelineConfig, taken: set[str], *,
+                 remote: bool = False) -> tuple[SourceConfig, list[str]]:
     """`data` as the next entry of `config.sources` (see the module's docstring): the typed source
-    and its warnings; raises `ConfigError` with one line per mistake."""
+    and its warnings; raises `ConfigError` with one line per mistake. `remote`: asked over HTTP."""
     index = len(config.sources)
     where = f"sources[{index}]"
     problems = _Under(ASKED, where)
     if not isinstance(data, dict):
         problems.add("", 'expected one source as a JSON object, e.g. {"uri": "rtsp://cam/1", "name": "door"}')
+        raise ConfigError(problems.lines)
+    control_problems(data, "", problems)
+    if problems.lines:  # nothing below may show that text
         raise ConfigError(problems.lines)
     if data.get("name") is None:
         data = {**data, "name": _free_name(index, taken)}
@@ -73,13 +82,28 @@ def added_source(data: Any, config: PipelineConfig, taken: set[str]) -> tuple[So
         problems.add("name", f"{source.name!r} is used by another stream of this run")
     if config.runtime.mode == "bulk":
         problems.add("", "runtime.mode bulk reads the pipeline file's sources only")
+    if remote:
+        for key, message in remote_problems(source, config.runtime.http):
+            problems.add(key, message)
     if problems.lines:
         raise ConfigError(problems.lines)
+    if remote:
+        source = source.model_copy(update={"options": remote_options(source)})
     alone = config.model_copy(update={"sources": [source]})
     lines = [_placed(line, where) for line in input_problems(alone)]
     if lines:
         raise ConfigError(lines)
     return source, [_placed(line, where) for line in preflight_warnings(alone)]
+
+
+def check_room(open_now: int, config: PipelineConfig) -> None:
+    """Raise `StreamLimit` when `open_now` streams (open: not ended, not being removed) leave no room
+    under `runtime.max_streams` for one more."""
+    limit = config.runtime.stream_limit
+    if open_now >= limit:
+        how = " (auto: by the CPU cores)" if config.runtime.max_streams == "auto" else ""
+        raise StreamLimit(f"{ASKED}: runtime.max_streams: {open_now} streams are open, the most this run "
+                          f"takes is {limit}{how}; remove one first")
 
 
 def _free_name(index: int, taken: set[str]) -> str:
@@ -96,4 +120,4 @@ def _placed(line: str, where: str) -> str:
     return f"{ASKED}: {rest.replace('sources[0]', where, 1)}"
 
 
-__all__ = ["added_source", "ASKED"]
+__all__ = ["added_source", "check_room", "ASKED"]

@@ -87,6 +87,15 @@ class PipelineFile(_Keys):
         return sources
 
     @model_validator(mode="after")
+    def _room_for_sources(self) -> PipelineFile:
+        """A `runtime.max_streams` set to a number holds the file's own sources too."""
+        limit = self.runtime.max_streams
+        if limit != "auto" and len(self.sources) > limit:
+            raise invalid("too many sources", **{"runtime.max_streams": f"{limit}, but sources lists "
+                                                                      f"{len(self.sources)} streams"})
+        return self
+
+    @model_validator(mode="after")
     def _one_object_one_box(self) -> PipelineFile:
         """`detector.agnostic_nms: auto` merges boxes of two classes on one object only for a tracker
         (one object, one track, one crossing); with `tracker: none` it is false (every box the model

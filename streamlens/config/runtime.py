@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema
@@ -9,6 +10,18 @@ from pydantic import BeforeValidator, Field, WithJsonSchema
 from .common import _ENV_NAME, MAX_MS, MAX_QUEUE_SIZE, MAX_THREADS, MAX_WORKERS, PathKey, _Keys
 from .problems import invalid, show
 from .secondary import CacheConfig
+from .sources import LIVE_SCHEMES
+
+#: the URL schemes of cameras that a stream added over HTTP may use unless `runtime.http.add_schemes`
+#: says otherwise: protocols on which the run only ever connects out (udp, rtp and tcp left out: udp
+#: and rtp receive on a local port, tcp may be told to listen)
+CAMERA_SCHEMES = ("rtsp", "rtsps", "http", "https", "rtmp", "rtmps", "srt")
+#: `runtime.max_streams: auto`: streams per usable CPU core, and never fewer than `MIN_AUTO_STREAMS`.
+#: A 720p H.264 camera at 25 fps costs about an eighth of a core to decode (5 ms a frame); four per
+#: core leaves half the machine to the detector, the tracker and the sinks
+STREAMS_PER_CORE, MIN_AUTO_STREAMS = 4, 8
+#: the most streams `runtime.max_streams` may allow
+MAX_STREAMS = 4096
 
 #: a host name or a numeric address (IPv6 in brackets), without a port: an entry of `allowed_hosts`
 _HOST_NAME = r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)$"
@@ -34,12 +47,31 @@ class HttpConfig(_Keys):
     token_env: str = Field("STREAMLENS_HTTP_TOKEN", pattern=_ENV_NAME,
                            description="the environment variable holding the access token, at least 16 characters "
                                        "(host off loopback, or require_token)")
+    add_schemes: list[Literal[LIVE_SCHEMES]] = Field(
+        list(CAMERA_SCHEMES), max_length=len(LIVE_SCHEMES),
+        description="the URL schemes a stream added over HTTP (POST /api/streams) may use; it never listens "
+                    "whatever they are (no listen option, no bind address, udp and rtp only from a multicast group)")
+    add_folders: list[PathKey] = Field(
+        [], max_length=64,
+        description="the folders (relative to the pipeline file) whose video files, and devices (/dev/v4l, /dev), "
+                    "a stream added over HTTP may read; default none: only camera URLs")
 
 
 def _workers(value: Any) -> Any:
     if value == "auto" or isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_WORKERS:
         return value
     raise invalid(f"expected an integer from 1 to {MAX_WORKERS} or auto, got {show(value)}")
+
+
+def _max_streams(value: Any) -> Any:
+    if value == "auto" or isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_STREAMS:
+        return value
+    raise invalid(f"expected an integer from 1 to {MAX_STREAMS} or auto, got {show(value)}")
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity: a container's share), at least 1."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class ClusterConfig(_Keys):
@@ -83,10 +115,23 @@ class RuntimeConfig(_Keys):
                             "one per CPU core, one per two with the detector on a GPU; at most one per stream); "
                             "see streamlens/scale")
     cluster: ClusterConfig | None = Field(None, description="run the engines as Ray actors on this cluster")
+    max_streams: Annotated[int | Literal["auto"], BeforeValidator(_max_streams), WithJsonSchema(
+        {"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_STREAMS}, {"const": "auto"}]})] = Field(
+        "auto", description=f"streams open at once, the file's and those added (POST /api/streams: 429 past it); "
+                            f"auto: {STREAMS_PER_CORE} per usable CPU core, at least {MIN_AUTO_STREAMS}; the file's "
+                            f"own sources always start")
     cache: CacheConfig = Field(default_factory=CacheConfig, description="the secondary models' cache")
     history: HistoryConfig | None = Field(None, description="every event and the counts per minute in a SQLite "
                                                             "file, kept across runs (streamlens history, "
                                                             "/api/history)")
+
+    @property
+    def stream_limit(self) -> int:
+        """`max_streams` as a number: `auto` is `STREAMS_PER_CORE` per usable core, at least
+        `MIN_AUTO_STREAMS`."""
+        if self.max_streams != "auto":
+            return self.max_streams
+        return max(MIN_AUTO_STREAMS, STREAMS_PER_CORE * usable_cores())
 
     @property
     def http_host(self) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
@@ -16,14 +18,27 @@ MAX_PIXELS = 7680 * 4320
 #: the URL schemes a live source accepts
 LIVE_SCHEMES = ("rtsp", "rtsps", "http", "https", "rtmp", "rtmps", "rtmpt", "rtmpts", "udp", "tcp", "srt",
                 "rtp")
-#: stream names: ASCII letters, digits, '_' and '-' (they go into ZeroMQ topics and file names)
+#: stream names: ASCII letters, digits, '_' and '-' (they go into ZeroMQ topics, where '.' separates
+#: the type from the stream, and into file names, where '.' and '..' are no names), at most `MAX_NAME`
 _NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
+#: the longest stream name: it is a folder and a part of every clip's and snapshot's file name
+MAX_NAME = 64
 
 _CAMERA = "camera URLs and devices (rtsp://, http://, /dev/videoN, ...)"
 
 
 def _is_camera(uri: Any) -> bool:
-    return isinstance(uri, str) and (is_url(uri) or uri.startswith("/dev/"))
+    """A URL, or a device: a path under /dev/ once normalised (`/dev/../etc/passwd` is a file's path)."""
+    return isinstance(uri, str) and (is_url(uri) or is_device(uri))
+
+
+def is_device(uri: str) -> bool:
+    """Whether `uri` is a path under /dev/ once normalised (`..`, `.` and repeated slashes taken out).
+
+        >>> is_device("/dev/video0"), is_device("/dev//./video0"), is_device("/dev/../etc/passwd")
+        (True, True, False)
+    """
+    return not is_url(uri) and os.path.normpath(uri).startswith("/dev/")
 
 
 def _camera(uri: Any, context: dict | None) -> bool:
@@ -52,7 +67,7 @@ class SourceConfig(_Keys):
 
     uri: str = Field(description="a video file (relative to the pipeline file) or a camera URL or device")
     name: str = Field("", description="the stream's name (default cam1, cam2, ... by position): "
-                                      "letters, digits, '_' and '-'")
+                                      f"letters, digits, '_' and '-', at most {MAX_NAME}")
     live: bool | None = Field(None, description="treat as a camera: pace a file at its own rate "
                                                 "(default: true for URLs and devices)")
     loop: bool = Field(False, description="a file starts again at its end")
@@ -101,8 +116,8 @@ class SourceConfig(_Keys):
                               f"(one of: {', '.join(LIVE_SCHEMES)})")
             if scheme is not None and (problem := port_problem(uri)):  # FFmpeg would retry it for ever
                 raise invalid(problem)
-            return uri
-        path = resolve(_base(info), uri)
+            return uri if scheme is not None else os.path.normpath(uri)
+        path = Path(os.path.normpath(resolve(_base(info), uri)))
         if (info.context or {}).get("source"):  # made by a source, which opens it
             return str(path)
         if not path.exists():
@@ -114,6 +129,8 @@ class SourceConfig(_Keys):
     @field_validator("name")
     @classmethod
     def _name(cls, name: str) -> str:
+        if len(name) > MAX_NAME:
+            raise invalid(f"at most {MAX_NAME} characters, got {len(name)}")
         if not _NAME_RE.fullmatch(name):
             raise invalid(f"{name!r}: use letters, digits, '_' and '-' only")
         return name

@@ -171,10 +171,10 @@ class Pipeline:
         self._mail.put(Mail(lambda: self._engine is not None and self._engine.end_when_empty()), key="ending",
                        drop_oldest=True)
 
-    def add_stream(self, source: dict) -> tuple[str, list[str]]:
-        """Add a stream while running (`source`: one mapping of `sources`): its name and warnings.
-        Raises `ConfigError` or `StreamConflict`; see graph/streams.py."""
-        return self._changes.add(source)
+    def add_stream(self, source: dict, *, remote: bool = False) -> tuple[str, list[str]]:
+        """Add a stream while running (`source`: one mapping of `sources`; `remote`: asked over HTTP): its
+        name and warnings. Raises `ConfigError`, `StreamConflict` or `StreamLimit` (graph/streams.py)."""
+        return self._changes.add(source, remote=remote)
 
     def remove_stream(self, name: str) -> None:
         """End stream `name` while running (its `eos`: reason `removed`). Raises `NoSuchStream` or

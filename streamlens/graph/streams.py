@@ -9,16 +9,21 @@ first two the same way at the start and for a stream added later.
 /api/streams`, or `Pipeline.add_stream` / `remove_stream` in an embedding program):
 
 - `add(data)`, on the caller's thread: the source mapping is checked as the pipeline file's
-  `sources[i]` are (config/added.py: a mistake is `ConfigError`, one line in `validate`'s words),
-  its figures are listed at once (state `starting`: `/api/streams` shows it), and its source is
-  built there (a file is opened; a camera's connection is made by its own thread later). Then the rest is posted to the engine's mailbox and done on the
-  engine thread, the only writer of the lanes: its figures, lane, schedule and admission join the
-  others (a live stream joins the shared keyframe schedule and the budget controller, when the run
-  has them: it has when its file has a live source), and its source thread starts. Nothing of the
-  other streams waits: the engine does this between two of its frames.
+  `sources[i]` are (config/added.py: a mistake is `ConfigError`, one line in `validate`'s words;
+  over HTTP, `remote=True`, also what the operator allows: config/remote.py), outside the
+  pipeline's lock (a file is opened to check it). With `runtime.max_streams` streams open (listed,
+  not ended, not being removed) it is `StreamLimit`, before anything is opened. Its figures are
+  listed at once (state `starting`: `/api/streams` shows it), and its source is built there (a
+  file is opened; a camera's connection is made by its own thread later). Then the rest is posted
+  to the engine's mailbox and done on the engine thread, the only writer of the lanes: its
+  figures, lane, schedule and admission join the others (a live stream joins the shared keyframe
+  schedule and the budget controller, when the run has them: it has when its file has a live
+  source), and its source thread starts. Nothing of the other streams waits: the engine does this
+  between two of its frames.
 - `remove(name)`: the stream's `StreamStop` is set (with reason `removed`), posted to the mailbox
   after any add of the same stream. Its source ends as at a Ctrl-C: the frames already decoded are
-  processed and published, then its `eos` says `reason: "removed"`. Its name stays taken for the
+  processed and published, then its `eos` says `reason: "removed"`. Asked again, it is
+  `StreamConflict` (being removed, or ended). Its name stays taken for the
   rest of the run (its figures and its `seq` stay what they were; a subscriber never sees a stream
   start again from 0).
 - A run ends when its last stream ends by itself. When the last open stream is removed instead,
@@ -38,7 +43,7 @@ import logging
 import threading
 
 from ..config import PipelineConfig, SourceConfig
-from ..config.added import added_source
+from ..config.added import added_source, check_room
 from ..errors import NoSuchStream, StreamConflict
 from ..sources import Source, build_source, clips_spec
 from ..track import build_tracker
@@ -80,21 +85,31 @@ class StreamChanges:
 
     def __init__(self, pipeline):
         self.p = pipeline
+        self._removing: set[str] = set()  # asked to be removed (a second ask is a conflict)
 
-    def add(self, data: dict | SourceConfig) -> tuple[str, list[str]]:
+    def add(self, data: dict | SourceConfig, *, remote: bool = False) -> tuple[str, list[str]]:
         """Check `data` (one source mapping, or a `SourceConfig` checked already), build its source
         and post the rest to the engine:
         (the stream's name, warnings). Raises `ConfigError` (a mistake in `data`, or a file that
-        cannot be read as a video), `StreamConflict` (the run is not running)."""
+        cannot be read as a video), `StreamConflict` (the run is not running), `StreamLimit` (it
+        has `runtime.max_streams` open). `remote`: asked over HTTP (config/remote.py)."""
         p = self.p
+        checked = isinstance(data, SourceConfig)  # by a supervisor (streamlens/scale), which counts them
         with p._lock:
             self._check_running()
-            if isinstance(data, SourceConfig):  # checked already (by a supervisor: streamlens/scale)
-                source, warnings = data, []
-                if source.name in p.stats:
-                    raise StreamConflict(f"a stream named {source.name!r} is already in this run")
-            else:
-                source, warnings = added_source(data, p.config, set(p.stats))
+            if not checked:
+                check_room(self._open_now(), p.config)
+            taken = set(p.stats)
+        if checked:
+            source, warnings = data, []
+        else:  # outside the lock: a file is opened to check it
+            source, warnings = added_source(data, p.config, taken, remote=remote)
+        with p._lock:
+            self._check_running()
+            if source.name in p.stats:
+                raise StreamConflict(f"a stream named {source.name!r} is already in this run")
+            if not checked:
+                check_room(self._open_now(), p.config)
             # listed at once (state `starting`), its name taken; readers copy `stats` before iterating
             st = p.stats[source.name] = StreamStats(source.name, source.display_uri)
         try:
@@ -124,9 +139,16 @@ class StreamChanges:
             st = p.stats.get(name)
             if st is None:
                 raise NoSuchStream(f"no stream named {name!r}")
-            if st is not None and st.reason is not None:
+            if st.reason is not None:
                 raise StreamConflict(f"stream {name!r} has already ended ({st.reason})")
+            if name in self._removing:
+                raise StreamConflict(f"stream {name!r} is being removed already")
+            self._removing.add(name)
         p._mail.put(Mail(lambda: self._leave(name)), key=f"remove:{name}")
+
+    def _open_now(self) -> int:
+        """Streams open: listed, not ended, not being removed (under the pipeline's lock)."""
+        return sum(1 for name, st in list(self.p.stats.items()) if st.reason is None and name not in self._removing)
 
     def _check_running(self) -> None:
         p = self.p

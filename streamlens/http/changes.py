@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from ..errors import ConfigError, NoSuchStream, StreamConflict
+from ..errors import ConfigError, NoSuchStream, StreamConflict, StreamLimit
 from .reply import Reply, json_reply, text_reply
 
 #: the largest body of a `POST /api/streams`, in bytes (one source mapping)
@@ -57,6 +57,8 @@ async def read_source(request) -> dict | Reply:
         return text_reply(408, f"POST /api/streams: the body did not come whole within {BODY_DEADLINE_S:g} s")
     except asyncio.IncompleteReadError:
         return text_reply(400, "POST /api/streams: the body ended before its Content-Length")
+    except ConnectionError:  # closed to make room for others (server.py): nobody reads this
+        return text_reply(400, "POST /api/streams: the connection was closed before its body came whole")
     try:
         return json.loads(body)
     except (ValueError, RecursionError) as error:  # bad JSON, bad UTF-8, an integer of 5,000 digits
@@ -65,13 +67,15 @@ async def read_source(request) -> dict | Reply:
 
 
 def add_stream(pipeline, data) -> Reply:
-    """`POST /api/streams`, once its body is read (on a worker thread: a file is opened)."""
+    """`POST /api/streams`, once its body is read (on the thread of changes: a file is opened)."""
     try:
-        name, warnings = pipeline.add_stream(data)
+        name, warnings = pipeline.add_stream(data, remote=True)
     except ConfigError as error:
         return text_reply(400, "\n".join(error.problems))
     except StreamConflict as error:
         return text_reply(409, str(error))
+    except StreamLimit as error:
+        return text_reply(429, str(error))
     reply = json_reply({"name": name, "warnings": warnings}, 201)
     reply.headers["Location"] = f"/api/streams/{name}/result"
     return reply

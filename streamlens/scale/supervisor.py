@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..config import PipelineConfig, preflight_problems
-from ..config.added import added_source
+from ..config.added import added_source, check_room
 from ..errors import ConfigError, NoSuchStream, StreamConflict
 from ..frame import StreamEnd
 from ..graph.stats import RunReport, StreamStats
@@ -193,15 +193,22 @@ class Supervisor:
         self._stopping = True
         self._tell("abort")
 
-    def add_stream(self, data) -> tuple[str, list[str]]:
+    def add_stream(self, data, *, remote: bool = False) -> tuple[str, list[str]]:
         """Add a stream while running, on the engine with the fewest open streams (`data`: one
-        mapping of `sources`, checked as the file's): its name and warnings. Raises `ConfigError` or
-        `StreamConflict`, as `Pipeline.add_stream` does; the engine builds it (a failure there ends
-        the stream with reason `error` and that engine's line)."""
+        mapping of `sources`, checked as the file's; `remote`: asked over HTTP): its name and
+        warnings. Raises `ConfigError`, `StreamConflict` or `StreamLimit`, as `Pipeline.add_stream`
+        does, checked outside the lock (a file is opened), the room and the name again inside it;
+        the engine builds it (a failure there ends the stream with reason `error` and that engine's line)."""
         with self._lock:
-            if self._stopping or not any(e.running or e.restart_at is not None for e in self._engines):
-                raise StreamConflict("the run is not running; streams can be changed while it runs")
-            source, warnings = added_source(data, self.config, set(self._engine_of))
+            self._check_running()
+            check_room(self._open_now(), self.config)
+            taken = set(self._engine_of)
+        source, warnings = added_source(data, self.config, taken, remote=remote)
+        with self._lock:
+            self._check_running()
+            if source.name in self._engine_of:
+                raise StreamConflict(f"a stream named {source.name!r} is already in this run")
+            check_room(self._open_now(), self.config)
             engine = min(self._engines, key=lambda e: (sum(not self._ended(n) for n in e.streams), e.index))
             self._placeholders[source.name] = StreamStats(source.name, source.display_uri)
             self._engine_of[source.name] = engine
@@ -231,6 +238,14 @@ class Supervisor:
                 st = self._ended_stats[name] = StreamStats(name, self._placeholders[name].uri)
                 st.end("removed", None)
         log.info("stream %s removed", name)
+
+    def _check_running(self) -> None:
+        if self._stopping or not any(e.running or e.restart_at is not None for e in self._engines):
+            raise StreamConflict("the run is not running; streams can be changed while it runs")
+
+    def _open_now(self) -> int:
+        """Streams open: not ended, not removed (under the lock)."""
+        return sum(1 for name, st in self.stats.items() if st.reason is None and name not in self._removed)
 
     def _ended(self, name: str) -> bool:
         st = self.stats.get(name)
