@@ -20,15 +20,20 @@ Limits, so that no client costs more than a socket and a little memory, and no n
 the pipeline a thread or a file descriptor it needs:
 
 - No thread per client: one event loop on the thread `http` parses, checks the Host and the token,
-  and writes; whatever reads the run's figures or frames (a scrape, the JSON, a JPEG encoded) runs
-  on `WORKER_THREADS` threads of a pool, so the loop is never held for long. Until a connection's
-  first request head is whole it is a small `_Gate` (its bytes kept, no aiohttp handler or task
-  made), so a flood of slow clients costs little CPU.
+  and writes; whatever reads the run's figures or frames runs on threads of its own, so the loop is
+  never held for long and no client's work waits behind another kind's: the page and its API (the
+  JSON, a JPEG encoded) on `WORKER_THREADS` threads, `/metrics` on one thread of its own, and the
+  changes of streams (a new source probed, a file opened) on one more, at most `MAX_CHANGES` in
+  hand (503 with `Retry-After` past them). `/healthz` is answered on the loop. Until a connection's
+  first request head is whole it is a small gate (http/connections.py: its bytes kept, no aiohttp
+  handler or task made), so a flood of slow clients costs little CPU.
 - At most `MAX_CONNECTIONS` connections at once. One more closes the connection that has waited
-  longest without a whole request head in (idle between requests, or still sending its head); only
-  when every connection has a request in hand is the newcomer closed instead. A flood of slow
-  clients therefore holds at most `MAX_CONNECTIONS` descriptors, and a scrape still gets in: its
-  head is whole as it arrives, which marks it, so no burst of newcomers closes it.
+  longest without a whole request head in (idle between requests, or still sending its head), else
+  the one that has waited longest for its request's body (a request whose body has not come whole
+  is not being answered); only when every connection has a request being answered is the newcomer
+  closed instead. A flood of slow clients or of stuck bodies therefore holds at most
+  `MAX_CONNECTIONS` descriptors, and a scrape still gets in: its head is whole as it arrives,
+  which marks it, so no burst of newcomers closes it.
 - Connections not yet accepted wait in the kernel's queue (`LISTEN_QUEUE`, no descriptor of the
   run's), accepted `ACCEPT_BATCH` at a time: a burst of slow clients does not get a scrape refused.
 - `HEAD_DEADLINE_S` for each request's head, from the connection's opening or from the answer
@@ -37,7 +42,8 @@ the pipeline a thread or a file descriptor it needs:
   releases start when a connection opens).
 - The request line and each header at most `MAX_LINE` bytes, at most `MAX_HEADERS` headers. GET
   and HEAD are answered, and POST and DELETE on the routes that add and remove streams (405
-  otherwise); a request's body is read only there, bounded in size and time (http/changes.py).
+  otherwise); a request's body is read only there, bounded in size and, whole, in time
+  (http/changes.py).
 - A request path that is not UTF-8, or a route that fails, answers 400, 404 or a bare 500: never a
   Python error, and the log line (debug) names the path, never its query.
 
@@ -54,7 +60,6 @@ import logging
 import os
 import socket
 import threading
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,6 +70,7 @@ from ..errors import StreamlensError
 from .api import HISTORY_EVERY_S, Api
 from .auth import Guard
 from .changes import ALLOW, add_stream, read_source, remove_stream, stream_named
+from .connections import Connections, GatedServer
 from .metrics import Exposition, ServerCollector, health
 from .reply import Reply, text_reply
 
@@ -82,175 +88,18 @@ MAX_CONNECTIONS = 256
 HEAD_DEADLINE_S = 10.0
 #: the longest request line or header, in bytes, and the most headers in a request
 MAX_LINE, MAX_HEADERS = 8190, 64
-#: threads that read the run for the answers (a scrape, the JSON, JPEGs)
+#: threads that read the run for the answers (the JSON, JPEGs); a scrape has a thread of its own,
+#: and so have the changes (`POST` and `DELETE /api/streams`: a source probed)
 WORKER_THREADS = 2
+#: changes of streams in hand at once (answered or waiting for their thread; not those reading their
+#: body); one more is answered 503 with `Retry-After` at once
+MAX_CHANGES = 32
 #: connections accepted at a time (asyncio's batch), and the kernel's queue of connections not yet
 #: accepted (no descriptor of the run's until accepted; the kernel caps it at net.core.somaxconn):
 #: long, so that a burst of slow clients does not fill it and have a scrape refused
 ACCEPT_BATCH, LISTEN_QUEUE = 128, 4096
 #: seconds `close()` gives answers in hand to finish
 CLOSE_S = 2.0
-
-
-class _Connections:
-    """The connections open now, the longest idle first, at most `limit`, each given `deadline_s` for
-    its next request head (see the module). Used on the event loop only."""
-
-    def __init__(self, limit: int, deadline_s: float):
-        self.limit, self.deadline_s = limit, deadline_s
-        self._open: OrderedDict = OrderedDict()  # RequestHandler -> its transport
-        self._heard: set = set()  # a request head came in whole: not closed for room
-        self._busy: set = set()  # a request is being answered: not closed for room or time
-        self._timers: dict = {}  # RequestHandler -> the asyncio.TimerHandle of its deadline
-        #: connections closed to keep the bound, and for sending no whole head in time
-        self.closed_over_limit = self.closed_late = 0
-
-    @property
-    def open_now(self) -> int:
-        return len(self._open)
-
-    def opened(self, handler, transport) -> None:
-        self._open[handler] = transport
-        while len(self._open) > self.limit:
-            victim = next((h for h in self._open if h not in self._busy and h not in self._heard), handler)
-            self._open.pop(victim).abort()  # the descriptor goes now, not after a goodbye
-            self.closed_over_limit += 1
-            if victim is handler:
-                return
-        self._arm(handler)
-
-    def closed(self, handler) -> None:
-        self._open.pop(handler, None)
-        self._heard.discard(handler)
-        self._busy.discard(handler)
-        self._disarm(handler)
-
-    def promote(self, gate, handler) -> None:
-        """`gate`'s connection, its head whole, is `handler`'s from now on (heard: not closed for room)."""
-        transport = self._open.pop(gate, None)
-        self._disarm(gate)
-        if transport is None:  # closed meanwhile
-            return
-        self._open[handler] = transport
-        self._heard.add(handler)
-        self._arm(handler)
-
-    def abort_all(self) -> None:
-        """Close every connection now (the server is ending)."""
-        for transport in list(self._open.values()):
-            transport.abort()
-
-    def heard(self, handler) -> None:
-        """A request head came in whole on `handler`: it is no longer closed for room (it still is
-        if no request is answered before its deadline: a blank line is no request)."""
-        self._heard.add(handler)
-
-    def busy(self, handler) -> None:
-        """`handler`'s request is being answered: it is closed neither for time nor for room."""
-        self._busy.add(handler)
-        self._disarm(handler)
-
-    def idle(self, handler) -> None:
-        """`handler`'s answer is handed over: its next head has `deadline_s` from now."""
-        self._busy.discard(handler)
-        self._heard.discard(handler)
-        if handler in self._open:
-            self._open.move_to_end(handler)
-            self._arm(handler)
-
-    def _arm(self, handler) -> None:
-        self._disarm(handler)
-        self._timers[handler] = asyncio.get_running_loop().call_later(self.deadline_s, self._expire, handler)
-
-    def _disarm(self, handler) -> None:
-        timer = self._timers.pop(handler, None)
-        if timer is not None:
-            timer.cancel()
-
-    def _expire(self, handler) -> None:
-        self._timers.pop(handler, None)
-        transport = self._open.get(handler)
-        if transport is not None and handler not in self._busy:
-            transport.abort()
-            self.closed_late += 1
-
-    def __len__(self) -> int:
-        return len(self._open)
-
-
-class _Handler(web.RequestHandler):
-    """aiohttp's handler of one connection, which tells the `_Connections` as soon as a request's
-    head has come in whole (its blank line), before aiohttp hands it on: from then on the connection
-    is no slow client's, and a burst of new ones does not close it."""
-
-    tracked: _Connections | None = None
-    _tail = b""
-
-    def data_received(self, data: bytes) -> None:
-        if self.tracked is not None and (b"\r\n\r\n" in data or b"\r\n\r\n" in self._tail + data[:3]):
-            self.tracked.heard(self)
-        self._tail = data[-3:]
-        super().data_received(data)
-
-
-class _Gate(asyncio.Protocol):
-    """A connection until its first request head is whole (its blank line, or more than `GATE_BYTES`,
-    which aiohttp then refuses): only then is aiohttp's handler made for it (`_Server.promote`). A slow
-    client that never sends a whole head costs this small object and its bytes, not a handler and
-    its task: a flood of them costs the server a fraction of the CPU."""
-
-    __slots__ = ("server", "transport", "head", "promoted")
-
-    def __init__(self, server: _Server):
-        self.server, self.transport, self.head, self.promoted = server, None, b"", False
-
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-        self.server.tracked.opened(self, transport)
-
-    def data_received(self, data: bytes) -> None:
-        self.head += data
-        if b"\r\n\r\n" in self.head[-len(data) - 3:] or len(self.head) > GATE_BYTES:
-            self.promoted = True
-            self.server.promote(self)
-
-    def eof_received(self) -> bool:
-        return False  # the client is done before a whole head: close
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        if not self.promoted:
-            self.server.tracked.closed(self)
-
-
-#: the most a connection may send before its head is handed to aiohttp (which answers 400 past its limits)
-GATE_BYTES = 16384
-
-
-class _Server(web.Server):
-    """aiohttp's low-level server, its connections counted in a `_Connections`, each behind a `_Gate`
-    until its first request head is whole."""
-
-    def __init__(self, handler, connections: _Connections, **kwargs):
-        super().__init__(handler, **kwargs)
-        self.tracked = connections
-        self._handler_args = kwargs
-
-    def __call__(self) -> _Gate:
-        return _Gate(self)
-
-    def promote(self, gate: _Gate) -> None:
-        """Hand `gate`'s connection, and what it has read, to a new aiohttp handler."""
-        handler = _Handler(self, loop=asyncio.get_running_loop(), **self._handler_args)
-        handler.tracked = self.tracked
-        self.tracked.promote(gate, handler)
-        gate.transport.set_protocol(handler)
-        handler.connection_made(gate.transport)
-        handler.data_received(gate.head)
-        gate.head = b""
-
-    def connection_lost(self, handler, exc: BaseException | None = None) -> None:
-        self.tracked.closed(handler)
-        super().connection_lost(handler, exc)
 
 
 class _ServerLog:
@@ -308,12 +157,15 @@ class MetricsServer:
         http = _http_config(pipeline)
         self.token_env = http.token_env
         self.guard = Guard(host, port, list(http.allowed_hosts), http.require_token, http.token_env)
-        self.connections = _Connections(MAX_CONNECTIONS, HEAD_DEADLINE_S)
+        self.connections = Connections(MAX_CONNECTIONS, HEAD_DEADLINE_S)
         self._threads: dict[int, float] = {}  # the server's threads (kernel ids) -> CPU seconds last read
         self.exposition = Exposition(pipeline, ServerCollector(self.connections, self.cpu_seconds))
         self._api = Api(pipeline, http.preview_fps) if http.page else None
         self.manage = http.manage  # streams added and removed over HTTP (http/changes.py)
-        self._pool: ThreadPoolExecutor | None = None
+        #: the threads answers are made on, by what they answer: `answers` (the page and its API),
+        #: `scrape` (/metrics alone), `changes` (streams added and removed: a source probed)
+        self._pools: dict[str, ThreadPoolExecutor] = {}
+        self._changes_in_hand = 0  # on the loop only
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.ServerRunner | None = None
         self._thread: threading.Thread | None = None
@@ -332,8 +184,19 @@ class MetricsServer:
             self.connections.idle(handler)
         return _response(reply)
 
-    async def _off_loop(self, fn, *args) -> Reply:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args))
+    async def _off_loop(self, pool: str, fn, *args) -> Reply:
+        return await asyncio.get_running_loop().run_in_executor(self._pools[pool], functools.partial(fn, *args))
+
+    async def _changing(self, fn, *args) -> Reply:
+        """`fn(*args)` on the thread of changes, at most `MAX_CHANGES` in hand (503 past them)."""
+        if self._changes_in_hand >= MAX_CHANGES:
+            return text_reply(503, f"busy: {MAX_CHANGES} changes of streams are in hand; try again",
+                              {"Retry-After": "1"})
+        self._changes_in_hand += 1
+        try:
+            return await self._off_loop("changes", fn, *args)
+        finally:
+            self._changes_in_hand -= 1
 
     async def _answer(self, request: web.BaseRequest) -> Reply:
         changes = request.method in ("POST", "DELETE")
@@ -354,11 +217,11 @@ class MetricsServer:
         if changes:
             return await self._change(request, path)
         if path == "/metrics":
-            return await self._off_loop(self.exposition.reply, request.query_string, headers.get("Accept", ""),
+            return await self._off_loop("scrape", self.exposition.reply, request.query_string, headers.get("Accept", ""),
                                         headers.get("Accept-Encoding", ""))
         if self._api is None:
             return text_reply(404, "not found: try /metrics or /healthz")
-        return await self._off_loop(self._api.route, path, query, request.remote or "")
+        return await self._off_loop("answers", self._api.route, path, query, request.remote or "")
 
     async def _change(self, request: web.BaseRequest, path: str) -> Reply:
         """`POST /api/streams` and `DELETE /api/streams/<name>` (http/changes.py)."""
@@ -370,11 +233,15 @@ class MetricsServer:
         if not self.manage or not hasattr(self.pipeline, "add_stream"):
             return text_reply(403, "streams are not changed over HTTP in this run (runtime.http.manage: false)")
         if name is not None:
-            return await self._off_loop(remove_stream, self.pipeline, name)
-        data = await read_source(request)
+            return await self._changing(remove_stream, self.pipeline, name)
+        self.connections.reading(request.protocol)  # closed for room, if need be, until its body is whole
+        try:
+            data = await read_source(request)
+        finally:
+            self.connections.busy(request.protocol)
         if isinstance(data, Reply):
             return data
-        return await self._off_loop(add_stream, self.pipeline, data)
+        return await self._changing(add_stream, self.pipeline, data)
 
     async def _sample_history(self) -> None:
         while True:
@@ -395,7 +262,7 @@ class MetricsServer:
                                   f"{e.strerror or e}") from None
 
     async def _open(self, sock: socket.socket) -> None:
-        server = _Server(self._handle, self.connections, access_log=None, logger=_ServerLog(),
+        server = GatedServer(self._handle, self.connections, access_log=None, logger=_ServerLog(),
                          keepalive_timeout=HEAD_DEADLINE_S,
                          max_line_size=MAX_LINE, max_field_size=MAX_LINE, max_headers=MAX_HEADERS,
                          lingering_time=1.0)
@@ -456,13 +323,15 @@ class MetricsServer:
         sock = self._listen()
         self.port = sock.getsockname()[1]
         self.guard.set_port(self.port)
-        self._pool = ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="http-worker", initializer=self._mine)
+        self._pools = {name: ThreadPoolExecutor(n, thread_name_prefix=f"http-{name}", initializer=self._mine)
+                       for name, n in (("answers", WORKER_THREADS), ("scrape", 1), ("changes", 1))}
         started, failed = threading.Event(), []
         self._thread = threading.Thread(target=self._serve, args=(sock, started, failed), name="http", daemon=True)
         self._thread.start()
         started.wait()
         if failed:
-            self._pool.shutdown(wait=False)
+            for pool in self._pools.values():
+                pool.shutdown(wait=False)
             raise StreamlensError(f"http.port: cannot serve on {self.host}:{self.port}: {failed[0]}")
 
     def close(self) -> None:
@@ -472,5 +341,5 @@ class MetricsServer:
         if loop is not None and thread is not None and thread.is_alive():
             loop.call_soon_threadsafe(loop.stop)
             thread.join(CLOSE_S + 5)
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        for pool in self._pools.values():
+            pool.shutdown(wait=False, cancel_futures=True)
