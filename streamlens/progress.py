@@ -64,7 +64,8 @@ def summary(report: RunReport) -> str:
     of which `shed` by the budget controller; `p95 ms`: from a frame becoming available to its
     publication, over the last frames; `state`: how the stream ended (`truncated`: the command
     then names the input in an error line). Under the table, a line for each stream that lost
-    anything, by cause, or whose detections came back too late to apply; a line for each sink that
+    anything, by cause, whose detections came back too late to apply, or that lost clips (how many,
+    and why the last one was lost: `analytics.clips`); a line for each sink that
     could not deliver everything, and one per secondary model."""
     rows = [f"{'stream':<12} {'frames':>7} {'keyframes':>9} {'late':>5} {'objects':>8} {'dropped':>7} "
             f"{'shed':>6} {'p95 ms':>7} {'wall s':>7} {'fps':>7}  state"]
@@ -78,6 +79,8 @@ def summary(report: RunReport) -> str:
             rows.append(f"{st.name} lost: {causes}")
         if st.discarded_detections:
             rows.append(f"{st.name}: {st.discarded_detections} keyframes' detections came back too late to apply")
+        if st.clips_lost:
+            rows.append(f"{st.name}: {st.clips_lost} clip(s) lost (the last: {st.clip_loss})")
     for where, n in report.sink_losses.items():
         rows.append(f"{where}: {n} message(s) not delivered")
     for name, fig in report.secondary.items():

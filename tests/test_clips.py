@@ -133,7 +133,12 @@ def test_a_clips_folder_that_cannot_be_written_loses_clips_not_frames(tmp_path, 
     messages, err = run_camera(tmp_path, camera, "process", str(tmp_path / "blocked" / "clips"))
     crossings = [m for m in messages if m["type"] == "event" and m["event"] == "line_cross"]
     assert len(crossings) >= 2
-    assert "cam1: clips cannot be written" in err, err
+    assert err.count("cam1: clips are lost") == 1 and "Not a directory" in err, err  # told once
+    lost = [m for m in messages if m["type"] == "event" and m["event"] == "clip_lost"]
+    assert {m["clip"]["path"] for m in lost} == {c["clip"]["path"] for c in crossings}, (lost, crossings)
+    assert all(m["clip"]["lost"] is True and m["clip"]["reason"] == "Not a directory" for m in lost)
+    events = [m["seq"] for m in messages if m["type"] == "event"]
+    assert events == list(range(events[0], events[0] + len(events)))  # clip_lost events numbered with the rest
     frames = [m["seq"] for m in messages if m["type"] == "frame"]
     assert frames == list(range(frames[0], frames[0] + len(frames)))  # no frame lost to the disk
 
@@ -248,3 +253,130 @@ def test_an_event_later_than_the_margin_widens_the_window_for_the_next_clips(tmp
         finally:
             recorder.close(wait_s=30)
     assert recorder.window.keep_s > 2.3
+
+
+def _unshare_missing(folder: Path) -> str | None:
+    """Why a tmpfs cannot be mounted on `folder` in a mount namespace of its own here, or None."""
+    try:
+        made = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                               f"mount -t tmpfs -o size=2m tmpfs '{folder}'"], capture_output=True, text=True,
+                              timeout=30)
+    except FileNotFoundError:
+        return "no unshare command here (util-linux)"
+    if made.returncode != 0:
+        return f"cannot mount a tmpfs in a mount namespace of its own here: {made.stderr.strip() or 'unshare failed'}"
+    return None
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_clips_lost_on_a_full_disk_are_counted_told_once_and_marked(tmp_path, workers):
+    """Clips into a 2 MB tmpfs (in a mount namespace of its own) that is nearly full: each clip lost
+    is counted in /metrics (`streamlens_clips_lost_total`), /api/stats and the summary, logged once
+    per stream, its event in the history file says so (`clip.lost`, the reason) and its clip URL
+    answers 410 with one line; with two engines the supervisor shows every stream's."""
+    import socket
+
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    missing = _unshare_missing(clips)
+    if missing:
+        pytest.skip(missing)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    names = ["cam1", "cam2"][:workers]
+    sources = ", ".join(f"{{name: {n}, uri: {SAMPLE}, live: true, loop: true}}" for n in names)
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(f"""
+sources: [{sources}]
+detector: {{backend: motion}}
+keyframes: {{interval: 3}}
+analytics:
+  lines: [{{name: across, points: [[0.5, 0.0], [0.5, 1.0]]}}]
+  clips: {{events: [line_cross], pre_s: 1, post_s: 1, path: {clips}}}
+sinks: [{{type: jsonl, path: {tmp_path / 'out.jsonl'}}}]
+runtime: {{workers: {workers}, http: {{port: {port}}}, history: {{path: {tmp_path / 'history.db'}}}}}
+""")
+    # 1.9 MB of the 2 MB taken: a clip or so fits, the others find no space left
+    run = (f"mount -t tmpfs -o size=2m tmpfs '{clips}' && head -c 1900k /dev/zero > '{clips}/filler' && "
+           f"exec '{sys.executable}' -m streamlens run '{pipeline}'")
+    stderr = (tmp_path / "stderr.txt").open("w")
+    proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", run], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    lost, gone, stats = {}, None, None
+    try:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(1.0)
+            try:
+                code, body = _get(base + "/metrics")
+            except OSError:  # not listening yet
+                continue
+            lost = {n: float(line.rsplit(" ", 1)[1]) for n in names for line in body.decode().splitlines()
+                    if line.startswith(f'streamlens_clips_lost_total{{stream="{n}"}}')}
+            if len(lost) < len(names) or min(lost.values()) < 2:
+                continue
+            code, body = _get(base + "/api/events")
+            marked = [e for e in json.loads(body) if e["event"]["event"] == "line_cross"
+                      and e["event"]["clip"].get("lost")]
+            if not marked:
+                continue
+            gone = _get(f"{base}/api/events/{marked[0]['index']}/clip.mp4"), marked[0]["event"]
+            stats = json.loads(_get(base + "/api/stats")[1])
+            break
+        assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        proc.wait(90)
+        stderr.close()
+    err = (tmp_path / "stderr.txt").read_text()
+    assert gone is not None, (lost, err)
+    (code, body), event = gone
+    assert code == 410 and body.decode().count("\n") == 1, (code, body)
+    assert "lost: No space left on device" in body.decode() and event["clip"]["reason"] == "No space left on device"
+    assert all(stats["streams"][n]["clips_lost"] >= 2 for n in names), stats
+    for n in names:
+        assert err.count(f"{n}: clips are lost") == 1, err  # one warning per stream, then counted
+        summary = [line for line in err.splitlines() if line.startswith(f"{n}: ") and "clip(s) lost" in line]
+        assert len(summary) == 1 and int(summary[0].split()[1]) >= lost[n], err
+        assert summary[0].endswith("(the last: No space left on device)"), summary
+    assert "Traceback" not in err
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "history.db") as db:  # the marks outlive the run
+        marked = db.execute("SELECT COUNT(*) FROM events WHERE event = 'line_cross' AND "
+                            "json_extract(message, '$.clip.lost') = 1").fetchone()[0]
+        told = db.execute("SELECT COUNT(*) FROM events WHERE event = 'clip_lost'").fetchone()[0]
+    assert marked >= len(names) * 2 and told >= len(names) * 2, (marked, told)
+
+
+def test_the_live_page_marks_kept_events_whose_clip_was_lost():
+    """Without a history file the page's own events say so too: a `clip_lost` event marks the kept
+    events of its stream with that clip (new messages; the one it was given is left as it was)."""
+    from streamlens.http.preview import PreviewSink
+
+    from streamlens.frame import Event
+
+    sink = PreviewSink()
+
+    first = {"type": "event", "stream": "cam1", "seq": 0, "event": "line_cross", "clip": {"path": "c/a.mp4"}}
+    other = {"type": "event", "stream": "cam2", "seq": 0, "event": "line_cross", "clip": {"path": "c/a.mp4"}}
+    told = {"type": "event", "stream": "cam1", "seq": 1, "event": "clip_lost",
+            "clip": {"path": "c/a.mp4", "lost": True, "reason": "No space left on device"}, "events": [0]}
+    for message in (first, other, told):
+        sink.write(Event(message["stream"], message["seq"], {}, None), message, b"")
+    assert sink.event(1)["clip"] == {"path": "c/a.mp4", "lost": True, "reason": "No space left on device"}
+    assert sink.event(2)["clip"] == {"path": "c/a.mp4"} and first["clip"] == {"path": "c/a.mp4"}

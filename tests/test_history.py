@@ -173,3 +173,25 @@ def test_the_api_serves_the_history_and_events_that_outlive_the_run(tmp_path):
         assert not any(e["has_snapshot"] for e in events[:len(before)])  # the first run's: none kept now
         p.stop()
         runner.join(60)
+
+
+def test_a_clip_lost_event_marks_the_events_of_its_clip():
+    """A `clip_lost` event marks the events recorded with its clip's path (its stream's, in the hour
+    before it) lost, with the reason, as every later read gives them; the others stay as they were."""
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    store.create(db)
+    crossing = {"type": "event", "stream": "cam1", "event": "line_cross", "line": "gate", "direction": "in",
+                "object": {"label": "car"}}
+    store.add_events(db, [
+        {**crossing, "ts": 100.0, "clip": {"path": "clips/cam1/a.mp4", "start_pts": 1.0, "end_pts": 3.0}},
+        {**crossing, "ts": 101.0, "clip": {"path": "clips/cam1/a.mp4", "start_pts": 2.0, "end_pts": 4.0}},
+        {**crossing, "ts": 102.0, "clip": {"path": "clips/cam1/b.mp4", "start_pts": 9.0, "end_pts": 11.0}},
+        {**crossing, "stream": "cam2", "ts": 102.0, "clip": {"path": "clips/cam1/a.mp4"}}])
+    store.add_events(db, [{"type": "event", "stream": "cam1", "event": "clip_lost", "ts": 110.0, "events": [0, 1],
+                           "clip": {"path": "clips/cam1/a.mp4", "lost": True, "reason": "No space left on device"}}])
+    clips = [m.get("clip") for _, m in store.events_after(db, 0, 10)]
+    assert clips[:2] == [{"path": "clips/cam1/a.mp4", "start_pts": s, "end_pts": e, "lost": True,
+                          "reason": "No space left on device"} for s, e in ((1.0, 3.0), (2.0, 4.0))]
+    assert clips[2] == {"path": "clips/cam1/b.mp4", "start_pts": 9.0, "end_pts": 11.0}
+    assert clips[3] == {"path": "clips/cam1/a.mp4"}  # another stream's
+    assert store.event(db, 1)["clip"]["lost"] is True

@@ -143,8 +143,9 @@ class ZmqSinkConfig(_Sink):
         return curve
 
 
-#: the analytics' event kinds (`event` of an event message)
-EVENT_KINDS = ("line_cross", "zone_enter", "zone_exit", "loiter", "object_start", "object_update", "object_end")
+#: the analytics' event kinds (`event` of an event message), and `clip_lost` (graph/clip_stage.py)
+EVENT_KINDS = ("line_cross", "zone_enter", "zone_exit", "loiter", "object_start", "object_update", "object_end",
+               "clip_lost")
 
 
 class MqttSinkConfig(_Sink):

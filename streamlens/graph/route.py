@@ -8,9 +8,11 @@ is given and calls on its own thread.
             SegmentStage or DetectorMaskStage (each object's mask: streamlens/segment)
             AnalyticsStage (FrameResult.analytics, Event messages)
             SnapshotStage (each Event's JPEG)
+            ClipStage (each chosen Event's clip; clip_lost events: graph/clip_stage.py)
         FanOut.publish(result), then its messages: events, then embeddings
     engine: StreamEnd -> ResultRoute.publish
-        every stage forgets the stream; StatsReporter.end: its last figures, stats, then eos
+        every stage forgets the stream (its last messages go out); StatsReporter.end: its last
+        figures, stats, then eos
 
 A new stage (clips from the source's packets, say) is a class with `process` and `stream_ended`
 (graph/stages.py) added in `build_stages`, where its order is decided; a stage that wants each
@@ -38,13 +40,14 @@ def build_stages(config, secondary=None, sources: dict | None = None, segment=No
     `sources`, by stream name)."""
     stages: list[Stage] = [stage for stage in (secondary, segment) if stage is not None]
     if config.analytics is not None:
-        stages.append(AnalyticsStage(config.analytics))
+        analytics = AnalyticsStage(config.analytics)
+        stages.append(analytics)
         if config.analytics.snapshots is not None:
             stages.append(SnapshotStage(config.analytics.snapshots))
         if config.analytics.clips is not None:
             from .clip_stage import ClipStage
 
-            stages.append(ClipStage(config.analytics.clips, sources if sources is not None else {}))
+            stages.append(ClipStage(config.analytics.clips, sources if sources is not None else {}, analytics.next_seq))
     return stages
 
 
@@ -61,12 +64,16 @@ class ResultRoute:
         self.out, self.stats, self.reporter = out, stats, reporter
         self.credits, self.credited, self.collector = credits, credited, collector
         self._offered = [stage.offer for stage in self.stages if hasattr(stage, "offer")]
+        for stage in self.stages:
+            if hasattr(stage, "attach_stats"):  # it counts into the streams' figures (lost clips)
+                stage.attach_stats(stats)
 
     def publish(self, item: FrameResult | StreamEnd) -> None:
         """A result, or the end of a stream, from the engine: through the stages to the sinks."""
         if isinstance(item, StreamEnd):
             for stage in self.stages:
-                stage.stream_ended(item.stream)
+                for message in stage.stream_ended(item.stream) or ():
+                    self.out.publish(message)
             self.reporter.end(item)
             return
         frame = item.frame

@@ -5,8 +5,10 @@ thread for each `FrameResult`, in the order of `ResultRoute.stages` (graph/route
 result as the stages before it left it and the messages they made, and returns the result to pass
 on and the messages. A result is never changed: a stage that adds to it returns a new one
 (`dataclasses.replace`); its own messages (`Event`, `Embedding`: each kind numbered per stream)
-are appended, and go out after the frame. `stream_ended(stream)` forgets a stream; a stage that
-wants each keyframe the tracker applied also has `offer(frame, found, tracked)`.
+are appended, and go out after the frame. `stream_ended(stream)` forgets a stream, and returns the
+messages it still has for it (None: none), which go out before its `eos`; a stage that wants each
+keyframe the tracker applied also has `offer(frame, found, tracked)`, and one that counts into the
+streams' figures `attach_stats(stats)` (graph/clip_stage.py).
 
 The stages, in order: the secondary models (streamlens/secondary/stage.py `SecondaryStage`: per
 object attributes), `AnalyticsStage` (zones, lines, speed, counts: `FrameResult.analytics`, and
@@ -42,7 +44,7 @@ class Stage(Protocol):
 
     def process(self, result: FrameResult, messages: list) -> tuple[FrameResult, list]: ...
 
-    def stream_ended(self, stream: str) -> None: ...
+    def stream_ended(self, stream: str) -> list | None: ...
 
 
 def objects_of(result: FrameResult) -> tuple[np.ndarray, list, np.ndarray]:
@@ -76,12 +78,14 @@ class AnalyticsStage:
         found = analytics.update(result.media_s, result.detections.xyxy, ids, labels, scores, result.attributes,
                                  result.detections.data.get("masks"))
         result = replace(result, analytics=found)
-        events = []
-        for body in found.events:
-            seq = self._event_seq.get(frame.stream, 0)
-            self._event_seq[frame.stream] = seq + 1
-            events.append(Event(frame.stream, seq, body, result))
+        events = [Event(frame.stream, self.next_seq(frame.stream), body, result) for body in found.events]
         return result, messages + events
+
+    def next_seq(self, stream: str) -> int:
+        """The next event `seq` of `stream`, taken (the clip stage's `clip_lost` events take theirs here)."""
+        seq = self._event_seq.get(stream, 0)
+        self._event_seq[stream] = seq + 1
+        return seq
 
     def stream_ended(self, stream: str) -> None:
         """Nothing to forget: a stream's analytics and event `seq` go on if it comes back."""

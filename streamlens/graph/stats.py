@@ -61,6 +61,9 @@ class StreamStats:
     discarded_detections: int = 0
     #: frames (and packets, `corrupt`) lost by cause: see `graph.drops.Losses.of`
     lost: dict = field(default_factory=dict)
+    #: `analytics.clips`: clips lost (not written, or never recorded), and why the last one was
+    clips_lost: int = 0
+    clip_loss: str | None = None
     #: how the stream ended (end, truncated, stopped, error) and what went wrong, once it has
     reason: str | None = None
     detail: str | None = None
@@ -162,6 +165,12 @@ class StreamStats:
             self.deferred_keyframes, self.discarded_detections = deferred_keyframes, discarded_detections
             self.displaced_keyframes = displaced_keyframes
 
+    def clip_lost(self, reason: str) -> None:
+        """A clip of the stream is lost, and why (graph/clip_stage.py)."""
+        with self._lock:
+            self.clips_lost += 1
+            self.clip_loss = reason
+
     def end(self, reason: str, detail: str | None) -> None:
         """The stream has ended: how (`StreamEnd.reason`), and what went wrong."""
         with self._lock:
@@ -203,7 +212,8 @@ class StreamStats:
                 "latency_ms": self.latency_percentiles(), "stages_ms": stages,
                 "queue_depth": queue_depth, "dropped": self.dropped, "shed": self.shed, "lost": dict(self.lost),
                 "late_keyframes": self.late_keyframes, "deferred_keyframes": self.deferred_keyframes,
-                "displaced_keyframes": self.displaced_keyframes, "discarded_detections": self.discarded_detections}
+                "displaced_keyframes": self.displaced_keyframes, "discarded_detections": self.discarded_detections,
+                "clips_lost": self.clips_lost}
 
     @property
     def fps(self) -> float:

@@ -8,7 +8,9 @@
 
 Everything is derived from the events as they come, so the counts of a minute equal the events of
 that minute, whoever reads them. Rows older than `keep_days` are deleted when the writer opens the
-file and once an hour after.
+file and once an hour after. A `clip_lost` event (graph/clip_stage.py) marks the events recorded
+with its clip's path (in the `MARK_WITHIN_S` before it) lost: their `clip` gains `"lost": true` and
+the `reason`, as every later read gives them.
 
 Example:
     >>> import sqlite3
@@ -41,6 +43,9 @@ CREATE TABLE IF NOT EXISTS counts (
 
 #: the longest a `buckets` answer may be, in rows (a wide window at a fine bucket is cut, oldest kept)
 MAX_ROWS = 100_000
+#: a `clip_lost` event marks the events with its clip's path recorded this long before it, at most
+#: (seconds: a clip is at most 300 s, and its loss is told within a minute or two of its end)
+MARK_WITHIN_S = 3600.0
 
 
 def create(db: sqlite3.Connection) -> None:
@@ -88,11 +93,26 @@ def add_events(db: sqlite3.Connection, messages: list[dict[str, Any]]) -> int:
                        "ON CONFLICT (minute, stream, rule, label) DO UPDATE SET n_in = n_in + excluded.n_in, "
                        "n_out = n_out + excluded.n_out, n = n + excluded.n",
                        [(*key, *value) for key, value in counts.items()])
+        for m in messages:
+            if m["event"] == "clip_lost":
+                _mark_clip_lost(db, m)
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
         raise
     return len(rows)
+
+
+def _mark_clip_lost(db: sqlite3.Connection, message: dict[str, Any]) -> None:
+    """The events of `message`'s stream recorded with its clip's path mark that clip lost (see the module)."""
+    clip = message.get("clip") or {}
+    path, reason = clip.get("path"), clip.get("reason")
+    if not isinstance(path, str):
+        return
+    db.execute("UPDATE events SET message = json_set(message, '$.clip.lost', json('true'), '$.clip.reason', ?) "
+               "WHERE ts >= ? AND stream = ? AND event != 'clip_lost' AND json_extract(message, '$.clip.path') = ?",
+               (reason if isinstance(reason, str) else None, float(message.get("ts") or 0.0) - MARK_WITHIN_S,
+                message["stream"], path))
 
 
 def prune(db: sqlite3.Connection, keep_days: float, now: float | None = None) -> int:
@@ -145,4 +165,5 @@ def event(db: sqlite3.Connection, event_id: int) -> dict[str, Any] | None:
     return None if row is None else json.loads(row[0])
 
 
-__all__ = ["event", "create", "connect", "add_events", "prune", "buckets", "events_after", "MAX_ROWS"]
+__all__ = ["event", "create", "connect", "add_events", "prune", "buckets", "events_after", "MAX_ROWS",
+           "MARK_WITHIN_S"]

@@ -19,9 +19,10 @@ each route below `/` but `/metrics` and `/healthz` (every answer is JSON unless 
   over the last 10 s), `late_keyframes` (published by motion, their detections applied when back),
   `deferred_keyframes`, `displaced_keyframes` (taken back from the detector's queue, their place
   given to a frame worth more: published by motion), `discarded_detections`, `dropped`, `shed`,
-  `lost` (by cause), `queue_depth`, `detect_ms` (the detector call per keyframe's batch,
-  p50/p95/p99 of the last 64), `control` (the budget controller's `level`, `keyframe_stretch`,
-  `keyframe_wait`, `shed_fraction`; null where it does not watch the stream) and `counts` (the
+  `lost` (by cause), `clips_lost` (`analytics.clips`), `queue_depth`, `detect_ms` (the detector
+  call per keyframe's batch, p50/p95/p99 of the last 64), `control` (the budget controller's
+  `level`, `keyframe_stretch`, `keyframe_wait`, `shed_fraction`; null where it does not watch the
+  stream) and `counts` (the
   newest frame's: per line `{"in", "out", "classes"}`, per zone the objects in it now). `detector`: its load over the
   last 10 s, all streams together: `keyframes_per_s`, `detected_share` (the share of frames it ran
   on), and the slowest stream's `detect_ms`. `control`: the controller's `level` and `steps` (null
@@ -33,7 +34,8 @@ each route below `/` but `/metrics` and `/healthz` (every answer is JSON unless 
   oldest first: `[{"index": 18, "has_snapshot": true, "event": {"type": "event", "stream": "cam1",
   "event": "object_start", ...}}]`; `/api/events/<N>/snapshot.jpg` its snapshot JPEG (404 once no
   longer kept or when it has none); `/api/events/<N>/clip.mp4` its clip (`analytics.clips`; 503
-  until it is written, 404 when it has none).
+  until it is written, 404 when it has none, 410 with one line once it never will be: lost,
+  `clip.lost` in the event, or overdue; clip_state.py).
 - `/api/streams/<name>/frame.jpg`: the newest frame with its boxes, labels, track ids, lines, zones
   and counts drawn (as the annotated video draws them), a JPEG of the stream's size, for scripts and
   home dashboards; 503 before the first frame.
@@ -68,6 +70,7 @@ from typing import TYPE_CHECKING
 
 from ..history import store
 from ..urls import mask_url
+from .clip_state import clip_gone
 from .metrics import pipeline_state
 from .page_files import page_file
 from .numbers import MAX_UNIX_TIME, BadNumber, parse_int, query_float, query_int
@@ -220,6 +223,7 @@ class Api:
                 "late_keyframes": st.late_keyframes, "deferred_keyframes": st.deferred_keyframes,
                 "displaced_keyframes": st.displaced_keyframes, "discarded_detections": st.discarded_detections,
                 "dropped": st.dropped, "shed": st.shed, "lost": dict(st.lost), "queue_depth": report["queue_depth"], "detect_ms": ms,
+                "clips_lost": st.clips_lost,
                 "control": self._control(name),
                 "counts": newest.get("counts") if newest is not None else None}
         controller = getattr(p, "controller", None)
@@ -298,6 +302,9 @@ class Api:
         try:
             body = path.read_bytes()
         except FileNotFoundError:
+            gone = clip_gone(message, time.time())
+            if gone is not None:  # lost (its event says so), or long overdue: it will never come
+                return text_reply(410, f"clip of event {index}: {gone}")
             return Reply(503, "text/plain; charset=utf-8", b"not written yet: a clip is whole once post_s has passed\n",
                          {"Retry-After": "2"})
         except OSError as e:

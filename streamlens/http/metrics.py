@@ -66,6 +66,8 @@ class Collector:
                                   "1 once the stream has ended, labelled with how: end, truncated, stopped, error",
                                   labels=["stream", "reason"])
         shed = CounterMetricFamily("streamlens_shed_frames", "Frames the budget controller dropped", labels=label)
+        clips_lost = CounterMetricFamily("streamlens_clips_lost", "Clips (analytics.clips) lost: not written, or "
+                                         "never recorded", labels=label)
         deferred = CounterMetricFamily("streamlens_deferred_keyframes",
                                        "Keyframes put off while the detector was busy (a live stream's last one "
                                        "still with it, or its turn not yet come)",
@@ -118,6 +120,7 @@ class Collector:
         for st in list(self.pipeline.stats.values()):
             v = [st.name]
             shed.add_metric(v, st.shed)
+            clips_lost.add_metric(v, st.clips_lost)
             deferred.add_metric(v, st.deferred_keyframes)
             displaced.add_metric(v, st.displaced_keyframes)
             discarded.add_metric(v, st.discarded_detections)
@@ -145,7 +148,7 @@ class Collector:
                 buckets.append(("+Inf", hist.count))
                 family.add_metric(labels, buckets, hist.sum_ms / 1000)
         yield from (frames, keyframes, late, objects, dropped, lost, shed, deferred, displaced, discarded, depth, fps, up,
-                    ended, stretch, waiting, shed_share, latency, stages, detect)
+                    ended, stretch, waiting, shed_share, latency, stages, detect, clips_lost)
         refused = CounterMetricFamily("streamlens_zmq_refused",
                                       "Peers of a zmq sink refused at their handshake or disconnected, and topics "
                                       "a relay did not pass on, by reason: flood, peers, cooldown, key, topics",

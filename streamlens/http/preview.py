@@ -5,7 +5,8 @@ the events, kept by a sink that only keeps references.
 copies pixels and never waits: it stores references to what the pipeline made anyway (the newest
 `FrameResult` and its schema-v1 message per stream, the last `RESULTS` messages per stream, the
 last `EVENTS` event messages, and their snapshot JPEGs up to `SNAPSHOT_BYTES`) under a lock held
-for a few attribute writes. Everything that costs something (turning a frame into BGR, drawing,
+for a few attribute writes. A `clip_lost` event marks the kept events with its clip's path lost
+(`clip.lost`, `clip.reason`), as the history file does. Everything that costs something (turning a frame into BGR, drawing,
 JPEG encoding) happens in the HTTP server's request handlers, when somebody asks: nobody
 watching, no preview work.
 
@@ -102,6 +103,8 @@ class PreviewSink(Sink):
                 self._event_count += 1
                 index = self._event_count
                 self._events.append((index, message))
+                if message.get("event") == "clip_lost":
+                    self._mark_clip_lost(message)
                 if jpeg is not None:
                     self._shots[index] = jpeg
                     self._shot_order.append(index)
@@ -113,6 +116,17 @@ class PreviewSink(Sink):
             stream = self._stream(message["stream"])
             with self._lock:
                 stream.ended = message.get("reason", "end")
+
+    def _mark_clip_lost(self, lost: dict) -> None:
+        """The kept events of `lost`'s stream with its clip's path: their `clip` marked lost, with the
+        reason (new messages in their place: a message is never changed). Under the lock."""
+        clip = lost.get("clip") or {}
+        marked = {"lost": True, "reason": clip.get("reason")}
+        found = [(at, index, m) for at, (index, m) in enumerate(self._events)
+                 if m is not lost and m.get("stream") == lost.get("stream")
+                 and isinstance(m.get("clip"), dict) and m["clip"].get("path") == clip.get("path")]
+        for at, index, m in found:
+            self._events[at] = (index, {**m, "clip": {**m["clip"], **marked}})
 
     def _stream(self, name: str) -> _Stream:
         stream = self._streams.get(name)

@@ -40,6 +40,11 @@ class Source:
         this source records none."""
         return False
 
+    def clip_outcomes(self) -> list:
+        """What became of the clips asked of it since last asked (the engine's thread): each a
+        `protocol.ClipDone` (path, reason: None when written, else why it is lost; refused)."""
+        return []
+
     def close(self) -> None:
         pass
 

@@ -13,8 +13,12 @@ A request whose window begins before an open clip of the same path ends extends 
 
 Nothing here waits on the disk in the reader's way: the writer thread has a queue of at most
 `MAX_PENDING` clips (more are dropped, counted in `lost`); a write that fails (a full disk, a folder
-that cannot be made) loses that clip, counted and told once until one succeeds again. `retain`
-(days, bytes) is applied to the clips folder after each write: the oldest files past either go.
+that cannot be made) loses that clip, counted in `lost`. Each clip's outcome goes to `on_done(path,
+reason, refused)` (reason None: written; else why it is lost, one line; `refused`: a request that
+came too late for this recorder, which leaves a clip already asked for into that path as it is),
+whose owner tells it (the engine's clip stage: one warning per stream, every loss counted;
+streamlens/graph/clip_stage.py): the recorder itself logs only at debug level. `retain` (days,
+bytes) is applied to the clips folder after each write: the oldest files past either go.
 
 Times are the source's presentation times in seconds (packet pts x time base), the same clock as
 the frames' `pts`. A session that ends (a camera reconnecting, the end of a file) closes the clips
@@ -44,6 +48,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from fractions import Fraction
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger("streamlens.clips")
@@ -70,6 +75,11 @@ class _Packet:
     dts: int | None
     keyframe: bool
     seconds: float
+
+
+#: a packet as a `PacketWindow` holds it (its bytes, pts, dts, keyframe flag, seconds): the public
+#: name, for what fills a window by hand (tools/experiments/bench_clip_window.py)
+Packet = _Packet
 
 
 class PacketWindow:
@@ -144,10 +154,12 @@ class _Clip:
 class ClipRecorder:
     """Records clips of one stream from its packets (see the module). `template`: the PyAV input
     stream the packets come from (its codec parameters go into each clip). `stream`: the stream's
-    name, for the log. `retain`: (days, bytes) or None, applied to `folder` after each write."""
+    name, for the log. `retain`: (days, bytes) or None, applied to `folder` after each write.
+    `on_done(path, reason)`: each clip's outcome (see the module), from whichever thread settles it."""
 
     def __init__(self, template, keep_s: float, *, stream: str = "", folder: str | Path | None = None,
-                 retain: tuple[float | None, float | None] | None = None, pre_s: float | None = None):
+                 retain: tuple[float | None, float | None] | None = None, pre_s: float | None = None,
+                 on_done: Callable[[str, str | None, bool], None] | None = None):
         """`pre_s`: the clips' pre-roll, when `keep_s` is it plus a margin: a request that comes
         later than the margin allows widens the window (see `request`)."""
         # the input stream's codec parameters, copied into a stream of our own (of an output that is
@@ -170,7 +182,7 @@ class ClipRecorder:
         self.written = self.lost = 0
         self._lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue()
-        self._failing: str | None = None
+        self.on_done = on_done
         self._writer = threading.Thread(target=self._write_loop, name=f"clips-{stream}", daemon=True)
         self._writer.start()
 
@@ -192,10 +204,21 @@ class ClipRecorder:
                 self._keep(held)
 
     @classmethod
-    def for_spec(cls, template, spec: ClipSpec) -> ClipRecorder:
+    def for_spec(cls, template, spec: ClipSpec, on_done: Callable[[str, str | None, bool], None] | None = None
+                 ) -> ClipRecorder:
         """The recorder `spec` asks for, of packets of the input stream `template`."""
         return cls(template, spec.keep_s, stream=spec.stream, folder=spec.folder,
-                   retain=(spec.retain_days, spec.retain_bytes), pre_s=spec.pre_s)
+                   retain=(spec.retain_days, spec.retain_bytes), pre_s=spec.pre_s, on_done=on_done)
+
+    def _done(self, path: Path, reason: str | None, refused: bool = False) -> None:
+        """A clip written (`reason` None) or lost (counted in `lost`), told to `on_done`."""
+        if reason is None:
+            self.written += 1
+        else:
+            self.lost += 1
+            log.debug("%s: clip %s lost: %s", self.stream, path, reason)
+        if self.on_done is not None:
+            self.on_done(str(path), reason, refused)
 
     def _keep(self, kept: _Packet) -> None:
         """One packet into the window and the clips that take it (under the lock)."""
@@ -216,18 +239,20 @@ class ClipRecorder:
         extended instead. `index`: the event's frame (see `first_index`)."""
         path = Path(path)
         if self.first_index is not None and index is not None and 0 <= index < self.first_index:
-            self.lost += 1
+            self._done(path, "its event came from the file's pass before it looped", True)
             return
         with self._lock:
-            if self._closed:  # the session or pass has ended: too late for this one
-                self.lost += 1
-                return
-            self._widen(start_s)
-            for clip in self.opened:
-                if clip.path == path:
+            closed = self._closed  # the session or pass has ended: too late for this one
+            if not closed:
+                self._widen(start_s)
+                clip = next((c for c in self.opened if c.path == path), None)
+                if clip is not None:
                     clip.end_s = min(max(clip.end_s, end_s), clip.start_s + MAX_CLIP_S)
-                    return
-            self.opened.append(_Clip(path, start_s, min(end_s, start_s + MAX_CLIP_S), self.window.since(start_s)))
+                else:
+                    self.opened.append(_Clip(path, start_s, min(end_s, start_s + MAX_CLIP_S),
+                                             self.window.since(start_s)))
+        if closed:
+            self._done(path, "the stream's connection or pass had ended when it was asked for", True)
 
     def _widen(self, start_s: float) -> None:
         """An event that came back later than the window's margin allows (the newest packet read is
@@ -262,8 +287,7 @@ class ClipRecorder:
 
     def _hand_over(self, clip: _Clip) -> None:
         if self._queue.qsize() >= MAX_PENDING:
-            self.lost += 1
-            log.warning("%s: clip %s dropped: %d clips already wait for the disk", self.stream, clip.path, MAX_PENDING)
+            self._done(clip.path, f"{MAX_PENDING} clips already waited for the disk")
             return
         self._queue.put(clip)
 
@@ -276,17 +300,9 @@ class ClipRecorder:
             try:
                 write_clip(self.template, clip.packets, clip.path, self.time_base)
             except (OSError, ValueError) as e:  # PyAV's errors are OSError and ValueError subclasses
-                self.lost += 1
-                why = getattr(e, "strerror", None) or str(e)
-                if self._failing is None:
-                    log.warning("%s: clips cannot be written (%s: %s); they are lost until they can",
-                                self.stream, clip.path, why)
-                self._failing = why
+                self._done(clip.path, getattr(e, "strerror", None) or str(e))
                 continue
-            self.written += 1
-            if self._failing is not None:
-                log.warning("%s: clips are written again", self.stream)
-                self._failing = None
+            self._done(clip.path, None)
             if self.folder is not None and self.retain is not None:
                 prune_clips(self.folder, *self.retain)
 

@@ -62,10 +62,12 @@ from ..errors import SourceError
 from ..frame import Frame
 from ..urls import mask_url
 from .base import Source
+from .clip_outcomes import ClipOutcomes, settle_worker
 from .clips import CLOSE_S as CLIPS_CLOSE_S, ClipRecorder, ClipSpec
 from .decode import ClockCatchUp
 from .file_passes import Decoded, FilePasses, FileSpec, open_file
 from .host_memory import HostMemory
+from .protocol import ClipDone
 from .session import BEHIND_S
 
 #: how far (seconds) a paced live stream may fall behind its clock before the clock is re-anchored
@@ -146,6 +148,9 @@ class FileSource(Source):
         self._passes: FilePasses | None = None
         self._worker = None
         self._recorder = None  # decode="thread": the current pass's ClipRecorder
+        self._worker_running = False  # the decode worker's session has not ended yet
+        #: what became of the clips asked of it (`clip_outcomes`)
+        self.clips = ClipOutcomes()
         #: the budget controller's `Shedder`, asked before each packet is decoded (see the class docs)
         self.thin = None
         #: whether `thin` is asked on the graph's thread (else the decode worker has the share)
@@ -184,6 +189,8 @@ class FileSource(Source):
             if self._worker is not None:
                 from .worker import CLOSE_GRACE_S
 
+                if self.spec.clips and self._worker_running and self._worker.alive:  # its clips written, told
+                    settle_worker(self._worker, 1, self.clips, CLIPS_CLOSE_S + 1)
                 self._worker.close(CLIPS_CLOSE_S + 1 if self.spec.clips else CLOSE_GRACE_S)  # its clips written first
                 self._worker = None
 
@@ -262,8 +269,11 @@ class FileSource(Source):
             yield item
 
     def _make_recorder(self, stream):
-        self._recorder = ClipRecorder.for_spec(stream, self.spec.clips)
+        self._recorder = ClipRecorder.for_spec(stream, self.spec.clips, self.clips.add)
         return self._recorder
+
+    def clip_outcomes(self) -> list:
+        return self.clips.take()
 
     def clip(self, start_s: float, end_s: float, path: str, index: int = -1) -> bool:
         """As `Source.clip`: the current pass's recorder (here or in the decode worker) records it."""
@@ -297,6 +307,7 @@ class FileSource(Source):
                 self._worker = None
                 raise SourceError(f"{self.display_path}: cannot start its decode worker ({error})") from None
             worker.open(1, self.spec)
+            self._worker_running = True
         link = ThinLink(self.thin) if self.thin is not None else None
         while True:
             with self._lock:
@@ -315,6 +326,7 @@ class FileSource(Source):
                     item = Decoded(picture, index, event.pts, media,
                                    event.decode_ms + (time.perf_counter() - started) * 1000.0, vectors)
                 elif isinstance(event, Ended):
+                    self._worker_running = False
                     self.corrupt_packets = corrupt_before + event.corrupt
                     self.skipped_packets = skipped_before + event.worker_drops
                     self.read_error = event.detail.get("read_error")
@@ -327,6 +339,8 @@ class FileSource(Source):
                 elif isinstance(event, Died):
                     raise SourceError(f"{self.display_path}: {event.message}")
                 else:
+                    if isinstance(event, ClipDone):
+                        self.clips.add(*event)
                     continue
             yield item
 

@@ -76,7 +76,9 @@ from .backoff import Backoff
 from .base import Source
 from .host_memory import HostMemory
 from .session import SessionSpec, behind_limit, input_options
+from .clip_outcomes import ClipOutcomes, settle_worker
 from .clips import CLOSE_S as CLIPS_CLOSE_S, ClipSpec
+from .protocol import ClipDone
 from .worker import CLOSE_GRACE_S, Died, Ended, FrameReady, Opened, ProcessWorker, ThinLink, ThreadWorker
 
 log = logging.getLogger("streamlens.sources")
@@ -153,6 +155,8 @@ class LiveSource(Source):
         #: pictures decoded and refused: larger than `max_pixels`, or no room in shared memory for them
         self.refused_frames = 0
         self._retired = (0, 0)  # drops and corrupt packets counted by workers since replaced
+        #: what became of the clips asked of its workers (`clip_outcomes`)
+        self.clips = ClipOutcomes()
         #: the last connection failure or loss, one line, URL masked
         self.last_error: str | None = None
         self._closed = threading.Event()
@@ -178,6 +182,9 @@ class LiveSource(Source):
         return {"state": self.state, "reconnects": self.reconnects,
                 "dropped_source": self.dropped_worker + self.dropped_stale,
                 "last_error": self.last_error}
+
+    def clip_outcomes(self) -> list:
+        return self.clips.take()
 
     def losses(self) -> dict[str, int]:
         return {"corrupt": self.corrupt_packets, "decoder": self.dropped_worker, "stale": self.dropped_stale,
@@ -218,6 +225,7 @@ class LiveSource(Source):
         lost_at: float | None = None
         repeat = _RepeatFilter(REPEAT_LOG_S)
         link = ThinLink(self.thin) if self.thin is not None else None
+        outcome = None
         try:
             while not stopping():
                 outcome = _Outcome("stopped")
@@ -280,8 +288,11 @@ class LiveSource(Source):
                     if _wait(stopping, wait):
                         return
         finally:
+            running = outcome is not None and outcome.kind == "stopped"  # a connection still open
+            if running and worker is not None and worker.alive and self.spec.clips:  # its clips written, told
+                settle_worker(worker, session, self.clips, CLIPS_CLOSE_S + 1)
             if worker is not None:
-                worker.close(CLIPS_CLOSE_S + 1 if self.spec.clips else CLOSE_GRACE_S)  # its clips written first
+                worker.close(CLIPS_CLOSE_S + 1 if self.spec.clips else CLOSE_GRACE_S)
 
     def clip(self, start_s: float, end_s: float, path: str, index: int = -1) -> bool:
         """Ask this camera's decode worker for a clip of its packets from `start_s` to `end_s` (the
@@ -343,6 +354,8 @@ class LiveSource(Source):
                 last_progress = now
                 outcome.frames += 1
                 yield event, thinned
+            elif isinstance(event, ClipDone):
+                self.clips.add(*event)
             elif isinstance(event, Ended):
                 self._count(event)
                 self.refused_frames += event.detail.get("refused", 0)
@@ -359,6 +372,8 @@ class LiveSource(Source):
             event = worker.poll(POLL_S)
             if isinstance(event, FrameReady):
                 event.discard()
+            elif isinstance(event, ClipDone):
+                self.clips.add(*event)
             elif isinstance(event, Ended) and event.session == session:
                 self._count(event)
                 outcome.kind = "ended_after_stall"

@@ -11,6 +11,7 @@ one connection to a camera, a `FileSpec` (file_passes.py) one run over a file, i
     worker -> owner:  SessionOpened(session, info)   FrameSent(session, layout, ...)
                       SessionEnded(session, reason, message, worker_drops, corrupt, detail)
                       NeedRing(session, slot_bytes)   WAITING   Crashed(message)
+                      ClipDone(path, reason, refused)
 
 The owner frees each frame's slot (its credit: a worker has `RING_SLOTS` of them) when it has copied
 the frame out, before it reads the next message.
@@ -171,6 +172,16 @@ class NeedRing(NamedTuple):
 
 #: every slot is full and the session is lossless: answer with `CREDIT`
 WAITING = "waiting"
+
+
+class ClipDone(NamedTuple):
+    """What became of a clip (`Clip`): written (`reason` None) or lost, and why (one line).
+    `refused`: lost because the request came too late for its session or pass (a request that
+    extends a clip asked for before leaves that clip as it is)."""
+
+    path: str
+    reason: str | None
+    refused: bool = False
 
 
 class Crashed(NamedTuple):

@@ -10,11 +10,11 @@ GIL and a thread stuck in FFmpeg can only be left to end on its own (FFmpeg's ti
 Both speak the protocol of protocol.py with their owner, one session at a time; the loop a worker
 runs, in its process or on its thread, is worker_loop.py's, and how a picture crosses is pixels.py's.
 
-`poll()` turns what arrives into `Opened`, `FrameReady`, `Ended` or `Died`. A `FrameReady` must be
-`take()`n or `discard()`ed before the next `poll()`: that frees its slot. The free slots are the
-worker's credits (`RING_SLOTS` of them): a frame spends one, and the owner gives it back when it has
-copied the frame out. A camera's worker never waits for one: out of credits, it drops the frame it
-holds (`FrameReady.worker_drops`); a file's waits (protocol.py says how).
+`poll()` turns what arrives into `Opened`, `FrameReady`, `Ended` or `Died` (a `ClipDone` as it is).
+A `FrameReady` must be `take()`n or `discard()`ed before the next `poll()`: that frees its slot. The
+free slots are the worker's credits (`RING_SLOTS` of them): a frame spends one, and the owner gives
+it back when it has copied the frame out. A camera's worker never waits for one: out of credits, it
+drops the frame it holds (`FrameReady.worker_drops`); a file's waits (protocol.py says how).
 
 A worker process is ended by its owner only: it ignores SIGINT and SIGTERM, which a terminal's
 Ctrl-C, `docker stop` or systemd send to the whole process group, so that the owner can end its
@@ -56,8 +56,8 @@ from ..frame import YuvPicture
 from ..urls import mask_url
 from .host_memory import HostMemory
 from .pixels import Buffers, layout_bytes, unpack
-from .protocol import (CREDIT, QUIT, WAITING, Abort, Clip, Clock, Crashed, FrameSent, NeedRing, NewRing, NoRing, Open,
-                       SessionEnded, SessionOpened, Thin)
+from .protocol import (CREDIT, QUIT, WAITING, Abort, Clip, ClipDone, Clock, Crashed, FrameSent, NeedRing, NewRing,
+                       NoRing, Open, SessionEnded, SessionOpened, Thin)
 from .ring import SHM_DIR, FrameRing, NoRoom, free_bytes, ring_bytes
 from .session import StreamInfo
 from .worker_loop import DirectOutput, serve, worker_process_main
@@ -307,7 +307,7 @@ class ProcessWorker:
         if isinstance(message, Crashed):
             self._dead = True
             return Died(f"decode worker failed: {message.message}")
-        return None
+        return message if isinstance(message, ClipDone) else None  # what became of a clip: the owner's
 
     def _new_ring(self, session: int, slot_bytes: int) -> None:
         """Make the ring the worker asks for; when shared memory has no room for it, tell the worker,
@@ -487,7 +487,7 @@ class ThreadWorker:
         if isinstance(message, Crashed):
             self._dead = True
             return Died(f"decode thread failed: {message.message}")
-        return None
+        return message if isinstance(message, ClipDone) else None  # what became of a clip: the owner's
 
     def close(self, grace_s: float = CLOSE_GRACE_S) -> None:
         """Ask the thread to end and wait at most `grace_s`; a thread blocked inside FFmpeg is left

@@ -10,12 +10,14 @@ import os
 import signal
 import threading
 import time
+from collections import deque
+
 
 from ..urls import mask_url
 from .pixels import layout_bytes, pack, picture_layout
 from .decode import DecodeShare
-from .protocol import (CREDIT, QUIT, WAITING, Abort, Clip, Clock, Crashed, NeedRing, NewRing, NoRing, Open,
-                       SessionEnded, SessionOpened, Thin)
+from .protocol import (CREDIT, QUIT, WAITING, Abort, Clip, ClipDone, Clock, Crashed, NeedRing, NewRing, NoRing,
+                       Open, SessionEnded, SessionOpened, Thin)
 from .ring import FrameRing
 from .session import SessionOutput, StreamInfo
 
@@ -37,6 +39,8 @@ class _Control:
         self.refusal: str | None = None
         #: the running session's `ClipRecorder`, when it records clips
         self.recorder = None
+        #: what became of clips (`ClipDone`), settled on any thread, sent to the owner from this one
+        self.clips_done: deque = deque()
         #: the running session's share of frames (`Thin`)
         self.thin = DecodeShare()
         #: the running session's clock as its owner keeps it (`Clock`: a live file's), or None
@@ -54,6 +58,8 @@ class _Control:
         elif isinstance(message, Clip):
             if message.session == self.session and self.recorder is not None:
                 self.recorder.request(message.start_s, message.end_s, message.path, message.index)
+            else:  # its connection has ended (or has not opened its stream yet)
+                self.clip_done(message.path, "the stream's connection had ended when it was asked for", True)
         elif message == QUIT:
             self.quit = True
         elif isinstance(message, NewRing):
@@ -67,9 +73,19 @@ class _Control:
                 self.ring.close()
                 self.ring = None
 
+    def clip_done(self, path: str, reason: str | None, refused: bool = False) -> None:
+        """A `ClipRecorder`'s `on_done` (any thread): sent with the next `send_clips_done`."""
+        self.clips_done.append(ClipDone(path, reason, refused))
+
+    def send_clips_done(self) -> None:
+        """What became of clips since last sent (this thread only: the one that sends frames)."""
+        while self.clips_done:
+            self.conn.send(self.clips_done.popleft())
+
     def should_stop(self) -> bool:
         while self.conn.poll(0):
             self.handle(self.conn.recv())
+        self.send_clips_done()
         return self.aborted or self.quit or self.refusal is not None
 
     def wait_for_credit(self) -> bool:
@@ -93,6 +109,7 @@ def serve(conn, make_output) -> None:
             message = conn.recv()
             if not isinstance(message, Open):
                 control.handle(message)
+                control.send_clips_done()  # a clip asked of a session that has ended: refused
                 continue
             control.session, spec = message
             control.aborted, control.refused, control.refusal, control.recorder = False, 0, None, None
@@ -104,6 +121,7 @@ def serve(conn, make_output) -> None:
                 detail = {**detail, "refused": control.refused}
             if control.thin.skipped:
                 detail = {**detail, "thinned": control.thin.skipped}
+            control.send_clips_done()  # the session's recorder has ended: every clip of it is settled
             conn.send(SessionEnded(control.session, reason, text, control.drops, control.corrupt, detail))
     finally:
         if control.ring is not None:
@@ -139,7 +157,7 @@ class _Output(SessionOutput):
             return None
         from .clips import ClipRecorder
 
-        self.control.recorder = ClipRecorder.for_spec(stream, clips)
+        self.control.recorder = ClipRecorder.for_spec(stream, clips, self.control.clip_done)
         return self.control.recorder
 
 
