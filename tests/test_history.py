@@ -175,6 +175,56 @@ def test_the_api_serves_the_history_and_events_that_outlive_the_run(tmp_path):
         runner.join(60)
 
 
+def _history_file(path, events: int = 2000) -> None:
+    """A real history file of `events` line crossings (about 190 pages of 4 KiB), closed."""
+    db = store.connect(str(path))
+    store.create(db)
+    store.add_events(db, [{"type": "event", "stream": "cam1", "event": "line_cross", "line": "gate",
+                           "direction": "in", "ts": 1000.0 + i, "object": {"label": "car"}, "note": "x" * 200}
+                          for i in range(events)])
+    db.close()
+
+
+def _corrupt_page(path) -> None:
+    """The header of a page in the middle of the file flipped, as a torn write or a bad disk leaves it."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 4096 // 2 * 4096
+    data[middle:middle + 12] = bytes(b ^ 0xFF for b in data[middle:middle + 12])
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["page", "random"])
+def test_a_corrupt_history_file_is_refused_by_run_and_validate(tmp_path, damage):
+    """A history file with a corrupt page (SQLite's quick_check finds it), or of random bytes, is
+    never used: `validate` names the file and key path in one line (exit 2), `run` refuses to start
+    with one line (exit 1), no traceback, and the file is left as it was."""
+    import os
+
+    path = pipeline(tmp_path)
+    history = tmp_path / "history.db"
+    if damage == "page":
+        _history_file(history)
+        _corrupt_page(history)
+        assert store.unsound(str(history)).endswith("btreeInitPage() returns error code 11")
+    else:
+        history.write_bytes(os.urandom(64 << 10))
+    before = history.read_bytes()
+    checked = streamlens("validate", str(path), timeout=120)
+    assert checked.returncode == 2, checked.stderr
+    lines = [line for line in checked.stderr.splitlines() if "history" in line]
+    assert len(lines) == 1 and lines[0].startswith(f"{path}: runtime.history.path: {history} is not a sound "
+                                                   "history database ("), checked.stderr
+    ran = streamlens("run", "-q", str(path), timeout=120)
+    assert ran.returncode == 1, ran.stderr
+    assert ran.stderr.strip().splitlines() == [
+        f"streamlens: error: runtime.history.path: {history} is not a sound history database "
+        f"({store.unsound(str(history))}); move it aside (a new one is made) or repair it "
+        f"(sqlite3 {history} .recover)"], ran.stderr
+    assert history.read_bytes() == before  # left for the operator to move aside or repair
+    out = tmp_path / "out.jsonl"
+    assert not out.exists() or not out.read_text()  # no frame ran
+
+
 def test_a_clip_lost_event_marks_the_events_of_its_clip():
     """A `clip_lost` event marks the events recorded with its clip's path (its stream's, in the hour
     before it) lost, with the reason, as every later read gives them; the others stay as they were."""

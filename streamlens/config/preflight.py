@@ -103,6 +103,9 @@ def input_problems(cfg: PipelineConfig) -> list[str]:
     would refuse, in the run's own words: `/x/tone.m4a: has no video stream`, `/x/noise.mp4: not a
     video FFmpeg can read (Invalid data found when processing input)`, `/x/a.mp4: cannot open
     (Input/output error)`. A file that is missing or unreadable is left to `preflight_problems`.
+    An existing `runtime.history` file is checked as the run checks it (`history.store.unsound`:
+    SQLite's `quick_check`): one that is corrupt, or no database, is a line
+    `FILE: runtime.history.path: ...`.
 
     `streamlens validate` prints these beside `preflight_problems`' lines; a run finds the same
     when it opens its sources (`streamlens: error: /x/tone.m4a: has no video stream`, exit 1), so
@@ -113,6 +116,14 @@ def input_problems(cfg: PipelineConfig) -> list[str]:
         path = Path(src.uri)
         if src.is_file and path.is_file() and os.access(path, os.R_OK):
             _check_opens(src, f"sources[{i}].uri", problems)
+    history = cfg.runtime.history
+    if history is not None:  # an existing file checked as the run checks it (history/sink.py)
+        from ..history.store import unsound
+
+        problem = unsound(str(history.path))
+        if problem is not None:
+            problems.add("runtime.history.path", f"{history.path} is not a sound history database ({problem}); "
+                                                 f"move it aside (a new one is made) or repair it")
     return problems.lines
 
 

@@ -6,7 +6,10 @@ batch is lost, counted in `failed`, and told once (and once more when writing wo
 go on. With `runtime.workers` the supervisor writes the one file from every engine's events.
 
 `open()` makes the file and its tables (a folder or file that cannot be made is one line naming
-`runtime.history.path`) and deletes what is older than `keep_days`, again once an hour.
+`runtime.history.path`) and deletes what is older than `keep_days`, again once an hour. An existing
+file is checked first (`store.check`: SQLite's `PRAGMA quick_check`): a corrupt one, or one that is
+no database, is refused with one line naming it (the run does not start, exit 1), never used: it is
+the operator's to move aside (a new file is then made) or to repair (`sqlite3 FILE .recover`).
 `close()` writes what is still queued, for at most `CLOSE_S`.
 """
 
@@ -57,15 +60,27 @@ class HistorySink(Sink):
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = store.connect(str(self.path))
+            problem = store.check(self._db)
+            if problem is not None:
+                self._drop_db()
+                raise SinkError(unsound_line(self.path, problem))
             self._prepare()
         except sqlite3.OperationalError as e:
             if not _busy(e):
                 raise SinkError(f"runtime.history.path: cannot use {self.path} as the history database: {e}") from None
             self._failing = str(e)  # held by another program now: the writer tries again with each batch
             log.warning("runtime.history: cannot write to %s (%s); events are lost until it can", self.path, e)
+        except sqlite3.DatabaseError as e:  # not a database, or one SQLite cannot read
+            self._drop_db()
+            raise SinkError(unsound_line(self.path, " ".join(str(e).split()))) from None
         except (OSError, sqlite3.Error) as e:
             raise SinkError(f"runtime.history.path: cannot use {self.path} as the history database: {e}") from None
         self._pub.start(self._work, "history")
+
+    def _drop_db(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
 
     def _prepare(self) -> None:
         """The tables made, and what is past `keep_days` deleted (at open, then hourly)."""
@@ -147,9 +162,15 @@ class HistorySink(Sink):
                     "dropped": sum(self._pub.dropped.values())}
 
 
+def unsound_line(path, problem: str) -> str:
+    """The one line that refuses a history file that is corrupt or no database (`problem`: why)."""
+    return (f"runtime.history.path: {path} is not a sound history database ({problem}); move it aside "
+            f"(a new one is made) or repair it (sqlite3 {path} .recover)")
+
+
 def _busy(error: sqlite3.Error) -> bool:
     """Whether `error` is another connection's lock (which passes), not a file that cannot be used."""
     return any(word in str(error) for word in ("locked", "busy"))
 
 
-__all__ = ["HistorySink", "BATCH_S"]
+__all__ = ["HistorySink", "BATCH_S", "unsound_line"]

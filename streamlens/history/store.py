@@ -25,7 +25,9 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import time
 from typing import Any
@@ -53,6 +55,28 @@ def create(db: sqlite3.Connection) -> None:
     so that readers (the HTTP API, `streamlens history`) never wait for the writer nor it for them."""
     db.execute("PRAGMA journal_mode=WAL")
     db.executescript(SCHEMA)
+
+
+def check(db: sqlite3.Connection) -> str | None:
+    """SQLite's `PRAGMA quick_check` of the open file: None when it is sound, else its first problem
+    in one line (a corrupt page, a broken index). Raises `sqlite3.DatabaseError` for a file that is
+    no SQLite database at all."""
+    rows = db.execute("PRAGMA quick_check(1)").fetchall()
+    first = str(rows[0][0]) if rows else "no answer"
+    return None if first == "ok" else " ".join(first.split())
+
+
+def unsound(path: str) -> str | None:
+    """Why the history file at `path` cannot be used, in one line (`check`'s answer, or SQLite's
+    error: `file is not a database`), or None when it is sound or not there yet (it is made).
+    Opened read-only: a run may be writing it."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with contextlib.closing(connect(path, readonly=True)) as db:
+            return check(db)
+    except sqlite3.Error as e:
+        return " ".join(str(e).split())
 
 
 def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
@@ -165,5 +189,5 @@ def event(db: sqlite3.Connection, event_id: int) -> dict[str, Any] | None:
     return None if row is None else json.loads(row[0])
 
 
-__all__ = ["event", "create", "connect", "add_events", "prune", "buckets", "events_after", "MAX_ROWS",
+__all__ = ["event", "check", "unsound", "create", "connect", "add_events", "prune", "buckets", "events_after", "MAX_ROWS",
            "MARK_WITHIN_S"]
