@@ -13,7 +13,9 @@
                                        budget; the decode-only limit and an Ultralytics baseline beside
 
 Exit codes: 0 done, 1 failed, 2 bad pipeline file or usage, 130 interrupted.
-Errors are one line each; `--debug` adds tracebacks and debug logs.
+Errors are one line each; `--debug` adds tracebacks and debug logs. Log lines and error lines show
+control characters they were given (a newline, an ANSI escape in a name or URI) as escapes
+(streamlens/logs.py), never raw.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from .commands import subscribe as subscribe_command
 from .config import load_pipeline, preflight_problems
 from .eval import command as eval_command
 from .errors import ConfigError, StreamlensError
+from .logs import escape
+from .logs import setup as setup_logs
 from .signals import SignalRelay
 
 EXIT_USAGE = 2
@@ -89,10 +93,10 @@ def _cmd_validate(args) -> int:
         except StreamlensError as e:
             problems.append(str(e))
     for line in problems + preflight_warnings(cfg):
-        print(line, file=sys.stderr)
+        print(escape(line), file=sys.stderr)
     if problems:
         return EXIT_USAGE
-    print(f"{args.pipeline}: ok: {len(cfg.sources)} source(s), detector {cfg.detector.backend}, "
+    print(f"{escape(args.pipeline)}: ok: {len(cfg.sources)} source(s), detector {cfg.detector.backend}, "
           f"{len(cfg.sinks)} sink(s)")
     return 0
 
@@ -154,16 +158,15 @@ def _cmd_run(args) -> int:
     if not args.quiet:
         print(summary(report), file=sys.stderr)
     if report.error:
-        print(f"streamlens: error: {report.error}", file=sys.stderr)
+        print(f"streamlens: error: {escape(report.error)}", file=sys.stderr)
     for line in report.incomplete:
-        print(f"streamlens: error: {line}", file=sys.stderr)
+        print(f"streamlens: error: {escape(line)}", file=sys.stderr)
     return report.exit_code
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    setup_logs(logging.DEBUG if args.debug else logging.WARNING)  # every line's arguments escaped
     try:
         return {"run": _cmd_run, "validate": _cmd_validate, "schema": _cmd_schema, "subscribe": subscribe_command.run,
                 "events": subscribe_command.run_events,
@@ -172,12 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         if args.debug:
             raise
-        print(str(e), file=sys.stderr)
+        print("\n".join(escape(line) for line in e.problems), file=sys.stderr)
         return EXIT_USAGE
     except StreamlensError as e:
         if args.debug:
             raise
-        print(f"streamlens: error: {e}", file=sys.stderr)
+        print(f"streamlens: error: {escape(str(e))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("streamlens: interrupted", file=sys.stderr)
@@ -188,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - one line unless --debug
         if args.debug:
             raise
-        print(f"streamlens: internal error: {type(e).__name__}: {e} (run with --debug for details)",
+        print(f"streamlens: internal error: {type(e).__name__}: {escape(str(e))} (run with --debug for details)",
               file=sys.stderr)
         return 1
 

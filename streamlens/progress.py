@@ -1,7 +1,9 @@
 """The live progress display of `streamlens run`, and the summary printed at the end.
 
 On a terminal the per-stream lines are redrawn in place a few times a second; elsewhere (a log
-file, CI) a plain line per stream is written every `every_s` seconds.
+file, CI) a plain line per stream is written every `every_s` seconds. What a stream's name (or a
+note, a loss's reason) holds is shown escaped (streamlens/logs.py): its control characters never
+reach the terminal raw.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, TextIO
 
 from .graph.stats import RunReport, StreamStats
+from .logs import escape
 
 if TYPE_CHECKING:  # a supervisor of engines shows its progress too, without the engine's modules
     from .graph.runtime import Pipeline
@@ -19,8 +22,8 @@ if TYPE_CHECKING:  # a supervisor of engines shows its progress too, without the
 def stream_line(st: StreamStats) -> str:
     """One stream's progress: `cam1  412/897  46%  58.3 fps  1203 objects  0 dropped  running`."""
     done = f"{st.frames}/{st.total} {100 * st.frames / st.total:3.0f}%" if st.total else f"{st.frames}"
-    return (f"{st.name:<12} {done:>14}  {st.fps:6.1f} fps  {st.objects:>7} objects  "
-            f"{st.dropped:>4} dropped  {st.state}")
+    return (f"{escape(st.name):<12} {done:>14}  {st.fps:6.1f} fps  {st.objects:>7} objects  "
+            f"{st.dropped:>4} dropped  {escape(st.state)}")
 
 
 class ProgressDisplay:
@@ -33,8 +36,8 @@ class ProgressDisplay:
         self._actions = 0  # budget controller actions already shown
 
     def note(self, text: str) -> None:
-        """Print a line below the progress lines; the next redraw starts under it."""
-        self.out.write(text + "\n")
+        """Print a line below the progress lines (escaped); the next redraw starts under it."""
+        self.out.write(escape(text) + "\n")
         self.out.flush()
         self._drawn = 0
 
@@ -71,18 +74,19 @@ def summary(report: RunReport) -> str:
             f"{'shed':>6} {'p95 ms':>7} {'wall s':>7} {'fps':>7}  state"]
     for st in report.streams:
         p95 = st.latency_percentiles()["p95"]
-        rows.append(f"{st.name:<12} {st.frames:>7} {st.keyframes:>9} {st.late_keyframes:>5} {st.objects:>8} "
+        rows.append(f"{escape(st.name):<12} {st.frames:>7} {st.keyframes:>9} {st.late_keyframes:>5} {st.objects:>8} "
                     f"{st.dropped:>7} {st.shed:>6} {p95:>7.1f} {st.wall_s:>7.1f} {st.mean_fps:>7.1f}  {st.state}")
     for st in report.streams:
+        name = escape(st.name)
         causes = ", ".join(f"{cause} {n}" for cause, n in st.lost.items() if n)
         if causes:
-            rows.append(f"{st.name} lost: {causes}")
+            rows.append(f"{name} lost: {causes}")
         if st.discarded_detections:
-            rows.append(f"{st.name}: {st.discarded_detections} keyframes' detections came back too late to apply")
+            rows.append(f"{name}: {st.discarded_detections} keyframes' detections came back too late to apply")
         if st.clips_lost:
-            rows.append(f"{st.name}: {st.clips_lost} clip(s) lost (the last: {st.clip_loss})")
+            rows.append(f"{name}: {st.clips_lost} clip(s) lost (the last: {escape(str(st.clip_loss))})")
     for where, n in report.sink_losses.items():
-        rows.append(f"{where}: {n} message(s) not delivered")
+        rows.append(f"{escape(where)}: {n} message(s) not delivered")
     for name, fig in report.secondary.items():
         if name != "cache":
             rows.append(f"secondary {name}: {fig['calls']} looks on {fig['tracks']} tracks"
@@ -90,7 +94,7 @@ def summary(report: RunReport) -> str:
                         f" {fig['cached']} from the cache, {fig['dropped']} dropped")
     if report.control_actions:
         rows.append(f"budget controller: {report.control_steps} steps, ended on rung {report.control_level}"
-                    f" (last: {report.control_actions[-1]})")
+                    f" (last: {escape(report.control_actions[-1])})")
     total = sum(st.frames for st in report.streams)
     rows.append(f"{report.status}: {total} frames in {report.wall_s:.1f} s "
                 f"({total / report.wall_s if report.wall_s else 0:.1f} fps overall)")

@@ -24,6 +24,7 @@ import logging
 import sys
 import time
 
+from .. import logs
 from ..config import load_pipeline
 from ..errors import StreamlensError
 from ..signals import SignalRelay
@@ -95,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="stop if no frame was published this long after the start (default 120)")
     p.add_argument("--debug", action="store_true", help="debug logs and tracebacks on stderr")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logs.setup(logging.DEBUG if args.debug else logging.WARNING)  # lines with control characters escaped
     return report(lambda: run(args.pipeline, json.loads(args.overrides), args.warmup, args.seconds, args.startup_s),
                   "pipeline", args.debug)
 

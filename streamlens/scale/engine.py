@@ -33,6 +33,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from .. import logs
 from ..config import PipelineConfig
 from ..errors import StreamlensError
 from ..frame import FrameResult
@@ -218,7 +219,7 @@ def engine_main(spec: EngineSpec, orders, up, marks) -> None:
     """An engine process: run `spec`, obeying `orders`, telling `up`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    logging.basicConfig(level=spec.log_level, format=f"%(levelname)s %(name)s [engine {spec.index}]: %(message)s")
+    logs.setup(spec.log_level, f"%(levelname)s %(name)s [engine {spec.index}]: %(message)s")  # escaped lines
     engine = EngineRun(spec, marks)
     threading.Thread(target=_obey, args=(orders, engine), name="orders", daemon=True).start()
     last = [0.0]

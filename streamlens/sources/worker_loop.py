@@ -6,12 +6,14 @@ pictures for the worker's transport: `_RingOutput` into a process worker's share
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
 import time
 from collections import deque
 
+from .. import logs
 
 from ..urls import mask_url
 from .pixels import layout_bytes, pack, picture_layout
@@ -245,6 +247,7 @@ def worker_process_main(conn, lifeline) -> None:
     # decides when a worker ends, after its own shutdown has ended the connections in order
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    logs.setup(logging.WARNING)  # its warnings on stderr as the owner's are, control characters escaped
     threading.Thread(target=_exit_with_owner, args=(lifeline,), name="lifeline", daemon=True).start()
     try:
         serve(conn, _RingOutput)
