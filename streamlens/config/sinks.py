@@ -170,6 +170,18 @@ class MqttSinkConfig(_Sink):
     frames: bool = Field(False, description="also every frame message, on <topic>/<stream>/frame")
     stats: bool = Field(True, description="each stream's stats about once a second, on <topic>/<stream>/stats")
     snapshots: bool = Field(True, description="events' snapshots as JPEG, on <topic>/<stream>/<label>/snapshot")
+    discovery: bool = Field(False, description="Home Assistant MQTT discovery: each stream a device, each line's "
+                                               "in and out and each zone's count a sensor (retained configs)")
+    discovery_prefix: str = Field("homeassistant", pattern=r"^[^#+\s]+$",
+                                  description="Home Assistant's discovery prefix (its MQTT settings)")
+
+    @field_validator("discovery")
+    @classmethod
+    def _discovery(cls, on: bool, info: ValidationInfo) -> bool:
+        if on and info.data.get("retain") is False:
+            raise invalid("needs retain: true (Home Assistant reads its configs, the counts and the availability "
+                          "as retained messages)")
+        return on
 
     @field_validator("ca_file")
     @classmethod

@@ -37,6 +37,10 @@ the connection died are queued again (none goes out twice); QoS 1 and 2 ones are
 while the broker is away, or after `interrupt()`), publishes `offline`, disconnects, and returns
 within about `FLUSH_S + CLOSE_S`; what never went out is counted in `drops()` and logged in one line.
 
+Home Assistant MQTT discovery (`discovery: true`): each stream is a device whose sensors are its
+lines' totals and its zones' counts, announced by retained config messages under `discovery_prefix`
+when the stream's first counts go out (`streamlens.sinks.mqtt_discovery`).
+
 TLS (`tls: true`) checks the broker's certificate against the system's CAs, or `ca_file`, and its
 host name. The user name and password come from the environment variables that `username_env` and
 `password_env` name, read by `open()` and never logged; a password without a user name is an error,
@@ -64,6 +68,7 @@ from ..wire.schema import dumps
 from .base import Sink
 from .mqtt_client import (BATCH_S, CLOSE_S, CONNACK_TIMEOUT_S, LATEST_S, MAX_INFLIGHT, MAX_INFLIGHT_ACKED, RETRY_S,
                           MqttClientLoop, _ssl_text)
+from .mqtt_discovery import Discovery
 from .mqtt_topics import Topics, level
 
 log = logging.getLogger("streamlens.sinks.mqtt")
@@ -95,7 +100,9 @@ class MqttSink(MqttClientLoop, Sink):
         self.retain, self.frames, self.snapshots = cfg.retain, cfg.frames, cfg.snapshots
         self.wants_stats = cfg.stats
         super().__init__(cfg.queue_size, MAX_INFLIGHT if cfg.qos == 0 else MAX_INFLIGHT_ACKED)
-        self._topics = Topics(self.topic, retain=cfg.retain, frames=cfg.frames, snapshots=cfg.snapshots)
+        self.discovery = Discovery(self.topic, cfg.discovery_prefix) if cfg.discovery else None
+        self._topics = Topics(self.topic, retain=cfg.retain, frames=cfg.frames, snapshots=cfg.snapshots,
+                              discovery=self.discovery)
         self.available_topic = self._topics.available
         self._label = f"mqtt sink {cfg.host}:{cfg.port}"
 

@@ -18,7 +18,9 @@ a zone's name, `<label>` an object's label:
 | `<topic>/<stream>/frame` | every frame message, when `frames` | no |
 
 Counts are published when they change (a stream's first frame publishes them all), never every
-frame. A `/`, `+` or `#` in a stream, rule or label becomes `_` in its topic level.
+frame. A `/`, `+` or `#` in a stream, rule or label becomes `_` in its topic level. With a
+`discovery` (`streamlens.sinks.mqtt_discovery`), the first count of each rule of a stream comes
+after the Home Assistant config messages of its sensors.
 
 A message publishes at most one *queued* message (events, eos, frames: each goes out, in order),
 and *latest* values (counts, states, snapshots, stats), one per topic, of which only the newest
@@ -39,6 +41,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from .mqtt_discovery import Discovery
+
 _LEVEL = re.compile(r"[/+#]")
 
 
@@ -56,8 +60,10 @@ class Topics:
     """The topics and payloads of each message under `topic` (see the module docs). It keeps each
     stream's last counts, to publish only those that change."""
 
-    def __init__(self, topic: str, *, retain: bool = True, frames: bool = False, snapshots: bool = True):
+    def __init__(self, topic: str, *, retain: bool = True, frames: bool = False, snapshots: bool = True,
+                 discovery: Discovery | None = None):
         self.topic, self.retain, self.frames, self.snapshots = topic, retain, frames, snapshots
+        self.discovery = discovery  # Home Assistant's config messages, each rule's before its first count
         self.available = f"{topic}/available"
         self._bases: dict[str, str] = {}  # stream -> "<topic>/<stream>/"
         self._counts: dict[str, dict | None] = {}  # stream -> the counts of its last frame
@@ -76,7 +82,7 @@ class Topics:
             first = stream not in self._counts
             changed = None
             if counts is not None and (first or counts != self._counts[stream]):
-                changed = self._changed_counts(self._counts.get(stream), base, counts)
+                changed = self._changed_counts(self._counts.get(stream), stream, base, counts)
             self._counts[stream] = counts
             if not (first or changed or self.frames):
                 return None
@@ -97,9 +103,10 @@ class Topics:
             return base + "eos", ((base + "state", reason, self.retain),)
         return None
 
-    def _changed_counts(self, before: dict | None, base: str, counts: dict) -> dict[str, bytes]:
+    def _changed_counts(self, before: dict | None, stream: str, base: str, counts: dict) -> dict[str, bytes]:
         """The count topics whose values differ from those of `before` (the last frame's counts),
-        with their new payloads. Only the rules whose counts changed are looked into."""
+        with their new payloads (a rule's first, after its discovery configs). Only the rules whose
+        counts changed are looked into."""
         changed: dict[str, bytes] = {}
         for rule, value in counts.items():
             old = before.get(rule) if before else None
@@ -108,6 +115,8 @@ class Topics:
             at = self._rule_topics.get((base, rule))
             if at is None:
                 at = self._rule_topics[(base, rule)] = f"{base}{level(rule)}/"
+                if self.discovery is not None:
+                    changed.update(self.discovery.configs(stream, rule, isinstance(value, dict), at))
             if not isinstance(value, dict):  # a zone: the objects in it now
                 changed[at + "count"] = str(value).encode()
                 continue
