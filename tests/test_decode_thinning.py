@@ -336,3 +336,32 @@ def test_a_running_pipeline_thins_its_camera_in_its_decode_worker(camera, tmp_pa
         lambda numbers: steps(numbers)[-3:] == [SAMPLE_GOP] * 3 or len(numbers) > 10 * SAMPLE_GOP)
     assert steps(indices)[-3:] == [SAMPLE_GOP] * 3, steps(indices)
     assert pipeline.controller.shedders["cam"].dropped >= 3 * (SAMPLE_GOP - 1)
+
+
+def test_a_stream_added_while_running_counts_the_frames_its_shedder_gives_up(clip, tmp_path):
+    """A live stream added to a running pipeline gets its shedder from the budget controller, and its
+    figures count what that shedder gives up (`lost.shed`): the stream owns its shedder, and the
+    loss accounting asks the stream, not a table of shedders taken at the start."""
+    path = tmp_path / "p.yaml"
+    path.write_text(f"sources:\n  - {{name: cam, uri: {clip}, live: true, loop: true}}\n"
+                    "detector: {backend: motion}\ntracker: {motion: kalman}\n")
+    pipeline = streamlens.Pipeline.from_yaml(path, sinks=[])
+    added = 0
+    for result in pipeline.results():
+        if not isinstance(result, streamlens.FrameResult):
+            continue
+        if pipeline.controller.steps == 0 and not pipeline.controller.keyframes_only:
+            control = pipeline.controller
+            control.calm_s = control._least_calm_s = 1e9  # no step back down during the test
+            control._set_keyframes_only(True)
+            pipeline.add_stream({"name": "cam2", "uri": str(clip), "live": True, "loop": True})
+        if result.frame.stream == "cam2":
+            added += 1
+        owner = pipeline.streams.get("cam2")
+        if added >= 5 and owner.shedder is not None and owner.shedder.dropped >= 2 * (GOP - 1):
+            break
+    pipeline.stop()
+    pipeline.close()  # the run has ended: its last figures are in
+    owner = pipeline.streams["cam2"]
+    assert owner.shedder is pipeline.controller.shedders["cam2"]
+    assert pipeline.stats["cam2"].lost["shed"] == owner.shedder.dropped >= 2 * (GOP - 1)

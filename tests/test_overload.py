@@ -541,7 +541,9 @@ def test_frames_late_from_a_source_that_sheds_undecoded_make_the_controller_shed
     relieved by shedding, so for it they count."""
     import av
 
+    from streamlens.config import SourceConfig
     from streamlens.graph.drops import Losses
+    from streamlens.graph.stream import Stream, StreamSet
     from streamlens.sources.file import FileSource
 
     video = tmp_path / "clip.mp4"
@@ -558,11 +560,14 @@ def test_frames_late_from_a_source_that_sheds_undecoded_make_the_controller_shed
                "other": FileSource("other", video, live=True)}
     thinning.attach(sources["file"])
     plain.attach(sources["other"])  # decoded on the graph's thread: shed after decoding
-    lanes = {name: Lane(name, build_tracker(TrackerConfig(motion=None), 10), True, 3) for name in sources}
-    admissions = {name: Admission(lanes[name], None) for name in sources}
-    for name in sources:
-        lanes[name].late_from_source, admissions[name].late_from_source = 4, 3
-    losses = Losses(sources, lanes, admissions, Channel(8), {"file": thinning, "other": plain})
+    streams = StreamSet()
+    for name, shedder in (("file", thinning), ("other", plain)):
+        lane = Lane(name, build_tracker(TrackerConfig(motion=None), 10), True, 3)
+        stream = Stream(SourceConfig(name=name, uri=str(video), live=True), None, sources[name], lane,
+                        Admission(lane, None), shedder)
+        lane.late_from_source, stream.admission.late_from_source = 4, 3
+        streams.list(stream)
+    losses = Losses(streams, Channel(8))
     answered, unshed = losses.for_controller(["file", "other"])
     assert unshed == {"file": 7, "other": 7}
     assert answered == {"file": 7, "other": 0}

@@ -247,11 +247,11 @@ def test_the_second_pass_of_a_looping_clip_encodes_nothing(tmp_path, tiny, monke
         published = 0
         for item in pipe.results():  # until the worker (in order) answered a job of the third lap
             published += isinstance(item, FrameResult)
-            answered = pipe._models.segment.segmented_frames
+            answered = pipe._stages.segment.segmented_frames
             if published >= 600 and answered and answered[-1][1] >= 600:
                 break
             assert published < 1200, "no job of the third lap was answered"
-        stage = pipe._models.segment
+        stage = pipe._stages.segment
         jobs = list(stage.segmented_frames)
         dropped = stage.dropped
     assert dropped == 0

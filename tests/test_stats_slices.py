@@ -8,7 +8,8 @@ from __future__ import annotations
 from streamlens.frame import StatsReport
 from streamlens.graph.fanout import FanOut
 from streamlens.graph.reports import StatsReporter
-from streamlens.graph.stats import StreamStats
+from streamlens.config import SourceConfig
+from streamlens.graph.stream import Stream, StreamSet
 from streamlens.sinks.base import Sink
 
 
@@ -30,19 +31,19 @@ class StatsSink(Sink):
 
 
 def test_one_round_of_slices_publishes_every_running_stream_once_and_no_ended_one():
-    stats = {f"cam{i}": StreamStats(f"cam{i}", f"rtsp://cam{i}") for i in range(10)}
-    stats["cam3"].reason = "eof"  # ended: its last stats went with its eos
+    streams = StreamSet([Stream.listed(SourceConfig(name=f"cam{i}", uri=f"rtsp://cam{i}")) for i in range(10)])
+    streams["cam3"].stats.reason = "eof"  # ended: its last stats went with its eos
     sink, errors = StatsSink(), []
     out = FanOut([sink], 8, on_published=lambda result, ms: None, on_error=errors.append,
                  on_close_error=errors.append)
-    reporter = StatsReporter(stats, out, None, capped=set(), queue_depth=lambda name: 0)
+    reporter = StatsReporter(streams, out, None, capped=set(), queue_depth=lambda name: 0)
     part, slices = 0, []
     for _ in range(4):
         before = len(sink.streams)
         part = reporter.periodic(part, 4)
         slices.append(sink.streams[before:])
     assert part == 0  # back to the first slice, with the controller's second
-    assert sorted(sink.streams) == sorted(name for name in stats if name != "cam3")
+    assert sorted(sink.streams) == sorted(s.name for s in streams if s.name != "cam3")
     assert all(len(names) <= 3 for names in slices)  # a quarter a tick, not all at once
     sink.streams.clear()
     reporter.periodic()  # one part: every running stream at once

@@ -138,10 +138,10 @@ sinks: []
         for item in pipe.results():  # until the worker (in order) answered a job of the third lap
             if isinstance(item, FrameResult) and item.frame.index < 2 * n:
                 shown[item.frame.index] = item.detections
-            answered = pipe._models.segment.segmented_frames
+            answered = pipe._stages.segment.segmented_frames
             if (answered and answered[-1][1] >= 2 * n) or (isinstance(item, FrameResult) and item.frame.index >= 3 * n):
                 break  # every job of two laps answered (or a third lap gave none to tell)
-        jobs = list(pipe._models.segment.segmented_frames)
+        jobs = list(pipe._stages.segment.segmented_frames)
         stats = pipe.segment_stats()
     first = {f for _, f, _ in jobs if f < n}
     laps = []

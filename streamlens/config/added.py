@@ -60,9 +60,10 @@ class _Under(Problems):
 
 def added_source(data: Any, config: PipelineConfig, taken: set[str], *,
                  remote: bool = False) -> tuple[SourceConfig, list[str]]:
-    """`data` as the next entry of `config.sources` (see the module's docstring): the typed source
-    and its warnings; raises `ConfigError` with one line per mistake. `remote`: asked over HTTP."""
-    index = len(config.sources)
+    """`data` as the next stream of the run, after the `taken` ones (see the module's docstring): the
+    typed source and its warnings; raises `ConfigError` with one line per mistake. `remote`: asked
+    over HTTP."""
+    index = max(len(config.sources), len(taken))
     where = f"sources[{index}]"
     problems = _Under(ASKED, where)
     if not isinstance(data, dict):

@@ -30,6 +30,10 @@ class Detector:
     #: slower in most paired runs: inference already keeps every core busy.) A runtime calls `prepare()`
     #: ahead only when this is True.
     prepare_ahead: bool = False
+    #: the most frames one `detect()` call takes (None: any number; the runtime's `max_batch` holds)
+    max_batch: int | None = None
+    #: True when its detections carry instance masks (an Ultralytics `-seg` model or its export)
+    gives_masks: bool = False
 
     def detect(self, frames: list[Frame]) -> list[sv.Detections]:
         raise NotImplementedError

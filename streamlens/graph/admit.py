@@ -61,7 +61,7 @@ class StreamStop(threading.Event):
     reason = "stopped"
 
 
-def run_source(source, admit: Admission, inbox: Channel, credits: Credits | None, stop: threading.Event,
+def run_source(source, admit: Admission, inbox: Channel, credits: Credits | None, stop: StreamStop,
                live: bool) -> None:
     """A source thread's body: decode, admit, and queue into the engine's inbox (a live stream
     drops its oldest frame when its share is full; a file waits), then its `EndOfStream`.
@@ -89,7 +89,7 @@ def run_source(source, admit: Admission, inbox: Channel, credits: Credits | None
     finally:
         source.close()
         if reason == "end" and stop.is_set():
-            reason = getattr(stop, "reason", "stopped")
+            reason = stop.reason
         elif reason == "end" and source.incomplete:
             # the other streams go on; the run exits non-zero and names this input (RunReport.incomplete)
             reason, error = "truncated", source.incomplete
@@ -111,7 +111,7 @@ class Admission:
         self.shed = shed
         self.stopped = stopped or threading.Event()
         self._cuts_only = isinstance(schedule, SceneCutDetector)
-        lane.in_order = not lane.live and getattr(schedule, "reads_signals", False)  # set here, where it is known
+        lane.in_order = not lane.live and schedule is not None and schedule.reads_signals  # known here
         self._previous: int | None = None  # the index of the frame admitted before
         #: frames that came too late from the source (`Lane.too_old`) and went no further
         self.late_from_source = 0

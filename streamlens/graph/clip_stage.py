@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..frame import Event, Frame, FrameResult, empty_detections
+from .stage import Stage
 
 log = logging.getLogger("streamlens.clips")
 
@@ -48,13 +49,13 @@ class _Asked:
     due: float = 0.0
 
 
-class ClipStage:
-    """See the module. `sources`: the pipeline's sources by stream name (read when asked: a
-    restarted source is found under its name); `next_seq(stream)`: the stream's next event `seq`
-    (the analytics stage's), for its `clip_lost` events."""
+class ClipStage(Stage):
+    """See the module. `streams`: the run's streams (a `StreamSet`, asked for a stream's source and
+    figures when needed: a restarted source is found under its name); `next_seq(stream)`: the
+    stream's next event `seq` (the analytics stage's), for its `clip_lost` events."""
 
-    def __init__(self, cfg, sources: dict, next_seq=None):
-        self.cfg, self.sources, self.next_seq = cfg, sources, next_seq
+    def __init__(self, cfg, streams, next_seq=None):
+        self.cfg, self.streams, self.next_seq = cfg, streams, next_seq
         self._open: dict[str, tuple[str, float, float]] = {}  # stream -> (path, start, end pts) of its open clip
         self._refused: set[str] = set()
         #: clips asked for, per stream
@@ -64,13 +65,6 @@ class ClipStage:
         self._pending: dict[str, dict[str, _Asked]] = {}  # stream -> path -> its clip, in the order asked
         self._told: dict[str, set[str]] = {}  # stream -> the reasons of loss logged
         self._last: dict[str, tuple[int, float | None, float]] = {}  # stream -> its last frame's index, pts, ts
-        #: the run's `StreamStats` by stream, where lost clips are counted (`attach_stats`)
-        self.stats: dict | None = None
-
-    def attach_stats(self, stats: dict) -> None:
-        """Count each stream's lost clips in `stats[stream]` (the route's, on its writer's thread)."""
-        self.stats = stats
-
     def process(self, result: FrameResult, messages: list) -> tuple[FrameResult, list]:
         cfg, out = self.cfg, []
         for message in messages:
@@ -88,7 +82,7 @@ class ClipStage:
 
     def _clip(self, result: FrameResult, event: Event) -> dict | None:
         frame = result.frame
-        source = self.sources.get(frame.stream)
+        source = self._source(frame.stream)
         if frame.pts is None or source is None:
             return None
         start, end = frame.pts - self.cfg.pre_s, frame.pts + self.cfg.post_s
@@ -115,7 +109,7 @@ class ClipStage:
         """What the source says of its clips: each settled, the lost ones told (`clip_lost` events,
         made on `result`); then, `now` given, the clips whose word is overdue counted lost; `now`
         None: every clip still waiting (the stream has ended)."""
-        source, pending, told = self.sources.get(stream), self._pending.get(stream), []
+        source, pending, told = self._source(stream), self._pending.get(stream), []
         for done in (source.clip_outcomes() if source is not None else ()):
             asked = pending.get(done.path) if pending else None
             if asked is None:  # settled already (a second recorder's word on a shared path)
@@ -135,8 +129,9 @@ class ClipStage:
     def _lost(self, stream: str, path: str, asked: _Asked, reason: str, result: FrameResult) -> Event:
         """Clip `path` is lost: counted, logged once per stream and reason, and told by an event."""
         self.lost[stream] = self.lost.get(stream, 0) + 1
-        if self.stats is not None and stream in self.stats:
-            self.stats[stream].clip_lost(reason)
+        owner = self.streams.get(stream)
+        if owner is not None:
+            owner.stats.clip_lost(reason)
         told = self._told.setdefault(stream, set())
         if reason not in told and len(told) < TOLD_REASONS:
             told.add(reason)
@@ -147,6 +142,10 @@ class ClipStage:
         body = {"event": "clip_lost", "clip": {"path": path, "lost": True, "reason": reason},
                 "events": list(asked.events)}
         return Event(stream, seq, body, result)
+
+    def _source(self, stream: str):
+        owner = self.streams.get(stream)
+        return owner.source if owner is not None else None
 
     def stream_ended(self, stream: str) -> list[Event]:
         """The stream has ended: its clips still waiting are settled (lost, if no word has come);

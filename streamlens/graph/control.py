@@ -229,6 +229,12 @@ class BudgetController:
             self.shedders = {**self.shedders, stream: shedder}
         return shedder
 
+    def shedder(self, stream: str) -> Shedder:
+        """`stream`'s shedder: the one made for it at the start, or a new one (`add`) for a stream
+        added since. Its owner (graph/stream.py) keeps it and lets its source thin for it."""
+        found = self.shedders.get(stream)
+        return found if found is not None else self.add(stream)
+
     def attach(self, sources, batches: bool = True) -> None:
         """Each source with a shedder here thins its own decoding for it where it can (`Shedder.attach`);
         `batches`: whether the detector runs more than one keyframe a call (False: the ladder has no

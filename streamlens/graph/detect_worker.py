@@ -75,7 +75,7 @@ class DetectWorker:
     @staticmethod
     def per_call(detector, max_batch: int) -> int:
         """The most keyframes a batch holds: `max_batch`, or fewer where the detector runs fewer in one call."""
-        most = getattr(detector, "max_batch", None)
+        most = detector.max_batch
         return min(max_batch, most) if isinstance(most, int) and most >= 1 else max_batch
 
     def start(self) -> None:

@@ -9,41 +9,27 @@ cause for a stream's `StreamStats`, its `eos` and the controller.
 
 from __future__ import annotations
 
-#: the causes of loss, in the order `eos` messages and /metrics give them
-CAUSES = ("corrupt", "decoder", "refused", "inbox", "stale", "shed")
+from .stream import CAUSES, StreamSet, dropped
 
 
 class Losses:
-    """Every stream's losses by cause (see the module's docstring). `sources`: the run's sources
-    by name; `lanes` and `admissions`: the engine's lanes and each stream's admission (for the
-    frames each found too old); `inbox`: the engine's inbox channel; `shedders`: the budget
-    controller's, by stream (empty without one)."""
+    """Every stream's losses by cause (see the module's docstring): each stream of `streams` says
+    its own (`Stream.losses`: its source, lane, admission and shedder); `inbox`: the engine's inbox
+    channel (for the frames it dropped)."""
 
-    def __init__(self, sources: dict, lanes: dict, admissions: dict, inbox, shedders: dict):
-        self.sources, self.lanes, self.admissions = sources, lanes, admissions
-        self.inbox, self.shedders = inbox, shedders
+    def __init__(self, streams: StreamSet, inbox):
+        self.streams, self.inbox = streams, inbox
 
     def of(self, name: str) -> dict[str, int]:
-        """What `name` has lost so far, by cause: packets the decoder rejected (`corrupt`), frames a
-        decode worker dropped (`decoder`), pictures refused (`refused`: larger than `max_pixels`, or
-        no room in shared memory for them), the oldest frames of a full inbox (`inbox`), frames too
-        old for the source's reader, admission or the engine (`stale`: past the source's
-        `max_staleness_ms`, or past the budget controller's `max_wait_s`: they could no longer be
-        published within the budget), and frames the budget controller gave up (`shed`)."""
-        src, lane, admit = self.sources.get(name), self.lanes.get(name), self.admissions.get(name)
-        found = src.losses() if src is not None else {}
-        stale = found.get("stale", 0) + (lane.stale_dropped + lane.late_from_source if lane else 0)
-        stale += admit.late_from_source if admit is not None else 0
-        shedder = self.shedders.get(name)
-        return {"corrupt": found.get("corrupt", 0), "decoder": found.get("decoder", 0),
-                "refused": found.get("refused", 0), "inbox": self.inbox.dropped[name], "stale": stale,
-                "shed": shedder.dropped if shedder is not None else 0}
+        """What `name` has lost so far, by cause (`Stream.losses`); nothing for a stream not listed."""
+        stream = self.streams.get(name)
+        return stream.losses(self.inbox) if stream is not None else dict.fromkeys(CAUSES, 0)
 
     def late_from_source(self, name: str) -> int:
         """Frames of `name` that came too late from their source (a decoder behind its clock):
         dropped by admission or by the engine."""
-        lane, admit = self.lanes.get(name), self.admissions.get(name)
-        return (lane.late_from_source if lane else 0) + (admit.late_from_source if admit is not None else 0)
+        stream = self.streams.get(name)
+        return stream.late_from_source() if stream is not None else 0
 
     def for_controller(self, names: list[str]) -> tuple[dict[str, int], dict[str, int]]:
         """Per stream of `names`, what the budget controller reads (graph/control.py `tick`): the
@@ -58,10 +44,10 @@ class Losses:
         return answered, unshed
 
     def _sheds_undecoded(self, name: str) -> bool:
-        shedder = self.shedders.get(name)
-        return shedder is not None and shedder.sheds_undecoded
+        stream = self.streams.get(name)
+        return stream is not None and stream.shedder is not None and stream.shedder.sheds_undecoded
 
-    @staticmethod
-    def dropped(lost: dict[str, int]) -> int:
-        """Every frame lost before publication: all of `lost` but `corrupt` (packets, not frames)."""
-        return sum(n for cause, n in lost.items() if cause != "corrupt")
+    dropped = staticmethod(dropped)
+
+
+__all__ = ["Losses", "CAUSES"]

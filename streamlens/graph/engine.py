@@ -45,8 +45,9 @@ import copy
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import supervision as sv
 
@@ -171,7 +172,7 @@ class Lane:
 
     def publish_view(self) -> None:
         """Make `view` anew from the lane as it is now (on the engine thread)."""
-        signals = getattr(self.tracker, "signals", None)
+        signals = self.tracker.signals
         self.view = LaneView(self.live, self.in_flight, None if signals is None else copy.copy(signals),
                              self.stretch, self.max_staleness_s, self.max_wait_s)
 
@@ -213,7 +214,9 @@ class Engine:
         self.inbox = inbox
         #: where `worker` delivers: made with `Channel(share=inbox)`, so the engine waits on both at once
         self.detections = detections
-        self.lanes = {lane.name: lane for lane in lanes}
+        #: the lanes by stream: a snapshot replaced whole when a stream is added, so that the detector's
+        #: thread (`batch_can_grow`) reads it as it is while the engine thread changes it
+        self.lanes: Mapping[str, Lane] = MappingProxyType({lane.name: lane for lane in lanes})
         self.worker = worker
         worker.batcher.can_grow = self.batch_can_grow
         #: the detector's queue, whose waiting keyframes give their place to frames worth more
@@ -239,7 +242,7 @@ class Engine:
     def add_lane(self, lane: Lane) -> None:
         """A stream added while running (on the engine thread): its lane joins the others, the
         shared schedule when live, and the budget controller's rung as last applied."""
-        self.lanes[lane.name] = lane
+        self.lanes = MappingProxyType({**self.lanes, lane.name: lane})
         self._gaps[lane.name] = lane.interval
         planner = build_planner(self._regions)
         if planner is not None:
@@ -319,12 +322,9 @@ class Engine:
         asked from the detector's thread (graph/batcher.py). A file, or a live stream with a schedule
         of its own and no keyframe in flight, may send one at any frame; the shared schedule's
         streams answer for themselves (`KeyframeChooser.joinable_by`). A stream added or removed
-        meanwhile makes it answer True."""
-        try:
-            lanes = list(self.lanes.values())
-        except RuntimeError:
-            return True
-        if any(lane.open and (not lane.live or (self.chooser is None and not lane.in_flight)) for lane in lanes):
+        meanwhile is read next time (`lanes` is a snapshot)."""
+        if any(lane.open and (not lane.live or (self.chooser is None and not lane.in_flight))
+               for lane in self.lanes.values()):
             return True
         return self.chooser is not None and self.chooser.joinable_by(until)
 
@@ -423,9 +423,9 @@ class Engine:
         key = done.frame.index
         if key in lane.late:  # the tracker rewinds to that frame, applies them; the motion since is replayed
             lane.late.discard(key)  # when the inbox is empty, or by the tracker before this stream's next frame
-            stale = getattr(lane.tracker, "stale_updates", 0)
+            stale = lane.tracker.stale_updates
             objects = lane.tracker.update(done.frame, done.detections, catch_up=False)
-            if getattr(lane.tracker, "stale_updates", 0) == stale:  # applied, not too old for its history
+            if lane.tracker.stale_updates == stale:  # applied, not too old for its history
                 lane.detected_frame = max(done.frame.index, lane.detected_frame or 0)
                 if self.on_keyframe is not None:
                     self.on_keyframe(done.frame, confident(done.detections), objects)

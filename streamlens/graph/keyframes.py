@@ -47,6 +47,9 @@ class KeyframeScheduler:
     is a keyframe (a tracker knows nothing before it); the next one is frame `offset` (when
     non-zero), and from there every `interval`-th frame."""
 
+    #: its choices do not wait for the tracker's signals (see AdaptiveKeyframeScheduler)
+    reads_signals = False
+
     def __init__(self, interval: int = 1, offset: int = 0):
         if interval < 1:
             raise ValueError("interval must be >= 1")
@@ -213,6 +216,9 @@ class SceneCutDetector:
         >>> [cuts.is_cut(image) for image in (dark, dark, bright, bright)]
         [False, False, True, False]
     """
+
+    #: its choices do not wait for the tracker's signals (see AdaptiveKeyframeScheduler)
+    reads_signals = False
 
     def __init__(self, difference: float = CUT_DIFFERENCE):
         self.difference = difference

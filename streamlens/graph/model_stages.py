@@ -1,7 +1,8 @@
-"""The result stages that run models of their own beside the detector: the secondary models
-(streamlens/secondary) and the masks (streamlens/segment). The runtime builds them with the
-detector (`build_model_stages`), starts their workers, hands them to the route (graph/route.py) and
-closes them at the end; each has `start()`, `stats()` and `close()`.
+"""Every result stage of a pipeline, built in one place (`build_stages`), in their order: the
+secondary models (streamlens/secondary), the masks (streamlens/segment), then `analytics:`, its
+snapshots and its clips (graph/stages.py, graph/clip_stage.py). The runtime builds them with the
+detector, starts their workers, hands `Stages.route` to the route of a result (graph/route.py) and
+closes them at the end; each is a `Stage` (graph/stage.py).
 
 Which mask stage a pipeline gets:
 - `segment.model` set: `SegmentStage`, SAM's encoder and decoder on a worker thread;
@@ -18,25 +19,28 @@ same Redis as `runtime.cache.redis` (keys `streamlens:segment:...`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .stage import Stage
+from .stages import AnalyticsStage, SnapshotStage
 
 
 @dataclass
-class ModelStages:
-    """A pipeline's secondary stage and mask stage (each None when it has none)."""
+class Stages:
+    """A pipeline's result stages: `route`, every one in order, of which `secondary` and `segment`
+    (each None when it has none) run models of their own."""
 
-    secondary: object = None
-    segment: object = None
+    secondary: Stage | None = None
+    segment: Stage | None = None
+    route: list[Stage] = field(default_factory=list)
 
     def start(self) -> None:
-        for stage in (self.secondary, self.segment):
-            if stage is not None and hasattr(stage, "start"):
-                stage.start()
+        for stage in self.route:
+            stage.start()
 
     def close(self) -> None:
-        for stage in (self.secondary, self.segment):
-            if stage is not None and hasattr(stage, "close"):
-                stage.close()
+        for stage in self.route:
+            stage.close()
 
     @property
     def running(self) -> bool:
@@ -81,10 +85,11 @@ def segment_cache(cfg):
     return build_cache(seg.cache_items, shared.redis, shared.ttl_s, prefix=SEGMENT_PREFIX) if seg.cache else None
 
 
-def build_model_stages(cfg, detector, built: list) -> ModelStages:
-    """The model stages `cfg` asks for (see the module's docstring); each is appended to `built` as
-    it is made, so a failure after it closes it."""
-    stages = ModelStages()
+def build_stages(cfg, detector, streams, built: list) -> Stages:
+    """The stages `cfg` asks for, in order (see the module's docstring); those with models are
+    appended to `built` as they are made, so a failure after it closes them. `streams`: the run's
+    `StreamSet`, which the clips ask for a stream's source."""
+    stages = Stages()
     if cfg.secondary:
         from ..secondary.cache import build_cache
         from ..secondary.stage import SecondaryStage
@@ -98,12 +103,22 @@ def build_model_stages(cfg, detector, built: list) -> ModelStages:
 
         stages.segment = SegmentStage(seg, segment_cache(cfg))
         built.append(stages.segment)
-    elif getattr(detector, "gives_masks", False):
+    elif detector.gives_masks:
         from ..segment.carry import DetectorMaskStage
 
         stages.segment = DetectorMaskStage(seg.output if seg is not None else "polygon",
                                            seg.classes if seg is not None else None)
+    stages.route = [stage for stage in (stages.secondary, stages.segment) if stage is not None]
+    if cfg.analytics is not None:
+        analytics = AnalyticsStage(cfg.analytics)
+        stages.route.append(analytics)
+        if cfg.analytics.snapshots is not None:
+            stages.route.append(SnapshotStage(cfg.analytics.snapshots))
+        if cfg.analytics.clips is not None:
+            from .clip_stage import ClipStage
+
+            stages.route.append(ClipStage(cfg.analytics.clips, streams, analytics.next_seq))
     return stages
 
 
-__all__ = ["ModelStages", "build_model_stages", "segment_cache"]
+__all__ = ["Stages", "build_stages", "segment_cache"]

@@ -144,6 +144,6 @@ class RegionPlanner:
 
 def build_planner(detector_cfg) -> RegionPlanner | None:
     """A stream's planner for a pipeline file's `detector` section (None: `regions: off`)."""
-    if getattr(detector_cfg, "regions", "off") != "motion":
+    if detector_cfg is None or detector_cfg.regions != "motion":
         return None
     return RegionPlanner(detector_cfg.region_full_s)

@@ -16,26 +16,26 @@ from dataclasses import replace
 from ..frame import StatsReport, StreamEnd
 from .drops import Losses
 from .fanout import FanOut
-from .stats import StreamStats
+from .stream import StreamSet
 
 
 class StatsReporter:
     """The `stats` and `eos` messages of a run (see the module's docstring).
 
-    `stats`: each stream's figures; `out`: the fan-out; `losses`: its loss accounting; `capped`:
+    `streams`: the run's streams (each its figures, its lane and its source); `out`: the fan-out;
+    `losses`: its loss accounting; `capped`:
     the streams whose rate is capped (`max_fps`: they deliver fewer frames than their input
     declares, so their `eos` expects none); `queue_depth(stream)`: frames waiting for the engine;
     `controller`: the budget controller (None: none); `model_stats()`: the secondary models' and the
-    masks' figures, by `secondary` and `segment` (None: neither runs, graph/model_stages.py); `extra`: values added to every message; `sources`: the
-    run's sources by name (a live source adds its own figures)."""
+    masks' figures, by `secondary` and `segment` (None: neither runs, graph/model_stages.py); `extra`:
+    values added to every message (a live source adds its own figures: `Source.stats`)."""
 
-    def __init__(self, stats: dict[str, StreamStats], out: FanOut, losses: Losses, *, capped: set[str],
+    def __init__(self, streams: StreamSet, out: FanOut, losses: Losses, *, capped: set[str],
                  queue_depth: Callable[[str], int], controller=None,
-                 model_stats: Callable[[], dict] | None = None, extra: dict | None = None,
-                 sources: dict | None = None):
-        self.stats, self.out, self.losses, self.capped = stats, out, losses, capped
+                 model_stats: Callable[[], dict] | None = None, extra: dict | None = None):
+        self.streams, self.out, self.losses, self.capped = streams, out, losses, capped
         self.queue_depth, self.controller = queue_depth, controller
-        self.model_stats, self.extra, self.sources = model_stats, dict(extra or {}), sources or {}
+        self.model_stats, self.extra = model_stats, dict(extra or {})
         self._ends_lock = threading.Lock()  # a stream's last stats and its eos, against the periodic stats
 
     def refresh(self) -> None:
@@ -43,10 +43,10 @@ class StatsReporter:
         threads posted to each stream's figures, and its losses by cause (`lost`, `shed`,
         `dropped`, and the engine's `deferred_keyframes`, `discarded_detections` and
         `displaced_keyframes`)."""
-        for st in list(self.stats.values()):  # a stream may be added meanwhile (graph/streams.py)
+        for stream in self.streams:  # a snapshot: a stream added meanwhile comes next time
+            st, lane = stream.stats, stream.lane
             st.take_posts()
             lost = self.losses.of(st.name)
-            lane = self.losses.lanes.get(st.name)
             st.losses(lost, Losses.dropped(lost), lane.deferred_keyframes if lane else 0,
                       lane.discarded_detections if lane else 0, lane.displaced_keyframes if lane else 0)
 
@@ -60,15 +60,15 @@ class StatsReporter:
         next part."""
         if self.out.wants_stats and self._ends_lock.acquire(blocking=False):
             try:
-                self._publish([name for i, (name, st) in enumerate(list(self.stats.items()))
-                               if st.reason is None and i % parts == part])
+                self._publish([s.name for i, s in enumerate(self.streams)
+                               if s.stats.reason is None and i % parts == part])
             finally:
                 self._ends_lock.release()
         return (part + 1) % parts
 
     def end(self, end: StreamEnd) -> None:
         """A stream has ended (on the engine thread): its last figures, its last `stats`, its `eos`."""
-        st = self.stats[end.stream]
+        st = self.streams[end.stream].stats
         with self._ends_lock:
             self.refresh()
             end = replace(end, lost=dict(st.lost), expected=None if st.name in self.capped else st.total)
@@ -82,14 +82,13 @@ class StatsReporter:
         models = self.model_stats() if self.model_stats is not None else {}  # one for every stream
         controller = self.controller
         for name in names:
-            st = self.stats[name]
-            values = st.report(self.queue_depth(name))
+            stream = self.streams[name]
+            values = stream.stats.report(self.queue_depth(name))
             if controller is not None and name in controller.shedders:
                 values["control"] = controller.state(name)
             values.update(models)
             values.update(self.extra)
-            source_stats = getattr(self.sources.get(name), "stats", None)
-            if callable(source_stats):  # a live source: reconnects, last error (URL masked)
-                values.update({k: v for k, v in source_stats().items() if k not in ("state", "dropped")})
+            if stream.source is not None:  # a live source: reconnects, last error (URL masked)
+                values.update({k: v for k, v in stream.source.stats().items() if k not in ("state", "dropped")})
             reports.append(StatsReport(name, values))
         self.out.publish_stats(reports)

@@ -14,9 +14,9 @@ is given and calls on its own thread.
         every stage forgets the stream (its last messages go out); StatsReporter.end: its last
         figures, stats, then eos
 
-A new stage (clips from the source's packets, say) is a class with `process` and `stream_ended`
-(graph/stages.py) added in `build_stages`, where its order is decided; a stage that wants each
-keyframe the tracker applied also has `offer(frame, found, tracked)` (`ResultRoute.offer`, the
+A new stage is a `Stage` (graph/stage.py) added in `build_stages` (graph/model_stages.py, the one
+place that builds them), where its order is decided; a stage that wants each keyframe the tracker
+applied says so (`offers`) and has `offer(frame, found, tracked)` (`ResultRoute.offer`, the
 engine's `on_keyframe`).
 """
 
@@ -29,44 +29,22 @@ from .channel import Credits
 from .fanout import FanOut
 from .process import CycleCollector
 from .reports import StatsReporter
-from .stages import AnalyticsStage, SnapshotStage, Stage
-from .stats import StreamStats
-
-
-def build_stages(config, secondary=None, sources: dict | None = None, segment=None) -> list[Stage]:
-    """The result stages of a pipeline file, in order: `secondary` (a `SecondaryStage`, made by the
-    runtime with its models and cache; None: the file has none), `segment` (the masks:
-    graph/model_stages.py; None: none), then `analytics:`, its snapshots and its clips (asked of
-    `sources`, by stream name)."""
-    stages: list[Stage] = [stage for stage in (secondary, segment) if stage is not None]
-    if config.analytics is not None:
-        analytics = AnalyticsStage(config.analytics)
-        stages.append(analytics)
-        if config.analytics.snapshots is not None:
-            stages.append(SnapshotStage(config.analytics.snapshots))
-        if config.analytics.clips is not None:
-            from .clip_stage import ClipStage
-
-            stages.append(ClipStage(config.analytics.clips, sources if sources is not None else {}, analytics.next_seq))
-    return stages
+from .stage import Stage
+from .stream import StreamSet
 
 
 class ResultRoute:
     """Everything a result goes through after the engine, on the engine thread (see the module's
-    docstring). `credits`: the file sources' credits, given back as each of their frames is
-    published (`credited`: those streams, a set the runtime adds an added file stream to); `collector`: the garbage collection some PyAV builds
-    need (None: not needed)."""
+    docstring). `streams`: the run's streams (each its figures, and whether its file holds
+    `credits`, given back as each of its frames is published); `collector`: the garbage collection
+    some PyAV builds need (None: not needed)."""
 
-    def __init__(self, stages: list[Stage], out: FanOut, stats: dict[str, StreamStats], reporter: StatsReporter,
-                 *, credits: Credits | None = None, credited: set[str] | frozenset[str] = frozenset(),
-                 collector: CycleCollector | None = None):
+    def __init__(self, stages: list[Stage], out: FanOut, streams: StreamSet, reporter: StatsReporter,
+                 *, credits: Credits | None = None, collector: CycleCollector | None = None):
         self.stages = list(stages)
-        self.out, self.stats, self.reporter = out, stats, reporter
-        self.credits, self.credited, self.collector = credits, credited, collector
-        self._offered = [stage.offer for stage in self.stages if hasattr(stage, "offer")]
-        for stage in self.stages:
-            if hasattr(stage, "attach_stats"):  # it counts into the streams' figures (lost clips)
-                stage.attach_stats(stats)
+        self.out, self.streams, self.reporter = out, streams, reporter
+        self.credits, self.collector = credits, collector
+        self._offered = [stage.offer for stage in self.stages if stage.offers]
 
     def publish(self, item: FrameResult | StreamEnd) -> None:
         """A result, or the end of a stream, from the engine: through the stages to the sinks."""
@@ -78,10 +56,10 @@ class ResultRoute:
             return
         frame = item.frame
         frame.timings["total"] = (time.monotonic() - frame.clock) * 1000
-        st = self.stats[frame.stream]
-        st.take_posts()
-        st.count(item)
-        if frame.stream in self.credited:
+        stream = self.streams[frame.stream]
+        stream.stats.take_posts()
+        stream.stats.count(item)
+        if stream.credited and self.credits is not None:
             self.credits.release(frame.stream)
         if self.collector is not None:
             self.collector.published()

@@ -9,9 +9,9 @@ Each node does one job, in its own module: admission (graph/admit.py), the engin
 keyframe decision, tracking, order), the detector's batching (graph/batcher.py), the route of a
 result and its stages (graph/route.py, graph/stages.py), the fan-out to the sinks
 (graph/fanout.py), the budget controller (graph/control.py), loss accounting (graph/drops.py),
-the `stats` and `eos` messages (graph/reports.py), the run's figures (graph/stats.py), a stream's
-parts and streams added or removed while running (graph/streams.py); graph/process.py holds what
-a run changes in the whole process. This module wires them and owns their lifecycle (`_build`,
+the `stats` and `eos` messages (graph/reports.py), the run's figures (graph/stats.py), each stream
+and everything it has (graph/stream.py), streams added or removed while running
+(graph/streams.py); graph/process.py holds what a run changes in the whole process. This module wires them and owns their lifecycle (`_build`,
 `_start`, `_loop`, `_close`):
 
 - The inbox gives each stream its own share; a file source blocks when its share is full (nothing
@@ -54,9 +54,7 @@ from ..errors import ConfigError, StreamlensError
 from ..frame import FrameResult, StreamEnd
 from ..http.server import MetricsServer
 from ..sinks import Sink, build_sink
-from ..sources import Source
 from ..track import weak_floor
-from .admit import Admission, StreamStop, run_source
 from .channel import Channel, Credits, file_credits
 from .chooser import build_chooser
 from .control import BudgetController
@@ -64,13 +62,14 @@ from .drops import Losses
 from .engine import Control, DetectWorker, Engine, Lane, Mail, engine_mailbox
 from .fanout import FanOut
 from .keyframes import longest_gap, stagger_offsets
-from .model_stages import ModelStages, build_model_stages
+from .model_stages import Stages, build_stages
 from .process import CycleCollector, live_switch_interval
 from .reports import StatsReporter
 from .results import QueueSink, results_of
-from .route import ResultRoute, build_stages
+from .route import ResultRoute
 from .stats import RunReport, StreamStats
-from .streams import StreamChanges, lane_for, open_source, schedule_for
+from .stream import Stream, StreamSet
+from .streams import StreamChanges
 
 log = logging.getLogger("streamlens")
 
@@ -95,7 +94,7 @@ class Pipeline:
         self._extra_sinks = list(sinks or [])
         self._first_seq = dict(first_seq or {})
         self._stats_extra = dict(stats_extra or {})
-        self._models = ModelStages()  # the secondary models and masks, when the file has them
+        self._stages = Stages()  # the result stages, once built
         self._stop_sources = threading.Event()
         self._lock = threading.Lock()
         self._error: str | None = None
@@ -106,32 +105,32 @@ class Pipeline:
         self._mail = engine_mailbox(self._inbox)  # work posted to the engine thread (the controller's rung, stats)
         self._engine_thread: threading.Thread | None = None
         self._credits = Credits(file_credits(longest_gap(config.keyframes), config.detector.max_batch))
-        self._credited = {s.name for s in config.sources if not s.live}
         self._opening: list[Sink] = []  # sinks whose open() may wait (for subscribers): stop() ends it
         self.http_port: int | None = None  # where /metrics and /healthz listen, once running
         #: the live page's view of the run (streamlens/http/preview.py), when `runtime.http.page` is on
         self.preview = None
         self._engine: Engine | None = None
-        self._sources: dict[str, Source] = {}
-        self._all_sources: list[Source] = []  # every source built, those of added streams too: closed at the end
-        self._stops: dict[str, StreamStop] = {}  # what ends each stream's source
+        #: the run's streams, each the owner of its parts (graph/stream.py): the file's, then those added
+        self.streams = StreamSet([Stream.listed(s) for s in config.sources])
         self._threads: list[threading.Thread] = []  # every thread of the run, added streams' too
         self._prepare = None  # the detector's `prepare`, when it makes a keyframe's input ahead
         self._changes = StreamChanges(self)
-        self._lanes: dict[str, Lane] = {}
-        self._admissions: dict[str, Admission] = {}
         self._losses: Losses | None = None  # every stream's losses by cause, once running
         self._reporter: StatsReporter | None = None  # stats and eos messages, once running
         #: the live streams' shared keyframe schedule (None: none live, or `keyframes.shared: false`)
         self._chooser = build_chooser(config.keyframes) if any(s.live for s in config.sources) else None
         self._out: FanOut | None = None  # every sink, once running
         self._finished = threading.Event()  # set when run() has returned
-        self.stats = {s.name: StreamStats(s.name, s.display_uri) for s in config.sources}
         live = [s.name for s in config.sources if s.live]
         #: the budget controller, for the live streams (None: none live, or `runtime.control: false`)
         self.controller = (BudgetController(config.runtime.budget_ms, live, max_stretch=config.runtime.max_stretch,
                                             keyframe_wait=self._chooser is not None)
                            if live and config.runtime.control else None)
+
+    @property
+    def stats(self) -> dict[str, StreamStats]:
+        """Each stream's figures by name, as they are now (a new dict: `streams` is the owner)."""
+        return self.streams.stats()
 
     @classmethod
     def from_yaml(cls, path: str | Path, **kwargs) -> Pipeline:
@@ -166,8 +165,8 @@ class Pipeline:
         """Every source ends (what it produced is still processed), and the engine ends with its
         last stream even when the last one was removed (`Engine.hold_open`)."""
         self._stop_sources.set()
-        for stop in list(self._stops.values()):
-            stop.set()
+        for stream in self.streams:
+            stream.stop.set()
         self._mail.put(Mail(lambda: self._engine is not None and self._engine.end_when_empty()), key="ending",
                        drop_oldest=True)
 
@@ -185,6 +184,42 @@ class Pipeline:
     def stopping(self) -> bool:
         return self._stop_sources.is_set()
 
+    # -- what StreamChanges asks (graph/streams.py StreamRun) ------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """Started (its engine thread runs) and not stopping: streams may be changed."""
+        thread = self._engine_thread
+        return not self.stopping and thread is not None and thread.is_alive()
+
+    def open_stream(self, stream: Stream) -> None:
+        stream.open(self.config, self._on_source_state)
+
+    def post(self, fn: Callable[[], None], key: str) -> None:
+        self._mail.put(Mail(fn), key=key)
+
+    def close_source(self, stream: Stream) -> None:
+        stream.source.close()
+
+    def join_running(self, stream: Stream) -> None:
+        """On the engine thread: `stream`'s parts made as the file's are, its lane in the engine, its
+        rate told to the sinks, and its source thread started."""
+        lane = self._join(stream, 0)
+        for sink in self._out.sinks:  # a video sink encodes each stream at its own rate
+            sink.stream_added(stream.name, stream.source.fps)
+        self._engine.add_lane(lane)
+        if self.stopping:  # stopped meanwhile: `_halt_sources` may not have seen this stream's stop
+            stream.stop.set()
+        self._threads.append(stream.start(self._inbox, self._credits))
+
+    def _join(self, stream: Stream, offset: int) -> Lane:
+        return stream.join(self.config, shared=self._chooser is not None, offset=offset, prepare=self._prepare,
+                           controller=self.controller, seq=self._first_seq.get(stream.name, 0))
+
+    def source_configs(self) -> dict:
+        """Every stream's source mapping by name: the file's and those added."""
+        return {s.name: s.config for s in self.streams}
+
     def queue_depth(self, stream: str) -> int:
         """Frames of `stream` waiting for the engine."""
         return self._inbox.depth(stream)
@@ -192,7 +227,7 @@ class Pipeline:
     def endpoints(self) -> dict[str, str]:
         """Where the zmq sinks listen, by key path (`{"sinks[1]": "tcp://0.0.0.0:40213"}`); empty until open."""
         sinks = self._out.sinks if self._out is not None else []
-        return {s.where: s.endpoint for s in sinks if s.where and isinstance(getattr(s, "endpoint", None), str)}
+        return {s.where: s.endpoint for s in sinks if s.where and s.endpoint is not None}
 
     def peer_refusals(self) -> dict[str, dict[str, int]]:
         """Peers each zmq sink refused or disconnected, by key path and reason (wire/peers.py)."""
@@ -202,25 +237,25 @@ class Pipeline:
         """Per `secondary` entry: looks answered (`calls`), tracks looked at, looks per track, crops
         computed and found in the cache, its hit rate, mean batch, ms per computed crop, crops dropped;
         and under `cache` the cache's own counters. Empty without secondary models."""
-        return self._models.secondary_stats()
+        return self._stages.secondary_stats()
 
     def segment_stats(self) -> dict:
         """The mask stage's figures (streamlens/segment/stage.py `stats`); empty without masks."""
-        return self._models.segment_stats()
+        return self._stages.segment_stats()
 
     def embedding(self, stream: str, track: int, name: str | None = None):
         """The embedding kept for `track` of `stream` by the `embed` entry `name` (default: the
         first), a unit vector, or None; see streamlens/secondary."""
-        secondary = self._models.secondary
+        secondary = self._stages.secondary
         return None if secondary is None else secondary.embedding(stream, track, name)
 
     def control_of(self, stream: str) -> tuple[float, bool, float] | None:
         """The budget controller's hold on `stream`: (interval stretch, whether keyframes wait for
         their detections, share of frames shed); None where no controller watches it."""
-        control = self.controller
-        if control is None or stream not in control.shedders:
+        control, owner = self.controller, self.streams.get(stream)
+        if control is None or owner is None or owner.shedder is None:
             return None
-        return control.stretch, control.wait, control.shedders[stream].fraction
+        return control.stretch, control.wait, owner.shedder.fraction
 
     def abort(self) -> None:
         """Immediate stop: frames not yet processed are dropped, a detector batch in hand is not
@@ -258,14 +293,12 @@ class Pipeline:
 
     def _run(self, on_tick, tick_s: float, stats_every_s: float) -> RunReport:
         started = time.monotonic()
-        sources, detector, sinks, http = self._build()
-        self._sources = {src.name: src for src in sources}
-        self._all_sources.extend(sources)
+        detector, sinks, http = self._build()
         threads = self._threads
         try:
             with live_switch_interval(any(s.live for s in self.config.sources)):
                 try:
-                    self._start(sources, detector, sinks)
+                    self._start(detector, sinks)
                     self._loop(threads, on_tick, tick_s, stats_every_s)
                 finally:
                     if any(t.is_alive() for t in threads):
@@ -329,10 +362,9 @@ class Pipeline:
         """Close what `_build` made but the sinks (the engine's end closed those), and the sources
         of streams added since."""
         self._halt_sources()
-        with self._lock:
-            sources = list(self._all_sources)
-        for src in sources:
-            src.close()
+        for stream in self.streams:  # those added since too
+            if stream.source is not None:
+                stream.source.close()
         worker = self._engine.worker if self._engine is not None else None
         if worker is not None and worker.alive:  # aborted inside a batch: it ends with the batch
             worker.join(ABORT_JOIN_S)
@@ -341,13 +373,13 @@ class Pipeline:
             log.debug("the detector is still inside a batch; it is left to end by itself")
         else:
             detector.close()
-        self._models.close()
+        self._stages.close()
         if http is not None:
             http.close()
 
     def _on_source_state(self, name: str, state: str) -> None:
         """A live source's state, on its thread: posted to the stream's figures."""
-        self.stats[name].post_state(state)
+        self.streams[name].stats.post_state(state)
 
     def _control(self) -> None:
         """One step of the budget controller; its rung goes to the engine's mailbox (a newer one
@@ -367,8 +399,8 @@ class Pipeline:
         self._extra_sinks.append(QueueSink(out))
         yield from results_of(self, out)
 
-    def _build(self) -> tuple[list[Source], object, list[Sink], MetricsServer | None]:
-        """Check what can be checked, then make the sources and the detector, start the HTTP
+    def _build(self) -> tuple[object, list[Sink], MetricsServer | None]:
+        """Check what can be checked, then make the sources, the detector and the stages, start the HTTP
         server, and open the sinks last, so that nothing (a JSONL file of the last run) is truncated
         before everything that can fail at start has been tried. A failure closes what was made."""
         cfg = self.config
@@ -377,20 +409,19 @@ class Pipeline:
             raise ConfigError(problems)
         built: list = []
         try:
-            sources = []
-            for s in cfg.sources:
-                sources.append(open_source(cfg, s, self.stats[s.name], self._on_source_state))
-                built.append(sources[-1])
+            for stream in self.streams:
+                self.open_stream(stream)
+                built.append(stream.source)
             detector = build_detector(cfg.detector, weak_floor(cfg.tracker))  # weak boxes: the tracker's alone
             built.append(detector)
-            self._models = build_model_stages(cfg, detector, built)  # secondary models, masks
+            self._stages = build_stages(cfg, detector, self.streams, built)
             http = None
             if cfg.runtime.http_port is not None:
                 http = MetricsServer(self, cfg.runtime.http_host, cfg.runtime.http_port)
                 http.start()
                 built.append(http)
                 self.http_port = http.port
-            fps = {s.name: s.fps for s in sources}  # every stream, its rate None where unknown
+            fps = {s.name: s.source.fps for s in self.streams}  # every stream, its rate None where unknown
             sinks = [build_sink(s, fps, where=where) for where, s in cfg.written()] + self._extra_sinks
             if http is not None and cfg.runtime.http.page:
                 from ..http.preview import PreviewSink
@@ -412,51 +443,39 @@ class Pipeline:
                 except Exception:  # noqa: BLE001 - the first error is the one to report
                     log.debug("closing after a failed start", exc_info=True)
             raise
-        return sources, detector, sinks, http
+        return detector, sinks, http
 
-    def _start(self, sources, detector, sinks) -> None:
-        """Make the fan-out, the lanes, the admissions, the loss accounting and the route of the
-        results, and start every thread: the queued sinks', the engine's and one per source."""
+    def _start(self, detector, sinks) -> None:
+        """Make the fan-out, each stream's parts (graph/stream.py), the loss accounting and the route
+        of the results, and start every thread: the queued sinks', the engine's and one per source."""
         cfg = self.config
         self._out = FanOut(sinks, cfg.runtime.queue_size, on_published=self._on_published,
                            on_error=self._sink_failed, on_close_error=self._fail)
         threads = self._threads
         threads += self._out.threads()
-        by_name = {c.name: c for c in cfg.sources}
-        lanes = [lane_for(cfg, by_name[src.name], src.fps, self._first_seq.get(src.name, 0)) for src in sources]
-        self._lanes = {lane.name: lane for lane in lanes}
-        offsets = stagger_offsets(cfg.keyframes.interval, len(sources))
-        self._prepare = detector.prepare if getattr(detector, "prepare_ahead", False) else None
-        shedders = self.controller.shedders if self.controller else {}
-        if self.controller:  # live sources thin their decoding on the last rung; a rung only if batches can grow
-            self.controller.attach(sources, DetectWorker.per_call(detector, cfg.detector.max_batch) > 1)
-        self._stops = {src.name: StreamStop() for src in sources}
-        self._admissions = {src.name: Admission(lane, schedule_for(cfg, by_name[src.name], self._chooser is not None, off),
-                                                self._prepare, getattr(shedders.get(src.name), "drop", None),
-                                                self._stops[src.name])
-                            for src, lane, off in zip(sources, lanes, offsets)}
-        self._losses = Losses(self._sources, self._lanes, self._admissions, self._inbox, shedders)
+        streams = list(self.streams)
+        self._prepare = detector.prepare if detector.prepare_ahead else None
+        offsets = stagger_offsets(cfg.keyframes.interval, len(streams))
+        lanes = [self._join(stream, offset) for stream, offset in zip(streams, offsets)]
+        if self.controller:  # a rung for batching only if batches can grow
+            self.controller.attach([], DetectWorker.per_call(detector, cfg.detector.max_batch) > 1)
+        self._losses = Losses(self.streams, self._inbox)
         self._reporter = StatsReporter(
-            self.stats, self._out, self._losses, capped={s.name for s in cfg.sources if s.max_fps},
+            self.streams, self._out, self._losses, capped={s.name for s in cfg.sources if s.max_fps},
             queue_depth=self._inbox.depth, controller=self.controller,
-            model_stats=self._models.figures if self._models.running else None,
-            extra=self._stats_extra, sources=self._sources)
+            model_stats=self._stages.figures if self._stages.running else None, extra=self._stats_extra)
         self._collector = CycleCollector() if cfg.tracker.motion == "mv" else None
-        route = ResultRoute(build_stages(cfg, self._models.secondary, self._sources, self._models.segment), self._out,
-                            self.stats, self._reporter, credits=self._credits, credited=self._credited,
+        route = ResultRoute(self._stages.route, self._out, self.streams, self._reporter, credits=self._credits,
                             collector=self._collector)
-        self._models.start()
+        self._stages.start()
         self._engine_thread = threading.Thread(target=self._run_engine, args=(detector, lanes, route),
                                                name="engine", daemon=True)
         threads.append(self._engine_thread)
-        threads += [threading.Thread(target=run_source, name=f"source-{src.name}", daemon=True, args=(
-                        src, self._admissions[src.name], self._inbox, self._credits if src.name in self._credited
-                        else None, self._stops[src.name], by_name[src.name].live))
-                    for src in sources]
         if self._stop_sources.is_set():  # stopped while starting
             self._halt_sources()
         for t in threads:
             t.start()
+        threads += [stream.start(self._inbox, self._credits) for stream in streams]
 
     def _run_engine(self, detector, lanes: list[Lane], route: ResultRoute) -> None:
         """The engine thread's body: the detector's worker, the engine, and at its end an `eos` for
@@ -469,11 +488,11 @@ class Pipeline:
         worker = DetectWorker(detector, detections.put,
                               max_batch=cfg.detector.max_batch, max_wait_ms=cfg.detector.max_wait_ms,
                               budget_ms=cfg.detector.budget_ms if live else None,
-                              low_priority=live and not getattr(detector, "prepare_ahead", False))
+                              low_priority=live and not detector.prepare_ahead)
         budget = cfg.detector.budget_ms
         self._engine = engine = Engine(self._inbox, detections, lanes, worker, route.publish,
                                        late_after_s=budget / 1000 if budget else float("inf"),
-                                       on_detected=lambda done: self.stats[done.frame.stream].detected(
+                                       on_detected=lambda done: self.streams[done.frame.stream].stats.detected(
                                            done.batch_ms, done.detect_ms), chooser=self._chooser,
                                        on_keyframe=route.offer, mail=self._mail, regions=cfg.detector)
         try:
@@ -497,6 +516,6 @@ class Pipeline:
         """Every sink has published `item`, `publish_ms` after it was handed to them (on the thread of
         the last sink to write it): its latency, posted to the stream's figures and the controller."""
         total_ms = (time.monotonic() - item.frame.clock) * 1000
-        self.stats[item.frame.stream].post_published(item, publish_ms, total_ms)
+        self.streams[item.frame.stream].stats.post_published(item, publish_ms, total_ms)
         if self.controller is not None:
             self.controller.observe(item.frame.stream, total_ms)

@@ -130,13 +130,13 @@ class Shedder:
         return self._after + self._thin.skipped + self._by_worker
 
     def attach(self, source) -> None:
-        """Let `source` thin its own decoding for this shedder where it can: one with a `thin`
-        attribute (a live file, `FileSource.thin`; a camera, `LiveSource.thin`); `thins_here`
+        """Let `source` thin its own decoding for this shedder where it can (`Source.thins`: a live
+        file, `FileSource.thin`; a camera, `LiveSource.thin`); `thins_here`
         says whether it does so on the graph's thread (a file's `decode: thread`)."""
-        if hasattr(source, "thin"):
+        if source.thins:
             source.thin = self
             self._thins = True
-            self._here = bool(getattr(source, "thins_here", False))
+            self._here = source.thins_here
 
     @property
     def sheds_undecoded(self) -> bool:

@@ -1,14 +1,13 @@
 """Result stages: what a result goes through after the engine and before the sinks.
 
-A stage is an object with `process(result, messages) -> (result, messages)`, called on the engine
+A stage (graph/stage.py `Stage`) has `process(result, messages) -> (result, messages)`, called on the engine
 thread for each `FrameResult`, in the order of `ResultRoute.stages` (graph/route.py): it gets the
 result as the stages before it left it and the messages they made, and returns the result to pass
 on and the messages. A result is never changed: a stage that adds to it returns a new one
 (`dataclasses.replace`); its own messages (`Event`, `Embedding`: each kind numbered per stream)
 are appended, and go out after the frame. `stream_ended(stream)` forgets a stream, and returns the
 messages it still has for it (None: none), which go out before its `eos`; a stage that wants each
-keyframe the tracker applied also has `offer(frame, found, tracked)`, and one that counts into the
-streams' figures `attach_stats(stats)` (graph/clip_stage.py).
+keyframe the tracker applied says so (`offers`) and has `offer(frame, found, tracked)`.
 
 The stages, in order: the secondary models (streamlens/secondary/stage.py `SecondaryStage`: per
 object attributes), `AnalyticsStage` (zones, lines, speed, counts: `FrameResult.analytics`, and
@@ -30,21 +29,13 @@ Example:
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Protocol
 
 import numpy as np
 
 from ..analytics.build import build_stream_analytics
 from ..analytics.snapshots import Snapshots
 from ..frame import Event, FrameResult, track_labels
-
-
-class Stage(Protocol):
-    """What `ResultRoute` calls (see the module's docstring)."""
-
-    def process(self, result: FrameResult, messages: list) -> tuple[FrameResult, list]: ...
-
-    def stream_ended(self, stream: str) -> list | None: ...
+from .stage import Stage
 
 
 def objects_of(result: FrameResult) -> tuple[np.ndarray, list, np.ndarray]:
@@ -57,7 +48,7 @@ def objects_of(result: FrameResult) -> tuple[np.ndarray, list, np.ndarray]:
     return ids, labels, scores
 
 
-class AnalyticsStage:
+class AnalyticsStage(Stage):
     """The `analytics:` section on each stream (streamlens/analytics): built on a stream's first
     result (its rules' points scale with the frame's size), it sets `FrameResult.analytics` and
     makes the stream's `Event`s, numbered by its own event `seq`."""
@@ -91,7 +82,7 @@ class AnalyticsStage:
         """Nothing to forget: a stream's analytics and event `seq` go on if it comes back."""
 
 
-class SnapshotStage:
+class SnapshotStage(Stage):
     """`analytics.snapshots`: keeps each track's best view of a stream with analytics, and gives
     the stream's events their pictures (`Event.snapshot`; streamlens/analytics/snapshots.py)."""
 

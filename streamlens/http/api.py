@@ -175,7 +175,7 @@ class Api:
     def streams(self) -> Reply:
         p = self.pipeline
         preview = getattr(p, "preview", None)
-        sources = {s.name: s for s in p.config.sources}
+        sources = p.source_configs()
         out = []
         for name, st in list(p.stats.items()):
             message = preview.newest_message(name) if preview is not None else None

@@ -38,6 +38,10 @@ class RunView(Protocol):
         """True once the run was told to end."""
         ...
 
+    def source_configs(self) -> dict:
+        """Every stream's source mapping (`SourceConfig`) by name: the file's and those added."""
+        ...
+
     def queue_depth(self, stream: str) -> int:
         """Frames of `stream` waiting to be processed."""
         ...

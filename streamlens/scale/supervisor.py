@@ -17,7 +17,7 @@ the rest of the world see one pipeline:
   connection, one availability topic and one cooldown per rule for the whole pipeline;
 - video sinks stay in the engines (they need the pixels): one file per stream as before; a path
   without `{stream}` gives the first source's stream `path` itself and the others
-  `<stem>-<stream><suffix>`;
+  `<stem>-<stream><suffix>`; so do rtsp sinks, each engine publishing its own streams;
 - `/metrics`, `/healthz` and the live page are served here, for every stream: the page's frames,
   results and events are asked of the engine that has them when a viewer wants them
   (preview.py); the progress display and the summary show every stream; the budget controller's
@@ -61,7 +61,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..config import PipelineConfig, preflight_problems
+from ..config import PipelineConfig, SourceConfig, preflight_problems
 from ..config.added import added_source, check_room
 from ..errors import ConfigError, NoSuchStream, StreamConflict
 from ..frame import StreamEnd
@@ -93,7 +93,7 @@ class _Engine:
 
     index: int
     streams: list[str]  # names
-    sources: list[int]  # their places in the pipeline file
+    sources: list[SourceConfig]  # theirs, in the same order
     handle: Any = None  # the launcher's: a process and its pipes, or a Ray actor and its calls
     running: bool = False  # started and not yet gone
     snapshot: Snapshot | None = None
@@ -136,8 +136,10 @@ class Supervisor:
         else:
             self._launcher = Processes(self._dir)
         n = worker_count(config)
-        self._engines = [_Engine(i, [s.name for s in config.sources[i::n]], list(range(i, len(config.sources), n)))
+        self._engines = [_Engine(i, [s.name for s in config.sources[i::n]], list(config.sources[i::n]))
                          for i in range(n)]
+        #: every stream of the run, the file's then those added: replaced whole on a change, never the config
+        self._listed: tuple[SourceConfig, ...] = tuple(config.sources)
         self._engine_of = {name: e for e in self._engines for name in e.streams}
         self._placeholders = {s.name: StreamStats(s.name, s.display_uri) for s in config.sources}
         self._ended_stats: dict[str, StreamStats] = {}
@@ -151,7 +153,7 @@ class Supervisor:
     @property
     def stats(self) -> dict[str, StreamStats]:
         merged = {}
-        for s in self.config.sources:
+        for s in self._listed:
             engine = self._engine_of[s.name]
             figures = ({st.name: st for st in engine.report.streams} if engine.report is not None else
                        engine.snapshot.stats if engine.snapshot is not None else {})
@@ -161,6 +163,10 @@ class Supervisor:
     @property
     def stopping(self) -> bool:
         return self._stopping
+
+    def source_configs(self) -> dict[str, SourceConfig]:
+        """Every stream's source mapping by name (the file's and those added)."""
+        return {s.name: s for s in self._listed}
 
     def queue_depth(self, stream: str) -> int:
         snapshot = self._engine_of[stream].snapshot
@@ -212,9 +218,9 @@ class Supervisor:
             engine = min(self._engines, key=lambda e: (sum(not self._ended(n) for n in e.streams), e.index))
             self._placeholders[source.name] = StreamStats(source.name, source.display_uri)
             self._engine_of[source.name] = engine
-            self.config.sources.append(source)  # after the two above: `stats` reads them by its names
+            self._listed += (source,)  # after the two above: `stats` reads them by its names
             engine.streams.append(source.name)
-            engine.sources.append(len(self.config.sources) - 1)
+            engine.sources.append(source)
             if engine.running:  # else it starts with it
                 self._launcher.tell(engine, ("add", source))
         log.info("stream %s added to engine %d (%s)", source.name, engine.index, source.display_uri)
@@ -391,8 +397,8 @@ class Supervisor:
         if how is None or engine.report is not None or engine.failed is not None:
             return
         next_seq = self._launcher.next_seq(engine)
-        live = [n for n, i in zip(engine.streams, engine.sources)
-                if self.config.sources[i].live and n not in self._removed and n not in self._ended_stats]
+        live = [s.name for s in engine.sources
+                if s.live and s.name not in self._removed and s.name not in self._ended_stats]
         for name in engine.streams:
             if name in live or name in self._ended_stats:
                 continue
@@ -405,7 +411,7 @@ class Supervisor:
         if self._stopping or not live:
             return
         engine.first_seq = {name: next_seq.get(name, 0) for name in live}
-        engine.sources = [i for n, i in zip(engine.streams, engine.sources) if n in live]
+        engine.sources = [s for s in engine.sources if s.name in live]
         engine.streams = live
         self._schedule_restart(engine, f"died ({how})")
 
@@ -475,7 +481,7 @@ class Supervisor:
 
     def _start_forwarders(self) -> None:
         for j, (where, sink) in enumerate(self.config.written()):
-            if sink.type == "video":
+            if sink.type in ("video", "rtsp"):  # drawn and sent by the engines, which have the pixels
                 continue
             forwarder = Forwarder(sink, where, self._launcher.keys)
             self._forwarders[f"sinks[{j}]"] = forwarder  # as the engines name their share; finished by run()

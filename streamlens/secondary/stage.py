@@ -191,6 +191,7 @@ class SecondaryStage(WorkerStage):
     on the engine's thread), `close()` at the end (streamlens/secondary/worker.py)."""
 
     name = "secondary"
+    offers = True
 
     def __init__(self, entries: list, cache=None):
         super().__init__(cache, QUEUE_SIZE)

@@ -25,6 +25,8 @@ import queue
 import threading
 from collections import defaultdict, deque
 
+from ..graph.stage import Stage
+
 log = logging.getLogger("streamlens")
 
 #: a track not seen for this long (media seconds) is forgotten
@@ -62,7 +64,7 @@ class LastSeen:
         self._swept.pop(stream, None)
 
 
-class WorkerStage:
+class WorkerStage(Stage):
     """A result stage with one worker thread of its own (see the module's docstring). A subclass
     names its thread (`name`) and gives `_work()`, one turn of the worker: take what waits in
     `_inbox` (waiting at most a fraction of a second, so that `close()` is heard) and put the answers

@@ -81,6 +81,7 @@ class SegmentStage(WorkerStage):
     embeddings (None: none)."""
 
     name = "segment"
+    offers = True
     close_timeout_s = 10.0
 
     def __init__(self, cfg, cache=None, sam=None):

@@ -64,6 +64,17 @@ class Sink:
         Safe to call from any thread."""
         return {}
 
+    #: where it listens, for a sink that others connect to (a zmq sink's bound endpoint), else None
+    endpoint: str | None = None
+    #: each stream's frame rate, for a sink that encodes each stream at its own rate (None: it does not)
+    stream_fps: dict | None = None
+
+    def stream_added(self, stream: str, fps: float | None) -> None:
+        """A stream added while running, at `fps` frames a second (None: unknown): a sink that encodes
+        each stream at its own rate (`stream_fps`) keeps it."""
+        if fps and self.stream_fps is not None:
+            self.stream_fps[stream] = fps
+
     def refusals(self) -> dict[str, int]:
         """Peers refused or disconnected, by reason (a sink that others connect to; see
         streamlens/wire/peers.py). Others: none."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..frame import Frame
 
@@ -24,6 +24,20 @@ class Source:
     #: why the input ended before its end (a truncated file, a read error), once `frames()` has
     #: ended; None when it ended whole, was stopped, or has not ended
     incomplete: str | None = None
+    #: told each state of the source (a camera's: streaming, reconnecting, ...) as `on_state(name,
+    #: state)`, when set (by the runtime, before `frames()`)
+    on_state: Callable[[str, str], None] | None = None
+    #: whether it gives up frames for the budget controller where it decodes them: then the runtime
+    #: sets `thin` (the stream's `Shedder`) before `frames()`; `thins_here`: asked on the graph's
+    #: thread (else a decode worker has the share)
+    thins: bool = False
+    thin = None
+    thins_here: bool = False
+
+    def stats(self) -> dict:
+        """Figures of its own for the stream's `stats` message (a camera's reconnects and last
+        error, its URL masked); none by default."""
+        return {}
 
     def losses(self) -> dict[str, int]:
         """What this source lost so far, by cause, counted since it was made: `corrupt` (packets the

@@ -152,6 +152,7 @@ class FileSource(Source):
         #: what became of the clips asked of it (`clip_outcomes`)
         self.clips = ClipOutcomes()
         #: the budget controller's `Shedder`, asked before each packet is decoded (see the class docs)
+        self.thins = True  # the budget controller's shedder gives frames up where they are decoded
         self.thin = None
         #: whether `thin` is asked on the graph's thread (else the decode worker has the share)
         self.thins_here = cfg.decode == "thread"

@@ -166,6 +166,7 @@ class LiveSource(Source):
         self._now: tuple | None = None
         #: the budget controller's `Shedder`, set by the runtime before `frames()`: on its last rung
         #: the decode worker skips every packet but the keyframes (worker.py `ThinLink`)
+        self.thins = True  # the budget controller's shedder gives frames up where they are decoded
         self.thin = None
 
     # -- state ---------------------------------------------------------------------------------

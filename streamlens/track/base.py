@@ -69,6 +69,8 @@ class Tracker:
     signals = None
     #: a late keyframe's result is applied but the frames since are not all redone (see `catch_up`)
     catching_up = False
+    #: late updates not applied because they were older than the tracker's history
+    stale_updates = 0
 
     def prepare(self, frame: Frame) -> None:
         """Work ahead on `frame` alone, on any thread; the default does nothing."""
