@@ -9,7 +9,10 @@ could carry on this machine when every frame's pixels are read. (The pipeline co
 frames whose pixels something reads, keyframes and the frames of a video sink; decoding without
 any conversion is about a third cheaper, 3.5 against 5 ms a 720p frame here.)
 
-`machine()` and `versions()` describe where a result was measured.
+`machine()` and `versions()` describe where a result was measured: the CPU's model and the flags
+that decide which kernels the detector's runtime takes (`CPU_FLAGS`: AVX2, AVX-512, VNNI, BF16,
+AMX), cores, memory; the versions of the packages that matter. tools/ says them on every results
+page through `streamlens.bench.harness`.
 
 Example:
     >>> limit = decode_limit("samples/traffic.mp4", seconds=1, workers=1)   # doctest: +SKIP
@@ -36,6 +39,9 @@ from ..errors import StreamlensError
 PACKAGES = (("streamlens",), ("av",), ("numpy",), ("onnxruntime", "onnxruntime-gpu"), ("torch",),
             ("ultralytics",), ("opencv-python", "opencv-python-headless", "opencv-contrib-python"),
             ("pyzmq",), ("msgpack",), ("supervision",))
+#: the CPU flags a results page names (issue 47): they decide which kernels onnxruntime and OpenVINO
+#: take (AVX2 or AVX-512, INT8 dot products, BF16, Intel's AMX tiles), so two CPUs of one name differ
+CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
 
 
 def video_info(path: str) -> dict:
@@ -131,8 +137,30 @@ def decode_limit(video: str, seconds: float, export_mvs: bool = False, workers: 
             "streams": round(fps / fps_video, 2)}
 
 
+def cpu_flags(cpuinfo: str | None = None) -> dict[str, bool] | None:
+    """Which of `CPU_FLAGS` this CPU has (the first processor's `flags` line of /proc/cpuinfo, or of
+    `cpuinfo`'s text); None where that cannot be read (not Linux).
+
+    >>> cpu_flags("processor : 0\\nflags : fpu sse avx2 avx512f avx512_bf16\\n")["avx512_bf16"]
+    True
+    >>> sorted(name for name, has in cpu_flags("flags : avx2 amx_tile\\n").items() if has)
+    ['amx_tile', 'avx2']
+    """
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return None
+    line = next((line for line in cpuinfo.splitlines() if line.split(":", 1)[0].strip() == "flags"), None)
+    if line is None:
+        return None
+    found = set(line.split(":", 1)[1].split())
+    return {name: name in found for name in CPU_FLAGS}
+
+
 def machine() -> dict:
-    """CPU model, cores and memory (GiB) of this machine."""
+    """CPU model, its flags that matter (`cpu_flags()`), cores and memory (GiB) of this machine."""
     cpu = platform.processor() or platform.machine()
     memory_gib = None
     try:
@@ -149,8 +177,8 @@ def machine() -> dict:
     except OSError:
         pass
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": cpu, "cores": os.cpu_count(), "usable_cores": usable, "memory_gib": memory_gib,
-            "system": f"{platform.system()} {platform.release()}"}
+    return {"cpu": cpu, "flags": cpu_flags(), "cores": os.cpu_count(), "usable_cores": usable,
+            "memory_gib": memory_gib, "system": f"{platform.system()} {platform.release()}"}
 
 
 def versions() -> dict:
@@ -166,4 +194,4 @@ def versions() -> dict:
     return out
 
 
-__all__ = ["decode_limit", "machine", "versions", "video_info"]
+__all__ = ["CPU_FLAGS", "cpu_flags", "decode_limit", "machine", "versions", "video_info"]
