@@ -10,9 +10,6 @@ from pathlib import Path
 
 import pytest
 
-#: run by Debian's /usr/bin/python3 (it needs python3-gi), never imported by pytest
-collect_ignore = ["gst_rtsp_server.py"]
-
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
 VIDEO = DATA / "video"

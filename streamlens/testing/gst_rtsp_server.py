@@ -1,4 +1,5 @@
-"""A small RTSP server for the tests, on GStreamer's RTSP server library (Debian: gir1.2-gst-rtsp-server-1.0).
+"""A small RTSP server for tests and tools, on GStreamer's RTSP server library (Debian:
+gir1.2-gst-rtsp-server-1.0).
 
 Run by Debian's own interpreter (`/usr/bin/python3`, which has python3-gi), not the project's: each
 mount re-serves an H.264 RTP stream that arrives on a local UDP port (an `ffmpeg -re ... -f rtp`
@@ -7,8 +8,10 @@ The stream must carry SPS/PPS before each keyframe (rtsp_server.annexb_copy make
 server learns them from the stream, for its SDP. Elements used: udpsrc, rtpjitterbuffer, rtph264depay,
 rtph264pay, all in gstreamer1.0-plugins-good.
 The server speaks RTSP over TCP (interleaved) and over UDP. It prints `ready PORT` once it listens.
+It is a script, never imported by the engine: `gi` is imported in `main()`, so that the project's
+own interpreter, which has no python3-gi, can still import this file (pytest's doctest collection).
 
-    /usr/bin/python3 tests/gst_rtsp_server.py --port 0 --mount cam1=40001 --mount cam2=40002
+    /usr/bin/python3 streamlens/testing/gst_rtsp_server.py --port 0 --mount cam1=40001 --mount cam2=40002
     ready 38411        # rtsp://127.0.0.1:38411/cam1 now serves what arrives on udp://127.0.0.1:40001
 """
 
@@ -16,13 +19,6 @@ import argparse
 import signal
 import sys
 import threading
-
-import gi
-
-gi.require_version("Gst", "1.0")
-gi.require_version("GstRtsp", "1.0")
-gi.require_version("GstRtspServer", "1.0")
-from gi.repository import GLib, Gst, GstRtsp, GstRtspServer  # noqa: E402
 
 PIPELINE = ("( udpsrc address=127.0.0.1 port={port} caps=\"application/x-rtp,media=video,"
             "encoding-name=H264,clock-rate=90000,payload=96\" ! rtpjitterbuffer latency=50 "
@@ -34,6 +30,13 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=0, help="RTSP port on 127.0.0.1 (0: any free port)")
     parser.add_argument("--mount", action="append", default=[], help="NAME=UDP_PORT")
     args = parser.parse_args()
+    import gi
+
+    gi.require_version("Gst", "1.0")
+    gi.require_version("GstRtsp", "1.0")
+    gi.require_version("GstRtspServer", "1.0")
+    from gi.repository import GLib, Gst, GstRtsp, GstRtspServer
+
     Gst.init(None)
     server = GstRtspServer.RTSPServer()
     server.set_address("127.0.0.1")
