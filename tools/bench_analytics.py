@@ -1,5 +1,6 @@
 """The cost of analytics per frame: `--objects` tracked objects moving through `--zones` zones and
-`--lines` lines, on one core; median and p95 of `StreamAnalytics.update` over `--frames` frames.
+`--lines` lines, on one core; median and p95 of `StreamAnalytics.update` over `--frames` frames,
+printed under the command and the machine.
 
     python tools/bench_analytics.py --objects 20 --zones 4 --lines 2
 """
@@ -13,6 +14,7 @@ import time
 import numpy as np
 
 from streamlens.analytics import LineRule, StreamAnalytics, ZoneRule
+from streamlens.bench.harness import command_line, machine_line
 
 
 def main() -> None:
@@ -39,6 +41,7 @@ def main() -> None:
         analytics.update(f / 30, xyxy, ids, labels, scores)
         times.append((time.perf_counter() - began) * 1000)
     times.sort()
+    print(f"{command_line()}\nmachine: {machine_line()}")
     print(f"{args.objects} objects, {args.zones} zones, {args.lines} lines: median {statistics.median(times):.3f} ms, "
           f"p95 {times[int(0.95 * len(times))]:.3f} ms per frame ({args.frames} frames)")
 

@@ -21,7 +21,6 @@ Run:
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import platform
 import subprocess
@@ -32,11 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from streamlens.secondary.cache import MemoryCache, RedisCache, crop_key, pack, unpack  # noqa: E402
-from streamlens.bench.probe import machine  # noqa: E402
+from streamlens.bench.harness import header
+from streamlens.secondary.cache import MemoryCache, RedisCache, crop_key, pack, unpack
 
 
 def timed(fn, calls: int, warmup: int = 50) -> tuple[float, float]:
@@ -49,11 +45,6 @@ def timed(fn, calls: int, warmup: int = 50) -> tuple[float, float]:
         fn()
         times[i] = time.perf_counter_ns() - t
     return float(np.percentile(times, 50)) / 1e6, float(np.percentile(times, 95)) / 1e6
-
-
-def machine_line() -> str:
-    found = machine()
-    return f"{found['cores']} CPUs (nproc {found['usable_cores']}), {found['cpu']}"
 
 
 def versions() -> str:
@@ -113,11 +104,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="crop size for crop_key (default 128 96)")
     args = parser.parse_args(argv)
     load = os.getloadavg()
-    started = datetime.datetime.now(datetime.timezone.utc)
     if args.url:
         rows = run(args.url, args.calls, args.floats, tuple(args.crop))
     else:
-        from tests.redis_server import RedisServer, redis_missing
+        from streamlens.testing.redis_server import RedisServer, redis_missing
 
         missing = redis_missing()
         if missing:
@@ -126,10 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as folder, RedisServer(Path(folder)) as server:
             rows = run(server.url, args.calls, args.floats, tuple(args.crop))
     load_after = os.getloadavg()
-    print(f"Date: {started:%Y-%m-%d %H:%M} UTC; command: `{' '.join(['python', 'tools/bench_cache.py', *sys.argv[1:]])}`"
-          f" (nice {os.nice(0)})")
-    print(f"Machine: {machine_line()}; load average {load[0]:.2f} before, {load_after[0]:.2f} after")
-    print(f"Versions: {versions()}")
+    print(header(None, more=[f"Load average {load[0]:.2f} before, {load_after[0]:.2f} after",
+                             f"Versions: {versions()}"]))
     print(f"Value per key: {args.floats} float32 packed ({len(pack([np.zeros(args.floats, np.float32)]))} bytes); "
           f"{args.calls} timed calls per row\n")
     print("| operation | keys per call | p50 ms | p95 ms |")

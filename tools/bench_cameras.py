@@ -7,7 +7,7 @@ tools/results/cameras.json by itself:
     python tools/bench_cameras.py --cameras 6 --workers 2 --baseline 1 --seconds 60 --repeats 3
 
 What runs:
-- GStreamer's RTSP server (tests/rtsp_server.py `GstRtspServer`, Debian's packages) serves K mounts
+- GStreamer's RTSP server (streamlens/testing/rtsp_server.py `GstRtspServer`, Debian's packages) serves K mounts
   cam1..camK, each fed by its own `ffmpeg -re -stream_loop -1 -c copy -f rtp` publisher of the clip
   (`--clip`, default ../shared/data/video/highway_720p30.mp4, as MPEG-TS with SPS/PPS before every
   keyframe: the same H.264 bitstream, so the same pixels). The server and publishers run through
@@ -84,7 +84,6 @@ import itertools
 import json
 import os
 import re
-import shlex
 import signal
 import statistics
 import subprocess
@@ -98,22 +97,19 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from streamlens.bench.accuracy import MATCH_IOU, combine, score_stream
+from streamlens.bench.harness import (PIPELINES, REPO, RESULTS, VIDEOS, command_line, in_turns, machine, machine_line,
+                                      need, versions)
+from streamlens.bench.probe import video_info
+from streamlens.bench.reference import reference_for
+from streamlens.bench.trial import SOURCE_KEYS
+from streamlens.config import load_pipeline, read_pipeline_tree
+from streamlens.metrics import nearest_rank
+from streamlens.track.matching import box_iou, match_by_iou
+from streamlens.testing.rtsp_server import GstRtspServer, free_port, gst_missing
 
-from streamlens.bench.accuracy import MATCH_IOU, combine, score_stream  # noqa: E402
-from streamlens.bench.probe import machine, versions, video_info  # noqa: E402
-from streamlens.bench.reference import reference_for  # noqa: E402
-from streamlens.bench.trial import SOURCE_KEYS  # noqa: E402
-from streamlens.config import load_pipeline, read_pipeline_tree  # noqa: E402
-from streamlens.metrics import nearest_rank  # noqa: E402
-from streamlens.track.matching import box_iou, match_by_iou  # noqa: E402
-from tests.rtsp_server import GstRtspServer, free_port, gst_missing  # noqa: E402
-
-DATA = REPO.parent / "shared" / "data"
-CLIP = DATA / "video" / "highway_720p30.mp4"
-PIPELINE = REPO / "pipelines" / "highway_yolox.yaml"
-RESULTS = REPO / "tools" / "results"
+CLIP = VIDEOS / "highway_720p30.mp4"
+PIPELINE = PIPELINES / "highway_yolox.yaml"
 #: the clip-frame fit (see the module docs): messages a connection's offset is fitted on (those with
 #: the freshest detections); blocks of messages, how many of each its correction is fitted on, and
 #: the largest correction (frames); a jump in `pts` (seconds) that starts a new connection
@@ -449,8 +445,7 @@ def write_report(results: dict, md: Path) -> None:
     lines += [f"**Command**: `{results['command']}`", "",
               f"**Date**: {results['started']} to {results['ended']} (UTC). **Load** (`uptime`): at the start "
               f"`{results['uptime_start']}`; at the end `{results['uptime_end']}`.", "",
-              f"**Machine**: {m['cpu']}, {m['cores']} cores ({m['usable_cores']} usable), {m['memory_gib']} GiB, "
-              f"{m['system']}; Python {v.get('python')}, PyAV {v.get('av')}, numpy {v.get('numpy')}, onnxruntime "
+              f"**Machine**: {machine_line(m)}, {m['system']}; Python {v.get('python')}, PyAV {v.get('av')}, numpy {v.get('numpy')}, onnxruntime "
               f"{v.get('onnxruntime')}.", "",
               f"**What ran**: {results['cameras']} RTSP cameras from GStreamer's RTSP server on 127.0.0.1, each "
               f"serving `{results['clip_name']}` ({results['clip']['width']}x{results['clip']['height']}, "
@@ -533,10 +528,7 @@ def main() -> int:
     p.add_argument("--keep", type=Path, default=None,
                    help="work in this folder and keep it (pipeline files, listener records, the runs' stderr)")
     args = p.parse_args()
-    for what, path in (("clip", args.clip), ("pipeline", args.pipeline)):
-        if not path.is_file():
-            print(f"bench_cameras: the {what} {path} is not here (needs ../shared/data)", file=sys.stderr)
-            return 2
+    need(args.clip, args.pipeline)
     reason = gst_missing()
     if reason:
         print(f"bench_cameras: {reason}", file=sys.stderr)
@@ -559,14 +551,17 @@ def main() -> int:
         with GstRtspServer({name: args.clip for name in names}, folder) as server:
             urls = {name: server.url(name) for name in names}
             time.sleep(args.settle)
-            for repeat in range(args.repeats):
-                for w in settings if repeat % 2 == 0 else settings[::-1]:
-                    raw = run_trial(args.pipeline, urls, w, args.warmup, args.seconds, folder)
-                    raws.append(raw)
-                    print(f"bench_cameras: trial {len(raws)}, workers {w}: exit {raw['exit_code']}"
-                          f"{', ' + raw['error'] if raw['error'] else ''}", file=sys.stderr, flush=True)
-                    if raw["traceback"]:
-                        print(raw["stderr_tail"], file=sys.stderr)
+
+            def trial(w: int, repeat: int) -> dict:
+                raw = run_trial(args.pipeline, urls, w, args.warmup, args.seconds, folder)
+                raws.append(raw)  # in the order run
+                print(f"bench_cameras: trial {len(raws)}, workers {w}: exit {raw['exit_code']}"
+                      f"{', ' + raw['error'] if raw['error'] else ''}", file=sys.stderr, flush=True)
+                if raw["traceback"]:
+                    print(raw["stderr_tail"], file=sys.stderr)
+                return raw
+
+            in_turns(settings, args.repeats, trial)  # the order reversed each round
     for raw in raws:  # after the cameras stopped: matching boxes to the clip takes a while
         t = measure(raw, ref, fps, budget_ms)
         trials.append(t)
@@ -575,7 +570,7 @@ def main() -> int:
               f"{t['missing']}, p50 {t['latency_ms']['p50']} p95 {t['latency_ms']['p95']} ms, F1 "
               f"{acc.get('f1')} (worst {acc.get('f1_min')}), restarts {t['engine_restarts']}", file=sys.stderr,
               flush=True)
-    command = "python tools/bench_cameras.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = command_line()
     json_path = args.out.with_suffix(".json")
     against = f" against {args.baseline}" if args.baseline else ""
     results = {"title": f"{args.cameras} RTSP cameras, `runtime.workers` {args.workers}{against}",

@@ -64,7 +64,6 @@ seen on the sheets, written by hand) and all after it are kept.
 from __future__ import annotations
 
 import argparse
-import datetime
 import hashlib
 import importlib.metadata
 import json
@@ -82,12 +81,9 @@ from pathlib import Path
 import av
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from streamlens.bench.harness import DATA, PIPELINES, REPO, RESULTS, command_line, machine, machine_line, need, now
 
-DATA = REPO.parent / "shared" / "data"
-PIPELINE = REPO / "pipelines" / "highway_yolox.yaml"
-RESULTS = REPO / "tools" / "results"
+PIPELINE = PIPELINES / "highway_yolox.yaml"
 CLIP = "video/highway_720p30.mp4"
 MODEL = "models/yolox_nano/yolox_nano.onnx"
 NAMES = "models/yolox_nano/coco_classes.txt"
@@ -527,12 +523,6 @@ def slit_scan(video: str, marks: dict, path: Path) -> str:
 
 # -- the page ------------------------------------------------------------------------------------
 
-def _cpu() -> str:
-    from streamlens.bench.probe import machine
-
-    return machine()["cpu"]
-
-
 def _versions() -> dict:
     out = {"python": platform.python_version()}
     for package in ("streamlens", "supervision", "trackers", "onnxruntime", "av", "numpy"):
@@ -640,8 +630,8 @@ def write_page(data: dict, out: Path) -> None:
         "# Counting across a line on real video",
         "",
         f"Command: `{data['command']}` ({data['seconds_total']:.0f} s in all)  ",
-        f"Machine: {m['cpu']}, {m['cores']} cores (`nproc`), {m['system']}; run under `nice -n 19` beside other work "
-        f"(load average 1/5/15 min before {_load(m.get('load_before'))}, after {_load(m.get('load_after'))})  ",
+        f"Machine: {machine_line(m)}, {m['system']} (load average 1/5/15 min before {_load(m.get('load_before'))}, "
+        f"after {_load(m.get('load_after'))})  ",
         f"Date: {data['date']}  ",
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + "  ",
         f"Clip: {Path(data['video']).name} (1280x720 H.264, 30 fps, {data['frames']} frames); detector: the "
@@ -758,11 +748,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if "mv" not in args.trackers.split(",") or "5" not in args.intervals.split(","):
         parser.error("--trackers must include mv and --intervals 5: the target's run, which the rest is compared with")
-    video = args.data / CLIP
-    if not video.is_file() or not (args.data / MODEL).is_file():
-        print(f"{video} or {args.data / MODEL} not found: the benchmark data lives outside the repository",
-              file=sys.stderr)
-        return 1
+    video, _ = need(args.data / CLIP, args.data / MODEL)
     if args.work is not None:
         args.work.mkdir(parents=True, exist_ok=True)
         work = args.work.resolve()
@@ -866,10 +852,8 @@ def _bench(args, work: Path, video: Path) -> int:
     per_run = per_run_vehicles(vehicles_found, [m[0] for m in members])
 
     det = cfg.detector
-    data = {"command": " ".join(["python tools/bench_counting.py", *args.argv]),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": {"cpu": _cpu(), "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                        else os.cpu_count(), "system": f"{platform.system()} {platform.release()}",
+    data = {"command": command_line([sys.argv[0], *args.argv]), "date": now(),
+            "machine": {**machine(),
                         "load_before": [round(v, 2) for v in load_before],
                         "load_after": [round(v, 2) for v in os.getloadavg()]},
             "versions": _versions(), "video": str(video), "frames": len(frames), "line": LINE,

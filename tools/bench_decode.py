@@ -29,10 +29,8 @@ highway_1080p30.mp4.
 from __future__ import annotations
 
 import argparse
-import datetime
 import multiprocessing
 import os
-import platform
 import queue
 import resource
 import statistics
@@ -44,13 +42,11 @@ from pathlib import Path
 import av
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from streamlens.bench.harness import REPO, RESULTS, VIDEOS, header, write_page
+from streamlens.frame import YuvPicture, i420_bytes, thumbnail_step, to_bgr
+from streamlens.sources.file import FileSource
 
-from streamlens.frame import YuvPicture, i420_bytes, thumbnail_step, to_bgr  # noqa: E402
-from streamlens.sources.file import FileSource  # noqa: E402
-
-VIDEO = REPO.parent / "shared" / "data" / "video"
+VIDEO = VIDEOS
 CLIPS = [REPO / "samples" / "traffic.mp4", VIDEO / "highway_720p30.mp4", VIDEO / "highway_1080p30.mp4"]
 MODES = ("thread", "process")
 KINDS = ("none", "bgr", "engine")
@@ -177,7 +173,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--engine-ms", type=float, default=5.0, help="the engine thread's Python work per frame")
-    parser.add_argument("--out", type=Path, default=REPO / "tools" / "results" / "decode.md")
+    parser.add_argument("--out", type=Path, default=RESULTS / "decode.md")
     args = parser.parse_args()
     clips = [c for c in CLIPS if c.is_file()]
     turns = _turns_for(args.engine_ms)
@@ -218,17 +214,14 @@ def main() -> int:
         if converting is None:
             converting = ["| clip | " + " | ".join(costs) + " |", "|---|" + "---|" * len(costs)]
         converting.append(f"| {clip.name} | " + " | ".join(costs.values()) + " |")
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = " ".join(["python", "tools/bench_decode.py", *sys.argv[1:]])
     text = "\n".join([
-        "# Decoding a file in a worker process, against on the thread that reads it", "",
-        f"Command: `nice -n 19 {command}`, {when}, {platform.machine()} with {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}; {args.repeats} alternating repeats, medians; `engine`: "
+        header("Decoding a file in a worker process, against on the thread that reads it"),
+        f"{args.repeats} alternating repeats, medians; `engine`: "
         f"{ENGINE_STREAMS} streams and {args.engine_ms:g} ms of GIL-holding Python per frame.", "",
         *rows, "", "What crosses a worker's ring per frame (a slot also keeps room for motion vectors when "
         "they are asked for):", "", *crossing, "",
         "Converting one frame to BGR, CPU per frame:", "", *converting, ""])
-    args.out.write_text(text)
+    write_page(args.out, text)
     print(text)
     return 0
 

@@ -21,7 +21,7 @@ ratios, which compare things measured a few seconds apart, more than the absolut
    interval 1, tracker none, no sinks; wall time from building to the end, `--reps` times each,
    alternating; medians and the ratio. Target: the pipeline within 10% of the plain loop.
 4. `runtimes`: onnxruntime (`backend: onnx`) against OpenVINO FP32 (`backend: openvino`), and an
-   INT8 model on OpenVINO when `--int8` names one (tools/quantize.py), and with `--half` OpenVINO at
+   INT8 model on OpenVINO when `--int8` names one (`streamlens quantize`), and with `--half` OpenVINO at
    `detector.half: true` (its own precision: BF16 on CPUs with AMX), on YOLOX-Nano: letterbox and
    bucket, `detector.threads` 1 and 2, batch 1/4/8, every runner interleaved round by round;
    ms/frame medians, the median of the paired per-round ratios, and F1 of each one's boxes against
@@ -37,12 +37,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import av
@@ -50,17 +48,14 @@ import cv2
 import numpy as np
 import onnxruntime as ort
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from streamlens.bench.harness import RESULTS, VIDEOS, YOLOX_NANO, header, need, now, write_page
+from streamlens.config import parse_pipeline
+from streamlens.detect.onnx import OnnxDetector
+from streamlens.frame import Frame
+from streamlens.graph.runtime import Pipeline
 
-from streamlens.config import parse_pipeline  # noqa: E402
-from streamlens.detect.onnx import OnnxDetector  # noqa: E402
-from streamlens.frame import Frame  # noqa: E402
-from streamlens.graph.runtime import Pipeline  # noqa: E402
-
-DATA = REPO.parent / "shared" / "data"
-YOLOX = DATA / "models" / "yolox_nano" / "yolox_nano.onnx"
-CLIP = DATA / "video" / "highway_720p30.mp4"
+YOLOX = YOLOX_NANO / "yolox_nano.onnx"
+CLIP = VIDEOS / "highway_720p30.mp4"
 BATCHES = (1, 4, 8)
 CONF, IOU = 0.25, 0.45
 
@@ -293,29 +288,25 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3, help="whole-clip runs of each, alternating")
     ap.add_argument("--clip", type=Path, default=CLIP)
     ap.add_argument("--imgsz", type=int, default=416)
-    ap.add_argument("--out", type=Path, default=REPO / "tools" / "results" / "detect.md")
+    ap.add_argument("--out", type=Path, default=RESULTS / "detect.md")
     ap.add_argument("--skip-ultralytics", action="store_true")
     ap.add_argument("--parts", default="yolox,yolov8,clip,runtimes",
                     help="which parts to run: yolox, yolov8, clip, runtimes (onnxruntime against OpenVINO)")
     ap.add_argument("--threads", default="1,2", help="runtimes part: the detector.threads values")
     ap.add_argument("--resizes", default="letterbox,bucket", help="runtimes part: the resize modes")
-    ap.add_argument("--int8", type=Path, help="runtimes part: an INT8 model (tools/quantize.py) on OpenVINO too")
+    ap.add_argument("--int8", type=Path, help="runtimes part: an INT8 model (`streamlens quantize`) on OpenVINO too")
     ap.add_argument("--half", action="store_true",
                     help="runtimes part: OpenVINO with detector.half too (its own precision: BF16 where the "
                          "CPU has it)")
     args = ap.parse_args()
     parts = set(args.parts.split(",")) - ({"yolov8"} if args.skip_ultralytics else set())
-    for needed in (YOLOX, args.clip):
-        if not needed.exists():
-            raise SystemExit(f"{needed} not found (the benchmark reads ../shared/data)")
+    need(YOLOX, args.clip)
 
     frames = sample_frames(args.clip, args.frames)
-    report = [f"# Detector benchmark ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
-              f"Command: `python tools/bench_detect.py {' '.join(sys.argv[1:])}`  ",
-              f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores (shared with other "
-              f"work while this ran: load average {os.getloadavg()[0]:.1f} at the start), "
-              f"Python {platform.python_version()}, onnxruntime {ort.__version__}, CPU only.  ",
-              f"Frames: {len(frames)} frames spread over {args.clip.name} (1280x720).", ""]
+    report = [header(f"Detector benchmark ({now()})",
+                     more=[f"Load average {os.getloadavg()[0]:.1f} at the start; onnxruntime {ort.__version__}, "
+                           "CPU only.",
+                           f"Frames: {len(frames)} frames spread over {args.clip.name} (1280x720)."])]
 
     # 1. YOLOX-Nano
     if "yolox" in parts:
@@ -328,8 +319,7 @@ def main() -> int:
         report += runtimes_part(args, frames)
     text = "\n".join(report)
     print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n")
+    write_page(args.out, text)
     return 0
 
 

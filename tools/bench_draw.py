@@ -4,6 +4,7 @@ the analytics' rules (2 lines, 4 zones) and speeds, as the annotated video and t
 CPU time of this process per call (every thread: what a frame costs the machine, less moved by other
 processes than wall time), best and median of 5 rounds; a frame of the shared highway clip (or a grey one
 without it) as the picture. The drawing is what the annotated outputs show; nothing is scored here.
+Printed under the command and the machine.
 
     python tools/bench_draw.py [--calls 500]
 """
@@ -14,14 +15,12 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from streamlens.bench.harness import VIDEOS, command_line, machine_line
 
-CLIP = REPO.parent / "shared" / "data" / "video" / "highway_720p30.mp4"
+CLIP = VIDEOS / "highway_720p30.mp4"
 
 
 def picture(width: int, height: int) -> np.ndarray:
@@ -79,6 +78,7 @@ def main() -> int:
              ("20 boxes with speeds", lambda: annotator.annotate(image, boxes, speeds_only)),
              ("20 boxes, speeds, 2 lines, 4 zones", lambda: annotator.annotate(image, boxes, found)),
              ("2 lines, 4 zones, no boxes", lambda: annotator.annotate(image, sv.Detections.empty(), found))]
+    print(f"{command_line()}\nmachine: {machine_line()}\npicture: {CLIP.name if CLIP.exists() else 'grey'}")
     print(f"{'case':<36} {'best ms':>8} {'median ms':>10}")
     for name, fn in cases:
         best, median = cpu_ms(fn, args.calls)

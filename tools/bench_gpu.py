@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import shlex
 import statistics
@@ -46,22 +45,20 @@ import sys
 import tempfile
 import time
 import traceback
-from datetime import datetime, timezone
 from pathlib import Path
 
 import av
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from streamlens.bench import harness
+from streamlens.bench.harness import REPO, RESULTS, VIDEOS, command_line, machine_line, now
+from streamlens.config import parse_pipeline
+from streamlens.detect.ultralytics_backend import UltralyticsDetector
+from streamlens.detect.ultralytics_offline import import_ultralytics_offline
+from streamlens.frame import Frame
+from streamlens.graph.runtime import Pipeline
 
-from streamlens.config import parse_pipeline  # noqa: E402
-from streamlens.detect.ultralytics_backend import UltralyticsDetector  # noqa: E402
-from streamlens.detect.ultralytics_offline import import_ultralytics_offline  # noqa: E402
-from streamlens.frame import Frame  # noqa: E402
-from streamlens.graph.runtime import Pipeline  # noqa: E402
-
-CLIP = REPO.parent / "shared" / "data" / "video" / "highway_720p30.mp4"
+CLIP = VIDEOS / "highway_720p30.mp4"
 BATCHES = (1, 4, 8, 16, 32, 64)
 IMGSZ = 640
 #: random weights: keep the best twenty junk boxes a frame, so NMS and the tracker have work
@@ -87,9 +84,7 @@ def sh(command: str) -> str:
 def machine() -> dict:
     import torch
 
-    info = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "cpu_cores": os.cpu_count(),
-            "cpu": sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2").strip(),
-            "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+    info = {"date": now(), **harness.machine(), "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
             "cudnn": torch.backends.cudnn.version(), "av": av.__version__, "numpy": np.__version__}
     try:
         import numba
@@ -285,10 +280,12 @@ def part_live(clip: Path, pt: Path, device: str, streams: str, out_json: Path, d
 
 def report(results: dict, argv: list[str]) -> str:
     m = results.get("machine", {})
+    # the CPU in harness's words; an older JSON has its cores and model name only
+    cpu = machine_line(m) if "cores" in m else f"{m.get('cpu_cores')} CPU cores ({m.get('cpu', '?')})"
     lines = [f"# GPU check and benchmark ({m.get('date', '?')})", "",
-             f"Command: `python tools/bench_gpu.py {' '.join(argv)}`  ",
+             f"Command: `{command_line([sys.argv[0], *argv])}`  ",
              f"Machine: {m.get('gpu', 'no GPU')} ({m.get('gpu_memory_gib', '?')} GiB, driver {m.get('driver', '?')}), "
-             f"{m.get('cpu_cores')} CPU cores ({m.get('cpu', '?')}); Python {m.get('python')}, torch {m.get('torch')} "
+             f"{cpu}; Python {m.get('python')}, torch {m.get('torch')} "
              f"(CUDA {m.get('cuda')}, cuDNN {m.get('cudnn')}), ultralytics {m.get('ultralytics')}, PyAV {m.get('av')}.  ",
              "Model: YOLOv8n built from yolov8n.yaml (random weights), 640x640; frames from highway_720p30.mp4.", ""]
     tests = results.get("tests")
@@ -341,7 +338,7 @@ def report(results: dict, argv: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clip", type=Path, default=CLIP)
-    parser.add_argument("--out", type=Path, default=REPO / "tools" / "results" / "gpu.md")
+    parser.add_argument("--out", type=Path, default=RESULTS / "gpu.md")
     parser.add_argument("--json", type=Path, default=None, help="all figures as JSON (default: --out as .json)")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--deadline-s", type=float, default=420.0)

@@ -1,6 +1,6 @@
 """What a flood of slow HTTP clients costs a run (issue 25): `/metrics` latency (the median of 10 probes,
 each on a new connection), the engine's frames per second and the CPU the run's HTTP threads take,
-without and with `--clients` slow clients (tests/http_flood.py: half a request, then a byte every 3 s,
+without and with `--clients` slow clients (streamlens/testing/http_flood.py: half a request, then a byte every 3 s,
 reconnecting when closed), side by side in alternating phases of one run, so that the machine's drift
 hits both alike.
 
@@ -22,10 +22,8 @@ Run: python tools/bench_http_flood.py [--clients 2000] [--streams 2] [--phase-s 
 from __future__ import annotations
 
 import argparse
-import datetime
 import multiprocessing
 import os
-import platform
 import resource
 import signal
 import statistics
@@ -36,10 +34,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from tests.http_flood import Flood  # noqa: E402
-from tests.rtsp_server import free_port  # noqa: E402
+from streamlens.bench.harness import REPO, header, write_page
+from streamlens.testing.http_flood import Flood
+from streamlens.testing.rtsp_server import free_port
 
 SAMPLE = REPO / "samples" / "traffic.mp4"
 RUN_NOFILE = 1024
@@ -166,13 +163,9 @@ def main() -> int:
     finally:
         os.killpg(run.pid, signal.SIGINT)
         run.wait(30)
-    command = "python tools/bench_http_flood.py " + " ".join(sys.argv[1:])
     lines = [
-        "# HTTP under a flood of slow clients",
-        "",
-        f"`{command}` on {datetime.date.today()}, {os.cpu_count()} CPU cores "
-        f"({platform.processor() or platform.machine()}), Python {platform.python_version()}, shared with other "
-        "work (a noisy machine: compare the phases of one run, not runs).",
+        header("HTTP under a flood of slow clients"),
+        "Compare the phases of one run, not runs: on a machine shared with other work, runs differ.",
         "",
         f"A `streamlens run` held to {RUN_NOFILE} descriptors, {args.streams} copies of samples/traffic.mp4 "
         "(640x360) read unpaced and looped, motion detector, Kalman tracker; phases of "
@@ -201,7 +194,7 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
-        args.out.write_text(text)
+        write_page(args.out, text)
     return 0
 
 

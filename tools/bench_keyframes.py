@@ -24,7 +24,6 @@ Writes tools/results/keyframes.md and keyframes.json (`--out`).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import subprocess
@@ -35,25 +34,16 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from streamlens.bench import harness
+from streamlens.bench.harness import DATA, REPO, RESULTS, command_line, machine, machine_line, need, now
 
-DATA = REPO.parent / "shared" / "data"
-PIPELINE = REPO / "pipelines" / "highway_yolox.yaml"
+PIPELINE = harness.PIPELINES / "highway_yolox.yaml"
 CLIP = "video/highway_720p30.mp4"
 #: each shared clip's pipeline (whose detector section it runs with); street_night has 8 frames only
 PIPELINES = {"highway_720p30.mp4": "highway_yolox.yaml", "highway_320x240.avi": "highway_yolox.yaml",
              "highway_1080p30.mp4": "highway_yolox.yaml", "road_topdown_640x360.avi": "highway_yolox.yaml",
              "person_indoor_768x432.mp4": "indoor_yolox.yaml"}
 MODEL, NAMES = "models/yolox_nano/yolox_nano.onnx", "models/yolox_nano/coco_classes.txt"
-
-
-def _machine() -> str:
-    """The CPU's model name, the cores this process may use, the memory: where the page was measured."""
-    from streamlens.bench.probe import machine
-
-    m = machine()
-    return f"{m['cpu']}, {m['usable_cores']} cores usable, {m['memory_gib']} GiB"
 
 
 def detector_section(data: Path, pipeline: Path = PIPELINE) -> dict:
@@ -107,7 +97,8 @@ def write_page(data: dict, out: Path) -> None:
     clips = sorted({r["clip"] for r in data["runs"]})
     lines = ["# Keyframes and the frames between: agreement with detecting every frame", "",
              f"Command: `{data['command']}` ({data['seconds']:.0f} s)  ",
-             f"Machine: {data['machine']}; date {data['date']}, commit {data['commit']}  ",
+             f"Machine: {machine_line(m) if isinstance(m := data['machine'], dict) else m}; date {data['date']}, "
+             f"commit {data['commit']}  ",
              f"Clips: {', '.join(clips)}; detector: the `detector` section of each clip's pipeline (`PIPELINES` in the "
              f"tool; `agnostic_nms: {data['agnostic_nms']}`); file mode, fixed intervals.", "",
              "F1 at IoU 0.5 against the same detector on every frame (`streamlens.bench.accuracy`). `keyframes`: "
@@ -121,9 +112,7 @@ def write_page(data: dict, out: Path) -> None:
         lines.append(f"| {r['clip']} | {r['interval']} | {r['motion']} | {coast} | {r['keyframes']} | "
                      f"{f['keyframes']:.3f} | {f['keyframes_any_class']:.3f} | "
                      f"{'-' if f['between'] is None else format(f['between'], '.3f')} | {f['all']:.3f} |")
-    old = out.read_text() if out.exists() else ""
-    kept = old[old.index("\n## Notes"):] if "\n## Notes" in old else ""
-    out.write_text("\n".join(lines) + "\n" + kept)
+    harness.write_page(out, "\n".join(lines), keep="## Notes")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--motions", default="kalman,flow,mv")
     parser.add_argument("--coast-s", default=None, help="tracker.coast_s values, comma-separated (default: the tracker's)")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "streamlens_bench_keyframes")
-    parser.add_argument("--out", type=Path, default=REPO / "tools" / "results" / "keyframes.md")
+    parser.add_argument("--out", type=Path, default=RESULTS / "keyframes.md")
     args = parser.parse_args(argv)
     from streamlens.bench.reference import reference_for
     from streamlens.config import DetectorConfig
@@ -145,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     with tempfile.TemporaryDirectory() as work:
         for clip in clips:
-            detector = detector_section(args.data, REPO / "pipelines" / PIPELINES.get(clip, PIPELINE.name))
-            video = str(args.data / "video" / clip)
+            detector = detector_section(args.data, harness.PIPELINES / PIPELINES.get(clip, PIPELINE.name))
+            video = str(need(args.data / "video" / clip))
             config = DetectorConfig(**detector)
             ref = reference_for(config, video, args.cache)
             for interval in (int(v) for v in args.intervals.split(",")):
@@ -158,9 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                         print(json.dumps(result), flush=True)
                         runs.append(result)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
-    data = {"command": " ".join(["python tools/bench_keyframes.py", *(argv if argv is not None else sys.argv[1:])]),
-            "seconds": time.monotonic() - started, "machine": _machine(),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    data = {"command": command_line([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
+            "seconds": time.monotonic() - started, "machine": machine(), "date": now(),
             "commit": commit.strip(), "agnostic_nms": config.agnostic_nms, "runs": runs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")

@@ -28,13 +28,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PIPELINE = ROOT / "pipelines" / "highway_yolox.yaml"
-RESULTS = ROOT / "tools" / "results"
+from streamlens.bench.harness import PIPELINES, REPO, RESULTS, command_line, machine_line
+
+PIPELINE = PIPELINES / "highway_yolox.yaml"
 
 
 def build_yolov8n(folder: Path) -> Path:
-    sys.path.insert(0, str(ROOT))
     from streamlens.detect.ultralytics_offline import import_ultralytics_offline
 
     import_ultralytics_offline()
@@ -85,8 +84,8 @@ def write_page(data: dict, out: Path) -> None:
         f"# Live streams within the budget ({data['date'][:16].replace('T', ' ')} UTC)",
         "",
         f"Command: `{data.get('tool_command', 'python tools/bench_live.py')}` (runs `{data['command']}`)  ",
-        f"Machine: {data['machine']['cpu']}, {data['machine']['cores']} cores, {data['machine']['memory_gib']} GiB, "
-        f"{data['machine']['system']}, baseline on {data['baseline'].get('device', 'no device')}  ",
+        f"Machine: {machine_line(data['machine'])}, {data['machine']['system']}, baseline on "
+        f"{data['baseline'].get('device', 'no device')}  ",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in data["versions"].items()) + "  ",
         f"Set-up: {data['video']['width']}x{data['video']['height']} {data['video']['codec']} at {data['video']['fps']:g} fps "
         f"({Path(data['video']['path']).name}), detector {data['detector']} ({Path(data['model']).name}), "
@@ -147,17 +146,17 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench_live_") as tmp:
         model = build_yolov8n(Path(tmp))
         out = RESULTS / f"{args.out}.json"
-        named = pipeline.relative_to(ROOT) if pipeline.is_relative_to(ROOT) else pipeline
+        named = pipeline.relative_to(REPO) if pipeline.is_relative_to(REPO) else pipeline
         command = ["streamlens", "bench", str(named), "--streams", args.streams,
                    "--seconds", args.seconds, "--min-kept", "0.97", "--min-f1", "0.85",
                    "--baseline-model", str(model), "--baseline-imgsz", "320",
-                   "--out", str(out.relative_to(ROOT))]
-        code = subprocess.call(command, cwd=ROOT)
+                   "--out", str(out.relative_to(REPO))]
+        code = subprocess.call(command, cwd=REPO)
         if code != 0:
             return code
     data = json.loads(out.read_text())
     data["command"] = " ".join(command).replace(str(model), model.name)  # the model was built in a temp folder
-    data["tool_command"] = " ".join(["python tools/bench_live.py", *sys.argv[1:]])
+    data["tool_command"] = command_line()
     out.write_text(json.dumps(data, indent=1) + "\n")
     write_page(data, page)
     print(f"wrote {page}")

@@ -7,14 +7,14 @@ memory is the kernel's (`ru_maxrss` from wait4), with its wall time and exit cod
 The pipeline: the 1080p highway clip from ../shared/data, YOLOX-Nano on every frame (interval 1,
 the slowest case: the detector takes longer per frame than decoding), no tracker, a JSONL sink; run
 once in realtime mode and once with `--bulk`. `--baseline DIR` runs the same with the code of
-another checkout (e.g. `git worktree add /tmp/old d13200f`), alternating with this one.
+another checkout (e.g. `git worktree add /tmp/old d13200f`), in turns with this one (every run once
+a round, the order reversed each round).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -22,10 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data"
-CLIP = DATA / "video" / "highway_1080p30.mp4"
-MODEL = DATA / "models" / "yolox_nano"
+from streamlens.bench.harness import REPO, RESULTS, VIDEOS, YOLOX_NANO, header, in_turns, need, write_page
+
+CLIP = VIDEOS / "highway_1080p30.mp4"
+MODEL = YOLOX_NANO
 
 
 def pipeline(folder: Path) -> Path:
@@ -59,22 +59,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, help="another checkout to compare with, run alternately")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=REPO / "tools" / "results" / "memory.md")
+    parser.add_argument("--out", type=Path, default=RESULTS / "memory.md")
     args = parser.parse_args()
-    if not (CLIP.is_file() and (MODEL / "yolox_nano.onnx").is_file()):
-        print(f"bench_memory: needs {CLIP} and {MODEL}/yolox_nano.onnx", file=sys.stderr)
-        return 2
+    need(CLIP, MODEL / "yolox_nano.onnx")
     codes = {"this": REPO} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
-    results: dict[tuple[str, str], list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="streamlens-memory-") as tmp:
         path = pipeline(Path(tmp))
-        for repeat in range(args.repeats):
-            for mode in ("realtime", "bulk"):
-                for name, code in codes.items():
-                    r = run_once(code, path, mode == "bulk")
-                    results.setdefault((name, mode), []).append(r)
-                    print(f"{name:>8} {mode:>8} #{repeat + 1}: peak {r['peak_mb']:.0f} MB, {r['wall_s']:.1f} s, "
-                          f"exit {r['exit']}, {r['lines']} lines {' '.join(r['stderr'])}", flush=True)
+
+        def trial(arm: tuple[str, str], repeat: int) -> dict:
+            mode, name = arm
+            r = run_once(codes[name], path, mode == "bulk")
+            print(f"{name:>8} {mode:>8} #{repeat + 1}: peak {r['peak_mb']:.0f} MB, {r['wall_s']:.1f} s, "
+                  f"exit {r['exit']}, {r['lines']} lines {' '.join(r['stderr'])}", flush=True)
+            return r
+
+        found = in_turns([(mode, name) for mode in ("realtime", "bulk") for name in codes], args.repeats, trial)
+    results = {(name, mode): runs for (mode, name), runs in found.items()}
     rows = ["| code | mode | peak RSS, median (MB) | runs (MB) | wall s, median | JSONL lines | exit |",
             "|---|---|---|---|---|---|---|"]
     for (name, mode), runs in results.items():
@@ -82,14 +82,11 @@ def main() -> int:
                     f"{', '.join(format(r['peak_mb'], '.0f') for r in runs)} | "
                     f"{statistics.median(r['wall_s'] for r in runs):.1f} | {runs[0]['lines']} | "
                     f"{', '.join(str(r['exit']) for r in runs)} |")
-    text = (f"# Peak memory on a long file with a slow detector\n\n"
-            f"Command: `python tools/bench_memory.py{' --baseline ' + str(args.baseline) if args.baseline else ''}"
-            f" --repeats {args.repeats}`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-            f"{platform.machine()} with {os.cpu_count()} CPUs, Python {platform.python_version()}.\n\n"
+    text = (header("Peak memory on a long file with a slow detector") + "\n"
             f"Pipeline: {CLIP.name} (1920x1080, 897 frames), YOLOX-Nano (`resize: bucket`) on every frame, no "
             f"tracker, one JSONL sink; realtime mode and `--bulk`. Peak RSS of the `streamlens run` process "
             f"(ru_maxrss).\n\n" + "\n".join(rows) + "\n")
-    args.out.write_text(text)
+    write_page(args.out, text)
     print(f"bench_memory: {args.out}")
     return 0
 

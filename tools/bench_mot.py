@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import sys
 import tempfile
@@ -49,14 +48,13 @@ from pathlib import Path
 import numpy as np
 import supervision as sv
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from streamlens.bench import harness
+from streamlens.bench.harness import command_line, machine_line, need
+from streamlens.eval.metrics import combine, read_mot_file, score_sequence
+from streamlens.eval.mot import load_sequence, replay, write_results
+from streamlens.frame import empty_detections
 
-from streamlens.eval.metrics import combine, read_mot_file, score_sequence  # noqa: E402
-from streamlens.eval.mot import load_sequence, replay, write_results  # noqa: E402
-from streamlens.frame import empty_detections  # noqa: E402
-
-DATA = REPO.parent / "shared" / "data" / "mot"
+DATA = harness.DATA / "mot"
 #: every shared sequence by the kind of camera that filmed it (../shared/data/README.md)
 KINDS = {"still": ("MOT17-02", "MOT17-04", "MOT17-09", "TUD-Campus", "TUD-Stadtmitte"),
          "walking": ("MOT17-05", "ETH-Sunnyday"), "car": ("KITTI-17",)}
@@ -294,16 +292,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write every run's scores here")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "streamlens_bench_mot")
     args = parser.parse_args(argv)
-    if not DATA.is_dir():
-        print(f"{DATA} not found: the benchmark data lives outside the repository", file=sys.stderr)
-        return 1
+    need(DATA)
     intervals = [int(x) for x in args.intervals.split(",")]
     names = args.sequences.split(",")
     settings = dict(s.split("=", 1) for s in args.set)
     settings = {k: float(v) for k, v in settings.items()}
-    print(f"command: python tools/bench_mot.py {' '.join(argv if argv is not None else sys.argv[1:])}".rstrip())
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}, numpy {np.__version__}; date {date.today()}\n")
+    print(f"command: {command_line([sys.argv[0], *(argv if argv is not None else sys.argv[1:])])}")
+    print(f"machine: {machine_line()}, Python {platform.python_version()}, numpy {np.__version__}; "
+          f"date {date.today()}\n")
     rows: list[dict] = []
     if args.bounds:
         lines = ["| sequence | kind | interval | streamlens | its keyframes held | moved to the next keyframe "

@@ -42,10 +42,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from streamlens.bench.harness import REPO, VIDEOS, command_line, in_turns, machine_line
 
-CLIP = REPO.parent / "shared" / "data" / "video" / "highway_320x240.avi"
+CLIP = VIDEOS / "highway_320x240.avi"
 SAMPLE = REPO / "samples" / "traffic.mp4"
 
 
@@ -259,19 +258,20 @@ def process_cpu_s(pid: int) -> float:
 def bench_pipeline(port: int, broker_pid: int, clip: Path, lines: int, repeats: int, folder: Path) -> dict:
     path = folder / "pipeline.yaml"
     path.write_text(pipeline_text(clip, lines))
-    runs: dict[str, list[dict]] = {"without": [], "with": []}
-    for i in range(repeats):
-        for kind in ("without", "with") if i % 2 == 0 else ("with", "without"):
-            out = folder / f"run-{kind}-{i}.json"
-            broker_before = process_cpu_s(broker_pid)
-            subprocess.run([sys.executable, __file__, "_pipeline", str(path), str(out),
-                            str(port if kind == "with" else 0)], check=True)
-            run = json.loads(out.read_text())
-            run["broker_cpu_s"] = process_cpu_s(broker_pid) - broker_before
-            run["fps"] = (run["frames"] - 1) / run["seconds"]
-            run["cpu_ms"] = run["cpu_s"] * 1000 / (run["frames"] - 1)
-            runs[kind].append(run)
-            print(f"  {kind:7s} run {i + 1}: {run['fps']:.1f} frames/s, {run['events']} events", file=sys.stderr)
+
+    def trial(kind: str, i: int) -> dict:
+        out = folder / f"run-{kind}-{i}.json"
+        broker_before = process_cpu_s(broker_pid)
+        subprocess.run([sys.executable, __file__, "_pipeline", str(path), str(out),
+                        str(port if kind == "with" else 0)], check=True)
+        run = json.loads(out.read_text())
+        run["broker_cpu_s"] = process_cpu_s(broker_pid) - broker_before
+        run["fps"] = (run["frames"] - 1) / run["seconds"]
+        run["cpu_ms"] = run["cpu_s"] * 1000 / (run["frames"] - 1)
+        print(f"  {kind:7s} run {i + 1}: {run['fps']:.1f} frames/s, {run['events']} events", file=sys.stderr)
+        return run
+
+    runs: dict[str, list[dict]] = in_turns(["without", "with"], repeats, trial)  # the order reversed each round
     med = {k: statistics.median(r["fps"] for r in v) for k, v in runs.items()}
     cpu = {k: statistics.median(r["cpu_ms"] for r in v) for k, v in runs.items()}
     pairs = sorted(w["fps"] / o["fps"] for w, o in zip(runs["with"], runs["without"]))  # run i of each kind: adjacent
@@ -294,12 +294,6 @@ def versions() -> str:
             f"{mosquitto[0] if mosquitto else 'mosquitto ?'}")
 
 
-def cpu_model() -> str:
-    from streamlens.bench.probe import machine
-
-    return machine()["cpu"]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=["write", "pipeline", "all"], default="all")
@@ -311,7 +305,10 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5, help="pipeline runs of each kind")
     args = parser.parse_args()
 
-    from tests.mosquitto import Broker
+    from streamlens.testing.mosquitto import Broker, mosquitto_missing
+
+    if mosquitto_missing():
+        raise SystemExit(f"bench_mqtt: {mosquitto_missing()}")
 
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = os.getloadavg()[0]
@@ -325,9 +322,9 @@ def main() -> int:
                 if args.part in ("pipeline", "all") else None
         finally:
             broker.stop()
-    print(f"Command: `python tools/bench_mqtt.py {' '.join(sys.argv[1:])}`".rstrip())
+    print(f"Command: `{command_line()}`")
     print(f"Date: {started}; load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end.")
-    print(f"Machine: {os.cpu_count()} CPUs ({cpu_model()}); {versions()}.\n")
+    print(f"Machine: {machine_line()}; {versions()}.\n")
     if write:
         print("| phase | events | write() p50 µs | p99 µs | mean µs | max µs | frame write() p50 / p99 µs "
               "| dropped | sent | broker delivered | twice | latency p50 / p99 ms | written in s | all out in s |")

@@ -26,11 +26,12 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "tools" / "results"
+from streamlens.bench.harness import PIPELINES, REPO, RESULTS, command_line, machine, machine_line, versions
+
+ROOT = REPO
 CLIPS = {
-    "highway": (ROOT / "pipelines" / "highway_yolox.yaml", "1,2,4,6,8,10,12,16,20,24,30"),
-    "indoor": (ROOT / "pipelines" / "indoor_yolox.yaml", "1,4,8,12,18,24,32,48,64,96,128"),
+    "highway": (PIPELINES / "highway_yolox.yaml", "1,2,4,6,8,10,12,16,20,24,30"),
+    "indoor": (PIPELINES / "indoor_yolox.yaml", "1,4,8,12,18,24,32,48,64,96,128"),
 }
 MAX_SPREAD = 0.10
 
@@ -120,6 +121,8 @@ def main() -> int:
     args = p.parse_args()
     if args.tables:
         document = json.loads(args.out.read_text())
+        print(f"Command: `{document['command']}`  \nDate: {document['date']}  \n"
+              f"Machine: {machine_line(document['machine'])}")
         for name, clip in document["clips"].items():
             limit = clip["decode_limit"]
             print(f"\n### {name} ({clip['pipeline']}, decode: {clip.get('decode', 'as-configured')}; "
@@ -130,11 +133,7 @@ def main() -> int:
                 print()
                 print("\n".join(table(sorted(clip["before"], key=lambda r: r["k"]), "before")))
         return 0
-    sys.path.insert(0, str(ROOT))
-    from streamlens.bench.probe import machine, versions
-
-    document = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "command": " ".join(["python", "tools/bench_overload.py", *sys.argv[1:]]),
+    document = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_line(),
                 "machine": machine(), "versions": versions(), "seconds": args.seconds, "warmup_s": args.warmup,
                 "base": str(args.base) if args.base else None, "max_spread": MAX_SPREAD, "clips": {}}
     if args.base:

@@ -33,8 +33,8 @@ Writes tools/results/regions.md and regions.json (`--out`).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -45,10 +45,9 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from streamlens.bench.harness import (DATA, PIPELINES, REPO, RESULTS, command_line, machine, machine_line, need, now,
+                                      write_page as write_text_page)
 
-DATA = REPO.parent / "shared" / "data"
 MODEL, NAMES = "models/yolox_nano/yolox_nano.onnx", "models/yolox_nano/coco_classes.txt"
 #: each clip and the pipeline whose detector and keyframes it runs with
 CLIPS = {"highway_320x240.avi": "highway_yolox.yaml", "highway_720p30.mp4": "highway_yolox.yaml",
@@ -56,17 +55,11 @@ CLIPS = {"highway_320x240.avi": "highway_yolox.yaml", "highway_720p30.mp4": "hig
          "person_indoor_768x432.mp4": "indoor_yolox.yaml", "street_night_1080p_8frames.mp4": "indoor_yolox.yaml"}
 
 
-def _cpu() -> str:
-    from streamlens.bench.probe import machine
-
-    return machine()["cpu"]
-
-
 def sections(pipeline: str, data: Path, resize: str) -> tuple[dict, dict]:
     """The pipeline file's `detector` (model and names from `data`) and `keyframes` sections."""
     import yaml
 
-    tree = yaml.safe_load((REPO / "pipelines" / pipeline).read_text())
+    tree = yaml.safe_load((PIPELINES / pipeline).read_text())
     detector = dict(tree["detector"], model=str(data / MODEL), names=str(data / NAMES), resize=resize)
     return detector, dict(tree["keyframes"])
 
@@ -207,8 +200,8 @@ def write_page(data: dict, out: Path) -> None:
     title = "" if data["resize"] == "bucket" else f", on a fixed-size input (`resize: {data['resize']}`)"
     lines = [f"# Detection where things move (`detector.regions: motion`){title}", "",
              f"Command: `{data['command']}` ({data['seconds']:.0f} s)  ",
-             f"Machine: {data['machine']}, {data['cores']} cores (load average "
-             f"{data['load']} at the start); date {data['date']}, commit {data['commit']}  ",
+             f"Machine: {_machine(data)} (load average {data['load']} at the start); date {data['date']}, "
+             f"commit {data['commit']}  ",
              f"Detector: YOLOX-Nano (../shared/data), onnxruntime, `resize: {data['resize']}`, one thread, the "
              "detector and keyframes of pipelines/highway_yolox.yaml (traffic clips) or indoor_yolox.yaml "
              "(people); tracker `mv`; file mode.", "",
@@ -243,9 +236,14 @@ def write_page(data: dict, out: Path) -> None:
                 lines.append(f"| {name} | {c['level']} | {c['f1_off']:.3f} | {c['f1_all']:.3f} | {c['drop']:+.3f} | "
                              f"{c['time_ratio']} |")
         lines.append("")
-    old = out.read_text() if out.exists() else ""
-    kept = old[old.index("\n## Notes"):] if "\n## Notes" in old else ""
-    out.write_text("\n".join(lines) + kept)
+    write_text_page(out, "\n".join(lines), keep="## Notes")
+
+
+def _machine(data: dict) -> str:
+    """The machine in words: `machine_line` of what was measured (an older JSON holds the CPU's name
+    alone, and the cores beside it)."""
+    m = data["machine"]
+    return machine_line(m) if isinstance(m, dict) else f"{m}, {data['cores']} cores"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-drop", type=float, default=0.01)
     parser.add_argument("--resize", default="bucket", choices=["bucket", "letterbox"])
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "streamlens_bench_regions")
-    parser.add_argument("--out", type=Path, default=REPO / "tools" / "results" / "regions.md")
+    parser.add_argument("--out", type=Path, default=RESULTS / "regions.md")
     parser.add_argument("--from-json", type=Path, help="measure nothing: choose again and rewrite the page from "
                                                        "a regions.json this tool wrote")
     args = parser.parse_args(argv)
@@ -269,14 +267,12 @@ def main(argv: list[str] | None = None) -> int:
         args.out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
         write_page(data, args.out)
         return 0
-    if not (args.data / MODEL).is_file():
-        print(f"no shared data at {args.data}: nothing to measure", file=sys.stderr)
-        return 1
+    need(args.data / MODEL)
     from streamlens.bench.reference import reference_for
     from streamlens.config import DetectorConfig
 
     started = time.monotonic()
-    load = ", ".join(f"{v:.1f}" for v in __import__("os").getloadavg())
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     points = [(float(level), float(full), float(margin)) for level in args.levels.split(",")
               for full in args.full.split(",") for margin in args.margins.split(",")]
     clips = {}
@@ -299,10 +295,9 @@ def main(argv: list[str] | None = None) -> int:
             print(name, "off", json.dumps(clip["off"]), flush=True)
             clips[name] = clip
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
-    data = {"command": " ".join(["python tools/bench_regions.py", *(argv if argv is not None else sys.argv[1:])]),
-            "seconds": time.monotonic() - started, "machine": _cpu(),
-            "cores": __import__("os").cpu_count(), "load": load, "resize": args.resize, "max_drop": args.max_drop,
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    data = {"command": command_line([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
+            "seconds": time.monotonic() - started, "machine": machine(),
+            "cores": os.cpu_count(), "load": load, "resize": args.resize, "max_drop": args.max_drop, "date": now(),
             "commit": commit.strip(), "clips": clips,
             "loo": leave_one_out(clips, [f"{lv:g}/{f:g}/{m:g}" for lv, f, m in points], args.max_drop)
             if len(clips) > 1 else {}}

@@ -66,11 +66,11 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from streamlens.bench import harness
+from streamlens.bench.harness import PIPELINES, REPO, RESULTS, machine_line
 
-PIPELINE = ROOT / "pipelines" / "highway_yolox.yaml"
-RESULTS = ROOT / "tools" / "results"
+ROOT = REPO
+PIPELINE = PIPELINES / "highway_yolox.yaml"
 JSON_OUT = RESULTS / "secondary.json"
 PAGE = RESULTS / "secondary.md"
 DEFAULT_MODEL = Path("~/.cache/streamlens/models/yolov8n-cls.onnx").expanduser()
@@ -354,11 +354,10 @@ def med(values):
 # -- the machine ----------------------------------------------------------------------------------
 
 def machine() -> dict:
-    from streamlens.bench.probe import machine as probe_machine
-
-    found = probe_machine()
-    return {"nproc": found["usable_cores"], "cpu": found["cpu"], "memory_gib": found["memory_gib"],
-            "system": found["system"]}
+    """The harness's machine (CPU model and flags, cores, memory, system), with `nproc` as older pages
+    named the usable cores."""
+    found = harness.machine()
+    return {**found, "nproc": found["usable_cores"]}
 
 
 def versions() -> dict:
@@ -409,8 +408,7 @@ def save(part: str, data: dict, write: bool) -> None:
 
 
 def command_line() -> str:
-    nice = os.getpriority(os.PRIO_PROCESS, 0)
-    return (f"nice -n {nice} " if nice else "") + "python tools/bench_secondary.py " + " ".join(sys.argv[1:])
+    return harness.command_line()
 
 
 # -- 1. calls per track, and the cost of a file run -----------------------------------------------
@@ -591,8 +589,8 @@ def _pipeline_figures(name: str, run: dict, classes: list[str]) -> dict:
 
 
 def part_cache_camera(args) -> dict:
-    from tests.redis_server import RedisServer, redis_missing
-    from tests.rtsp_server import ChildProcess, GstRtspServer, gst_missing
+    from streamlens.testing.redis_server import RedisServer, redis_missing
+    from streamlens.testing.rtsp_server import ChildProcess, GstRtspServer, gst_missing
 
     for reason in (gst_missing(), redis_missing()):
         if reason:
@@ -729,9 +727,14 @@ def _f(value, fmt="{}", dash="-"):
 def _meta(d: dict) -> list[str]:
     m, v = d["machine"], d["versions"]
     return [f"Command: `{d['command']}`, {d['date']}  ",
-            f"Machine: {m['cpu']}, nproc {m['nproc']}, {m['memory_gib']} GiB, {m['system']}; load average "
+            f"Machine: {_machine(m)}, {m['system']}; load average "
             f"{d['load_before']} before, {d.get('load_after', '?')} after  ",
             "Versions: " + ", ".join(f"{k} {x}" for k, x in v.items())]
+
+
+def _machine(m: dict) -> str:
+    """`machine_line` of what was measured; an older JSON has the usable cores as `nproc` only."""
+    return machine_line(m) if "cores" in m else f"{m['cpu']}, nproc {m['nproc']}, {m['memory_gib']} GiB"
 
 
 def _calls_section(d: dict) -> list[str]:
@@ -826,7 +829,7 @@ def _camera_section(d: dict) -> list[str]:
     live = d["live"]
     o = live["overlap"]
     lines = ["## 3. Two pipelines on one camera, Redis", "", *_meta(d), "",
-             f"The clip served as a live camera by the test suite's GStreamer RTSP server (tests/rtsp_server.py: "
+             f"The clip served as a live camera by the test suite's GStreamer RTSP server (streamlens/testing/rtsp_server.py: "
              f"`ffmpeg -re -stream_loop -1` into it, one shared media), two pipeline processes started together on "
              f"the same URL (RTSP over TCP), each stopped {d['seconds']:g} s after its first result, both with "
              f"`runtime.cache: {{items: 10000, redis: ...}}` on one local redis-server; default rules. Every "

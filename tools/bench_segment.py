@@ -12,11 +12,11 @@ embedding cache spares the encoder on a looping clip's second lap. Writes tools/
 - Cache: a pipeline looping a clip for two laps (`loop: true`), as a file (as fast as it decodes,
   keyframes every 3rd frame exactly) and, for YOLOX-Nano, also paced at its frame rate as a camera
   would be (`live: true`: keyframes chosen by the live schedule), with the tiny SAM-format ONNX pair of the
-  tests (tests/sam_models.py: the cache does not depend on the model): per lap, the keyframes
+  tests (streamlens/testing/sam_models.py: the cache does not depend on the model): per lap, the keyframes
   segmented and the encoder's runs (on the second lap, which should be none), jobs dropped, the share
   of tracked objects published with a mask, and the F1 of the boxes published against the same
   detector run on every frame of the clip (IoU 0.5, streamlens/bench/accuracy.py). Three detectors:
-  the tests' cell detector (tests/cell_detector.py: boxes a function of the pixels alone) on the
+  the tests' cell detector (streamlens/testing/cell_detector.py: boxes a function of the pixels alone) on the
   shipped sample; YOLOX-Nano on the shared highway clip (skipped where the shared data is absent);
   the motion detector on the sample (its background model learns through the first lap).
 """
@@ -24,23 +24,19 @@ embedding cache spares the encoder on a looping clip's second lap. Writes tools/
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from streamlens.bench.harness import REPO, RESULTS, VIDEOS, YOLOX_NANO, command_line, header, write_page
 
-HIGHWAY = ROOT.parent / "shared" / "data" / "video" / "highway_720p30.mp4"
-YOLOX = ROOT.parent / "shared" / "data" / "models" / "yolox_nano" / "yolox_nano.onnx"
-SAMPLE = ROOT / "samples" / "traffic.mp4"
+HIGHWAY = VIDEOS / "highway_720p30.mp4"
+YOLOX = YOLOX_NANO / "yolox_nano.onnx"
+SAMPLE = REPO / "samples" / "traffic.mp4"
 
 
 def a_frame() -> tuple[np.ndarray, str]:
@@ -62,8 +58,8 @@ def boxes_for(n: int, width: int, height: int) -> np.ndarray:
 
 
 def compute(rounds: int, folder: Path) -> dict:
-    from tests.sam_models import build_random_mobile_sam
     from streamlens.segment.model import load_sam
+    from streamlens.testing.sam_models import build_random_mobile_sam
 
     sam = load_sam(build_random_mobile_sam(folder), device="cpu")
     image, clip = a_frame()
@@ -87,7 +83,7 @@ def compute(rounds: int, folder: Path) -> dict:
 def cache_runs(folder: Path) -> list[tuple[str, Path, str, float, bool]]:
     """(name, clip, detector section, segment.every_s, live) of each cache run; YOLOX-Nano's only
     where the shared data is."""
-    from tests.cell_detector import build_cell_detector
+    from streamlens.testing.cell_detector import build_cell_detector
 
     cells = build_cell_detector(folder)
     runs = [("cell detector (tests), sample", SAMPLE, f"{{backend: onnx, model: {cells}, resize: resize, conf: 0.4}}",
@@ -158,15 +154,11 @@ sinks: []
     return {"frames": n, "laps": laps, "dropped": stats["dropped"], "late": stats["late"]}
 
 
-def machine() -> str:
-    """The CPU's model name, how many CPUs this process sees, and whether torch sees a GPU."""
-    from streamlens.bench.probe import machine as probe_machine
-
-    name = probe_machine()["cpu"]
+def gpu() -> str:
+    """The GPU torch sees, or `no GPU`."""
     import torch
 
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return f"{name}, {os.cpu_count()} CPUs seen, {gpu}"
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
 
 
 def median(values) -> float:
@@ -176,14 +168,9 @@ def median(values) -> float:
 def write(out: Path, rounds: int, made: dict, laps: list, command: str) -> None:
     enc = median(made["encode_ms"])
     lines = [
-        "# Masks for tracked objects: SAM's encoder and decoder, and the embedding cache",
-        "",
-        f"Command: `{command}`  ",
-        f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  ",
-        f"Machine: {machine()}, Python {platform.python_version()}; load "
-        f"average (1 min) {os.getloadavg()[0]:.2f} at the end. Every figure is a median of {rounds} alternating "
-        "rounds; the spread between min and max is the machine's load.",
-        "",
+        header("Masks for tracked objects: SAM's encoder and decoder, and the embedding cache", command=command,
+               more=[f"GPU: {gpu()}; load average (1 min) {os.getloadavg()[0]:.2f} at the end. Every figure is a "
+                     f"median of {rounds} alternating rounds; the spread between min and max is the machine's load."]),
         "## Encoder and decoder (Ultralytics MobileSAM, random weights, CPU, torch's default threads)",
         "",
         f"One {made['size']} frame of `{made['clip']}`.",
@@ -240,28 +227,27 @@ def write(out: Path, rounds: int, made: dict, laps: list, command: str) -> None:
         "",
         "- How many tracked objects one engine keeps masked at `every_s: 2` while 4 live 720p streams keep every "
         "frame with p95 <= 33 ms, with the boxes' F1 beside it: [segment_live.md](segment_live.md) "
-        "(`python tools/bench_segment_live.py`).",
+        "(`python tools/experiments/bench_segment_live.py`).",
         "- Real MobileSAM weights (no download here): the times are the architecture's, the masks of random "
         "weights mean nothing.",
         "",
     ]
-    out.write_text("\n".join(lines))
+    write_page(out, "\n".join(lines))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--out", type=Path, default=ROOT / "tools" / "results" / "segment.md")
+    parser.add_argument("--out", type=Path, default=RESULTS / "segment.md")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        from tests.sam_models import build_tiny_sam
+        from streamlens.testing.sam_models import build_tiny_sam
 
         made = compute(args.rounds, Path(tmp))
         sam = build_tiny_sam(Path(tmp))
         laps = [(name, every_s, live, cache_laps(Path(tmp), clip, detector, every_s, sam, live))
                 for name, clip, detector, every_s, live in cache_runs(Path(tmp))]
-    command = "PYTHONPATH=. python tools/bench_segment.py" + (f" --rounds {args.rounds}" if args.rounds != 7 else "")
-    write(args.out, args.rounds, made, laps, command)
+    write(args.out, args.rounds, made, laps, command_line())
     print(args.out.read_text())
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import platform
 import sys
 import tempfile
@@ -40,24 +39,20 @@ from pathlib import Path
 import numpy as np
 import supervision as sv
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from streamlens.bench.harness import DATA, MODELS, VIDEOS, command_line, machine_line, need
+from streamlens.eval.metrics import combine, read_mot_file, score_sequence
+from streamlens.eval.mot import load_sequence, replay, write_results
+from streamlens.frame import WEAK, Frame
+from streamlens.graph.keyframes import KeyframeScheduler
+from streamlens.sources.file import FileSource
+from streamlens.track.matching import box_iou, match_by_iou
+from streamlens.track.motion import MotionVectors, SparseFlow
+from streamlens.track.base import confident
+from streamlens.track.tracker import LOW_SCORE, TENTATIVE_MATCH_IOU, KeyframeTracker
 
-from streamlens.bench.probe import machine  # noqa: E402
-from streamlens.eval.metrics import combine, read_mot_file, score_sequence  # noqa: E402
-from streamlens.eval.mot import load_sequence, replay, write_results  # noqa: E402
-from streamlens.frame import WEAK, Frame  # noqa: E402
-from streamlens.graph.keyframes import KeyframeScheduler  # noqa: E402
-from streamlens.sources.file import FileSource  # noqa: E402
-from streamlens.track.matching import box_iou, match_by_iou  # noqa: E402
-from streamlens.track.motion import MotionVectors, SparseFlow  # noqa: E402
-from streamlens.track.base import confident  # noqa: E402
-from streamlens.track.tracker import LOW_SCORE, TENTATIVE_MATCH_IOU, KeyframeTracker  # noqa: E402
-
-DATA = REPO.parent / "shared" / "data"
 MOT_SEQUENCES = ("MOT17-02", "MOT17-04", "MOT17-05", "MOT17-09")
-CLIP = DATA / "video" / "highway_720p30.mp4"
-MODEL = DATA / "models" / "yolox_nano" / "yolox_nano.onnx"
+CLIP = VIDEOS / "highway_720p30.mp4"
+MODEL = MODELS / "yolox_nano" / "yolox_nano.onnx"
 VEHICLES = ["car", "truck", "bus", "motorcycle"]
 #: the detector's confidence threshold for the video part (the pipeline file's default)
 DETECTOR_CONF = 0.25
@@ -286,13 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()))
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "streamlens_bench_mot")
     args = parser.parse_args(argv)
-    if not DATA.is_dir():
-        print(f"{DATA} not found: the benchmark data lives outside the repository", file=sys.stderr)
-        return 1
+    need(DATA)
     options = {} if args.coast_s is None else {"coast_s": args.coast_s}
-    print(f"command: python tools/bench_track.py {' '.join(argv or sys.argv[1:])}".rstrip())
-    print(f"machine: {machine()['cpu']}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}, numpy {np.__version__}; date {date.today()}\n")
+    print(f"command: {command_line([sys.argv[0], *(argv or sys.argv[1:])])}")
+    print(f"machine: {machine_line()}, Python {platform.python_version()}, numpy {np.__version__}; "
+          f"date {date.today()}\n")
     if args.part in ("all", "mot"):
         print("MOTChallenge (MOT17-02/04/05/09 combined, public detections, kalman between keyframes)\n")
         mot_part([int(x) for x in args.mot_intervals.split(",")], args.out, **options)

@@ -1,7 +1,7 @@
 """One engine against N engine processes (`runtime.workers`), side by side in one run.
 
-Runs `streamlens bench PIPELINE --streams K --workers W` for each W in `--workers`, alternating,
-`--repeats` times, and writes a table of the medians (kept frames, p95 latency, F1 against detecting
+Runs `streamlens bench PIPELINE --streams K --workers W` for each K and W, in turns (every setting
+once a round, the order reversed each round), `--repeats` rounds, and writes a table of the medians (kept frames, p95 latency, F1 against detecting
 every frame, frames detected) and every trial to `--out` (markdown) with the command, the machine and
 the date, above the runs already on that page. A trial passes by issue 27's rule: every stream keeps at
 least 97% of its frames, p95 within the budget and the worst stream's F1 at least 0.85.
@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import statistics
 import subprocess
 import sys
 import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
+
+from streamlens.bench.harness import RESULTS, header, in_turns, median_of, now, prepend_section
 
 
 def trial(pipeline: str, k: int, workers: int, seconds: float, out: Path) -> dict:
@@ -42,27 +40,26 @@ def main() -> int:
     p.add_argument("--workers", default="1,2")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--seconds", type=float, default=20.0)
-    p.add_argument("--out", default="tools/results/workers.md")
+    p.add_argument("--out", default=str(RESULTS / "workers.md"))
     args = p.parse_args()
     streams = [int(k) for k in args.streams.split(",")]
     workers = [int(w) for w in args.workers.split(",")]
-    runs: dict[tuple[int, int], list[dict]] = {}
     trials: list[str] = []  # every trial, in the order run
     with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(args.repeats):
-            for k in streams:
-                for w in workers:  # alternating: the machine's drift falls on every setting alike
-                    t = trial(args.pipeline, k, w, args.seconds, Path(tmp) / "b.json")
-                    runs.setdefault((k, w), []).append(t)
-                    trials.append(f"K={k} workers={w}: kept (min stream) {t.get('kept_min')}, "
-                                  f"p95 {t.get('p95_ms')} ms, "
-                                  f"F1 {t.get('f1')} (worst stream {t.get('f1_min')}), "
-                                  f"{'passes' if t.get('passed') else 'fails'}")
-                    print(trials[-1], file=sys.stderr, flush=True)
 
-    def med(values):
-        values = [v for v in values if v is not None]
-        return statistics.median(values) if values else None
+        def one(setting: tuple[int, int], r: int) -> dict:
+            k, w = setting
+            t = trial(args.pipeline, k, w, args.seconds, Path(tmp) / "b.json")
+            trials.append(f"K={k} workers={w}: kept (min stream) {t.get('kept_min')}, "
+                          f"p95 {t.get('p95_ms')} ms, "
+                          f"F1 {t.get('f1')} (worst stream {t.get('f1_min')}), "
+                          f"{'passes' if t.get('passed') else 'fails'}")
+            print(trials[-1], file=sys.stderr, flush=True)
+            return t
+
+        # in turns: the machine's drift falls on every setting alike
+        runs = in_turns([(k, w) for k in streams for w in workers], args.repeats, one)
+    med = median_of
 
     def cell(value, fmt):
         return "-" if value is None else fmt.format(value)
@@ -78,17 +75,11 @@ def main() -> int:
                         f"({cell(med([t.get('f1_min') for t in ts]), '{:.3f}')}) | "
                         f"{cell(med([t.get('detected_rate') for t in ts]), '{:.1%}')} | "
                         f"{sum(bool(t.get('passed')) for t in ts)}/{len(ts)} |")
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    title = "# One engine against several (`runtime.workers`)\n"
-    text = (f"## {when}\n\n"
-            f"Command: `python {' '.join(sys.argv)}`, {platform.machine()} with {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}; `streamlens bench` trials of {args.seconds:g} s, "
-            f"{args.repeats} alternating repeats, medians.\n\n" + "\n".join(rows) + "\n\nTrials, in order:\n\n"
-            + "".join(f"- {line}\n" for line in trials))
-    out = Path(args.out)
-    earlier = out.read_text() if out.exists() else ""
-    earlier = earlier[len(title):].lstrip("\n") if earlier.startswith(title) else earlier
-    out.write_text(title + "\n" + text + ("\n" + earlier if earlier else ""))  # the newest run first, none lost
+    text = (f"## {now()}\n\n" + header(None) + f"\n`streamlens bench` trials of {args.seconds:g} s, "
+            f"{args.repeats} rounds in turns (the order reversed each round), medians.\n\n" + "\n".join(rows)
+            + "\n\nTrials, in order:\n\n" + "".join(f"- {line}\n" for line in trials))
+    # the newest run first, none lost
+    prepend_section(Path(args.out), text, title="One engine against several (`runtime.workers`)")
     print(text)
     return 0
 

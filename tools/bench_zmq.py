@@ -44,8 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from streamlens.bench.harness import command_line, machine_line
 
 OBJECTS = 20
 #: how long the `--slow` subscriber sleeps per message
@@ -274,11 +273,8 @@ def run_phase(subscribers: int, items: list, *, rate: float | None, hwm: int, pe
 def machine() -> str:
     import zmq
 
-    from streamlens.bench.probe import machine as probe_machine
-
-    model = probe_machine()["cpu"]
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{os.cpu_count()} CPU(s), {model}; load average {load} at start; Python "
+    return (f"{machine_line()}; load average {load} at start; Python "
             f"{platform.python_version()}, pyzmq {zmq.pyzmq_version()}, libzmq {zmq.zmq_version()}")
 
 
@@ -297,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         kind, endpoint, sockets, expected, out, timeout_s = args.subscriber
         return subscriber_main(kind, endpoint, int(sockets), int(expected), out, float(timeout_s))
 
-    print(f"machine: {machine()}", flush=True)
+    print(f"command: {command_line()}\nmachine: {machine()}", flush=True)
     items = payloads(max(args.messages, int(args.rate * args.seconds)))
     size = len(items[0][2])
     print(f"payload: {size} bytes of JSON, {OBJECTS} objects per message\n")

@@ -11,10 +11,12 @@ default classes are ImageNet's 1000 (from the Ultralytics package, as the real m
 `--names` or `--nc` give another head (a smaller last layer; the backbone is the same). The random
 weights are seeded (`--seed`), so one seed gives the same model each time.
 
-`--colour PATH` writes instead the tiny fixed colour model of the tests (tests/colour_model.py:
-two heads, `colour` red/green/blue and `brightness` bright/dark, on the mean of each channel).
+`--colour PATH` writes instead the tiny fixed colour model of the tests
+(streamlens/testing/colour_model.py: two heads, `colour` red/green/blue and `brightness`
+bright/dark, on the mean of each channel).
 
-`--bench` then times batches of 8 crops in onnxruntime on the CPU, with 1 and 2 threads.
+`--bench` then times batches of 8 crops in onnxruntime on the CPU, with 1 and 2 threads (under a
+line naming the machine).
 
 Run:
     python tools/make_classifier.py                                # ~/.cache/streamlens/models/yolov8n-cls.onnx
@@ -32,9 +34,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 DEFAULT_OUT = Path("~/.cache/streamlens/models/yolov8n-cls.onnx").expanduser()
 
@@ -147,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bench", action="store_true", help="time batches of 8 in onnxruntime (1 and 2 threads)")
     args = parser.parse_args(argv)
     if args.colour:
-        from tests.colour_model import build_colour_model
+        from streamlens.testing.colour_model import build_colour_model
 
         path = build_colour_model(args.colour.expanduser())
     else:
@@ -158,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"built and exported in {time.perf_counter() - t:.1f} s")
     print(describe(path))
     if args.bench:
+        from streamlens.bench.harness import machine_line
+
+        print(f"machine: {machine_line()}")
         print(bench(path))
     return 0
 

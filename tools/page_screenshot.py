@@ -25,10 +25,9 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
-RESULTS = ROOT / "tools" / "results"
-sys.path.insert(0, str(ROOT))
+from streamlens.bench.harness import DATA, REPO, RESULTS
+
+ROOT = REPO
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 #: the browser's window, in CSS pixels (the screenshot's size)
 WINDOW = (1500, 940)

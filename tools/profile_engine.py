@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import collections
-import datetime
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -35,13 +33,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-sys.path.insert(0, str(ROOT))
+from bench_http_flood import scrape, wait_until_published  # a tool beside this one (tools/ is the script's folder)
 
-from ab_trials import MODEL, VIDEO  # noqa: E402
-from bench_http_flood import scrape, wait_until_published  # noqa: E402
-from tests.rtsp_server import free_port  # noqa: E402
+from streamlens.bench.harness import RESULTS, VIDEOS, YOLOX_NANO, header, need, write_page
+from streamlens.testing.rtsp_server import free_port
+
+VIDEO = VIDEOS / "highway_720p30.mp4"
+MODEL = YOLOX_NANO
 
 #: (stage, substrings of a sample's stack): the first stage whose substring a stack holds is its stage
 STAGES = [
@@ -110,12 +108,11 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--rate", type=int, default=200, help="samples a second")
-    parser.add_argument("--out", type=Path, default=ROOT / "tools" / "results" / "profile.md")
+    parser.add_argument("--out", type=Path, default=RESULTS / "profile.md")
     args = parser.parse_args()
     if shutil.which("py-spy") is None:
         raise SystemExit("profile_engine: py-spy is not installed (pip install -e '.[profile]')")
-    if not VIDEO.is_file():
-        raise SystemExit(f"{VIDEO} not found: the shared clips live in ../shared/data")
+    need(VIDEO, MODEL)
     folder = Path(tempfile.mkdtemp(prefix="profile_engine-"))
     http = free_port()
     sources = "\n".join(f"  - {{name: s{i}, uri: {VIDEO}, live: true, loop: true}}" for i in range(args.streams))
@@ -143,12 +140,10 @@ def main() -> int:
         n = stages.get(name, 0)
         ms = n / args.rate * 1000 / frames if frames else float("nan")
         rows.append(f"| {name} | {n / work:.1%} | {ms:.2f} | {held.get(name, 0) / held_work:.1%} |")
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    text = f"""# Where the CPU and the GIL go, by stage, at {args.streams} live 720p streams
-
-Command: `python tools/profile_engine.py --streams {args.streams} --seconds {args.seconds:g}`. Date: {now}.
-Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; load average
-(1 min) {load:.2f} when sampling began. py-spy, {args.rate} samples a second, {args.seconds:g} s each way.
+    text = header(f"Where the CPU and the GIL go, by stage, at {args.streams} live 720p streams",
+                  more=[f"Load average (1 min) {load:.2f} when sampling began. py-spy, {args.rate} samples a second, "
+                        f"{args.seconds:g} s each way."])
+    text += f"""
 
 `pipelines/highway_yolox.yaml`'s settings (YOLOX-Nano, one onnxruntime thread, `mv` tracker,
 adaptive keyframes 5 to 15) on {args.streams} live, looping copies of `{VIDEO.name}` (1280x720, 30 fps),
@@ -165,7 +160,7 @@ as time, over the frames published meanwhile (all threads together: on 2 cores a
 it a second). **The GIL was held {held_work / expected:.0%} of the time** (samples of the thread
 holding it, against {args.rate} a second).
 """
-    args.out.write_text(text)
+    write_page(args.out, text)
     print(text)
     return 0
 

@@ -58,8 +58,8 @@ import argparse
 import csv
 import json
 import os
+import platform
 import re
-import shlex
 import signal
 import statistics
 import subprocess
@@ -73,17 +73,12 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tools"))
-
-from tests.rtsp_server import GstRtspServer, free_port, gst_missing  # noqa: E402
+from streamlens.bench.harness import REPO, RESULTS, VIDEOS, YOLOX_NANO, command_line, machine_line
+from streamlens.testing.rtsp_server import GstRtspServer, free_port, gst_missing
 
 SAMPLE = REPO / "samples" / "traffic.mp4"
-DATA = REPO.parent / "shared" / "data"
-HIGHWAY = DATA / "video" / "highway_720p30.mp4"
-YOLOX = DATA / "models" / "yolox_nano"
-RESULTS = REPO / "tools" / "results"
+HIGHWAY = VIDEOS / "highway_720p30.mp4"
+YOLOX = YOLOX_NANO
 SHM = Path("/dev/shm")
 BUDGET_MS = 33.0
 #: a camera decoded further behind its own clock than this (p95 of a window) is not keeping up
@@ -805,10 +800,10 @@ def _verdict(ok: bool | None) -> str:
 
 def write_report(args, s: dict, rows: list[dict], events: list[dict], began: datetime, uptime_start: str,
                  pipeline: Path) -> None:
-    from streamlens.bench.probe import machine, versions
+    from streamlens.bench.harness import versions
 
-    m, v = machine(), versions()
-    command = "python tools/soak.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    v = versions()
+    command = command_line()
     uptime_end = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     model = "YOLOX-Nano (../shared/data)" if (YOLOX / "yolox_nano.onnx").is_file() else "the motion detector"
     clip = HIGHWAY if HIGHWAY.is_file() else SAMPLE
@@ -822,8 +817,7 @@ def write_report(args, s: dict, rows: list[dict], events: list[dict], began: dat
     lines += [f"**Command**: `{command}`", "",
               f"**Date**: {began.strftime('%Y-%m-%d %H:%M')} to {datetime.now(timezone.utc).strftime('%H:%M')} UTC. "
               f"**Load** (`uptime`): at the start `{uptime_start}`; at the end `{uptime_end}`.", "",
-              f"**Machine**: {m['cpu']}, {m['cores']} cores ({m['usable_cores']} usable), {m['memory_gib']} GiB, "
-              f"{m['system']}; Python {v.get('python')}, PyAV {v.get('av')}, numpy {v.get('numpy')}, onnxruntime "
+              f"**Machine**: {machine_line()}, {platform.system()} {platform.release()}; Python {v.get('python')}, PyAV {v.get('av')}, numpy {v.get('numpy')}, onnxruntime "
               f"{v.get('onnxruntime')}.", "",
               f"**What ran**: `streamlens run` with `runtime.workers: {args.workers}`: "
               + "; ".join(f"engine {e}: {', '.join(n)}" for e, n in s["engine_streams"].items())

@@ -9,18 +9,17 @@ every frame of both decodes, and the F1 of the boxes on the unfiltered pictures 
 the filtered ones (IoU 0.5, class-aware, pooled over the frames): 1.0 is the same boxes.
 
 Then, live: `pipelines/highway_yolox.yaml`'s settings at `--streams` live copies of the 720p clip,
-without and with `sources[i].fast_decode`, in turns (`streamlens bench`, tools/ab_trials.py), kept,
-p95 and F1 against detecting every frame of the fully decoded clip.
+without and with `sources[i].fast_decode`, in turns, the order reversed each round (`streamlens
+bench`, `streamlens.bench.harness.bench_trial`), kept, p95 and F1 against detecting every frame of
+the fully decoded clip. A one-off experiment (issue 27): it made tools/results/fast_decode.md.
 
-    python tools/bench_fast_decode.py [--rounds 3] [--streams 8]     # writes tools/results/fast_decode.md
+    python tools/experiments/bench_fast_decode.py [--rounds 3] [--streams 8]   # writes tools/results/fast_decode.md
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 import statistics
 import sys
 import time
@@ -29,17 +28,15 @@ from pathlib import Path
 import av
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from streamlens.bench.accuracy import detections_f1
+from streamlens.bench.harness import (PIPELINES, RESULTS, VIDEOS, YOLOX_NANO, bench_cells, bench_medians, bench_trial,
+                                      header, in_turns, load_average, need, write_page)
+from streamlens.config import DetectorConfig
+from streamlens.detect import build_detector
+from streamlens.frame import Frame
 
-sys.path.insert(0, str(ROOT / "tools"))
-from ab_trials import MODEL, VIDEO, figures, in_turns, medians  # noqa: E402
-from streamlens.bench.accuracy import detections_f1  # noqa: E402
-from streamlens.config import DetectorConfig  # noqa: E402
-from streamlens.detect import build_detector  # noqa: E402
-from streamlens.frame import Frame  # noqa: E402
-
-DATA = ROOT.parent / "shared" / "data"
+VIDEO = VIDEOS / "highway_720p30.mp4"
+MODEL = YOLOX_NANO
 CLIPS = ["highway_320x240.avi", "highway_720p30.mp4", "highway_1080p30.mp4", "person_indoor_768x432.mp4",
          "road_topdown_640x360.avi", "street_night_1080p_8frames.mp4"]
 MAX_FRAMES = 300
@@ -66,9 +63,9 @@ def decode(path: Path, skip: bool, keep: bool) -> tuple[float, list]:
 
 
 def detector():
-    section = dict(yaml.safe_load((ROOT / "pipelines" / "highway_yolox.yaml").read_text())["detector"])
-    section["model"] = str(DATA / "models" / "yolox_nano" / "yolox_nano.onnx")
-    section["names"] = str(DATA / "models" / "yolox_nano" / "coco_classes.txt")
+    section = dict(yaml.safe_load((PIPELINES / "highway_yolox.yaml").read_text())["detector"])
+    section["model"] = str(need(MODEL / "yolox_nano.onnx"))
+    section["names"] = str(need(MODEL / "coco_classes.txt"))
     return build_detector(DetectorConfig(**section))
 
 
@@ -91,29 +88,36 @@ sinks: [{{type: zmq, endpoint: "tcp://127.0.0.1:5555"}}]
 
 def live_trials(args) -> str:
     """The live A/B: without and with `fast_decode`, in turns; the page's section."""
-    import argparse
     import tempfile
 
-    ab = argparse.Namespace(streams=args.streams, rounds=args.live_rounds, seconds=args.seconds)
+    need(VIDEO)
+    rows = []
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         for name, fast in (("without", ""), ("with", ", fast_decode: true")):
             (folder / f"{name}.yaml").write_text(LIVE.format(video=VIDEO, model=MODEL, fast=fast))
-        rows, results = in_turns(folder, ab, lambda r, name, load, found: f"| {r} | {name} | {load:.2f} | "
-                                                                           f"{figures(found)} |")
+
+        def trial(name: str, r: int) -> dict:
+            load = load_average()
+            found = bench_trial(folder / f"{name}.yaml", args.streams, args.seconds, folder / f"{name}-{r}.json")
+            rows.append(f"| {r + 1} | {name} | {load:.2f} | {bench_cells(found)} |")
+            print(rows[-1], flush=True)
+            return found
+
+        results = in_turns(["without", "with"], args.live_rounds, trial)
     return f"""
 ## Live: {args.streams} streams of `{VIDEO.name}`, without and with `fast_decode`
 
 `streamlens bench PIPELINE --streams {args.streams} --seconds {args.seconds} --no-baseline --no-hold
 --decode-seconds 0` on `pipelines/highway_yolox.yaml`'s settings, `with` adding `fast_decode: true`
-to the source (every copy takes it), {args.live_rounds} rounds in turns. F1 against YOLOX-Nano on every
+to the source (every copy takes it), {args.live_rounds} rounds in turns (the order reversed each round). F1 against YOLOX-Nano on every
 frame of the fully decoded clip (median over the streams, worst in brackets).
 
 | round | fast_decode | load | kept (worst) | p95 ms | F1 (worst) |
 |---|---|---|---|---|---|
 {chr(10).join(rows)}
 
-Medians, {medians(results)}
+Medians, {bench_medians(results)}
 """
 
 
@@ -123,43 +127,37 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=8, help="live streams of the A/B trials (0: none)")
     parser.add_argument("--live-rounds", type=int, default=2)
     parser.add_argument("--seconds", type=int, default=20)
-    parser.add_argument("--out", type=Path, default=ROOT / "tools" / "results" / "fast_decode.md")
+    parser.add_argument("--out", type=Path, default=RESULTS / "fast_decode.md")
     args = parser.parse_args()
     model = detector()
     rows = []
     for name in CLIPS:
-        path = DATA / "video" / name
+        path = VIDEOS / name
         if not path.is_file():
             print(f"{path} not found: skipped", file=sys.stderr)
             continue
-        timed = {False: [], True: []}
-        for _ in range(args.rounds):
-            for skip in (False, True):
-                timed[skip].append(decode(path, skip, keep=False)[0])
+        timed = in_turns([False, True], args.rounds, lambda skip, r: decode(path, skip, keep=False)[0])
         full, fast = (statistics.median(timed[s]) * 1000 for s in (False, True))
         f1 = detections_f1(boxes(model, decode(path, True, keep=True)[1]), boxes(model, decode(path, False, keep=True)[1]))
         rows.append(f"| {name} | {full:.2f} | {fast:.2f} | x{fast / full:.2f} | {f1:.3f} |")
         print(rows[-1], flush=True)
     model.close()
     live = live_trials(args) if args.streams else ""
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    text = f"""# Decoding without the loop filter: what it saves, what it costs the detector
-
-Command: `python tools/bench_fast_decode.py --rounds {args.rounds}`. Date: {now}. Machine:
-{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, PyAV {av.__version__};
-load average (1 min) {os.getloadavg()[0]:.2f} at the end.
+    text = header("Decoding without the loop filter: what it saves, what it costs the detector",
+                  more=[f"PyAV {av.__version__}; load average (1 min) {os.getloadavg()[0]:.2f} at the end"])
+    text += f"""
 
 Each clip's first {MAX_FRAMES} frames decoded as a run decodes them (slice threads, motion vectors
 exported) with FFmpeg's loop filter and with `skip_loop_filter: all`: CPU ms a frame (process time,
-median of {args.rounds} alternating passes); then YOLOX-Nano (`pipelines/highway_yolox.yaml`'s detector) on
-every frame of both, and the F1 of the boxes on the unfiltered pictures against those on the filtered
-ones (IoU 0.5, class-aware).
+median of {args.rounds} passes in turns, the order reversed each round); then YOLOX-Nano
+(`pipelines/highway_yolox.yaml`'s detector) on every frame of both, and the F1 of the boxes on the
+unfiltered pictures against those on the filtered ones (IoU 0.5, class-aware).
 
 | clip | decode ms a frame | without the loop filter | ratio | F1 of the boxes against the filtered pictures' |
 |---|---|---|---|---|
 {chr(10).join(rows)}
 {live}"""
-    args.out.write_text(text)
+    write_page(args.out, text)
     print(text)
     return 0
 

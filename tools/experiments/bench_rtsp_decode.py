@@ -2,10 +2,11 @@
 one mount of GStreamer's RTSP server over TCP (the clip looped by an `ffmpeg -re` publisher) for
 `--seconds`, in four ways: decoded; decoded with the motion vectors exported (the `mv` tracker's
 input); decoded with the loop filter skipped; demuxed only. Prints CPU per frame and per cent of a
-core, the figures tools/results/cameras.md quotes.
+core, the figures tools/results/cameras.md quotes: a one-off experiment, which prints them under a
+line naming the machine.
 
-Run: python tools/bench_rtsp_decode.py [--clip PATH] [--seconds 8]
-Needs ffmpeg and Debian's GStreamer RTSP server (see tests/rtsp_server.py).
+Run: python tools/experiments/bench_rtsp_decode.py [--clip PATH] [--seconds 8]
+Needs ffmpeg and Debian's GStreamer RTSP server (see streamlens/testing/rtsp_server.py).
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ from pathlib import Path
 
 import av
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from tests.rtsp_server import GstRtspServer, annexb_copy, gst_missing  # noqa: E402
+from streamlens.bench.harness import VIDEOS, command_line, machine_line, need
+from streamlens.testing.rtsp_server import GstRtspServer, annexb_copy, gst_missing
 
 WAYS = [("decoded", {}), ("decoded, motion vectors", {"flags2": "+export_mvs"}),
         ("decoded, loop filter skipped", {"skip_loop_filter": "all"}), ("demuxed only", None)]
@@ -52,13 +52,15 @@ def measure(url: str, codec_options: dict | None, seconds: float) -> tuple[float
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--clip", type=Path, default=REPO.parent / "shared" / "data" / "video" / "highway_720p30.mp4")
+    p.add_argument("--clip", type=Path, default=VIDEOS / "highway_720p30.mp4")
     p.add_argument("--seconds", type=float, default=8.0)
     args = p.parse_args()
-    reason = gst_missing() or (None if args.clip.is_file() else f"{args.clip} is not here")
+    need(args.clip)
+    reason = gst_missing()
     if reason:
         print(f"bench_rtsp_decode: {reason}", file=sys.stderr)
         return 2
+    print(f"{command_line()}\nmachine: {machine_line()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         media = annexb_copy(args.clip, Path(tmp))
         with GstRtspServer({"cam1": media}, Path(tmp)) as server:

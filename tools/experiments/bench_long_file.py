@@ -3,9 +3,10 @@
 Makes the long clip with FFmpeg (stream copy, no re-encode), runs `streamlens run --bulk` on a
 pipeline of `--streams` copies of it with `runtime.workers: --workers`, samples the resident memory
 of `streamlens run` and all its children every second, and prints the peak (total and per process)
-with the frames each stream published.
+with the frames each stream published, and the machine it ran on. A one-off experiment: it prints
+its figures (JSON) rather than writing a page.
 
-    python tools/bench_long_file.py samples/traffic.mp4 --minutes 60 --streams 2 --workers 2
+    python tools/experiments/bench_long_file.py samples/traffic.mp4 --minutes 60 --streams 2 --workers 2
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 
 import psutil
 
+from streamlens.bench.harness import command_line, machine, need, versions
+
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -28,6 +31,7 @@ def main() -> int:
     p.add_argument("--streams", type=int, default=2)
     p.add_argument("--workers", type=int, default=2)
     args = p.parse_args()
+    need(args.video)
     with tempfile.TemporaryDirectory() as tmp:
         seconds = float(subprocess.check_output(["ffprobe", "-v", "error", "-show_entries", "format=duration",
                                                  "-of", "csv=p=0", args.video]))
@@ -58,7 +62,8 @@ def main() -> int:
                 m = json.loads(line)
                 if m["type"] == "frame":
                     frames[m["stream"]] = frames.get(m["stream"], 0) + 1
-    print(json.dumps({"video": args.video, "minutes": args.minutes, "streams": args.streams, "workers": args.workers,
+    print(json.dumps({"command": command_line(), "machine": machine(), "versions": versions(), "video": args.video,
+                      "minutes": args.minutes, "streams": args.streams, "workers": args.workers,
                       "exit_code": run.returncode, "wall_s": round(time.monotonic() - started, 1),
                       "frames": frames, "peak_rss_mb_total": round(peak_total / 2**20, 1),
                       "peak_rss_mb_per_process": sorted(round(v / 2**20, 1) for v in peak_each.values())}, indent=2))

@@ -6,16 +6,14 @@ frame every 1 or 2 s), then its packets, demuxed with PyAV, go through `PacketWi
 adds them (`keep_s` = `pre_s` + a live source's margin, as `clips_spec` makes it). Reported per GOP:
 the most bytes the window held, the most packets, and the Python memory it took at its largest
 (tracemalloc: the packets' copies and the bookkeeping). Bytes, not time: the machine's load does not
-change them.
+change them. A one-off experiment (issue 28): it made tools/results/clip_window.md.
 
-    python tools/bench_clip_window.py            # writes tools/results/clip_window.md
+    python tools/experiments/bench_clip_window.py        # writes tools/results/clip_window.md
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import platform
 import subprocess
 import sys
 import tempfile
@@ -24,13 +22,11 @@ from pathlib import Path
 
 import av
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from streamlens.bench.harness import RESULTS, VIDEOS, header, need, write_page
+from streamlens.sources import CLIP_MARGIN_S
+from streamlens.sources.clips import MAX_MARGIN_S, Packet, PacketWindow
 
-from streamlens.sources import CLIP_MARGIN_S  # noqa: E402
-from streamlens.sources.clips import MAX_MARGIN_S, PacketWindow, _Packet  # noqa: E402
-
-CLIP = ROOT.parent / "shared" / "data" / "video" / "highway_720p30.mp4"
+CLIP = VIDEOS / "highway_720p30.mp4"
 BITRATE = "2M"
 PRE_S = 5.0
 
@@ -59,7 +55,7 @@ def measure(path: Path) -> dict:
             if packet.size == 0 or packet.pts is None:
                 continue
             payload += packet.size
-            window.add(_Packet(bytes(packet), packet.pts, packet.dts, bool(packet.is_keyframe), packet.pts * tb))
+            window.add(Packet(bytes(packet), packet.pts, packet.dts, bool(packet.is_keyframe), packet.pts * tb))
             if window.bytes > most_bytes:
                 most_bytes, most_packets = window.bytes, len(window.packets)
                 most_memory = max(most_memory, tracemalloc.get_traced_memory()[0] - base)
@@ -71,22 +67,17 @@ def measure(path: Path) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=ROOT / "tools" / "results" / "clip_window.md")
+    parser.add_argument("--out", type=Path, default=RESULTS / "clip_window.md")
     args = parser.parse_args()
-    if not CLIP.is_file():
-        print(f"{CLIP} not found: the shared clips live in ../shared/data", file=sys.stderr)
-        return 2
+    need(CLIP)
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for gop_s in (1.0, 2.0, 4.0):
             found = measure(camera_copy(Path(folder), gop_s))
             rows.append(f"| {gop_s:g} s | {found['mbit_s']:.2f} | {found['packets']} | {found['bytes'] / 1e6:.2f} | "
                         f"{found['memory'] / 1e6:.2f} |")
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    text = f"""# The packet window of `analytics.clips`: what one camera holds
-
-Command: `python tools/bench_clip_window.py`. Date: {now}. Machine: {platform.machine()}, Python
-{platform.python_version()}, PyAV {av.__version__}.
+    text = header("The packet window of `analytics.clips`: what one camera holds", more=[f"PyAV {av.__version__}"])
+    text += f"""
 
 `{CLIP.name}` (1280x720, 30 fps) encoded by FFmpeg as a camera sends it: H.264 at {BITRATE}bit/s
 (`-b:v {BITRATE} -maxrate {BITRATE}`), a key frame every 1, 2 or 4 s, 60 s; its packets through
@@ -105,7 +96,7 @@ sends. An event that comes back later than the margin widens it to twice its lag
 {MAX_MARGIN_S:g} s (`ClipRecorder.request`); on a machine that keeps up it never does
 (`tests/test_clips.py` measured lags of -0.30 to +0.17 s with `pre_s: 2` on a camera and a live file).
 """
-    args.out.write_text(text)
+    write_page(args.out, text)
     print(text)
     return 0
 

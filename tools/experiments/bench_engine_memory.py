@@ -1,37 +1,35 @@
 """The memory `runtime.workers` costs: one engine against `auto` (one per core), side by side.
 
-    python tools/bench_engine_memory.py [--streams 2,4] [--workers 1,auto] [--seconds 20] [--repeats 2]
+    python tools/experiments/bench_engine_memory.py [--streams 2,4] [--workers 1,auto] [--seconds 20] [--repeats 2]
 
 Each run is `streamlens run` on a pipeline of K live looping copies of the shared highway clip
 (720p30) with `pipelines/highway_yolox.yaml`'s detector, keyframes and tracker and no sink; the
 resident memory of its whole process tree (the run, its engines, their decode workers) is summed
 every half second (psutil; RSS, so pages two processes share count twice: none are shared here
 but the libraries' code), and the run's median and peak after its first 5 s are kept, with the
-largest process. Runs alternate between the settings. Prepends a section to
-tools/results/memory.md with the command, the machine and the date.
+largest process. Runs alternate between the settings (in turns, the order reversed each round).
+Prepends a section to tools/results/memory.md with the command, the machine and the date: a one-off
+experiment, beside tools/bench_memory.py, which writes the rest of that page.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import psutil
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data"
-CLIP = DATA / "video" / "highway_720p30.mp4"
-SHIPPED = REPO / "pipelines" / "highway_yolox.yaml"
+from streamlens.bench.harness import PIPELINES, RESULTS, VIDEOS, header, in_turns, need, now, prepend_section
+
+CLIP = VIDEOS / "highway_720p30.mp4"
+SHIPPED = PIPELINES / "highway_yolox.yaml"
 
 
 def pipeline(folder: Path, streams: int, workers: str) -> Path:
@@ -83,25 +81,23 @@ def main() -> int:
     ap.add_argument("--workers", default="1,auto")
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=REPO / "tools" / "results" / "memory.md")
+    ap.add_argument("--out", type=Path, default=RESULTS / "memory.md")
     args = ap.parse_args()
-    if not CLIP.exists():
-        raise SystemExit(f"{CLIP}: not found (../shared/data)")
+    need(CLIP)
     ks, settings = [int(k) for k in args.streams.split(",")], args.workers.split(",")
-    found: dict[tuple[int, str], list[dict]] = {}
     with tempfile.TemporaryDirectory() as folder:
-        for _ in range(args.repeats):
-            for k in ks:
-                for w in settings:
-                    r = one_run(pipeline(Path(folder), k, w), args.seconds)
-                    found.setdefault((k, w), []).append(r)
-                    print(f"K={k} workers={w}: median {r['median']:.0f} MiB, peak {r['peak']:.0f}, "
-                          f"largest process {r['largest']:.0f}, {r['processes']} processes", flush=True)
-    command = "python tools/bench_engine_memory.py " + " ".join(sys.argv[1:])
-    lines = [f"## Engines and memory ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
-             f"Command: `{command.strip()}`, {platform.machine()} with {os.cpu_count()} cores, "
-             f"{psutil.virtual_memory().total / 2**30:.1f} GiB, Python {platform.python_version()}; each run "
-             f"{args.seconds:g} s of `streamlens run`, runs alternating, medians over {args.repeats} runs.", "",
+
+        def trial(setting: tuple[int, str], r: int) -> dict:
+            k, w = setting
+            found = one_run(pipeline(Path(folder), k, w), args.seconds)
+            print(f"K={k} workers={w}: median {found['median']:.0f} MiB, peak {found['peak']:.0f}, "
+                  f"largest process {found['largest']:.0f}, {found['processes']} processes", flush=True)
+            return found
+
+        found = in_turns([(k, w) for k in ks for w in settings], args.repeats, trial)
+    lines = [f"## Engines and memory ({now()})", "", header(None).rstrip(),
+             f"Each run {args.seconds:g} s of `streamlens run`, runs in turns (the order reversed each round), "
+             f"medians over {args.repeats} runs.", "",
              "| streams | workers | processes | resident memory of the run, median MiB | peak MiB "
              "| largest process MiB |",
              "|---|---|---|---|---|---|"]
@@ -110,10 +106,8 @@ def main() -> int:
                      f"{statistics.median(r['median'] for r in runs):.0f} | "
                      f"{statistics.median(r['peak'] for r in runs):.0f} | "
                      f"{statistics.median(r['largest'] for r in runs):.0f} |")
-    section = "\n".join(lines) + "\n\n"
-    old = args.out.read_text() if args.out.exists() else "# Memory\n\n"
-    head, _, rest = old.partition("\n\n")
-    args.out.write_text(f"{head}\n\n{section}{rest}")
+    section = "\n".join(lines) + "\n"
+    prepend_section(args.out, section, title=None if args.out.exists() else "Memory")
     print(section)
     return 0
 
