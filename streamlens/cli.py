@@ -11,6 +11,9 @@
     streamlens bench PIPELINE.yaml [--streams 1-16] [--seconds 30] [--baseline-model M] [--out F]
                                        find how many live streams the pipeline carries within its
                                        budget; the decode-only limit and an Ultralytics baseline beside
+    streamlens quantize MODEL.onnx VIDEO... --out MODEL_int8.onnx
+                                       an INT8 copy of an ONNX detector calibrated on your video, kept
+                                       only when its boxes agree (the quantize extra)
 
 Exit codes: 0 done, 1 failed, 2 bad pipeline file or usage, 130 interrupted.
 Errors are one line each; `--debug` adds tracebacks and debug logs. Log lines and error lines show
@@ -30,6 +33,7 @@ from importlib.metadata import PackageNotFoundError, version
 from .bench import command as bench_command
 from .commands import history as history_command
 from .commands import keygen as keygen_command
+from .commands import quantize as quantize_command
 from .commands import subscribe as subscribe_command
 from .config import load_pipeline, preflight_problems
 from .eval import command as eval_command
@@ -72,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     history_command.add_parser(sub, common)
     eval_command.add_parser(sub, common)
     bench_command.add_parser(sub, common)
+    quantize_command.add_parser(sub, common)
     return p
 
 
@@ -171,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         return {"run": _cmd_run, "validate": _cmd_validate, "schema": _cmd_schema, "subscribe": subscribe_command.run,
                 "events": subscribe_command.run_events,
                 "keygen": keygen_command.run, "history": history_command.run, "eval": eval_command.run,
-                "bench": bench_command.run}[args.command](args)
+                "bench": bench_command.run, "quantize": quantize_command.run}[args.command](args)
     except ConfigError as e:
         if args.debug:
             raise

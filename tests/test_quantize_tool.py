@@ -1,4 +1,4 @@
-"""tools/quantize.py: an INT8 copy of YOLOX-Nano from the highway clip, kept only when its boxes agree.
+"""`streamlens quantize`: an INT8 copy of YOLOX-Nano from the highway clip, kept only when its boxes agree.
 
 Needs the quantize extra (nncf, openvino) and ../shared/data; skips, saying which, without them.
 """
@@ -13,13 +13,9 @@ import pytest
 from .conftest import REPO, need_video
 from .test_detect_onnx import need_yolox
 
-TOOL = REPO / "tools" / "quantize.py"
-
-
 def test_the_head_is_the_last_convolutions_and_what_follows_them():
     onnx = pytest.importorskip("onnx")
-    sys.path.insert(0, str(REPO / "tools"))
-    from quantize import head_nodes
+    from streamlens.detect.quantize import head_nodes
 
     model = onnx.load(str(need_yolox()))
     head = set(head_nodes(model))
@@ -35,7 +31,8 @@ def test_quantize_reports_f1_and_speed_and_keeps_the_model_only_when_it_agrees(t
     pytest.importorskip("openvino", reason="OpenVINO is not installed (pip install -e '.[quantize]')")
     model, clip = need_yolox(), need_video("highway_720p30.mp4")
     out = tmp_path / "int8.onnx"
-    base = [sys.executable, str(TOOL), str(model), str(clip), "--out", str(out), "--frames", "24", "--rounds", "2"]
+    base = [sys.executable, "-m", "streamlens", "quantize", str(model), str(clip), "--out", str(out), "--frames", "24",
+            "--rounds", "2"]
     strict = subprocess.run(base + ["--min-f1", "1.01"], capture_output=True, text=True, timeout=600)
     assert strict.returncode == 1 and not out.exists(), strict.stdout + strict.stderr
     assert "F1 INT8 against onnxruntime FP32 0." in strict.stdout and "not written: F1" in strict.stdout

@@ -5,7 +5,7 @@ input convention (`input_spec.py`), the resize modes and the decode. Only the se
 `OpenVinoSession` gives OnnxDetector the face of an onnxruntime session (inputs, outputs, run,
 metadata, providers) over OpenVINO's `Core.compile_model`.
 
-- Models: ONNX files (the same as `backend: onnx`, and the INT8 ONNX that `tools/quantize.py`
+- Models: ONNX files (the same as `backend: onnx`, and the INT8 ONNX that `streamlens quantize`
   writes), and OpenVINO IR (`.xml` beside its `.bin`). The ONNX metadata (Ultralytics' names,
   imgsz, stride, task) comes through OpenVINO's reading of the model (`rt_info["framework"]`), and
   stays in an IR that OpenVINO saved from it.
