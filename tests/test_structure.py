@@ -1,4 +1,6 @@
-"""The package's shape: no import cycle between its modules, and none over 500 lines.
+"""The package's shape: no import cycle between its modules, and none over 500 lines; and the
+benchmarks' (tools/ on streamlens.bench.harness without `sys.path` edits or test fixtures, at most
+100 files in tools/results).
 
 A cycle counts every import statement, the type-only ones under `if TYPE_CHECKING:` and those inside
 functions included: each still ties the two modules together (a reader of one needs the other, and a lazy
@@ -186,3 +188,128 @@ def test_no_module_is_over_500_lines():
     long = {str(path.relative_to(root)): n for path in modules().values()
             if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert long == {}, f"modules over {MAX_LINES} lines: {long}"
+
+
+# -- the benchmarks' house: tools/ on one harness, tools/results pruned ----------------------------
+
+TOOLS = PACKAGE.parent / "tools"
+#: the most files tools/results may hold: the pages docs and code cite and their current runs' JSON
+MAX_RESULTS = 100
+#: what changes `sys.path` (a tool imports the installed package instead: `python tools/x.py`)
+PATH_EDITS = {"insert", "append", "extend", "remove", "pop", "clear", "__setitem__", "__iadd__"}
+
+
+def _is_sys_path(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
+            and node.value.id == "sys")
+
+
+def sys_path_edits(tree: ast.AST) -> list[int]:
+    """The lines of a module that change `sys.path`: a call of one of its mutating methods, an
+    assignment to it or to an item of it, `+=`."""
+    lines = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in PATH_EDITS
+                and _is_sys_path(node.func.value)):
+            lines.append(node.lineno)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(_is_sys_path(t) or (isinstance(t, ast.Subscript) and _is_sys_path(t.value)) for t in targets):
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def tool_imports(tree: ast.AST) -> list[tuple[str, int]]:
+    """(module, line) of every import, with `from m import name` as `m.name`."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found += [(f"{node.module}.{alias.name}", node.lineno) for alias in node.names]
+    return found
+
+
+def tools() -> dict[str, ast.AST]:
+    """Every script of tools/ (experiments included) by its path, parsed."""
+    return {str(path.relative_to(TOOLS.parent)): ast.parse(path.read_text(), str(path))
+            for path in sorted(TOOLS.rglob("*.py"))}
+
+
+def test_every_package_says_what_it_is_in_its_front_door():
+    """Each package of streamlens/ (graph/'s rooms included) has a docstring in its `__init__.py`."""
+    bare = [str(init.relative_to(PACKAGE.parent)) for init in sorted(PACKAGE.rglob("__init__.py"))
+            if not ast.get_docstring(ast.parse(init.read_text()))]
+    assert not bare, f"packages without a docstring: {bare}"
+
+
+def probes(path: Path) -> list[int]:
+    """The lines of `path` that call getattr() or hasattr()."""
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")]
+
+
+def test_probes_and_tests_the_graph_makes_of_its_own_interfaces_are_few():
+    """The runtime declares what its parts can do (on Stage, Source, Sink, Detector, Tracker, the
+    schedulers) instead of probing them: at most 3 getattr/hasattr in graph/ and its rooms."""
+    found = {f"{path.relative_to(PACKAGE)}:{line}" for path in (PACKAGE / "graph").rglob("*.py") for line in probes(path)}
+    assert len(found) <= 3, sorted(found)
+
+
+def test_probes_count_calls_and_nothing_else(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("x = getattr(a, 'b', None)\n# getattr(c)\ny = 'hasattr(d)'\nz = hasattr(e, 'f')\n")
+    assert probes(path) == [1, 4]
+
+
+def test_the_readings_of_tools():
+    """The checks below, on a tool that does everything they forbid."""
+    tree = ast.parse("import sys\nsys.path.insert(0, 'x')\nsys.path += ['y']\nsys.path[0] = 'z'\n"
+                     "from tests.rtsp_server import free_port\nfrom streamlens.sources.clips import _Packet\n"
+                     "print(sys.path[0])\n")
+    assert sys_path_edits(tree) == [2, 3, 4]
+    assert ("tests.rtsp_server.free_port", 5) in tool_imports(tree)
+    assert ("streamlens.sources.clips._Packet", 6) in tool_imports(tree)
+
+
+def test_no_tool_edits_sys_path():
+    """tools/ are run as `python tools/x.py` with streamlens installed: what they need is imported."""
+    edits = {name: lines for name, tree in tools().items() if (lines := sys_path_edits(tree))}
+    assert edits == {}, f"sys.path edited in tools/ (file: lines): {edits}"
+
+
+def test_no_tool_imports_a_test_fixture_or_a_private_name():
+    """Test servers and models come from streamlens.testing; a tool uses public names only."""
+    wrong = {name: [f"{module} (line {line})" for module, line in tool_imports(tree)
+                    if module.split(".")[0] == "tests"
+                    or any(part.startswith("_") and not part.startswith("__") for part in module.split("."))]
+             for name, tree in tools().items()}
+    assert {k: v for k, v in wrong.items() if v} == {}
+
+
+def test_every_benchmark_names_the_machine_through_the_harness():
+    """Every benchmark imports streamlens.bench.harness (the machine, its CPU flags, the page), and none
+    reads the CPU's name by itself."""
+    benchmarks = {name: tree for name, tree in tools().items()
+                  if Path(name).stem.startswith("bench_") or Path(name).stem in ("soak", "profile_engine")}
+    assert len(benchmarks) > 20
+    off = [name for name, tree in benchmarks.items()
+           if not any(module.startswith("streamlens.bench.harness") for module, _ in tool_imports(tree))]
+    by_hand = [name for name in tools() if "cpuinfo" in (TOOLS.parent / name).read_text()]
+    assert off == [] and by_hand == [], f"not on the harness: {off}; the CPU named by hand: {by_hand}"
+
+
+def test_the_engine_never_imports_the_test_support():
+    """streamlens.testing (servers and models for tests and benchmarks) is imported by tests and tools only."""
+    known = modules()
+    edges = graph(known)
+    users = sorted(name for name, out in edges.items() if not name.startswith("streamlens.testing")
+                   and any(target.startswith("streamlens.testing") for target in out))
+    assert users == [], f"engine modules importing streamlens.testing: {users}"
+
+
+def test_tools_results_holds_at_most_100_files():
+    """The pages that docs and code cite and their current runs' JSON; superseded runs' raw JSON goes
+    (git keeps it)."""
+    files = [p for p in (TOOLS / "results").rglob("*") if p.is_file()]
+    assert len(files) <= MAX_RESULTS, f"tools/results holds {len(files)} files (at most {MAX_RESULTS})"
