@@ -93,7 +93,7 @@ def test_env_interpolation_default_and_missing(tmp_path):
     ("sources: [{uri: clip.mp4}]\ndetector: {backend: motion, conf: 0.5}\n",
      "detector.conf: only for backend onnx, openvino or ultralytics"),
     ("sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\nsinks: [{type: kafka}]\n",
-     "sinks[0].type: unknown 'kafka' (jsonl, video, zmq, mqtt, webhook)"),
+     "sinks[0].type: unknown 'kafka' (jsonl, video, zmq, mqtt, webhook, rtsp)"),
     ("sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\nsinks: [{type: mqtt, qos: 3}]\n",
      "sinks[0].qos: unknown 3 (0, 1, 2)"),
     ("sources: [{uri: clip.mp4}]\ndetector: {backend: motion}\nsinks: [{type: webhook, url: 'ftp://x'}]\n",

@@ -58,6 +58,56 @@ class VideoSinkConfig(_Sink):
     crf: int | None = Field(None, ge=0, le=51, description="quality: 0 lossless .. 51 worst")
 
 
+#: libx264's presets, fastest first
+X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
+
+
+def rtsp_url(url: str, stream: str) -> str:
+    """The URL an rtsp sink of `url` publishes `stream` to: `{stream}` in `url` becomes its name;
+    without it, the name is added to the path as its last part (before a query).
+
+    Example:
+        >>> rtsp_url("rtsp://127.0.0.1:8554/annotated", "cam1")
+        'rtsp://127.0.0.1:8554/annotated/cam1'
+        >>> rtsp_url("rtsp://u:p@nvr:8554/{stream}/ai?x=1", "cam2"), rtsp_url("rtsp://nvr/", "cam3")
+        ('rtsp://u:p@nvr:8554/cam2/ai?x=1', 'rtsp://nvr/cam3')
+    """
+    if STREAM in url:
+        return url.replace(STREAM, stream)
+    base, mark, query = url.partition("?")
+    return f"{base.rstrip('/')}/{stream}{mark}{query}"
+
+
+class RtspSinkConfig(_Sink):
+    """The annotated video of each stream published to an RTSP server (see streamlens/sinks/rtsp.py)."""
+
+    type: Literal["rtsp"]
+    url: str = Field(description="rtsp://[USER:PASSWORD@]HOST[:PORT]/PATH; each stream at <url>/<stream>, or "
+                                 "where `{stream}` in it says")
+    transport: Literal["tcp", "udp"] = Field("tcp", description="RTP over the RTSP connection (tcp) or over UDP")
+    preset: Literal[X264_PRESETS] = Field("veryfast", description="libx264's preset (tune zerolatency)")
+    crf: int = Field(23, ge=0, le=51, description="quality: 0 lossless .. 51 worst")
+    bitrate_kbps: int | None = Field(None, ge=16, le=1_000_000,
+                                     description="a cap on the bit rate (kbit/s, a one-second buffer)")
+    keyframe_s: float = Field(1.0, ge=0.1, le=60, description="seconds between keyframes: the longest a player "
+                                                              "that joins waits for a picture")
+    queue_size: int = Field(4, ge=1, le=256, description="frames a stream may have waiting for its encoder; "
+                                                         "beyond, frames are dropped and counted")
+    timeout_s: float = Field(5.0, ge=0.1, le=600, description="the longest a connection or a write waits "
+                                                              "for the server")
+    retry_max_s: float = Field(10.0, ge=0.1, le=MAX_SECONDS,
+                               description="the longest wait between reconnection attempts")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        if not re.match(r"^rtsps?://[^/\s?#]+", url):
+            raise invalid(f"expected rtsp://HOST[:PORT]/PATH, got {mask_url(url)!r}")
+        if re.search(r"\s", url) or url.count(STREAM) > 1:
+            raise invalid(f"expected one URL, with `{STREAM}` at most once, got {mask_url(url)!r}")
+        return url
+
+
 class CurveConfig(_Keys):
     """CurveZMQ for a zmq sink: its secret key, and the subscribers' public keys it admits."""
 
@@ -216,5 +266,5 @@ class WebhookSinkConfig(_Sink):
         return url
 
 
-SinkConfig = Annotated[Union[JsonlSinkConfig, VideoSinkConfig, ZmqSinkConfig, MqttSinkConfig, WebhookSinkConfig],
-                       Field(discriminator="type")]
+SinkConfig = Annotated[Union[JsonlSinkConfig, VideoSinkConfig, ZmqSinkConfig, MqttSinkConfig, WebhookSinkConfig,
+                             RtspSinkConfig], Field(discriminator="type")]

@@ -20,6 +20,10 @@ def build_sink(cfg: SinkConfig, stream_fps: Mapping[str, float], where: str | No
         from .video import VideoSink
 
         sink = VideoSink(cfg, stream_fps=stream_fps)
+    elif cfg.type == "rtsp":
+        from .rtsp import RtspSink
+
+        sink = RtspSink(cfg, stream_fps=stream_fps)
     elif cfg.type == "zmq":
         from .zmq import ZmqSink
 

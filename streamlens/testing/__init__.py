@@ -3,6 +3,8 @@
 - `rtsp_server`: GStreamer's and rtsp-server-perl's RTSP servers fed by `ffmpeg -re` publishers
   (`GstRtspServer`, `PerlRtspServer`), `free_port`, `annexb_copy`, `ChildProcess`;
   `gst_rtsp_server` is the script Debian's /usr/bin/python3 runs for the first (python3-gi);
+- `rtsp_record`: GStreamer's RTSP server taking published streams (RECORD) and serving them to
+  players (`RecordServer`, for the rtsp sink); `gst_record_server` is its script;
 - `mosquitto`: a Mosquitto broker and a recording paho subscriber; `redis_server`: a Redis server;
 - `http_flood`: slow HTTP clients (issue 25's attack);
 - `sam_models`, `cell_detector`, `colour_model`: SAM-format, detector and classifier models with
