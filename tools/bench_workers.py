@@ -1,10 +1,11 @@
 """One engine against N engine processes (`runtime.workers`), side by side in one run.
 
 Runs `streamlens bench PIPELINE --streams K --workers W` for each K and W, in turns (every setting
-once a round, the order reversed each round), `--repeats` rounds, and writes a table of the medians (kept frames, p95 latency, F1 against detecting
-every frame, frames detected) and every trial to `--out` (markdown) with the command, the machine and
-the date, above the runs already on that page. A trial passes by issue 27's rule: every stream keeps at
-least 97% of its frames, p95 within the budget and the worst stream's F1 at least 0.85.
+once a round, the order reversed each round), `--repeats` rounds, and writes a table of the medians
+(kept frames, p95 latency, F1 against detecting every frame, frames detected) and every trial to
+`--out` (markdown) with the command, the machine and the date, above the runs already on that page.
+A trial passes by issue 27's rule: every stream keeps at least 97% of its frames, p95 within the
+budget and the worst stream's F1 at least 0.85.
 
     python tools/bench_workers.py pipelines/highway_yolox.yaml --streams 4,6 --workers 1,2 --repeats 2
 """

@@ -72,7 +72,8 @@ Each trial: `streamlens bench PIPELINE --streams {args.streams} --seconds {args.
 
 `pipelines/highway_yolox.yaml`'s settings on `{VIDEO.name}` (720p30, live, looping) with a counting
 line across the road; `with` adds `analytics.clips: {{events: [line_cross], pre_s: 5, post_s: 5}}`.
-The two run in turns, the order reversed each round. F1: the boxes delivered against detecting every frame (IoU 0.5), median over
+The two run in turns, the order reversed each round.
+F1: the boxes delivered against detecting every frame (IoU 0.5), median over
 the streams (worst in brackets); kept: frames delivered of those the streams had (worst stream).
 
 | round | clips | load | kept (worst) | p95 ms | F1 (worst) | clips written |

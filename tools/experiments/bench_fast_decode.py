@@ -110,7 +110,8 @@ def live_trials(args) -> str:
 
 `streamlens bench PIPELINE --streams {args.streams} --seconds {args.seconds} --no-baseline --no-hold
 --decode-seconds 0` on `pipelines/highway_yolox.yaml`'s settings, `with` adding `fast_decode: true`
-to the source (every copy takes it), {args.live_rounds} rounds in turns (the order reversed each round). F1 against YOLOX-Nano on every
+to the source (every copy takes it), {args.live_rounds} rounds in turns (the order reversed each round).
+F1 against YOLOX-Nano on every
 frame of the fully decoded clip (median over the streams, worst in brackets).
 
 | round | fast_decode | load | kept (worst) | p95 ms | F1 (worst) |

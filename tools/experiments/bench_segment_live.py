@@ -82,7 +82,8 @@ Each trial: `streamlens bench PIPELINE --streams {args.streams} --seconds {args.
 
 `pipelines/highway_yolox.yaml`'s settings on `{VIDEO.name}` (720p30, live, looping); `with` adds
 `segment: {{model: mobile_sam.pt, every_s: 2, classes: [car, truck, bus, motorbike]}}` (MobileSAM with
-random weights: the real model's cost). The two run in turns, the order reversed each round. F1: the boxes delivered against
+random weights: the real model's cost). The two run in turns, the order reversed each round.
+F1: the boxes delivered against
 detecting every frame (IoU 0.5), median over the streams (worst in brackets): masks never move boxes.
 Masks a second: masks SAM's decoder made / encoder runs, a second, over the whole trial.
 
