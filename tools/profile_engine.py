@@ -144,7 +144,6 @@ def main() -> int:
                   more=[f"Load average (1 min) {load:.2f} when sampling began. py-spy, {args.rate} samples a second, "
                         f"{args.seconds:g} s each way."])
     text += f"""
-
 `pipelines/highway_yolox.yaml`'s settings (YOLOX-Nano, one onnxruntime thread, `mv` tracker,
 adaptive keyframes 5 to 15) on {args.streams} live, looping copies of `{VIDEO.name}` (1280x720, 30 fps),
 one zmq sink; files decode on threads of the run's process, so the whole run is one process.

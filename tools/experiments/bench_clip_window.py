@@ -78,7 +78,6 @@ def main() -> int:
                         f"{found['memory'] / 1e6:.2f} |")
     text = header("The packet window of `analytics.clips`: what one camera holds", more=[f"PyAV {av.__version__}"])
     text += f"""
-
 `{CLIP.name}` (1280x720, 30 fps) encoded by FFmpeg as a camera sends it: H.264 at {BITRATE}bit/s
 (`-b:v {BITRATE} -maxrate {BITRATE}`), a key frame every 1, 2 or 4 s, 60 s; its packets through
 `PacketWindow` with `pre_s: {PRE_S:g}` (a live source's window keeps `pre_s` + {CLIP_MARGIN_S:g} s, the

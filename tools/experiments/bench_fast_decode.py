@@ -147,7 +147,6 @@ def main() -> int:
     text = header("Decoding without the loop filter: what it saves, what it costs the detector",
                   more=[f"PyAV {av.__version__}; load average (1 min) {os.getloadavg()[0]:.2f} at the end"])
     text += f"""
-
 Each clip's first {MAX_FRAMES} frames decoded as a run decodes them (slice threads, motion vectors
 exported) with FFmpeg's loop filter and with `skip_loop_filter: all`: CPU ms a frame (process time,
 median of {args.rounds} passes in turns, the order reversed each round); then YOLOX-Nano
