@@ -12,7 +12,7 @@ Names are imported on first use, so `streamlens validate` starts fast.
 from importlib import import_module
 
 _EXPORTS = {
-    "Pipeline": "graph.runtime", "RunReport": "graph.stats",
+    "Pipeline": "graph.run.pipeline", "RunReport": "graph.run.stats",
     "PipelineConfig": "config", "load_pipeline": "config",
     "Frame": "frame", "FrameResult": "frame", "StreamEnd": "frame", "EndOfStream": "frame",
     "StreamlensError": "errors", "ConfigError": "errors", "SourceError": "errors",

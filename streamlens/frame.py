@@ -108,7 +108,7 @@ class Frame:
         #: when the engine handed the frame to the detector (`time.perf_counter()`), else None
         self.submitted: float | None = None
         #: the part of a keyframe the detector looks at, (x1, y1, x2, y2) in whole source pixels
-        #: (`detector.regions`, graph/regions.py): None for the whole frame; one of no area for none
+        #: (`detector.regions`, graph/schedule/regions.py): None for the whole frame; one of no area for none
         self.region: tuple[int, int, int, int] | None = None
 
     @property
@@ -194,7 +194,7 @@ _LUMA_FIRST = frozenset({"yuv420p", "yuvj420p", "yuv422p", "yuvj422p", "yuv444p"
                          "yuv411p", "yuv410p", "yuv440p", "gray"})
 
 
-#: scene cuts: about how many pixels wide a frame's thumbnail is (see graph/keyframes.py)
+#: scene cuts: about how many pixels wide a frame's thumbnail is (see graph/schedule/keyframes.py)
 THUMBNAIL_WIDTH = 64
 
 
@@ -327,7 +327,7 @@ class MediaClock:
 class EndOfStream:
     """The last item a source emits. `frames` is how many frames it produced; `reason` is
     `"end"` (the input ended), `"stopped"` (the pipeline was asked to stop), `"removed"` (the stream
-    alone was, while running: graph/streams.py) or `"error"`."""
+    alone was, while running: graph/run/changes.py) or `"error"`."""
 
     stream: str
     frames: int

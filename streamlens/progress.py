@@ -12,11 +12,11 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from .graph.stats import RunReport, StreamStats
+from .graph.run.stats import RunReport, StreamStats
 from .logs import escape
 
 if TYPE_CHECKING:  # a supervisor of engines shows its progress too, without the engine's modules
-    from .graph.runtime import Pipeline
+    from .graph.run.pipeline import Pipeline
 
 
 def stream_line(st: StreamStats) -> str:

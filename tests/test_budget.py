@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import streamlens
-from streamlens.graph.control import BudgetController, Shedder
+from streamlens.graph.overload.control import BudgetController, Shedder
 from streamlens.progress import summary
 from streamlens.sources.file import FileSource
 
@@ -251,7 +251,7 @@ def test_stats_can_be_read_while_the_engine_publishes():
     """The progress display and /metrics read a stream's stats on their own threads while the engine
     records frames; a read must never fail ("deque mutated during iteration" once ended a run)."""
     from streamlens.frame import Frame, FrameResult
-    from streamlens.graph.stats import StreamStats
+    from streamlens.graph.run.stats import StreamStats
 
     stats, stop, errors = StreamStats("cam1", "cam1.mp4"), threading.Event(), []
     result = FrameResult(Frame("cam1", 0, 0.0, 0.0, None), 0, False, None)
@@ -289,7 +289,7 @@ def test_every_controller_step_is_shown_and_counted_past_the_last_64_kept():
     import io
     import types
 
-    from streamlens.graph.stats import RunReport
+    from streamlens.graph.run.stats import RunReport
     from streamlens.progress import ProgressDisplay
 
     clock = Clock()

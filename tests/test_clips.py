@@ -163,7 +163,7 @@ def test_the_api_serves_an_events_clip_and_the_page_links_it(tmp_path):
     import urllib.request
 
     from streamlens.config import load_pipeline
-    from streamlens.graph.runtime import Pipeline
+    from streamlens.graph.run.pipeline import Pipeline
 
     pipeline = tmp_path / "p.yaml"
     pipeline.write_text(f"""

@@ -1,4 +1,4 @@
-"""The budget controller's shedding where a live source decodes (graph/control.py `Shedder`,
+"""The budget controller's shedding where a live source decodes (graph/overload/control.py `Shedder`,
 decode.py `DecodeShare`): the end of each group of pictures skipped undecoded, and on the last rung
 every packet but the keyframes, each counted as shed; decoding every frame again from a keyframe. A
 file decoded on its own thread or in a worker process, and a camera from a real RTSP server
@@ -17,7 +17,7 @@ import pytest
 
 import streamlens
 
-from streamlens.graph.control import BudgetController, Shedder
+from streamlens.graph.overload.control import BudgetController, Shedder
 from streamlens.sources.file import FileSource
 from streamlens.sources.live import LiveSource
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import supervision as sv
 
-import streamlens.graph.runtime as runtime
+import streamlens.graph.run.pipeline as runtime
 from streamlens.config import parse_pipeline
 from streamlens.detect.base import Detector
 from streamlens.frame import Frame, FrameResult, empty_detections
-from streamlens.graph.batcher import Batcher, DetectCost
+from streamlens.graph.schedule.batcher import Batcher, DetectCost
 from streamlens.graph.channel import Channel, ChannelClosed
 
 from .conftest import REPO
@@ -239,7 +239,7 @@ def test_a_model_that_runs_one_frame_a_call_gets_its_keyframes_one_at_a_time(tmp
     keyframes wait, `max_batch` is 4 and a batch may wait a minute to fill: each keyframe goes to
     the model alone, and its detections are back before the next one's call starts."""
     from streamlens.detect.onnx import OnnxDetector
-    from streamlens.graph.detect_worker import Detected, DetectWorker
+    from streamlens.graph.schedule.detect_worker import Detected, DetectWorker
 
     from .cell_detector import build_cell_detector
 

@@ -379,7 +379,7 @@ def test_the_pipeline_file_chooses_where_a_file_decodes(tmp_path):
     import json
 
     from streamlens.config import load_pipeline
-    from streamlens.graph.runtime import Pipeline
+    from streamlens.graph.run.pipeline import Pipeline
 
     out = {}
     for decode in ("thread", "process"):

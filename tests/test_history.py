@@ -145,7 +145,7 @@ def test_the_api_serves_the_history_and_events_that_outlive_the_run(tmp_path):
     text = path.read_text().replace("uri: ", "live: true, loop: true, uri: ", 1)
     path.write_text(text.replace("inertia: 2}]", "inertia: 2}]\n  snapshots: {events: [object_start]}", 1))
     from streamlens.config import load_pipeline
-    from streamlens.graph.runtime import Pipeline
+    from streamlens.graph.run.pipeline import Pipeline
 
     with Pipeline(load_pipeline(path)) as p:
         import threading

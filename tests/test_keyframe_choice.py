@@ -12,10 +12,10 @@ import pytest
 from streamlens.config import TrackerConfig
 from streamlens.detect.motion import MotionDetector
 from streamlens.frame import Frame
-from streamlens.graph.batcher import DetectCost
+from streamlens.graph.schedule.batcher import DetectCost
 from streamlens.graph.channel import Channel
 from streamlens.graph.engine import Detected, DetectWorker, Engine, Lane
-from streamlens.graph.chooser import STALL_PERIODS, KeyframeChooser
+from streamlens.graph.schedule.chooser import STALL_PERIODS, KeyframeChooser
 from streamlens.track import build_tracker
 
 PERIOD = 1 / 30

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from streamlens.graph.stats import RunReport, StreamStats
+from streamlens.graph.run.stats import RunReport, StreamStats
 from streamlens.logs import EscapingFormatter, escape
 from streamlens.progress import ProgressDisplay, stream_line, summary
 
@@ -33,12 +33,16 @@ def lines_of(logger_name: str, *calls) -> str:
     handler.setFormatter(EscapingFormatter("%(levelname)s %(name)s: %(message)s"))
     logger = logging.getLogger(logger_name)
     logger.addHandler(handler)
-    logger.propagate, logger.level = False, logging.DEBUG
+    before = logger.propagate, logger.level
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)  # setLevel, not .level: it clears what an earlier test left cached
     try:
         for level, msg, args, exc_info in calls:
             logger.log(level, msg, *args, exc_info=exc_info)
     finally:
         logger.removeHandler(handler)
+        logger.propagate = before[0]
+        logger.setLevel(before[1])
     return out.getvalue()
 
 

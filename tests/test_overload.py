@@ -16,12 +16,12 @@ from streamlens.detect.motion import MotionDetector
 from streamlens.frame import EndOfStream, Frame, FrameResult
 from streamlens.graph.admit import Admission
 from streamlens.graph.channel import Channel
-from streamlens.graph.control import (CALM_WAIT_SHARE, MIN_WAIT_SHARE, PROBE_CALMS, SHED_STEPS, WAIT_SHARE,
+from streamlens.graph.overload.control import (CALM_WAIT_SHARE, MIN_WAIT_SHARE, PROBE_CALMS, SHED_STEPS, WAIT_SHARE,
                                       BudgetController, Shedder)
 from streamlens.graph.engine import DetectWorker, Engine, Lane
-from streamlens.graph.shedding import fair_shares
-from streamlens.graph.chooser import KeyframeChooser
-from streamlens.graph.keyframes import SceneCutDetector
+from streamlens.graph.overload.shedding import fair_shares
+from streamlens.graph.schedule.chooser import KeyframeChooser
+from streamlens.graph.schedule.keyframes import SceneCutDetector
 from streamlens.track import build_tracker
 
 from .test_budget import Clock, feed
@@ -542,8 +542,8 @@ def test_frames_late_from_a_source_that_sheds_undecoded_make_the_controller_shed
     import av
 
     from streamlens.config import SourceConfig
-    from streamlens.graph.drops import Losses
-    from streamlens.graph.stream import Stream, StreamSet
+    from streamlens.graph.run.losses import Losses
+    from streamlens.graph.run.stream import Stream, StreamSet
     from streamlens.sources.file import FileSource
 
     video = tmp_path / "clip.mp4"

@@ -17,7 +17,7 @@ from streamlens.bench.accuracy import match_frame
 from streamlens.detect.onnx import OnnxDetector
 from streamlens.detect.preprocess import InputSpec, place_region
 from streamlens.frame import Frame
-from streamlens.graph.regions import RegionPlanner
+from streamlens.graph.schedule.regions import RegionPlanner
 from streamlens.track.matching import box_iou
 
 from .conftest import DATA, need_video

@@ -15,7 +15,7 @@ import pytest
 
 import streamlens
 from streamlens.frame import Frame
-from streamlens.graph import runtime
+from streamlens.graph.run import pipeline as runtime
 from streamlens.graph.channel import file_credits
 from streamlens.sinks import Sink
 

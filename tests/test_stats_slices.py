@@ -1,4 +1,4 @@
-"""The run's loop spreads the streams' `stats` messages over its ticks (graph/reports.py
+"""The run's loop spreads the streams' `stats` messages over its ticks (graph/run/reports.py
 `StatsReporter.periodic`): building every stream's at once held the process for 70-120 ms each
 second at 48 streams. Over one round of slices, every running stream is published exactly once,
 through the run's real fan-out to a sink that takes stats."""
@@ -6,10 +6,10 @@ through the run's real fan-out to a sink that takes stats."""
 from __future__ import annotations
 
 from streamlens.frame import StatsReport
-from streamlens.graph.fanout import FanOut
-from streamlens.graph.reports import StatsReporter
+from streamlens.graph.publish.fanout import FanOut
+from streamlens.graph.run.reports import StatsReporter
 from streamlens.config import SourceConfig
-from streamlens.graph.stream import Stream, StreamSet
+from streamlens.graph.run.stream import Stream, StreamSet
 from streamlens.sinks.base import Sink
 
 

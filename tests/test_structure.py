@@ -236,6 +236,32 @@ def tools() -> dict[str, ast.AST]:
             for path in sorted(TOOLS.rglob("*.py"))}
 
 
+def test_every_package_says_what_it_is_in_its_front_door():
+    """Each package of streamlens/ (graph/'s rooms included) has a docstring in its `__init__.py`."""
+    bare = [str(init.relative_to(PACKAGE.parent)) for init in sorted(PACKAGE.rglob("__init__.py"))
+            if not ast.get_docstring(ast.parse(init.read_text()))]
+    assert not bare, f"packages without a docstring: {bare}"
+
+
+def probes(path: Path) -> list[int]:
+    """The lines of `path` that call getattr() or hasattr()."""
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")]
+
+
+def test_probes_and_tests_the_graph_makes_of_its_own_interfaces_are_few():
+    """The runtime declares what its parts can do (on Stage, Source, Sink, Detector, Tracker, the
+    schedulers) instead of probing them: at most 3 getattr/hasattr in graph/ and its rooms."""
+    found = {f"{path.relative_to(PACKAGE)}:{line}" for path in (PACKAGE / "graph").rglob("*.py") for line in probes(path)}
+    assert len(found) <= 3, sorted(found)
+
+
+def test_probes_count_calls_and_nothing_else(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("x = getattr(a, 'b', None)\n# getattr(c)\ny = 'hasattr(d)'\nz = hasattr(e, 'f')\n")
+    assert probes(path) == [1, 4]
+
+
 def test_the_readings_of_tools():
     """The checks below, on a tool that does everything they forbid."""
     tree = ast.parse("import sys\nsys.path.insert(0, 'x')\nsys.path += ['y']\nsys.path[0] = 'z'\n"

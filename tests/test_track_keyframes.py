@@ -12,7 +12,7 @@ import pytest
 
 from streamlens.config import KeyframeConfig
 from streamlens.frame import Frame
-from streamlens.graph.keyframes import (AdaptiveKeyframeScheduler, KeyframeScheduler, SceneCutDetector,
+from streamlens.graph.schedule.keyframes import (AdaptiveKeyframeScheduler, KeyframeScheduler, SceneCutDetector,
                                         build_scheduler, stagger_offsets)
 from streamlens.track import TrackingSignals
 
@@ -160,7 +160,7 @@ def test_steady_untracked_motion_does_not_ask_for_keyframes_again_and_again():
     baseline; only new motion on top of it brings a keyframe early."""
     from types import SimpleNamespace
 
-    from streamlens.graph.keyframes import AdaptiveKeyframeScheduler
+    from streamlens.graph.schedule.keyframes import AdaptiveKeyframeScheduler
 
     s = AdaptiveKeyframeScheduler(interval=10, max_interval=10)
     signals = SimpleNamespace(confidence=1.0, untracked_motion=0.2, births=1, losses=0, keyframe=None)
@@ -189,7 +189,7 @@ def test_a_stretch_widens_both_schedules_and_holds_back_early_keyframes():
 
 
 def test_the_longest_gap_follows_the_adaptive_schedule():
-    from streamlens.graph.keyframes import longest_gap
+    from streamlens.graph.schedule.keyframes import longest_gap
 
     assert longest_gap(KeyframeConfig(interval=5)) == 5
     assert longest_gap(KeyframeConfig(interval=5, adaptive=True, max_interval=15)) == 15

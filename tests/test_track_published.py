@@ -13,7 +13,7 @@ import streamlens
 from streamlens.detect import build_detector
 from streamlens.detect.base import Detector
 from streamlens.frame import Frame, FrameResult
-from streamlens.graph import runtime
+from streamlens.graph.run import pipeline as runtime
 from streamlens.track import KeyframeTracker
 
 from .conftest import REPO

@@ -93,7 +93,7 @@ sinks: [{{type: jsonl, path: {folder / 'results.jsonl'}}}]
 runtime:
   queue_size: 64
   budget_ms: 1000
-  http: {{host: '{host}', port: 0, preview_fps: 10, token_env: {token_env}}}
+  http: {{host: '{host}', port: 0, preview_fps: 10, token_env: {token_env}, add_folders: ['{SAMPLE.parent}']}}
 """)
     return path
 

@@ -154,6 +154,7 @@ def test_connections_past_max_peers_are_refused_and_counted():
             s.connect(sink.endpoint)
             subs.append(s)
         assert wait_until(lambda: sink.refusals().get("peers", 0) >= 2), sink.refusals()
+        assert sink.wait_for(2, timeout_s=30)  # the two admitted have subscribed
         send(sink, result(0))
         delivered = sum(1 for s in subs if s.poll(2000))
         assert delivered == 2

@@ -52,7 +52,7 @@ from streamlens.bench.harness import RESULTS, VIDEOS, YOLOX_NANO, header, need, 
 from streamlens.config import parse_pipeline
 from streamlens.detect.onnx import OnnxDetector
 from streamlens.frame import Frame
-from streamlens.graph.runtime import Pipeline
+from streamlens.graph.run.pipeline import Pipeline
 
 YOLOX = YOLOX_NANO / "yolox_nano.onnx"
 CLIP = VIDEOS / "highway_720p30.mp4"

@@ -56,7 +56,7 @@ from streamlens.config import parse_pipeline
 from streamlens.detect.ultralytics_backend import UltralyticsDetector
 from streamlens.detect.ultralytics_offline import import_ultralytics_offline
 from streamlens.frame import Frame
-from streamlens.graph.runtime import Pipeline
+from streamlens.graph.run.pipeline import Pipeline
 
 CLIP = VIDEOS / "highway_720p30.mp4"
 BATCHES = (1, 4, 8, 16, 32, 64)

@@ -9,7 +9,7 @@ the shared YOLOX-Nano, `resize: bucket`, one onnxruntime thread) and the `mv` tr
 
 1. the reference: the same detector on every whole frame (`streamlens.bench.reference`, cached);
 2. one file-mode run (nothing dropped, the same on every run) with `regions: off`, and one with
-   `regions: motion` per change level in `--levels` (`streamlens.graph.regions.CHANGE_LEVEL`), in
+   `regions: motion` per change level in `--levels` (`streamlens.graph.schedule.regions.CHANGE_LEVEL`), in
    this process through `streamlens.Pipeline`; every frame's boxes scored against the reference
    (F1 at IoU 0.5, class-aware, matched per frame: `streamlens.bench.accuracy`), on all frames and on
    keyframes alone;
@@ -72,7 +72,7 @@ def run(video: str, detector: dict, keyframes: dict, level: float | None, work: 
 
     import streamlens
     from streamlens.frame import FrameResult
-    from streamlens.graph import regions
+    from streamlens.graph.schedule import regions
 
     if level is not None:
         regions.CHANGE_LEVEL = level

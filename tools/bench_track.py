@@ -43,7 +43,7 @@ from streamlens.bench.harness import DATA, MODELS, VIDEOS, command_line, machine
 from streamlens.eval.metrics import combine, read_mot_file, score_sequence
 from streamlens.eval.mot import load_sequence, replay, write_results
 from streamlens.frame import WEAK, Frame
-from streamlens.graph.keyframes import KeyframeScheduler
+from streamlens.graph.schedule.keyframes import KeyframeScheduler
 from streamlens.sources.file import FileSource
 from streamlens.track.matching import box_iou, match_by_iou
 from streamlens.track.motion import MotionVectors, SparseFlow

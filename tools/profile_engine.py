@@ -51,11 +51,11 @@ STAGES = [
     ("admission (scene sample, motion observation)", ["graph/admit.py"]),
     ("tracking (update, propagate)", ["streamlens/track/"]),
     ("message building (JSON)", ["wire/schema.py", "wire/codec.py"]),
-    ("publishing (fan-out, ZeroMQ)", ["graph/fanout.py", "sinks/zmq.py", "sinks/base.py"]),
-    ("result stages and figures", ["graph/route.py", "graph/stages.py", "analytics/", "graph/stats.py",
-                                   "graph/reports.py"]),
-    ("engine: loop, keyframe choice", ["graph/engine.py", "graph/keyframes.py", "graph/chooser.py", "graph/channel.py"]),
-    ("run loop, controller", ["graph/runtime.py", "graph/control.py", "graph/drops.py"]),
+    ("publishing (fan-out, ZeroMQ)", ["graph/publish/fanout.py", "sinks/zmq.py", "sinks/base.py"]),
+    ("result stages and figures", ["graph/publish/route.py", "graph/publish/stages.py", "analytics/", "graph/run/stats.py",
+                                   "graph/run/reports.py"]),
+    ("engine: loop, keyframe choice", ["graph/engine.py", "graph/schedule/keyframes.py", "graph/schedule/chooser.py", "graph/channel.py"]),
+    ("run loop, controller", ["graph/run/pipeline.py", "graph/overload/control.py", "graph/run/losses.py"]),
 ]
 #: a sample whose innermost frame is one of these is a wait, not work
 WAITS = ("Condition.wait", "Event.wait", "sleep (", "select (", "poll (", "Thread.join")

@@ -193,7 +193,7 @@ class ZmqSinkConfig(_Sink):
         return curve
 
 
-#: the analytics' event kinds (`event` of an event message), and `clip_lost` (graph/clip_stage.py)
+#: the analytics' event kinds (`event` of an event message), and `clip_lost` (graph/publish/clips.py)
 EVENT_KINDS = ("line_cross", "zone_enter", "zone_exit", "loiter", "object_start", "object_update", "object_end",
                "clip_lost")
 

@@ -101,7 +101,7 @@ class NeuralDetector(Detector):
 
     def detect(self, frames: list[Frame]) -> list[sv.Detections]:
         """One `sv.Detections` per frame, in source pixels. A frame whose `region` has no area (nothing
-        moved, nothing tracked: see graph/regions.py) is not run: it gets no boxes."""
+        moved, nothing tracked: see graph/schedule/regions.py) is not run: it gets no boxes."""
         results: list[sv.Detections | None] = [None] * len(frames)
         inputs: list[PreparedInput | None] = [None] * len(frames)
         by_size: dict[tuple[int, int], list[int]] = {}

@@ -26,7 +26,7 @@ import supervision as sv
 
 from ..errors import StreamlensError
 from ..frame import Frame, empty_detections
-from ..graph.keyframes import KeyframeScheduler
+from ..graph.schedule.keyframes import KeyframeScheduler
 from ..track.base import Tracker
 from .metrics import read_mot_file
 

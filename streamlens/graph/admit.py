@@ -14,7 +14,7 @@ on that stream's own thread so that its work overlaps the engine's and the other
    (`adaptive`) first waits until the engine has published its previous frame, so the signals are
    those after exactly that frame and its keyframes are the same on every run (its decoding still
    runs a frame ahead of the engine). A live stream of the shared schedule only marks scene cuts
-   here; the engine chooses its keyframes (graph/chooser.py `KeyframeChooser`);
+   here; the engine chooses its keyframes (graph/schedule/chooser.py `KeyframeChooser`);
 3. a keyframe's detector input made ahead, when the detector runs on an accelerator
    (`Detector.prepare_ahead`);
 4. the tracker's per-frame work made ahead (`Tracker.prepare`: the motion model's observation).
@@ -30,7 +30,7 @@ Example:
     >>> import numpy as np
     >>> from streamlens.config import TrackerConfig
     >>> from streamlens.track import build_tracker
-    >>> from streamlens.graph.keyframes import KeyframeScheduler
+    >>> from streamlens.graph.schedule.keyframes import KeyframeScheduler
     >>> lane = Lane("cam1", build_tracker(TrackerConfig(motion=None), 30), False, 3)
     >>> admit = Admission(lane, KeyframeScheduler(3))
     >>> frames = [Frame("cam1", i, i / 30, 0.0, np.zeros((8, 8, 3), np.uint8)) for i in range(7)]
@@ -47,16 +47,16 @@ from collections.abc import Callable
 
 from ..errors import StreamlensError
 from ..frame import EndOfStream, Frame
-from .engine import Lane
 from .channel import Channel, Credits
-from .keyframes import SceneCutDetector, thumbnail_step
+from .engine import Lane
+from .schedule.keyframes import SceneCutDetector, thumbnail_step
 
 log = logging.getLogger("streamlens")
 
 
 class StreamStop(threading.Event):
     """What ends one stream's source: set when the run stops (`reason` "stopped"), or when the stream
-    alone is removed from a running pipeline (graph/streams.py: `reason` "removed")."""
+    alone is removed from a running pipeline (graph/run/changes.py: `reason` "removed")."""
 
     reason = "stopped"
 

@@ -36,7 +36,7 @@ The engine thread is the only writer of the lanes, their trackers, the `Keyframe
 budget controller's settings. Other threads reach them through it: admission reads each lane's
 `LaneView`, a read-only copy the engine publishes; the controller's rung and any other work
 (`Engine.post`) come through its mailbox, a channel it waits on with the inbox. Results go to
-`publish` (`ResultRoute.publish`, graph/route.py); the detector's thread is in graph/detect_worker.py.
+`publish` (`ResultRoute.publish`, graph/publish/route.py); the detector's thread is in graph/schedule/detect_worker.py.
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ from ..frame import EndOfStream, Frame, FrameResult, MediaClock, StreamEnd
 from ..track import Tracker
 from ..track.base import confident
 from .channel import Channel, ChannelClosed, get_any
-from .chooser import KeyframeChooser
-from .detect_worker import Detected, DetectWorker, KeyframeQueue
-from .regions import build_planner
+from .schedule.chooser import KeyframeChooser
+from .schedule.detect_worker import Detected, DetectWorker, KeyframeQueue
+from .schedule.regions import build_planner
 
 #: tracker steps of a late keyframe's replay done at a time while the inbox is empty
 REPLAY_CHUNK = 4
@@ -197,11 +197,11 @@ class Engine:
                  on_detected: Callable[[Detected], None] | None = None, chooser: KeyframeChooser | None = None,
                  on_keyframe: Callable[[Frame, sv.Detections, sv.Detections], None] | None = None,
                  mail: Channel | None = None, regions=None):
-        """`publish`: where each result and stream end goes (`ResultRoute.publish`, graph/route.py);
+        """`publish`: where each result and stream end goes (`ResultRoute.publish`, graph/publish/route.py);
         `mail`: the engine's mailbox, made with `Channel(share=inbox)` (default: one of its own):
         `Mail` and `Control` items posted there run on the engine thread before its next input;
         `regions`: the `detector` section, whose `regions` key gives each stream a `RegionPlanner`
-        (graph/regions.py) that chooses what of its keyframes the detector sees (None: whole frames)."""
+        (graph/schedule/regions.py) that chooses what of its keyframes the detector sees (None: whole frames)."""
         self.on_detected = on_detected  # told of every keyframe back from the detector, late ones too
         #: told of every keyframe whose detections the tracker applied (late ones too, when applied):
         #: the frame, the detector's boxes on it and the tracked objects they gave
@@ -230,7 +230,7 @@ class Engine:
         self.regions = {lane.name: p for lane in lanes if (p := build_planner(regions)) is not None}
         self._regions = regions  # for the planners of streams added later
         self._control = Control(1.0, True, False)  # the budget controller's rung as last applied
-        #: go on with no stream open: the last one was removed (graph/streams.py), more may be added
+        #: go on with no stream open: the last one was removed (graph/run/changes.py), more may be added
         self.hold_open = False
         self._ending = False  # `end_when_empty()`: the run is ending, hold no more
 
@@ -263,7 +263,7 @@ class Engine:
         self.mail.put(order, key="control", drop_oldest=True)
 
     def apply_control(self, stretch: float, wait: bool, throughput: bool, max_wait_s: float | None = None) -> None:
-        """The budget controller's rung (graph/control.py), applied to what the engine owns (on its
+        """The budget controller's rung (graph/overload/control.py), applied to what the engine owns (on its
         thread): its live lanes' longest gap and the shared schedule (x `stretch`; a live stream with
         a schedule of its own reads it in its lane's view), whether live keyframes wait for their
         detections, whether the detector batches for throughput (budget lifted; the detector's
@@ -319,7 +319,7 @@ class Engine:
 
     def batch_can_grow(self, until: float) -> bool:
         """Whether a keyframe could still join the detector's batch by `until` (time.monotonic()),
-        asked from the detector's thread (graph/batcher.py). A file, or a live stream with a schedule
+        asked from the detector's thread (graph/schedule/batcher.py). A file, or a live stream with a schedule
         of its own and no keyframe in flight, may send one at any frame; the shared schedule's
         streams answer for themselves (`KeyframeChooser.joinable_by`). A stream added or removed
         meanwhile is read next time (`lanes` is a snapshot)."""

@@ -8,7 +8,7 @@
 
 Everything is derived from the events as they come, so the counts of a minute equal the events of
 that minute, whoever reads them. Rows older than `keep_days` are deleted when the writer opens the
-file and once an hour after. A `clip_lost` event (graph/clip_stage.py) marks the events recorded
+file and once an hour after. A `clip_lost` event (graph/publish/clips.py) marks the events recorded
 with its clip's path (in the `MARK_WITHIN_S` before it) lost: their `clip` gains `"lost": true` and
 the `reason`, as every later read gives them.
 

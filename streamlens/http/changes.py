@@ -10,7 +10,7 @@
   stream, `409` for one that has ended.
 
 With several engines (`runtime.workers`), an added stream goes to the engine with the fewest open
-streams. What runs and what it may change: graph/streams.py (`StreamChanges`) and
+streams. What runs and what it may change: graph/run/changes.py (`StreamChanges`) and
 scale/supervisor.py. `runtime.http.manage: false` turns both routes off (`403`).
 
 A request's body is read only here, only for `POST /api/streams`: at most `MAX_BODY` bytes, said

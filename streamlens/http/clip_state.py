@@ -2,7 +2,7 @@
 `Retry-After`) or never will (410 Gone, with the line `clip_gone` gives).
 
 A clip never comes when its event says it was lost (`clip.lost`, with `clip.reason`: the clip stage
-marks it, streamlens/graph/clip_stage.py), or when `EXPECTED_WITHIN_S` has passed since its window
+marks it, streamlens/graph/publish/clips.py), or when `EXPECTED_WITHIN_S` has passed since its window
 ended (by the event's wall time `ts`) without it: its run ended (or was killed) before its word
 came, or retention (`analytics.clips.retain`) deleted it since.
 

@@ -1,4 +1,4 @@
-"""What the HTTP server reads of a run: `RunView`, met by `graph.runtime.Pipeline` (one process) and
+"""What the HTTP server reads of a run: `RunView`, met by `graph.run.pipeline.Pipeline` (one process) and
 `scale.supervisor.Supervisor` (several engines).
 
 The server names this protocol rather than either class because both runs start the server: it
@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ..config.model import PipelineConfig
-    from ..graph.control import BudgetController
-    from ..graph.stats import StreamStats
+    from ..graph.overload.control import BudgetController
+    from ..graph.run.stats import StreamStats
     from ..scale.preview import EnginePreviews
     from .preview import PreviewSink
 

@@ -144,7 +144,7 @@ class EngineRun:
 
     def run(self, on_tick=None) -> tuple[str, object]:
         """("report", RunReport) once the run has ended, or ("failed", line) if it could not start."""
-        from ..graph.runtime import Pipeline
+        from ..graph.run.pipeline import Pipeline
 
         spec = self.spec
         try:

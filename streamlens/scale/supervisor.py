@@ -65,7 +65,7 @@ from ..config import PipelineConfig, SourceConfig, preflight_problems
 from ..config.added import added_source, check_room
 from ..errors import ConfigError, NoSuchStream, StreamConflict
 from ..frame import StreamEnd
-from ..graph.stats import RunReport, StreamStats
+from ..graph.run.stats import RunReport, StreamStats
 from .engine import EngineSpec, Snapshot
 from .figures import merge_counters, merge_secondary
 from .engine_config import engine_config
@@ -81,7 +81,7 @@ def runner_for(config: PipelineConfig, *, log_level: int = logging.WARNING):
     """What runs `config`: a `Supervisor` when it asks for several engines or a cluster, else one
     `Pipeline`. Both `run()`, `stop()` and `abort()` alike."""
     if not supervised(config):
-        from ..graph.runtime import Pipeline
+        from ..graph.run.pipeline import Pipeline
 
         return Pipeline(config)
     return Supervisor(config, log_level=log_level)

@@ -22,7 +22,7 @@ one run per crop (one backbone, several heads: each reads its own `output`). A c
 cannot take (its queue full) is dropped, counted, and its track may be looked at again later.
 
 Answers come back to the engine's thread and apply to their track from the next frame it
-publishes (`process`, the first result stage: graph/stages.py): a `classify` entry's answer is
+publishes (`process`, the first result stage: graph/publish/stages.py): a `classify` entry's answer is
 the score-weighted vote over its looks (each look votes for its top label with that label's
 probability; the label with the most weight wins, its score the mean of its probabilities) and
 becomes the object's `attributes[name]` on every frame of the track from then on (in the
@@ -271,7 +271,7 @@ class SecondaryStage(WorkerStage):
                     look.area, look.at = area, t
 
     def process(self, result: FrameResult, messages: list) -> tuple[FrameResult, list]:
-        """A result stage (graph/stages.py): take the answers that came back for the result's stream,
+        """A result stage (graph/publish/stages.py): take the answers that came back for the result's stream,
         and pass on the result with what is known of each tracked object's track in
         `detections.data["attributes"]` (the same result when nothing is known of any); the
         embeddings that changed go after `messages`."""

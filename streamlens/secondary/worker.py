@@ -25,7 +25,7 @@ import queue
 import threading
 from collections import defaultdict, deque
 
-from ..graph.stage import Stage
+from ..graph.publish.stage import Stage
 
 log = logging.getLogger("streamlens")
 

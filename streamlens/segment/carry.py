@@ -26,7 +26,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..frame import FrameResult, track_labels
-from ..graph.stage import Stage
+from ..graph.publish.stage import Stage
 from ..secondary.worker import FORGET_AFTER_S, LastSeen
 from .masks import BoxMask
 
@@ -92,7 +92,7 @@ class DetectorMaskStage(Stage):
     """Masks as the detector gives them (an Ultralytics `-seg` model: `detections.data["masks"]`, a
     `BoxMask` per box), with no `segment.model`: on each keyframe the tracker applied, each tracked
     object takes the mask of the detector's box it rests on (the one it overlaps most, IoU >= 0.5),
-    and carries it like a SAM mask until the next. A result stage (graph/stages.py)."""
+    and carries it like a SAM mask until the next. A result stage (graph/publish/stages.py)."""
 
     offers = True
 

@@ -164,7 +164,7 @@ class SegmentStage(WorkerStage):
         return fresh, begun
 
     def process(self, result: FrameResult, messages: list) -> tuple[FrameResult, list]:
-        """A result stage (graph/stages.py): the answers that came back for the result's stream are
+        """A result stage (graph/publish/stages.py): the answers that came back for the result's stream are
         taken, and the result goes on with each tracked object's mask (streamlens/segment/carry.py)."""
         self.check()
         stream = result.frame.stream

@@ -17,7 +17,7 @@ that cannot be made) loses that clip, counted in `lost`. Each clip's outcome goe
 reason, refused)` (reason None: written; else why it is lost, one line; `refused`: a request that
 came too late for this recorder, which leaves a clip already asked for into that path as it is),
 whose owner tells it (the engine's clip stage: one warning per stream, every loss counted;
-streamlens/graph/clip_stage.py): the recorder itself logs only at debug level. `retain` (days,
+streamlens/graph/publish/clips.py): the recorder itself logs only at debug level. `retain` (days,
 bytes) is applied to the clips folder after each write: the oldest files past either go.
 
 Times are the source's presentation times in seconds (packet pts x time base), the same clock as

@@ -257,7 +257,7 @@ PREFIX_MAX_GOP_S = 4.0
 
 
 class DecodeShare:
-    """What a source decodes when the budget controller sheds its frames (graph/control.py):
+    """What a source decodes when the budget controller sheds its frames (graph/overload/control.py):
     `share` of them (1.0: every frame; 0.0: its keyframes only, the controller's last rung).
 
     A frame shed undecoded saves its decoding too, and the only frames a decoder can leave out

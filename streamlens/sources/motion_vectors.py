@@ -77,7 +77,7 @@ def release_side_data(frame, container) -> bool:
 
 
 #: True once a frame's side data could not be released (an unknown PyAV layout): the reference
-#: cycles stay, and a pipeline reading motion vectors collects them itself (graph/runtime.py)
+#: cycles stay, and a pipeline reading motion vectors collects them itself (graph/run/pipeline.py)
 SIDE_DATA_CYCLE = False
 _POINTER = ctypes.sizeof(ctypes.c_void_p)
 _OBJECT_HEAD = 2 * _POINTER  # a PyObject's reference count and type

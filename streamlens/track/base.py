@@ -89,7 +89,7 @@ class Tracker:
     def held_boxes(self) -> np.ndarray:
         """Every box the tracker still holds, `(N, 4)` x1 y1 x2 y2 in source pixels, whatever its
         track's state (lost ones too): where the detector must look again even if nothing there
-        moves (`detector.regions`, graph/regions.py). The default holds none."""
+        moves (`detector.regions`, graph/schedule/regions.py). The default holds none."""
         return np.empty((0, 4), np.float32)
 
 

@@ -82,7 +82,7 @@ def frame_message(result: FrameResult) -> dict[str, Any]:
 def event_message(event: Event) -> dict[str, Any]:
     """The schema-v1 `event` message: what happened (`event`: line_cross, zone_enter, zone_exit,
     loiter, object_start, object_update, object_end; clip_lost: a clip that could not be kept,
-    graph/clip_stage.py), on which frame, to which object. An event with
+    graph/publish/clips.py), on which frame, to which object. An event with
     a snapshot says so (`snapshot`: its `kind`, the `frame` it shows, its size in `bytes`, and the
     `path` it was written to or null); the JPEG itself travels beside the message where a sink can
     carry it (ZeroMQ's third part, an MQTT topic)."""

@@ -34,8 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .channel import Channel, ChannelClosed
-
+from ..channel import Channel, ChannelClosed
 
 
 class DetectCost:

@@ -1,7 +1,7 @@
 """Result stages: what a result goes through after the engine and before the sinks.
 
-A stage (graph/stage.py `Stage`) has `process(result, messages) -> (result, messages)`, called on the engine
-thread for each `FrameResult`, in the order of `ResultRoute.stages` (graph/route.py): it gets the
+A stage (graph/publish/stage.py `Stage`) has `process(result, messages) -> (result, messages)`, called on the engine
+thread for each `FrameResult`, in the order of `ResultRoute.stages` (graph/publish/route.py): it gets the
 result as the stages before it left it and the messages they made, and returns the result to pass
 on and the messages. A result is never changed: a stage that adds to it returns a new one
 (`dataclasses.replace`); its own messages (`Event`, `Embedding`: each kind numbered per stream)
@@ -32,9 +32,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..analytics.build import build_stream_analytics
-from ..analytics.snapshots import Snapshots
-from ..frame import Event, FrameResult, track_labels
+from ...analytics.build import build_stream_analytics
+from ...analytics.snapshots import Snapshots
+from ...frame import Event, FrameResult, track_labels
 from .stage import Stage
 
 

@@ -2,16 +2,16 @@
 
     source threads (one per stream: graph/admit.py run_source) --inbox--> engine thread
         engine (graph/engine.py) <--> detector thread (keyframes out, detections back)
-        -> ResultRoute (graph/route.py): the result stages in order, then the fan-out to the sinks
+        -> ResultRoute (graph/publish/route.py): the result stages in order, then the fan-out to the sinks
     the thread that called run(): the run's loop (`_loop`): budget controller, stats messages
 
 Each node does one job, in its own module: admission (graph/admit.py), the engine (lanes, the
-keyframe decision, tracking, order), the detector's batching (graph/batcher.py), the route of a
-result and its stages (graph/route.py, graph/stages.py), the fan-out to the sinks
-(graph/fanout.py), the budget controller (graph/control.py), loss accounting (graph/drops.py),
-the `stats` and `eos` messages (graph/reports.py), the run's figures (graph/stats.py), each stream
-and everything it has (graph/stream.py), streams added or removed while running
-(graph/streams.py); graph/process.py holds what a run changes in the whole process. This module wires them and owns their lifecycle (`_build`,
+keyframe decision, tracking, order), the detector's batching (graph/schedule/batcher.py), the route of a
+result and its stages (graph/publish/route.py, graph/publish/stages.py), the fan-out to the sinks
+(graph/publish/fanout.py), the budget controller (graph/overload/control.py), loss accounting (graph/run/losses.py),
+the `stats` and `eos` messages (graph/run/reports.py), the run's figures (graph/run/stats.py), each stream
+and everything it has (graph/run/stream.py), streams added or removed while running
+(graph/run/changes.py); graph/run/process.py holds what a run changes in the whole process. This module wires them and owns their lifecycle (`_build`,
 `_start`, `_loop`, `_close`):
 
 - The inbox gives each stream its own share; a file source blocks when its share is full (nothing
@@ -48,28 +48,29 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..config import PipelineConfig, load_pipeline, preflight_problems
-from ..detect import build_detector
-from ..errors import ConfigError, StreamlensError
-from ..frame import FrameResult, StreamEnd
-from ..http.server import MetricsServer
-from ..sinks import Sink, build_sink
-from ..track import weak_floor
-from .channel import Channel, Credits, file_credits
-from .chooser import build_chooser
-from .control import BudgetController
-from .drops import Losses
-from .engine import Control, DetectWorker, Engine, Lane, Mail, engine_mailbox
-from .fanout import FanOut
-from .keyframes import longest_gap, stagger_offsets
-from .model_stages import Stages, build_stages
+from ...config import PipelineConfig, load_pipeline, preflight_problems
+from ...detect import build_detector
+from ...errors import ConfigError, StreamlensError
+from ...frame import FrameResult, StreamEnd
+from ...http.server import MetricsServer
+from ...sinks import Sink, build_sink
+from ...track import weak_floor
+from ..channel import Channel, Credits, file_credits
+from ..engine import Control, DetectWorker, Engine, Lane, Mail, engine_mailbox
+from ..overload.control import BudgetController
+from ..publish.build import Stages, build_stages
+from ..publish.fanout import FanOut
+from ..publish.route import ResultRoute
+from ..schedule.chooser import build_chooser
+from ..schedule.keyframes import longest_gap, stagger_offsets
+from .changes import StreamChanges
+from .losses import Losses
 from .process import CycleCollector, live_switch_interval
 from .reports import StatsReporter
 from .results import QueueSink, results_of
-from .route import ResultRoute
-from .stats import RunReport, StreamStats
+from .stats import RunReport
 from .stream import Stream, StreamSet
-from .streams import StreamChanges
+from .view import RunFigures
 
 log = logging.getLogger("streamlens")
 
@@ -80,7 +81,7 @@ ABORT_JOIN_S = 10.0
 ABORT_SINK_GRACE_S = 0.5
 
 
-class Pipeline:
+class Pipeline(RunFigures):
     """A pipeline built from a `PipelineConfig`; `run()` it once. Its HTTP server reads it as a
     `streamlens.http.run_view.RunView`."""
 
@@ -110,7 +111,7 @@ class Pipeline:
         #: the live page's view of the run (streamlens/http/preview.py), when `runtime.http.page` is on
         self.preview = None
         self._engine: Engine | None = None
-        #: the run's streams, each the owner of its parts (graph/stream.py): the file's, then those added
+        #: the run's streams, each the owner of its parts (graph/run/stream.py): the file's, then those added
         self.streams = StreamSet([Stream.listed(s) for s in config.sources])
         self._threads: list[threading.Thread] = []  # every thread of the run, added streams' too
         self._prepare = None  # the detector's `prepare`, when it makes a keyframe's input ahead
@@ -126,11 +127,6 @@ class Pipeline:
         self.controller = (BudgetController(config.runtime.budget_ms, live, max_stretch=config.runtime.max_stretch,
                                             keyframe_wait=self._chooser is not None)
                            if live and config.runtime.control else None)
-
-    @property
-    def stats(self) -> dict[str, StreamStats]:
-        """Each stream's figures by name, as they are now (a new dict: `streams` is the owner)."""
-        return self.streams.stats()
 
     @classmethod
     def from_yaml(cls, path: str | Path, **kwargs) -> Pipeline:
@@ -172,19 +168,19 @@ class Pipeline:
 
     def add_stream(self, source: dict, *, remote: bool = False) -> tuple[str, list[str]]:
         """Add a stream while running (`source`: one mapping of `sources`; `remote`: asked over HTTP): its
-        name and warnings. Raises `ConfigError`, `StreamConflict` or `StreamLimit` (graph/streams.py)."""
+        name and warnings. Raises `ConfigError`, `StreamConflict` or `StreamLimit` (graph/run/changes.py)."""
         return self._changes.add(source, remote=remote)
 
     def remove_stream(self, name: str) -> None:
         """End stream `name` while running (its `eos`: reason `removed`). Raises `NoSuchStream` or
-        `StreamConflict`; see graph/streams.py."""
+        `StreamConflict`; see graph/run/changes.py."""
         self._changes.remove(name)
 
     @property
     def stopping(self) -> bool:
         return self._stop_sources.is_set()
 
-    # -- what StreamChanges asks (graph/streams.py StreamRun) ------------------------------------
+    # -- what StreamChanges asks (graph/run/changes.py StreamRun) ------------------------------------
 
     @property
     def running(self) -> bool:
@@ -215,47 +211,6 @@ class Pipeline:
     def _join(self, stream: Stream, offset: int) -> Lane:
         return stream.join(self.config, shared=self._chooser is not None, offset=offset, prepare=self._prepare,
                            controller=self.controller, seq=self._first_seq.get(stream.name, 0))
-
-    def source_configs(self) -> dict:
-        """Every stream's source mapping by name: the file's and those added."""
-        return {s.name: s.config for s in self.streams}
-
-    def queue_depth(self, stream: str) -> int:
-        """Frames of `stream` waiting for the engine."""
-        return self._inbox.depth(stream)
-
-    def endpoints(self) -> dict[str, str]:
-        """Where the zmq sinks listen, by key path (`{"sinks[1]": "tcp://0.0.0.0:40213"}`); empty until open."""
-        sinks = self._out.sinks if self._out is not None else []
-        return {s.where: s.endpoint for s in sinks if s.where and s.endpoint is not None}
-
-    def peer_refusals(self) -> dict[str, dict[str, int]]:
-        """Peers each zmq sink refused or disconnected, by key path and reason (wire/peers.py)."""
-        return self._out.refusals() if self._out is not None else {}
-
-    def secondary_stats(self) -> dict:
-        """Per `secondary` entry: looks answered (`calls`), tracks looked at, looks per track, crops
-        computed and found in the cache, its hit rate, mean batch, ms per computed crop, crops dropped;
-        and under `cache` the cache's own counters. Empty without secondary models."""
-        return self._stages.secondary_stats()
-
-    def segment_stats(self) -> dict:
-        """The mask stage's figures (streamlens/segment/stage.py `stats`); empty without masks."""
-        return self._stages.segment_stats()
-
-    def embedding(self, stream: str, track: int, name: str | None = None):
-        """The embedding kept for `track` of `stream` by the `embed` entry `name` (default: the
-        first), a unit vector, or None; see streamlens/secondary."""
-        secondary = self._stages.secondary
-        return None if secondary is None else secondary.embedding(stream, track, name)
-
-    def control_of(self, stream: str) -> tuple[float, bool, float] | None:
-        """The budget controller's hold on `stream`: (interval stretch, whether keyframes wait for
-        their detections, share of frames shed); None where no controller watches it."""
-        control, owner = self.controller, self.streams.get(stream)
-        if control is None or owner is None or owner.shedder is None:
-            return None
-        return control.stretch, control.wait, owner.shedder.fraction
 
     def abort(self) -> None:
         """Immediate stop: frames not yet processed are dropped, a detector batch in hand is not
@@ -424,7 +379,7 @@ class Pipeline:
             fps = {s.name: s.source.fps for s in self.streams}  # every stream, its rate None where unknown
             sinks = [build_sink(s, fps, where=where) for where, s in cfg.written()] + self._extra_sinks
             if http is not None and cfg.runtime.http.page:
-                from ..http.preview import PreviewSink
+                from ...http.preview import PreviewSink
 
                 self.preview = PreviewSink()  # what the live page shows: newest frames, results, events
                 sinks.append(self.preview)
@@ -446,7 +401,7 @@ class Pipeline:
         return detector, sinks, http
 
     def _start(self, detector, sinks) -> None:
-        """Make the fan-out, each stream's parts (graph/stream.py), the loss accounting and the route
+        """Make the fan-out, each stream's parts (graph/run/stream.py), the loss accounting and the route
         of the results, and start every thread: the queued sinks', the engine's and one per source."""
         cfg = self.config
         self._out = FanOut(sinks, cfg.runtime.queue_size, on_published=self._on_published,

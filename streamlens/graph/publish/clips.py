@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..frame import Event, Frame, FrameResult, empty_detections
+from ...frame import Event, Frame, FrameResult, empty_detections
 from .stage import Stage
 
 log = logging.getLogger("streamlens.clips")

@@ -1,7 +1,7 @@
 """The detector on a thread of its own (`DetectWorker`), and what it sends back (`Detected`).
 
 The engine hands it keyframes (`submit`, never waiting); its thread takes them in batches across
-streams (graph/batcher.py), runs the detector, and delivers each keyframe's detections on a
+streams (graph/schedule/batcher.py), runs the detector, and delivers each keyframe's detections on a
 channel the engine waits on with its inbox. It reports its load (`start_in_s`, `expected_s`) for
 the engine's keyframe decisions, and a keyframe no batch has taken yet can be taken back
 (`withdraw`; `KeyframeQueue` is that queue as the shared schedule sees it).
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import supervision as sv
 
-from ..frame import Frame
+from ...frame import Frame
+from ..channel import Channel, ChannelClosed
 from .batcher import Batcher
-from .channel import Channel, ChannelClosed
 
 #: the nice value of the detector's thread when it runs on the CPU beside live streams
 DETECTOR_NICE = 10

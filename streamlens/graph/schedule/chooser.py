@@ -1,7 +1,7 @@
 """The shared keyframe schedule of an engine's live streams: which stream's frame the detector takes next.
 
 Files, and live streams with `keyframes.shared: false`, keep a schedule of their own
-(graph/keyframes.py). Live streams of the shared schedule (the default) are decided in the engine,
+(graph/schedule/keyframes.py). Live streams of the shared schedule (the default) are decided in the engine,
 frame by frame as they arrive, by one `KeyframeChooser`: the detector is the scarce resource, so
 whenever it is about to be free the stream whose next keyframe is worth most gets it, no keyframe
 waits behind a busy detector longer than a frame period, and a keyframe still waiting in the
@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..config import KeyframeConfig
+from ...config import KeyframeConfig
 from .keyframes import MAX_UNTRACKED_MOTION, MIN_CONFIDENCE, KeyframeResults
 
 #: the tracker's signals raise a stream's worth at most this many times over
@@ -215,7 +215,7 @@ class KeyframeChooser:
         """Whether a stream could still bring the detector a keyframe by `until` (time.monotonic()):
         one with no keyframe in flight, not stalled, past its fewest frames between keyframes, whose
         next frame is expected by then (less `ARRIVAL_SLACK` of a period): what `_expected` yields.
-        The detector's batch stops waiting to fill when none could (graph/batcher.py). Read from the
+        The detector's batch stops waiting to fill when none could (graph/schedule/batcher.py). Read from the
         detector's thread: a stream added or removed meanwhile makes it answer True."""
         try:
             return any(True for _ in self._expected(None, time.monotonic(), until))

@@ -10,11 +10,11 @@ order (`build_scheduler` picks one from the `keyframes` section of a pipeline fi
   is), and later, up to `max_interval`, while keyframes find the scene unchanged.
 
 Both have a `stretch` factor (1.0) on their intervals: the budget controller widens the intervals of
-live streams with it when the machine falls behind (see `streamlens.graph.control`).
+live streams with it when the machine falls behind (see `streamlens.graph.overload.control`).
 
 Files use those per-stream schedules: their keyframes are the same on every run. Live streams
 (`keyframes.shared: true`, the default) share one `KeyframeChooser` instead, in the engine
-(graph/chooser.py), which reads the `KeyframeResults` and the signal thresholds defined here.
+(graph/schedule/chooser.py), which reads the `KeyframeResults` and the signal thresholds defined here.
 
 Example:
     >>> s = KeyframeScheduler(interval=3, offset=1)
@@ -29,8 +29,8 @@ import math
 import cv2
 import numpy as np
 
-from ..config import KeyframeConfig
-from ..frame import THUMBNAIL_WIDTH, Frame, thumbnail_step
+from ...config import KeyframeConfig
+from ...frame import THUMBNAIL_WIDTH, Frame, thumbnail_step
 
 #: adaptive: detect at once when the tracks' mean motion confidence falls below this (0 to 1)
 MIN_CONFIDENCE = 0.5

@@ -25,8 +25,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..frame import FrameResult
-from ..metrics import LatencyHistogram, percentiles
+from ...frame import FrameResult
+from ...metrics import LatencyHistogram, percentiles
 
 EXIT_DONE, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 #: the states of a stream that has ended: `StreamEnd.reason` ("end" shown as "ended")
@@ -59,7 +59,7 @@ class StreamStats:
     displaced_keyframes: int = 0
     #: keyframes whose detections came back too late for the tracker to apply (older than its history)
     discarded_detections: int = 0
-    #: frames (and packets, `corrupt`) lost by cause: see `graph.drops.Losses.of`
+    #: frames (and packets, `corrupt`) lost by cause: see `graph.run.stream.Stream.losses`
     lost: dict = field(default_factory=dict)
     #: `analytics.clips`: clips lost (not written, or never recorded), and why the last one was
     clips_lost: int = 0
@@ -157,7 +157,7 @@ class StreamStats:
 
     def losses(self, lost: dict[str, int], dropped: int, deferred_keyframes: int, discarded_detections: int,
                displaced_keyframes: int = 0) -> None:
-        """What the stream has lost so far, by cause (graph/drops.py), and the engine's counts of
+        """What the stream has lost so far, by cause (graph/run/losses.py), and the engine's counts of
         deferred keyframes, of detections that came back too late to apply and of keyframes that
         gave their place in the detector's queue."""
         with self._lock:
@@ -166,7 +166,7 @@ class StreamStats:
             self.displaced_keyframes = displaced_keyframes
 
     def clip_lost(self, reason: str) -> None:
-        """A clip of the stream is lost, and why (graph/clip_stage.py)."""
+        """A clip of the stream is lost, and why (graph/publish/clips.py)."""
         with self._lock:
             self.clips_lost += 1
             self.clip_loss = reason
@@ -244,7 +244,7 @@ class RunReport:
     wall_s: float
     streams: list[StreamStats]
     #: what the budget controller did, in order (its last 64 steps), how many steps it took, and the
-    #: rung it ended on (see graph/control.py)
+    #: rung it ended on (see graph/overload/control.py)
     control_actions: list[str] = field(default_factory=list)
     control_level: int = 0
     control_steps: int = 0

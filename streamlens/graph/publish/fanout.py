@@ -28,10 +28,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..frame import FrameResult, StatsReport, StreamEnd
-from ..sinks import Sink
-from ..wire.schema import dumps, message_for
-from .channel import Channel, ChannelClosed
+from ...frame import FrameResult, StatsReport, StreamEnd
+from ...sinks import Sink
+from ...wire.schema import dumps, message_for
+from ..channel import Channel, ChannelClosed
 
 
 class _InlineSink:

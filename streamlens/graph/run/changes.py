@@ -1,7 +1,7 @@
 """Streams added to and removed from a running pipeline (`POST` and `DELETE /api/streams`, or
 `Pipeline.add_stream` / `remove_stream` in an embedding program): `StreamChanges`.
 
-A stream is a `Stream` (graph/stream.py), made the same way as the pipeline file's:
+A stream is a `Stream` (graph/run/stream.py), made the same way as the pipeline file's:
 
 - `add(data)`, on the caller's thread: the source mapping is checked as the pipeline file's
   `sources[i]` are (config/added.py: a mistake is `ConfigError`, one line in `validate`'s words;
@@ -37,9 +37,9 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from ..config import PipelineConfig, SourceConfig
-from ..config.added import added_source, check_room
-from ..errors import NoSuchStream, StreamConflict
+from ...config import PipelineConfig, SourceConfig
+from ...config.added import added_source, check_room
+from ...errors import NoSuchStream, StreamConflict
 from .stream import Stream, StreamSet
 
 log = logging.getLogger("streamlens")

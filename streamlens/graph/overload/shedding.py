@@ -1,4 +1,4 @@
-"""Shedding frames: the shares the budget controller sheds (graph/control.py), evened out between
+"""Shedding frames: the shares the budget controller sheds (graph/overload/control.py), evened out between
 the live streams (`fair_shares`), and each stream's `Shedder`, which gives them up where its frames
 are decoded.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 from fractions import Fraction
 from statistics import median
 
-from ..sources.decode import DecodeShare
+from ...sources.decode import DecodeShare
 
 #: shares of every live stream's frames dropped, in the order the controller tries them
 SHED_STEPS = (0.0, 1 / 8, 1 / 4, 1 / 3, 1 / 2, 2 / 3, 3 / 4, 5 / 6, 7 / 8, 9 / 10)

@@ -1,8 +1,8 @@
 """Every result stage of a pipeline, built in one place (`build_stages`), in their order: the
 secondary models (streamlens/secondary), the masks (streamlens/segment), then `analytics:`, its
-snapshots and its clips (graph/stages.py, graph/clip_stage.py). The runtime builds them with the
-detector, starts their workers, hands `Stages.route` to the route of a result (graph/route.py) and
-closes them at the end; each is a `Stage` (graph/stage.py).
+snapshots and its clips (graph/publish/stages.py, graph/publish/clips.py). The runtime builds them with the
+detector, starts their workers, hands `Stages.route` to the route of a result (graph/publish/route.py) and
+closes them at the end; each is a `Stage` (graph/publish/stage.py).
 
 Which mask stage a pipeline gets:
 - `segment.model` set: `SegmentStage`, SAM's encoder and decoder on a worker thread;
@@ -79,7 +79,7 @@ SEGMENT_PREFIX = "streamlens:segment:"
 def segment_cache(cfg):
     """The embeddings' cache for `cfg` (a `PipelineConfig` with `segment`), None when off: a memory
     cache of `segment.cache_items` in front of `runtime.cache.redis` when that is set."""
-    from ..secondary.cache import build_cache
+    from ...secondary.cache import build_cache
 
     seg, shared = cfg.segment, cfg.runtime.cache
     return build_cache(seg.cache_items, shared.redis, shared.ttl_s, prefix=SEGMENT_PREFIX) if seg.cache else None
@@ -91,20 +91,20 @@ def build_stages(cfg, detector, streams, built: list) -> Stages:
     `StreamSet`, which the clips ask for a stream's source."""
     stages = Stages()
     if cfg.secondary:
-        from ..secondary.cache import build_cache
-        from ..secondary.stage import SecondaryStage
+        from ...secondary.cache import build_cache
+        from ...secondary.stage import SecondaryStage
 
         cache = cfg.runtime.cache
         stages.secondary = SecondaryStage(cfg.secondary, build_cache(cache.items, cache.redis, cache.ttl_s))
         built.append(stages.secondary)
     seg = cfg.segment
     if seg is not None and seg.model is not None:
-        from ..segment.stage import SegmentStage
+        from ...segment.stage import SegmentStage
 
         stages.segment = SegmentStage(seg, segment_cache(cfg))
         built.append(stages.segment)
     elif detector.gives_masks:
-        from ..segment.carry import DetectorMaskStage
+        from ...segment.carry import DetectorMaskStage
 
         stages.segment = DetectorMaskStage(seg.output if seg is not None else "polygon",
                                            seg.classes if seg is not None else None)
@@ -115,7 +115,7 @@ def build_stages(cfg, detector, streams, built: list) -> Stages:
         if cfg.analytics.snapshots is not None:
             stages.route.append(SnapshotStage(cfg.analytics.snapshots))
         if cfg.analytics.clips is not None:
-            from .clip_stage import ClipStage
+            from .clips import ClipStage
 
             stages.route.append(ClipStage(cfg.analytics.clips, streams, analytics.next_seq))
     return stages

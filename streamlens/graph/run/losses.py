@@ -32,7 +32,7 @@ class Losses:
         return stream.late_from_source() if stream is not None else 0
 
     def for_controller(self, names: list[str]) -> tuple[dict[str, int], dict[str, int]]:
-        """Per stream of `names`, what the budget controller reads (graph/control.py `tick`): the
+        """Per stream of `names`, what the budget controller reads (graph/overload/control.py `tick`): the
         frames the machine could not carry, which it answers (every frame lost but those it shed,
         and but those that came too late from a source other than a decode worker that sheds
         undecoded: shedding after a decoder behind its clock would not help it; a worker that gives

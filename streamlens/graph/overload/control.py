@@ -102,7 +102,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from ..metrics import nearest_rank
+from ...metrics import nearest_rank
 from .shedding import SHED_STEPS, Shedder, fair_shares, shed_name
 
 #: keyframe interval factors, in the order the controller tries them
@@ -219,7 +219,7 @@ class BudgetController:
         return self._stretch_index + self.throughput + (not self.wait) + self._shed_index + self.keyframes_only
 
     def add(self, stream: str) -> Shedder:
-        """A live stream added while running (graph/streams.py): watched from now on, shedding what
+        """A live stream added while running (graph/run/changes.py): watched from now on, shedding what
         the others shed; its shedder. `shedders` and the samples are replaced, not changed, so a
         `tick` or a reader on another thread goes on over the ones it has."""
         shedder = Shedder((len(self.shedders) * 0.618) % 1.0)  # phases spread as streams come
@@ -231,7 +231,7 @@ class BudgetController:
 
     def shedder(self, stream: str) -> Shedder:
         """`stream`'s shedder: the one made for it at the start, or a new one (`add`) for a stream
-        added since. Its owner (graph/stream.py) keeps it and lets its source thin for it."""
+        added since. Its owner (graph/run/stream.py) keeps it and lets its source thin for it."""
         found = self.shedders.get(stream)
         return found if found is not None else self.add(stream)
 
@@ -274,7 +274,7 @@ class BudgetController:
         return late / (lost + len(every)) if late else 0.0
 
     def tick(self, drops: dict[str, int], losses: dict[str, int] | None = None) -> str | None:
-        """`drops`: each stream's frames lost so far that the controller answers (graph/drops.py
+        """`drops`: each stream's frames lost so far that the controller answers (graph/run/losses.py
         `Losses.for_controller`); `losses`: every frame each lost so far but those shed, for fair
         shares (None: `drops`)."""
         now = self.clock()

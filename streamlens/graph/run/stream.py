@@ -5,7 +5,7 @@ A stream has its source mapping (`config`), its figures (`stats`), its source (d
 of its own), its `Lane` in the engine (its tracker, its frames in order), its keyframe schedule and
 `Admission`, the budget controller's `Shedder` when it is live and watched, the `StreamStop` that
 ends its source, and that thread. Streams of the pipeline file, streams added over HTTP or by an
-embedding program (graph/streams.py), and so the streams of each engine of a supervised run, are
+embedding program (graph/run/changes.py), and so the streams of each engine of a supervised run, are
 all made here the same way, in two steps:
 
 - `Stream.listed` / `open_stream`: its figures, then its source built (a file is opened; a camera
@@ -26,12 +26,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ..config import PipelineConfig, SourceConfig
-from ..sources import Source, build_source, clips_spec
-from ..track import build_tracker
-from .admit import Admission, StreamStop, run_source
-from .engine import Lane
-from .keyframes import SceneCutDetector, build_scheduler, longest_gap
+from ...config import PipelineConfig, SourceConfig
+from ...sources import Source, build_source, clips_spec
+from ...track import build_tracker
+from ..admit import Admission, StreamStop, run_source
+from ..engine import Lane
+from ..schedule.keyframes import SceneCutDetector, build_scheduler, longest_gap
 from .stats import StreamStats
 
 #: the causes of loss, in the order `eos` messages and /metrics give them
@@ -48,7 +48,7 @@ class Stream:
     source: Source | None = None
     lane: Lane | None = None
     admission: Admission | None = None
-    shedder: object = None  # the budget controller's `Shedder` (graph/shedding.py), when it watches the stream
+    shedder: object = None  # the budget controller's `Shedder` (graph/overload/shedding.py), when it watches the stream
     stop: StreamStop = field(default_factory=StreamStop)
     thread: threading.Thread | None = None
 

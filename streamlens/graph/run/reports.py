@@ -13,9 +13,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..frame import StatsReport, StreamEnd
-from .drops import Losses
-from .fanout import FanOut
+from ...frame import StatsReport, StreamEnd
+from ..publish.fanout import FanOut
+from .losses import Losses
 from .stream import StreamSet
 
 
@@ -27,7 +27,7 @@ class StatsReporter:
     the streams whose rate is capped (`max_fps`: they deliver fewer frames than their input
     declares, so their `eos` expects none); `queue_depth(stream)`: frames waiting for the engine;
     `controller`: the budget controller (None: none); `model_stats()`: the secondary models' and the
-    masks' figures, by `secondary` and `segment` (None: neither runs, graph/model_stages.py); `extra`:
+    masks' figures, by `secondary` and `segment` (None: neither runs, graph/publish/build.py); `extra`:
     values added to every message (a live source adds its own figures: `Source.stats`)."""
 
     def __init__(self, streams: StreamSet, out: FanOut, losses: Losses, *, capped: set[str],

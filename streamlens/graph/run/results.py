@@ -6,9 +6,9 @@ import queue
 import threading
 from collections.abc import Iterator
 
-from ..errors import StreamlensError
-from ..frame import FrameResult, StreamEnd
-from ..sinks import Sink
+from ...errors import StreamlensError
+from ...frame import FrameResult, StreamEnd
+from ...sinks import Sink
 
 _END = object()
 

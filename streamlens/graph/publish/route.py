@@ -8,13 +8,13 @@ is given and calls on its own thread.
             SegmentStage or DetectorMaskStage (each object's mask: streamlens/segment)
             AnalyticsStage (FrameResult.analytics, Event messages)
             SnapshotStage (each Event's JPEG)
-            ClipStage (each chosen Event's clip; clip_lost events: graph/clip_stage.py)
+            ClipStage (each chosen Event's clip; clip_lost events: graph/publish/clips.py)
         FanOut.publish(result), then its messages: events, then embeddings
     engine: StreamEnd -> ResultRoute.publish
         every stage forgets the stream (its last messages go out); StatsReporter.end: its last
         figures, stats, then eos
 
-A new stage is a `Stage` (graph/stage.py) added in `build_stages` (graph/model_stages.py, the one
+A new stage is a `Stage` (graph/publish/stage.py) added in `build_stages` (graph/publish/build.py, the one
 place that builds them), where its order is decided; a stage that wants each keyframe the tracker
 applied says so (`offers`) and has `offer(frame, found, tracked)` (`ResultRoute.offer`, the
 engine's `on_keyframe`).
@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import time
 
-from ..frame import Embedding, FrameResult, StreamEnd
-from .channel import Credits
+from ...frame import Embedding, FrameResult, StreamEnd
+from ..channel import Credits
+from ..run.process import CycleCollector
+from ..run.reports import StatsReporter
+from ..run.stream import StreamSet
 from .fanout import FanOut
-from .process import CycleCollector
-from .reports import StatsReporter
 from .stage import Stage
-from .stream import StreamSet
 
 
 class ResultRoute:

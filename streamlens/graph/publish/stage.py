@@ -1,4 +1,4 @@
-"""`Stage`: what every result stage is (the route of a result, graph/route.py, calls them in order
+"""`Stage`: what every result stage is (the route of a result, graph/publish/route.py, calls them in order
 on the engine thread). Each method has a default that does nothing, so a stage gives only what it
 does; nothing is probed: what a stage takes part in is declared here.
 
