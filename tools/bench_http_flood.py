@@ -15,7 +15,10 @@ anything the server takes from it shows as fewer frames a second), the motion de
 tracker, no sink. Frames a second: the growth of `streamlens_frames_total` (all streams) between the
 phase's first and last scrape.
 
-Run: python tools/bench_http_flood.py [--clients 2000] [--streams 2] [--phase-s 20] [--rounds 2]
+With `--stuck`, each client sends a POST head with `Content-Length: 100` and one byte of its body,
+then nothing (issue 45): the scrape must still get in.
+
+Run: python tools/bench_http_flood.py [--clients 2000] [--streams 2] [--phase-s 20] [--rounds 2] [--stuck]
      [--out tools/results/http_flood.md]
 """
 
@@ -35,7 +38,7 @@ import urllib.request
 from pathlib import Path
 
 from streamlens.bench.harness import REPO, header, write_page
-from streamlens.testing.http_flood import Flood
+from streamlens.testing.http_flood import HALF_REQUEST, STUCK_BODY, Flood
 from streamlens.testing.rtsp_server import free_port
 
 SAMPLE = REPO / "samples" / "traffic.mp4"
@@ -103,15 +106,16 @@ def _limit_pinned() -> None:
     os.sched_setaffinity(0, RUN_CORES)
 
 
-def _flood(port: int, clients: int, nice: int, go, done, figures, pin: bool = False) -> None:
-    """The flood's process: `clients` slow clients from `go` to `done`; (opened, closed) put in `figures`."""
+def _flood(port: int, clients: int, nice: int, go, done, figures, pin: bool = False, stuck: bool = False) -> None:
+    """The flood's process: `clients` slow clients from `go` to `done` (`stuck`: each a POST head and
+    one byte of its body, then nothing); (opened, closed) put in `figures`."""
     os.nice(nice)
     if pin:
         os.sched_setaffinity(0, OUTSIDE_CORES)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, clients + 256)), hard))
     go.wait()
-    with Flood(port, clients) as flood:
+    with Flood(port, clients, first=STUCK_BODY if stuck else HALF_REQUEST, trickle=not stuck) as flood:
         while flood.ticks < 2:  # every client has connected and sent its half request
             time.sleep(0.2)
         figures.put(("ready", None))
@@ -129,6 +133,9 @@ def main() -> int:
     p.add_argument("--pin", action="store_true",
                    help="the run on every core but the last, the flood and the probes on the last: the "
                         "attacker's own CPU (on its own machine in the wild) then takes nothing from the run")
+    p.add_argument("--stuck", action="store_true",
+                   help="each client a POST /api/streams head (Content-Length: 100) and one byte of its body, then "
+                        "nothing (issue 45's stuck bodies), instead of half a request and a byte every 3 s")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     if args.pin and len(CORES) < 2:
@@ -150,7 +157,7 @@ def main() -> int:
             rows.append(("without", round_ + 1, phase(port, args.phase_s), None))
             go, done, said = multiprocessing.Event(), multiprocessing.Event(), multiprocessing.Queue()
             flood = multiprocessing.Process(target=_flood, args=(port, args.clients, args.flood_nice, go, done, said,
-                                                                 args.pin))
+                                                                 args.pin, args.stuck))
             flood.start()
             go.set()
             assert said.get(timeout=120)[0] == "ready"
@@ -164,13 +171,15 @@ def main() -> int:
         os.killpg(run.pid, signal.SIGINT)
         run.wait(30)
     lines = [
-        header("HTTP under a flood of slow clients"),
+        header("HTTP under stuck request bodies" if args.stuck else "HTTP under a flood of slow clients"),
         "Compare the phases of one run, not runs: on a machine shared with other work, runs differ.",
         "",
         f"A `streamlens run` held to {RUN_NOFILE} descriptors, {args.streams} copies of samples/traffic.mp4 "
         "(640x360) read unpaced and looped, motion detector, Kalman tracker; phases of "
-        f"{args.phase_s:g} s without and with {args.clients} slow clients (half a request, a byte every 3 s, "
-        f"reconnecting when closed; a process of their own at nice {args.flood_nice}), alternating"
+        f"{args.phase_s:g} s without and with {args.clients} slow clients ("
+        + ("a POST /api/streams head saying 100 bytes of body and one byte of it, then nothing"
+           if args.stuck else "half a request, a byte every 3 s")
+        + f", reconnecting when closed; a process of their own at nice {args.flood_nice}), alternating"
         + (f"; the run pinned to core(s) {sorted(RUN_CORES)}, the flood and the probes to core {sorted(OUTSIDE_CORES)}"
            if args.pin else "") + ". `/metrics`: "
         "the median (and the slowest) of 10 probes, each on a new connection (one unanswered counts as 60 s); "

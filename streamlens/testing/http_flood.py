@@ -17,14 +17,20 @@ import socket
 import threading
 
 HALF_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
+#: a POST whose body never comes whole: its head says 100 bytes, one comes (issue 45's stuck bodies)
+STUCK_BODY = (b"POST /api/streams HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              b"Content-Length: 100\r\n\r\n{")
 
 
 class Flood:
     """`n` slow clients of 127.0.0.1:`port` on a thread: each connects, sends `HALF_REQUEST`, then one
     byte every `tick_s`; one the server closed connects again at its next turn."""
 
-    def __init__(self, port: int, n: int, tick_s: float = 3.0):
+    def __init__(self, port: int, n: int, tick_s: float = 3.0, first: bytes = HALF_REQUEST, trickle: bool = True):
+        """`first`: what each client sends first (`HALF_REQUEST`, or `STUCK_BODY`); `trickle`: then a
+        byte every `tick_s` (False: nothing more, the connection held open)."""
         self.address, self.n, self.tick_s = ("127.0.0.1", port), n, tick_s
+        self.first, self.trickle = first, trickle
         self.opened = self.closed_by_server = self.ticks = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="flood", daemon=True)
@@ -52,7 +58,13 @@ class Flood:
                         self.opened += 1
                         continue
                     try:
-                        s.send(b"a" if started[i] else HALF_REQUEST)
+                        if not started[i]:
+                            s.send(self.first)
+                        elif self.trickle:
+                            s.send(b"a")
+                        else:
+                            s.recv(1)  # only to hear a close (b"") or an answer
+                            raise ConnectionResetError(errno.ECONNRESET, "closed")
                         started[i] = True
                     except BlockingIOError:
                         pass  # still connecting, or its buffer is full
