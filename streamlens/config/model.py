@@ -20,8 +20,8 @@ for all of them; this one declares the file as a whole and re-exports every publ
 Example:
     >>> KeyframeConfig(interval=5).max_interval
     15
-    >>> TrackerConfig(motion="mv").lost_s is None
-    True
+    >>> TrackerConfig(motion="mv").lost_s
+    2.0
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..config import TrackerConfig
 from .base import PassThrough, Tracker
 from .motion import build_motion
-from .tracker import LOW_SCORE, KeyframeTracker, TrackingSignals
+from .tracker import KeyframeTracker, TrackingSignals
 
 
 def build_tracker(cfg: TrackerConfig, fps: float | None, *, detector_conf: float | None = None,
@@ -39,7 +39,7 @@ def build_tracker(cfg: TrackerConfig, fps: float | None, *, detector_conf: float
 
 def weak_floor(cfg: TrackerConfig | None) -> float | None:
     """The score down to which a pipeline's detector reports boxes for this tracker's second stage
-    (`tracker.low_score`, default `LOW_SCORE`); None without a tracker (`tracker: none`).
+    (`tracker.low_score`); None without a tracker (`tracker: none`).
 
     Example:
         >>> weak_floor(TrackerConfig(motion="mv")), weak_floor(TrackerConfig(motion=None))
@@ -47,15 +47,16 @@ def weak_floor(cfg: TrackerConfig | None) -> float | None:
     """
     if cfg is None or cfg.motion is None:
         return None
-    return cfg.low_score if cfg.low_score is not None else LOW_SCORE
+    return cfg.low_score
 
 
 def tracker_options(cfg: TrackerConfig, detector_conf: float | None = None) -> dict[str, float]:
-    """`KeyframeTracker` keyword arguments from the `tracker` section (unset keys left to its defaults).
+    """`KeyframeTracker` keyword arguments from the `tracker` section: the confident scores default
+    to the detector's `conf`, the rest are the section's (its defaults are config/tracker.py's).
 
     Example:
-        >>> tracker_options(TrackerConfig(motion="kalman", lost_s=2.0), detector_conf=0.25)
-        {'high_score': 0.25, 'new_track_score': 0.25, 'lost_s': 2.0}
+        >>> tracker_options(TrackerConfig(motion="kalman", lost_s=3.0), detector_conf=0.25)
+        {'high_score': 0.25, 'new_track_score': 0.25, 'low_score': 0.1, 'lost_s': 3.0, 'coast_s': 0.0}
     """
     options: dict[str, float] = {}
     high = cfg.high_score if cfg.high_score is not None else detector_conf
@@ -64,11 +65,8 @@ def tracker_options(cfg: TrackerConfig, detector_conf: float | None = None) -> d
         options["new_track_score"] = cfg.new_track_score if cfg.new_track_score is not None else high
     elif cfg.new_track_score is not None:
         options["new_track_score"] = cfg.new_track_score
-    if cfg.low_score is not None:
-        options["low_score"] = cfg.low_score if high is None else min(cfg.low_score, high)
-    for key in ("lost_s", "coast_s"):
-        if getattr(cfg, key) is not None:
-            options[key] = getattr(cfg, key)
+    options["low_score"] = cfg.low_score if high is None else min(cfg.low_score, high)
+    options["lost_s"], options["coast_s"] = cfg.lost_s, cfg.coast_s
     return options
 
 

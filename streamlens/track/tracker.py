@@ -85,6 +85,7 @@ from dataclasses import dataclass
 import numpy as np
 import supervision as sv
 
+from ..config.tracker import COAST_S, LOST_S, LOW_SCORE
 from ..frame import TRACK_CLASS_ID, TRACK_CLASS_NAME, Frame, empty_detections
 from .base import MIN_BOX_PX, Tracker, clip_to_frame, confident, weak_mask
 from .history import FrameHistory, FrameStep, Replay
@@ -104,8 +105,6 @@ from .tracks import CONFIRMED, LOST, REMOVED, TENTATIVE, TrackTable
 # boxes, whose predictions overlap them less, to the strict second stage).
 #: detections at or above this score are confident: they are matched first, by overlap
 HIGH_SCORE = 0.3
-#: detections below this are ignored; between LOW_SCORE and HIGH_SCORE they only keep tracks alive
-LOW_SCORE = 0.1
 #: a confident detection left over starts a track only at or above this score
 NEW_TRACK_SCORE = 0.5
 #: the least overlap (IoU; for tentative tracks weighted by the detection's score) for each stage
@@ -125,17 +124,8 @@ BLIND_TENTATIVE_MATCH_IOU = 0.1
 #: and tentative tracks; lost ones are not grown (they claimed other objects' boxes at interval 1).
 #: Chosen by leave-one-out on MOTChallenge (tools/results/track_mot.md).
 BLIND_BUFFER_PER_S = 0.25
-#: how long a lost track waits to be found again (ByteTrack: 30 frames at 30 fps; 2 s chosen by
-#: leave-one-out on MOTChallenge, tools/results/track_mot.md: people hidden behind others for longer
-#: than a second are found again)
-LOST_S = 2.0
-#: how long a track missed on a keyframe stays on screen, carried by motion (see the module's docs).
-#: 0 by default: the frames after a keyframe show what it showed. Chosen over 0.4 (tools/results/
-#: track.md, "coast_s"): 0 agrees better with a detector run on every frame on every shared clip at
-#: every interval (highway 720p interval 2 between keyframes F1 0.947 against 0.907), and live it is
-#: what lets streamlens beat holding the last detections at low load; 0.4 scores up to 1.0 HOTA more
-#: on still MOTChallenge cameras at interval 5 and more (their ground truth keeps occluded people).
-COAST_S = 0.0
+# LOW_SCORE, LOST_S and COAST_S are the pipeline file's defaults of `tracker.low_score`, `lost_s` and
+# `coast_s`: stated once, in streamlens/config/tracker.py, where `streamlens schema` shows them.
 #: how long a lost track is still followed by motion (its box measured between keyframes, as a shown
 #: one is), whatever `coast_s` shows: where it is matters to finding it again
 FOLLOW_LOST_S = 0.4
