@@ -185,10 +185,6 @@ class InputSpec:
         x2, y2 = min(ix, math.ceil(box[2] / s) * s), min(iy, math.ceil(box[3] / s) * s)
         return (x1, y1, max(x2, x1 + min(s, ix - x1)), max(y2, y1 + min(s, iy - y1)))
 
-    @property
-    def is_identity_normalisation(self) -> bool:
-        return self.mean == (0.0, 0.0, 0.0) and self.std == (1.0, 1.0, 1.0)
-
 
 def place(image: np.ndarray, geometry: Geometry, pad_value: int = 114, out: np.ndarray | None = None) -> np.ndarray:
     """`image` (H x W x 3 uint8) resized and padded as `geometry` says: an input-sized uint8 image.

@@ -49,18 +49,12 @@ class Channel:
         #: shared with `share`: a waiter on either wakes for both (see `get_any`)
         self._cond = share._cond if share is not None else threading.Condition()
         self._closed = False
-        self._capacity_of: dict[str, int] = {}
         self.dropped: Counter[str] = Counter()
-
-    def set_capacity(self, key: str, capacity: int) -> None:
-        """Give one key a capacity of its own (others keep `capacity`)."""
-        with self._cond:
-            self._capacity_of[key] = capacity
 
     def put(self, item: Any, key: str = "", *, drop_oldest: bool = False) -> bool:
         """Add `item` under `key`. Returns False (item not added) once the channel is closed."""
         with self._cond:
-            capacity = self._capacity_of.get(key, self.capacity)
+            capacity = self.capacity
             mine = self._by_key.get(key)
             if mine is None:
                 mine = self._by_key[key] = deque()

@@ -85,13 +85,6 @@ class TrackTable:
         """This table with the rows of `other` after its own."""
         return TrackTable(*(np.concatenate([getattr(self, name), getattr(other, name)]) for name in _COLUMNS))
 
-    def in_state(self, *states: TrackState) -> np.ndarray:
-        """A boolean mask of the tracks in any of `states`."""
-        mask = self.states == states[0]
-        for state in states[1:]:
-            mask |= self.states == state
-        return mask
-
     def coasting(self, now: float, coast_s: float) -> np.ndarray:
         """A mask of the lost tracks still shown at time `now`: lost for at most `coast_s`, and for
         no longer than they had been seen before (a track seen once does not outlive its blink)."""
