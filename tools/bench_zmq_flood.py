@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from pathlib import Path
 import zmq
 
 from streamlens.bench.harness import REPO, RESULTS, header, in_turns, now, write_page
+from streamlens.testing.rtsp_server import free_port, tree_rss_mb
 
 SAMPLE = REPO / "samples" / "traffic.mp4"
 
@@ -51,27 +51,6 @@ for i in range(int(sys.argv[2])):
 time.sleep(float(sys.argv[3]))
 sock.close(linger=0)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def tree_rss_mb(pid: int) -> float:
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return total
 
 
 class Counter(threading.Thread):

@@ -24,7 +24,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .rtsp_server import die_with_parent, free_port
+from .rtsp_server import Served, die_with_parent, free_port
 
 REDIS_SERVER = "redis-server"
 
@@ -58,7 +58,7 @@ def redis_ping(port: int, password: str | None = None, timeout: float = 0.5) -> 
         return False
 
 
-class RedisServer:
+class RedisServer(Served):
     """One `redis-server` on 127.0.0.1 (see the module); `folder` holds its log and working directory."""
 
     def __init__(self, folder: Path, port: int | None = None, password: str | None = None):
@@ -124,13 +124,3 @@ class RedisServer:
     def close(self) -> None:
         self.stop()
 
-    def __enter__(self) -> "RedisServer":
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

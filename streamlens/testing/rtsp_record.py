@@ -17,12 +17,12 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from .rtsp_server import GST_PYTHON, ChildProcess, free_port
+from .rtsp_server import GST_PYTHON, ChildProcess, Served, free_port
 
 RECORD_SCRIPT = Path(__file__).with_name("gst_record_server.py")
 
 
-class RecordServer:
+class RecordServer(Served):
     """GStreamer's RTSP server taking one published stream per name of `names` (see the module docs)."""
 
     def __init__(self, names: list[str], folder: Path):
@@ -32,16 +32,8 @@ class RecordServer:
         self.udp_ports = {name: free_port(socket.SOCK_DGRAM) for name in self.names}
         self.server: ChildProcess | None = None
 
-    def __enter__(self) -> RecordServer:
-        try:
-            self.restart()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def start(self) -> None:
+        self.restart()
 
     def publish_url(self, name: str = "", credentials: str = "") -> str:
         """Where a publisher sends `name` (no name: the server's root, for a sink's `url`)."""

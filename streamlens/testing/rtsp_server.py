@@ -156,11 +156,15 @@ def rtsp_ready(url: str, timeout: float = 10.0) -> None:
     raise RuntimeError(f"{url} did not answer DESCRIBE with 200 within {timeout} s")
 
 
-class _RtspServer:
-    """What both test servers share: a context manager that starts them and always cleans up, and
-    the URL of a mount. Subclasses set `rtsp_port` and define `start()` and `close()`."""
+class Served:
+    """A test server as a context manager: `start()` on entering (whatever it made is closed if that
+    fails), `close()` on leaving."""
 
-    rtsp_port = 0
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
 
     def __enter__(self):
         try:
@@ -172,6 +176,29 @@ class _RtspServer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of process `pid` and every process under it, in MiB (from /proc)."""
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+class _RtspServer(Served):
+    """What both test servers share: a context manager that starts them and always cleans up, and
+    the URL of a mount. Subclasses set `rtsp_port` and define `start()` and `close()`."""
+
+    rtsp_port = 0
 
     def url(self, name: str, credentials: str = "") -> str:
         return f"rtsp://{credentials + '@' if credentials else ''}127.0.0.1:{self.rtsp_port}/{name}"

@@ -5,7 +5,6 @@ streams go on reaching the subscriber that behaves, every frame of them."""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -16,26 +15,10 @@ import urllib.request
 from pathlib import Path
 
 from streamlens import Subscriber
+from streamlens.testing.rtsp_server import free_port, tree_rss_mb
 
 from ..conftest import REPO
-from ..rtsp_server import free_port
 from ..test_zmq_peers import Flood, wait_until
-
-
-def tree_rss_mb(pid: int) -> float:
-    """Resident memory of `pid` and every process under it (MiB)."""
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return total
 
 
 def metric(port: int, name: str, **labels: str) -> float:
