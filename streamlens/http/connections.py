@@ -20,6 +20,7 @@ from collections import OrderedDict
 
 from aiohttp import web
 
+
 class Connections:
     """The connections open now, the longest idle first, at most `limit`, each given `deadline_s` for
     its next request head (see the module). Used on the event loop only."""
