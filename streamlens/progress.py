@@ -1,7 +1,8 @@
 """The live progress display of `streamlens run`, and the summary printed at the end.
 
 On a terminal the per-stream lines are redrawn in place a few times a second; elsewhere (a log
-file, CI) a plain line per stream is written every `every_s` seconds. What a stream's name (or a
+file, CI) a plain line per stream is written every `every_s` seconds. Once the run's HTTP server
+listens (`runtime.http`), one line above them gives its address (`live page: http://...`). What a stream's name (or a
 note, a loss's reason) holds is shown escaped (streamlens/logs.py): its control characters never
 reach the terminal raw.
 """
@@ -26,6 +27,20 @@ def stream_line(st: StreamStats) -> str:
             f"{st.dropped:>4} dropped  {escape(st.state)}")
 
 
+def http_line(host: str, port: int, page: bool = True) -> str:
+    """The line that says where a run's HTTP server answers: its live page, or its `/metrics` when
+    `page` is off. `host` as `runtime.http.host` gives it (an IPv6 address is put in brackets).
+
+        >>> http_line("127.0.0.1", 9464)
+        'live page: http://127.0.0.1:9464/'
+        >>> http_line("::1", 9464, page=False)
+        'metrics: http://[::1]:9464/metrics'
+    """
+    host = host.strip("[]")
+    base = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    return f"live page: {base}/" if page else f"metrics: {base}/metrics"
+
+
 class ProgressDisplay:
     def __init__(self, out: TextIO = sys.stderr, every_s: float = 5.0):
         self.out = out
@@ -34,6 +49,7 @@ class ProgressDisplay:
         self._drawn = 0
         self._last = time.monotonic()
         self._actions = 0  # budget controller actions already shown
+        self._http_shown = False  # the HTTP server's address, printed once it listens
 
     def note(self, text: str) -> None:
         """Print a line below the progress lines (escaped); the next redraw starts under it."""
@@ -42,6 +58,10 @@ class ProgressDisplay:
         self._drawn = 0
 
     def __call__(self, pipeline: Pipeline) -> None:
+        if not self._http_shown and pipeline.http_port is not None:
+            self._http_shown = True
+            http = pipeline.config.runtime.http
+            self.note(http_line(http.host, pipeline.http_port, http.page))
         control = pipeline.controller
         if control is not None and control.steps > self._actions:
             for text in list(control.actions)[-(control.steps - self._actions):]:

@@ -296,7 +296,7 @@ def test_every_controller_step_is_shown_and_counted_past_the_last_64_kept():
     c = BudgetController(33, ["a"], max_stretch=4, settle_s=1, calm_s=1, clock=clock)
     out = io.StringIO()
     display = ProgressDisplay(out)
-    pipeline = types.SimpleNamespace(controller=c, stats={})  # what the display reads of a pipeline
+    pipeline = types.SimpleNamespace(controller=c, stats={}, http_port=None)  # what the display reads of a pipeline
     taken = []
     for _ in range(50):  # up one rung, then calm: down again
         taken += [a for a in feed(c, clock, {"a": 60}, seconds=2) + feed(c, clock, {"a": 5}, seconds=3) if a]
