@@ -1,6 +1,7 @@
 """The `streamlens` command.
 
-    streamlens run PIPELINE.yaml       run a pipeline; Ctrl-C stops it cleanly (twice: at once)
+    streamlens run PIPELINE.yaml       run a pipeline; Ctrl-C stops it cleanly (twice: at once); --live
+                                       plays its files as cameras, paced and looping, until Ctrl-C
     streamlens validate PIPELINE.yaml  check a pipeline file and say what is wrong
     streamlens schema                  print the pipeline file's JSON Schema (for editors)
     streamlens subscribe ENDPOINT      print a zmq sink's messages as JSON lines, report lost ones
@@ -35,7 +36,7 @@ from .commands import history as history_command
 from .commands import keygen as keygen_command
 from .commands import quantize as quantize_command
 from .commands import subscribe as subscribe_command
-from .config import load_pipeline, preflight_problems
+from .config import PipelineConfig, load_pipeline, preflight_problems
 from .eval import command as eval_command
 from .errors import ConfigError, StreamlensError
 from .logs import escape
@@ -65,8 +66,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("-q", "--quiet", action="store_true", help="no progress display and no summary")
     run.add_argument("--cluster", metavar="ADDRESS",
                      help="run the engines as Ray actors on this cluster (runtime.cluster.address)")
-    run.add_argument("--bulk", action="store_true",
-                     help="archives as fast as possible: every frame detected, big batches (runtime.mode: bulk)")
+    pace = run.add_mutually_exclusive_group()
+    pace.add_argument("--bulk", action="store_true",
+                      help="archives as fast as possible: every frame detected, big batches (runtime.mode: bulk)")
+    pace.add_argument("--live", action="store_true",
+                      help="play files as cameras: at their frame rate, from the start again at their end, until "
+                           "Ctrl-C (each file source's live: true, loop: true); to watch the live page")
     val = sub.add_parser("validate", parents=[common], help="check a pipeline file")
     val.add_argument("pipeline", help="pipeline YAML file")
     sub.add_parser("schema", parents=[common], help="print the pipeline file's JSON Schema (for editors)")
@@ -126,6 +131,13 @@ def _exit_soon(code: int, seconds: float) -> None:
     timer.start()
 
 
+def _as_cameras(config: PipelineConfig) -> PipelineConfig:
+    """`config` with every file source played as a camera plays (`streamlens run --live`): paced at its
+    frame rate and started again at its end (`live: true`, `loop: true`); cameras as they are."""
+    return config.model_copy(update={"sources": [
+        src.model_copy(update={"live": True, "loop": True}) if src.is_file else src for src in config.sources]})
+
+
 def _cmd_run(args) -> int:
     pipeline, display = None, None
 
@@ -149,6 +161,8 @@ def _cmd_run(args) -> int:
 
         overrides = {"runtime": {"mode": "bulk"}} if args.bulk else None
         config = load_pipeline(args.pipeline, overrides=overrides)
+        if args.live:
+            config = _as_cameras(config)
         if args.cluster:
             given = config.runtime.cluster
             cluster = ClusterConfig(address=args.cluster,
