@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import av
@@ -83,14 +86,82 @@ sinks:
     assert "highway" in proc.stderr and "897" in proc.stderr  # the summary
 
 
-def test_quickstart_runs_as_the_readme_says(tmp_path):
-    out = REPO / "pipelines" / "out"
-    proc = run_cli("run", "pipelines/quickstart.yaml")
+def quickstart_copy(tmp_path: Path) -> Path:
+    """A copy of the two folders the quickstart reads and writes (pipelines/, samples/): the user's
+    pipelines/out is left alone."""
+    for folder, name in (("pipelines", "quickstart.yaml"), ("samples", "traffic.mp4")):
+        (tmp_path / folder).mkdir()
+        shutil.copy(REPO / folder / name, tmp_path / folder / name)
+    return tmp_path
+
+
+def test_quickstart_shows_keyframes_lasting_ids_and_a_counting_line(tmp_path):
+    """`streamlens run pipelines/quickstart.yaml` as the README says: the page's address printed;
+    the detector ran on under half of the frames and the tracker carried the objects between them
+    under ids that last; the line counted crossings (events, and the counts in the frames); the
+    summary, the JSONL file and the annotated video agree on the frames."""
+    proc = run_cli("run", "pipelines/quickstart.yaml", cwd=quickstart_copy(tmp_path))
     assert proc.returncode == 0, proc.stderr
+    assert re.match(r"live page: http://127\.0\.0\.1:\d+/\n", proc.stderr), proc.stderr
+    out = tmp_path / "pipelines" / "out"
     lines = read_jsonl(out / "quickstart.jsonl")
     check_schema_v1(lines, "cam1", 640, 360)
-    assert sum(len(m["objects"]) for m in lines if m["type"] == "frame") > 300
-    assert count_frames(out / "quickstart.mp4") == len(lines) - 1
+    frames = [m for m in lines if m["type"] == "frame"]
+    keyframes = sum(m["keyframe"] for m in frames)
+    assert len(frames) == 300 and 0 < keyframes < len(frames) / 2
+    summary_row = [row.split() for row in proc.stderr.splitlines() if row.startswith("cam1 ")][-1]
+    assert summary_row[1:3] == [str(len(frames)), str(keyframes)]
+    carried = [m for m in frames[30:] if not m["keyframe"]]
+    assert sum(1 for m in carried if m["objects"]) >= 0.9 * len(carried)  # the tracker between keyframes
+    seen: dict[int, int] = {}
+    for m in frames:
+        for obj in m["objects"]:
+            seen[obj["id"]] = seen.get(obj["id"], 0) + 1
+    lasting = {i for i, n in seen.items() if n > 30}
+    assert len(lasting) >= 5 and -1 not in seen, seen  # the person and the vehicles, each under its id
+    crossings = [m for m in lines if m["type"] == "event" and m["event"] == "line_cross"]
+    assert crossings and all(e["line"] == "gate" and e["object"]["id"] in lasting for e in crossings)
+    counted = {d: sum(e["direction"] == d for e in crossings) for d in ("in", "out")}
+    assert {d: frames[-1]["counts"]["gate"][d] for d in ("in", "out")} == counted
+    assert count_frames(out / "quickstart.mp4") == len(frames)
+
+
+def test_quickstart_live_serves_the_page_until_ctrl_c(tmp_path):
+    """`streamlens run pipelines/quickstart.yaml --live`, as the quickstart's docs say to watch the
+    page: the address it prints answers with the page and the stream with its counting line while
+    the sample plays paced and again from its start; Ctrl-C ends it with whole files."""
+    proc = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "pipelines/quickstart.yaml", "--live"],
+                            cwd=quickstart_copy(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        said = [proc.stderr.readline()]
+        while said[-1] and not said[-1].startswith("live page: "):  # "": ended, the address never printed
+            said.append(proc.stderr.readline())
+        page = re.fullmatch(r"live page: (http://127\.0\.0\.1:\d+/)\n", said[-1])
+        assert page, said
+        with urllib.request.urlopen(page[1], timeout=10) as reply:
+            assert b"<html" in reply.read()
+        with urllib.request.urlopen(page[1] + "api/streams", timeout=10) as reply:
+            shown = json.load(reply)["streams"]
+        assert [(s["name"], s["live"], s["lines"]) for s in shown] == [
+            ("cam1", True, [{"name": "gate", "points": [[320.0, 108.0], [320.0, 270.0]]}])]  # fractions of 640x360
+        deadline = time.monotonic() + 60
+        while shown[0]["frames"] <= 300 and time.monotonic() < deadline:  # 10 s, then from the start again
+            time.sleep(0.5)
+            with urllib.request.urlopen(page[1] + "api/streams", timeout=10) as reply:
+                shown = json.load(reply)["streams"]
+        assert shown[0]["frames"] > 300 and shown[0]["state"] == "running", shown
+        proc.send_signal(signal.SIGINT)
+        said.append(proc.communicate(timeout=60)[1])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, "".join(said)
+    lines = read_jsonl(tmp_path / "pipelines" / "out" / "quickstart.jsonl")
+    frames = [m for m in lines if m["type"] == "frame"]
+    assert len(frames) > 300 and frames[-1]["frame"] > 300
+    assert count_frames(tmp_path / "pipelines" / "out" / "quickstart.mp4") == len(frames)
 
 
 def test_two_sources_are_tagged_and_keyframes_follow_the_interval(tmp_path):
