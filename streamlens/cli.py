@@ -15,6 +15,9 @@
     streamlens quantize MODEL.onnx VIDEO... --out MODEL_int8.onnx
                                        an INT8 copy of an ONNX detector calibrated on your video, kept
                                        only when its boxes agree (the quantize extra)
+    streamlens models list | pull NAME | pull --url U --sha256 H | export MODEL.pt --format F --imgsz N
+                                       the models streamlens knows, downloads checked against their
+                                       sha256 into the cache (`model: models:NAME`), Ultralytics exports
 
 Exit codes: 0 done, 1 failed, 2 bad pipeline file or usage, 130 interrupted.
 Errors are one line each; `--debug` adds tracebacks and debug logs. Log lines and error lines show
@@ -34,6 +37,7 @@ from importlib.metadata import PackageNotFoundError, version
 from .bench import command as bench_command
 from .commands import history as history_command
 from .commands import keygen as keygen_command
+from .commands import models as models_command
 from .commands import quantize as quantize_command
 from .commands import subscribe as subscribe_command
 from .config import PipelineConfig, load_pipeline, preflight_problems
@@ -82,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     eval_command.add_parser(sub, common)
     bench_command.add_parser(sub, common)
     quantize_command.add_parser(sub, common)
+    models_command.add_parser(sub, common)
     return p
 
 
@@ -190,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         return {"run": _cmd_run, "validate": _cmd_validate, "schema": _cmd_schema, "subscribe": subscribe_command.run,
                 "events": subscribe_command.run_events,
                 "keygen": keygen_command.run, "history": history_command.run, "eval": eval_command.run,
-                "bench": bench_command.run, "quantize": quantize_command.run}[args.command](args)
+                "bench": bench_command.run, "quantize": quantize_command.run,
+                "models": models_command.run}[args.command](args)
     except ConfigError as e:
         if args.debug:
             raise

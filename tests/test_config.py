@@ -405,7 +405,9 @@ def test_preflight_rechecks_inputs_that_went_away_after_loading(tmp_path):
     (tmp_path / "clip.mp4").unlink()
     (tmp_path / "m.onnx").unlink()
     assert preflight_problems(cfg) == [f"{path}: sources[0].uri: file not found: {tmp_path / 'clip.mp4'}",
-                                       f"{path}: detector.model: file not found: {tmp_path / 'm.onnx'}"]
+                                       f"{path}: detector.model: file not found: {tmp_path / 'm.onnx'} (streamlens "
+                                       "never downloads models: give a local file, or models:NAME of one "
+                                       "`streamlens models pull` put in the cache)"]
 
 
 def test_a_names_file_is_read_with_the_same_bounds(tmp_path):

@@ -11,6 +11,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo, WithJsonSchema,
                       model_validator)
 
+from ..models.cache import is_reference, model_problem, reference_path
 from .problems import Problems, from_validation, invalid, show
 
 #: the ceiling of every integer key without one of its own: a C int, what ZeroMQ, OpenCV and FFmpeg take
@@ -106,6 +107,29 @@ def _as_path(value: Any, info: ValidationInfo) -> Any:
 
 
 PathKey = Annotated[Path, BeforeValidator(_as_path), WithJsonSchema({"type": "string"})]
+
+
+def _as_model_path(value: Any, info: ValidationInfo) -> Any:
+    """A model key: `models:NAME`, a model of the local cache (streamlens/models/cache.py), or a path
+    as `PathKey` takes it. Nothing is read or downloaded here; the key's own check says what is missing."""
+    if isinstance(value, str) and is_reference(value):
+        try:
+            return reference_path(value)
+        except ValueError as e:
+            raise invalid(str(e)) from None
+    return _as_path(value, info)
+
+
+ModelKey = Annotated[Path, BeforeValidator(_as_model_path), WithJsonSchema({"type": "string"})]
+
+
+def model_checked(path: Path, *, folder_ok: bool = True) -> Path:
+    """`path` when it can be read as a model, else the mistake in the words every model key shows
+    (`streamlens.models.cache.model_problem`: a missing cached model says the pull command)."""
+    problem = model_problem(path, folder_ok=folder_ok)
+    if problem is not None:
+        raise invalid(problem)
+    return path
 
 
 def _only(where: str) -> dict:

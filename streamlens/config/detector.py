@@ -7,8 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
-from .common import (INT_MAX, MAX_BATCH, MAX_IMGSZ, MAX_MS, MAX_SECONDS, MAX_THREADS, PathKey, _Keys,
-                     _misplaced_keys, _only)
+from .common import (INT_MAX, MAX_BATCH, MAX_IMGSZ, MAX_MS, MAX_SECONDS, MAX_THREADS, ModelKey, PathKey, _Keys,
+                     _misplaced_keys, _only, model_checked)
 from .problems import invalid, show
 
 _NEURAL = "backend onnx, openvino or ultralytics"
@@ -80,7 +80,9 @@ class DetectorConfig(_Keys):
     max_wait_ms: float = Field(10.0, ge=0, le=MAX_MS, description="how long a batch waits to fill")
     budget_ms: float | None = Field(33.0, ge=0, le=MAX_MS, description="how long a keyframe may take from its "
                                     "frame becoming available to its detections (0: no budget)")
-    model: PathKey | None = Field(None, json_schema_extra=_only(_NEURAL), description="the model file or folder")
+    model: ModelKey | None = Field(None, json_schema_extra=_only(_NEURAL),
+                                   description="the model file or folder, or models:NAME: one `streamlens models "
+                                               "pull` put in the cache")
     imgsz: Annotated[tuple[int, int] | None, BeforeValidator(_imgsz), WithJsonSchema(
         {"anyOf": [{"type": "integer"}, {"type": "array", "items": {"type": "integer"}, "minItems": 2,
                                          "maxItems": 2}]})] = Field(
@@ -142,9 +144,7 @@ class DetectorConfig(_Keys):
     @field_validator("model")
     @classmethod
     def _model(cls, path: Path) -> Path:
-        if not path.exists():
-            raise invalid(f"file not found: {path}")
-        return path
+        return model_checked(path)
 
     @field_validator("names")
     @classmethod

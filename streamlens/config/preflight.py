@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..http.auth import needs_token, token_problem
+from ..models.cache import model_problem
 from ..urls import RESOLVE_TIMEOUT_S, host_problem, is_loopback
 from .model import PipelineConfig, SinkConfig, SourceConfig
 from .problems import Problems
@@ -54,8 +55,10 @@ def preflight_problems(cfg: PipelineConfig) -> list[str]:
         if src.is_file:
             _check_readable(Path(src.uri), f"sources[{i}].uri", problems)
             inputs.setdefault(os.path.realpath(src.uri), f"sources[{i}]")
-    if cfg.detector.model is not None:
-        _check_readable(cfg.detector.model, "detector.model", problems, folder_ok=True)
+    if cfg.detector.model is not None:  # in the words the key's own check uses (models/cache.py)
+        problem = model_problem(cfg.detector.model)
+        if problem is not None:
+            problems.add("detector.model", problem)
     if cfg.detector.names is not None:
         _check_readable(cfg.detector.names, "detector.names", problems)
     listeners: list[tuple[socket.AddressFamily, str, int, str]] = []
@@ -147,11 +150,11 @@ def preflight_warnings(cfg: PipelineConfig, timeout: float = RESOLVE_TIMEOUT_S) 
     return problems.lines
 
 
-def _check_readable(path: Path, where: str, problems: Problems, *, folder_ok: bool = False) -> None:
-    """Report `path` unless it is a readable file (or, with `folder_ok`, a folder)."""
+def _check_readable(path: Path, where: str, problems: Problems) -> None:
+    """Report `path` unless it is a readable file."""
     if not path.exists():
         problems.add(where, f"file not found: {path}")
-    elif not (path.is_file() or folder_ok and path.is_dir()):
+    elif not path.is_file():
         problems.add(where, f"not a file: {path}")
     elif not os.access(path, os.R_OK):
         problems.add(where, f"cannot read {path}: permission denied")

@@ -9,7 +9,8 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from ..urls import mask_url
-from .common import MAX_BATCH, MAX_IMGSZ, MAX_MS, MAX_SECONDS, MAX_THREADS, PathKey, _base, _Keys, resolve
+from .common import (MAX_BATCH, MAX_IMGSZ, MAX_MS, MAX_SECONDS, MAX_THREADS, ModelKey, PathKey, _base, _Keys,
+                     model_checked, resolve)
 from .problems import invalid
 
 
@@ -20,7 +21,7 @@ class SecondaryConfig(_Keys):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]+$", description="the attribute's name in each object's "
                                                                "`attributes` (classify) or the embedding's (embed)")
     kind: Literal["classify", "embed"] = Field(description="classify: labels and scores; embed: a vector per track")
-    model: PathKey = Field(description="an ONNX model (or an Ultralytics classification .pt)")
+    model: ModelKey = Field(description="an ONNX model (or an Ultralytics classification .pt), or models:NAME")
     output: int | str | None = Field(None, description="which of the model's outputs (index or name; default "
                                                        "the first): entries of one model share one run per crop")
     labels: list[str] | PathKey | None = Field(None, description="the class names, or a file of them, one per "
@@ -44,8 +45,7 @@ class SecondaryConfig(_Keys):
     @field_validator("model")
     @classmethod
     def _model(cls, path: Path) -> Path:
-        if not path.is_file():
-            raise invalid(f"file not found: {path}")
+        model_checked(path, folder_ok=False)
         if path.suffix.lower() not in (".onnx", ".pt"):
             raise invalid(f"expected an .onnx or .pt model, got {path.name}")
         return path

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from .common import MAX_SECONDS, MAX_THREADS, PathKey, _Keys
+from .common import MAX_SECONDS, MAX_THREADS, ModelKey, _Keys, model_checked
 from .problems import invalid
 
 
@@ -16,9 +16,9 @@ class SegmentConfig(_Keys):
     decoder once per object, the box as the prompt), or, without `model`, as the detector gives them
     (an Ultralytics `-seg` model); between fresh masks each rides with its track's box."""
 
-    model: PathKey | None = Field(None, description="an Ultralytics SAM / MobileSAM / SAM 2 .pt, or a SAM-format "
+    model: ModelKey | None = Field(None, description="an Ultralytics SAM / MobileSAM / SAM 2 .pt, or a SAM-format "
                                                     "ONNX image encoder (default: the detector's own masks)")
-    decoder: PathKey | None = Field(None, description="the ONNX prompt decoder of an ONNX `model`, as "
+    decoder: ModelKey | None = Field(None, description="the ONNX prompt decoder of an ONNX `model`, as "
                                                       "segment-anything's export writes it")
     classes: list[str] | None = Field(None, description="the object labels that get masks (default: all)")
     every_s: float = Field(2.0, gt=0, le=MAX_SECONDS, description="fresh masks for all tracks together, once per "
@@ -39,9 +39,7 @@ class SegmentConfig(_Keys):
     @field_validator("model", "decoder")
     @classmethod
     def _exists(cls, path: Path) -> Path:
-        if not path.is_file():
-            raise invalid(f"file not found: {path} (streamlens never downloads models)")
-        return path
+        return model_checked(path, folder_ok=False)
 
     @model_validator(mode="after")
     def _pair(self) -> SegmentConfig:

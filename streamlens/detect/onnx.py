@@ -40,6 +40,7 @@ import onnxruntime as ort
 
 from ..errors import DetectorError
 from ..frame import Frame
+from ..models.cache import model_problem
 from .heads import Candidates, identify_head
 from .input_spec import input_spec_for
 from .names import parse_names, resolve_names, wanted_class_ids
@@ -131,8 +132,9 @@ class OnnxDetector(NeuralDetector):
         resize = resize or "letterbox"
         self.path = Path(model)
         where = f"detector.model: {self.path}"
-        if not self.path.is_file():
-            raise DetectorError(f"detector.model: file not found: {self.path}")
+        problem = model_problem(self.path, folder_ok=False)
+        if problem is not None:
+            raise DetectorError(f"detector.model: {problem}")
         try:
             self.session = self.open_session(device, threads, freed=False)
             exported_size = _fixed_size(self.session)

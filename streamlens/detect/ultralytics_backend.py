@@ -36,6 +36,7 @@ import numpy as np
 
 from ..errors import DetectorError
 from ..frame import Frame
+from ..models.cache import model_problem
 from .heads import Candidates, mask_logits
 from .input_spec import ULTRALYTICS_CONVENTION
 from .names import resolve_names, wanted_class_ids
@@ -96,9 +97,9 @@ class UltralyticsDetector(NeuralDetector):
         super().__init__()
         self.path = Path(model)
         where = f"detector.model: {self.path}"
-        if not self.path.exists():
-            raise DetectorError(f"detector.model: file not found: {self.path} (streamlens never downloads "
-                                f"models: give the path of a local .pt file or export)")
+        problem = model_problem(self.path)  # a file, or an export's folder
+        if problem is not None:
+            raise DetectorError(f"detector.model: {problem}")
         import_ultralytics_offline()
         import torch
         from ultralytics.nn.autobackend import AutoBackend

@@ -26,6 +26,7 @@ import cv2
 import numpy as np
 
 from ..errors import DetectorError
+from ..models.cache import model_problem
 
 log = logging.getLogger("streamlens")
 
@@ -63,8 +64,9 @@ class CropModel:
                  where: str = "secondary model"):
         self.path = Path(path)
         self.where = where
-        if not self.path.is_file():
-            raise DetectorError(f"{where}: file not found: {self.path}")
+        problem = model_problem(self.path, folder_ok=False)
+        if problem is not None:
+            raise DetectorError(f"{where}: {problem}")
         if self.path.suffix.lower() == ".pt":
             self._load_ultralytics(imgsz)
         else:

@@ -34,6 +34,7 @@ import cv2
 import numpy as np
 
 from ..errors import DetectorError
+from ..models.cache import model_problem
 from .masks import BoxMask, from_logits
 
 #: what Ultralytics' SAM builder recognises at the end of a checkpoint's name
@@ -65,8 +66,9 @@ def load_sam(model: str | Path, decoder: str | Path | None = None, *, device: st
              threads: int | None = None) -> UltralyticsSam | OnnxSam:
     """The SAM of `segment.model` (and `segment.decoder`), or a `DetectorError` naming the key and file."""
     path = Path(model)
-    if not path.is_file():
-        raise DetectorError(f"segment.model: file not found: {path} (streamlens never downloads models)")
+    problem = model_problem(path, folder_ok=False)
+    if problem is not None:
+        raise DetectorError(f"segment.model: {problem}")
     if path.suffix.lower() in (".pt", ".pth"):
         if decoder is not None:
             raise DetectorError(f"segment.decoder: {path.name} is a .pt checkpoint, which holds its own decoder")
@@ -74,8 +76,9 @@ def load_sam(model: str | Path, decoder: str | Path | None = None, *, device: st
     if decoder is None:
         raise DetectorError(f"segment.decoder: {path.name} is an ONNX encoder; name its prompt decoder too")
     decoder = Path(decoder)
-    if not decoder.is_file():
-        raise DetectorError(f"segment.decoder: file not found: {decoder} (streamlens never downloads models)")
+    problem = model_problem(decoder, folder_ok=False)
+    if problem is not None:
+        raise DetectorError(f"segment.decoder: {problem}")
     return OnnxSam(path, decoder, threads=threads)
 
 
