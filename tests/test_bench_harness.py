@@ -79,3 +79,24 @@ def test_a_page_of_runs_keeps_every_run_newest_first(tmp_path):
     harness.prepend_section(page, "## run 1\n\nfirst", title="Runs")
     harness.prepend_section(page, "## run 2\n\nsecond")
     assert page.read_text() == "# Runs\n\n## run 2\n\nsecond\n\n## run 1\n\nfirst\n"
+
+
+def test_the_shipped_pipelines_run_on_the_shared_clips_with_the_shared_model(tmp_path):
+    """pipelines/highway_yolox.yaml names the user's camera and the cached model; the benchmarks run
+    its settings on the shared clip with the shared YOLOX-Nano, and load it as a run would."""
+    from streamlens.config import load_pipeline
+
+    data = harness.DATA
+    if not (data / "video" / "highway_720p30.mp4").is_file():
+        pytest.skip(f"{data} not found: the shared clips and models live outside the repository")
+    tree = harness.shipped("highway_yolox.yaml")
+    assert tree["sources"][0]["uri"] == str(data / "video" / "highway_720p30.mp4")
+    assert tree["detector"]["model"] == str(data / "models" / "yolox_nano" / "yolox_nano.onnx")
+    assert tree["sinks"][1]["path"] == str(harness.PIPELINES / "out" / "highway.jsonl")
+    path = harness.shipped_file(harness.PIPELINES / "highway_yolox.yaml")
+    assert path == harness.shipped_file(harness.PIPELINES / "highway_yolox.yaml") and path.parent != harness.PIPELINES
+    config = load_pipeline(path)
+    assert (config.detector.conf, config.keyframes.interval) == (0.3, 5)
+    assert harness.shipped_file(harness.PIPELINES / "quickstart.yaml") == harness.PIPELINES / "quickstart.yaml"
+    with pytest.raises(harness.Missing, match=r"not found: .*highway_720p30\.mp4"):
+        harness.shipped("highway_yolox.yaml", tmp_path)

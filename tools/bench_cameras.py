@@ -99,7 +99,7 @@ import yaml
 
 from streamlens.bench.accuracy import MATCH_IOU, combine, score_stream
 from streamlens.bench.harness import (PIPELINES, REPO, RESULTS, VIDEOS, command_line, in_turns, machine, machine_line,
-                                      need, versions)
+                                      need, shipped_file, versions)
 from streamlens.bench.probe import video_info
 from streamlens.bench.reference import reference_for
 from streamlens.bench.trial import SOURCE_KEYS
@@ -533,7 +533,8 @@ def main() -> int:
     if reason:
         print(f"bench_cameras: {reason}", file=sys.stderr)
         return 2
-    config = load_pipeline(args.pipeline)
+    pipeline = shipped_file(args.pipeline)  # a shipped pipeline with the shared model (its sources are replaced)
+    config = load_pipeline(pipeline)
     budget_ms = config.runtime.budget_ms
     began = datetime.now(timezone.utc)
     uptime_start = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
@@ -553,7 +554,7 @@ def main() -> int:
             time.sleep(args.settle)
 
             def trial(w: int, repeat: int) -> dict:
-                raw = run_trial(args.pipeline, urls, w, args.warmup, args.seconds, folder)
+                raw = run_trial(pipeline, urls, w, args.warmup, args.seconds, folder)
                 raws.append(raw)  # in the order run
                 print(f"bench_cameras: trial {len(raws)}, workers {w}: exit {raw['exit_code']}"
                       f"{', ' + raw['error'] if raw['error'] else ''}", file=sys.stderr, flush=True)

@@ -81,12 +81,13 @@ from pathlib import Path
 import av
 import numpy as np
 
-from streamlens.bench.harness import DATA, PIPELINES, REPO, RESULTS, command_line, machine, machine_line, need, now
+from streamlens.bench.harness import (DATA, PIPELINES, REPO, RESULTS, command_line, machine, machine_line, need, now,
+                                      shipped)
+from streamlens.detect.names import COCO_NAMES
 
 PIPELINE = PIPELINES / "highway_yolox.yaml"
 CLIP = "video/highway_720p30.mp4"
 MODEL = "models/yolox_nano/yolox_nano.onnx"
-NAMES = "models/yolox_nano/coco_classes.txt"
 #: the counting line, 1280x720 source pixels: from the top edge above the far carriageway to the
 #: bottom right corner, past the near carriageway's shoulder; see the module docs
 LINE = ((211.0, 0.0), (1280.0, 720.0))
@@ -112,12 +113,9 @@ SHEET_COLUMNS = 8
 # -- the set-up --------------------------------------------------------------------------------
 
 def detector_section(data: Path) -> dict:
-    """The `detector` section of pipelines/highway_yolox.yaml, its model and names taken from `data`."""
-    import yaml
-
-    section = dict(yaml.safe_load(PIPELINE.read_text())["detector"])
-    section["model"], section["names"] = str(data / MODEL), str(data / NAMES)
-    return section
+    """The `detector` section of pipelines/highway_yolox.yaml, its model the shared one in `data`
+    (`harness.shipped`; COCO's names, as the model has no names of its own)."""
+    return dict(shipped(PIPELINE.name, data)["detector"])
 
 
 def shipped_keyframes() -> dict:
@@ -774,7 +772,7 @@ def _bench(args, work: Path, video: Path) -> int:
     print("reference: detector on every frame, ByteTrack, sv.LineZone ...", flush=True)
     cfg = load_pipeline(pipeline_file(work, "reference", source, detector, {"interval": 1}, "mv"))
     frames = detections_every_frame(cfg.detector, str(video), args.cache)
-    names = dict(enumerate((args.data / NAMES).read_text().split("\n")))
+    names = dict(enumerate(COCO_NAMES))
     with av.open(str(video)) as container:
         fps = float(container.streams.video[0].average_rate)
     ref = reference_counts(frames, names, fps, cfg.detector.conf)

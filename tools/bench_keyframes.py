@@ -43,15 +43,11 @@ CLIP = "video/highway_720p30.mp4"
 PIPELINES = {"highway_720p30.mp4": "highway_yolox.yaml", "highway_320x240.avi": "highway_yolox.yaml",
              "highway_1080p30.mp4": "highway_yolox.yaml", "road_topdown_640x360.avi": "highway_yolox.yaml",
              "person_indoor_768x432.mp4": "indoor_yolox.yaml"}
-MODEL, NAMES = "models/yolox_nano/yolox_nano.onnx", "models/yolox_nano/coco_classes.txt"
 
 
 def detector_section(data: Path, pipeline: Path = PIPELINE) -> dict:
-    import yaml
-
-    section = dict(yaml.safe_load(pipeline.read_text())["detector"])
-    section["model"], section["names"] = str(data / MODEL), str(data / NAMES)
-    return section
+    """The shipped pipeline's `detector` section with the shared model in `data` (`harness.shipped`)."""
+    return dict(harness.shipped(pipeline.name, data)["detector"])
 
 
 def run(video: str, detector: dict, interval: int, motion: str, work: Path, coast_s: float | None = None) -> dict:

@@ -11,7 +11,9 @@ tried the plain baseline runs too (the newest frame of each stream detected in t
 held) and gets the same columns.
 
 `--pipeline` runs another pipeline (its first source's clip), `--out NAME` writes tools/results/NAME.md
-and NAME.json instead of bench.md and bench.json. The default pipeline is pipelines/highway_yolox.yaml (720p30 H.264, YOLOX-Nano through onnxruntime on one
+and NAME.json instead of bench.md and bench.json. The shipped pipelines run on their shared clips
+with the shared model (`harness.shipped_file`). The default pipeline is pipelines/highway_yolox.yaml
+(on the shared 720p30 H.264 highway clip, YOLOX-Nano through onnxruntime on one
 thread at 416x256 (`resize: bucket`), adaptive keyframes, the `mv` tracker; `streamlens bench` replaces its sinks by one ZeroMQ
 sink and times every result at an outside subscriber). YOLOX-Nano is not a model Ultralytics can
 load, so the baseline, Ultralytics' own `model.track(stream=True)` on the same clip, runs a YOLOv8n
@@ -28,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from streamlens.bench.harness import PIPELINES, REPO, RESULTS, command_line, machine_line
+from streamlens.bench.harness import PIPELINES, REPO, RESULTS, command_line, machine_line, shipped_file
 
 PIPELINE = PIPELINES / "highway_yolox.yaml"
 
@@ -151,7 +153,8 @@ def main() -> int:
                    "--seconds", args.seconds, "--min-kept", "0.97", "--min-f1", "0.85",
                    "--baseline-model", str(model), "--baseline-imgsz", "320",
                    "--out", str(out.relative_to(REPO))]
-        code = subprocess.call(command, cwd=REPO)
+        # a shipped pipeline runs on its shared clip with the shared model (harness.shipped_file)
+        code = subprocess.call([*command[:2], str(shipped_file(pipeline)), *command[3:]], cwd=REPO)
         if code != 0:
             return code
     data = json.loads(out.read_text())

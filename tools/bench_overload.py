@@ -26,7 +26,8 @@ from pathlib import Path
 
 import yaml
 
-from streamlens.bench.harness import PIPELINES, REPO, RESULTS, command_line, machine, machine_line, versions
+from streamlens.bench.harness import (PIPELINES, REPO, RESULTS, command_line, machine, machine_line, shipped_file,
+                                      versions)
 
 ROOT = REPO
 CLIPS = {
@@ -145,11 +146,12 @@ def main() -> int:
     for name, (configured, _) in CLIPS.items():
         if args.only and name != args.only:
             continue
-        pipeline = configured if args.decode == "as-configured" else decoded_in_process(configured)
+        shipped = shipped_file(configured)  # on its shared clip, with the shared model
+        pipeline = shipped if args.decode == "as-configured" else decoded_in_process(shipped)
         try:
             run_clip(args, document, name, pipeline, configured)
         finally:
-            if pipeline != configured:
+            if pipeline != shipped:
                 pipeline.unlink()
     print(f"wrote {args.out}")
     return 0

@@ -45,10 +45,10 @@ from pathlib import Path
 
 import numpy as np
 
-from streamlens.bench.harness import (DATA, PIPELINES, REPO, RESULTS, command_line, machine, machine_line, need, now,
+from streamlens.bench.harness import (DATA, REPO, RESULTS, command_line, machine, machine_line, need, now, shipped,
                                       write_page as write_text_page)
 
-MODEL, NAMES = "models/yolox_nano/yolox_nano.onnx", "models/yolox_nano/coco_classes.txt"
+MODEL = "models/yolox_nano/yolox_nano.onnx"
 #: each clip and the pipeline whose detector and keyframes it runs with
 CLIPS = {"highway_320x240.avi": "highway_yolox.yaml", "highway_720p30.mp4": "highway_yolox.yaml",
          "highway_1080p30.mp4": "highway_yolox.yaml", "road_topdown_640x360.avi": "highway_yolox.yaml",
@@ -56,11 +56,9 @@ CLIPS = {"highway_320x240.avi": "highway_yolox.yaml", "highway_720p30.mp4": "hig
 
 
 def sections(pipeline: str, data: Path, resize: str) -> tuple[dict, dict]:
-    """The pipeline file's `detector` (model and names from `data`) and `keyframes` sections."""
-    import yaml
-
-    tree = yaml.safe_load((PIPELINES / pipeline).read_text())
-    detector = dict(tree["detector"], model=str(data / MODEL), names=str(data / NAMES), resize=resize)
+    """The shipped pipeline's `detector` (the shared model in `data`, COCO's names) and `keyframes`."""
+    tree = shipped(pipeline, data)  # the shared model in `data`, COCO's names
+    detector = dict(tree["detector"], resize=resize)
     return detector, dict(tree["keyframes"])
 
 

@@ -80,19 +80,9 @@ ENTRY = "kind"  # the secondary entry's name
 # -- the pipelines --------------------------------------------------------------------------------
 
 def base_pipeline(pipeline: Path = PIPELINE) -> dict:
-    """The pipeline file as a dict, its paths made absolute (so a copy can live anywhere)."""
-    import yaml
-
-    data = yaml.safe_load(pipeline.read_text())
-    here = pipeline.parent
-    for src in data["sources"]:
-        if "://" not in src["uri"]:
-            src["uri"] = str((here / src["uri"]).resolve())
-    det = data["detector"]
-    for key in ("model", "names"):
-        if isinstance(det.get(key), str):
-            det[key] = str((here / det[key]).resolve())
-    return data
+    """The shipped pipeline as a dict on the shared clip with the shared model, its paths absolute (so a
+    copy can live anywhere): `harness.shipped`."""
+    return harness.shipped(pipeline.name)
 
 
 def entry(model: Path, classes: list[str], **rules) -> dict:
@@ -687,7 +677,7 @@ def part_capacity(args) -> dict:
     streams = [int(k) for k in args.streams.split(",")]
     folder = Path(tempfile.mkdtemp(prefix="bench_secondary_"))
     copy = write_yaml({**base, "secondary": [entry(model, classes)]}, folder / "highway_yolox_secondary.yaml")
-    pipelines = {"as is": PIPELINE, "with the entry": copy}
+    pipelines = {"as is": harness.shipped_file(PIPELINE), "with the entry": copy}
     if args.dry_run:
         from streamlens.config import load_pipeline
 

@@ -5,7 +5,8 @@ once a round, the order reversed each round), `--repeats` rounds, and writes a t
 (kept frames, p95 latency, F1 against detecting every frame, frames detected) and every trial to
 `--out` (markdown) with the command, the machine and the date, above the runs already on that page.
 A trial passes by issue 27's rule: every stream keeps at least 97% of its frames, p95 within the
-budget and the worst stream's F1 at least 0.85.
+budget and the worst stream's F1 at least 0.85. A shipped YOLOX pipeline runs on its shared clip with
+the shared model (`harness.shipped_file`).
 
     python tools/bench_workers.py pipelines/highway_yolox.yaml --streams 4,6 --workers 1,2 --repeats 2
 """
@@ -19,12 +20,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from streamlens.bench.harness import RESULTS, header, in_turns, median_of, now, prepend_section
+from streamlens.bench.harness import RESULTS, header, in_turns, median_of, now, prepend_section, shipped_file
 
 
 def trial(pipeline: str, k: int, workers: int, seconds: float, out: Path) -> dict:
-    command = [sys.executable, "-m", "streamlens", "bench", pipeline, "--streams", str(k), "--workers", str(workers),
-               "--seconds", str(seconds), "--min-kept", "0.97", "--min-f1", "0.85",  # issue 27's rule
+    command = [sys.executable, "-m", "streamlens", "bench", str(shipped_file(pipeline)), "--streams", str(k),
+               "--workers", str(workers), "--seconds", str(seconds), "--min-kept", "0.97", "--min-f1", "0.85",  # issue 27's rule
                "--no-baseline", "--no-hold", "--decode-seconds", "0", "--out", str(out)]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     t = json.loads(out.read_text())["trials"][0]

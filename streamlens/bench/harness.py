@@ -8,6 +8,11 @@ installed in editable mode, so it imports this module as it imports the rest of 
   clips and models, ../shared/data beside the checkout, never in the repository), `VIDEOS`, `MODELS`,
   `YOLOX_NANO`; `need(*paths)` gives its paths back when all exist, and otherwise ends the tool
   with one line naming what is missing and where it was looked for (`Missing`, a SystemExit);
+- the shipped pipelines as the benchmarks run them: pipelines/highway_yolox.yaml and
+  indoor_yolox.yaml read the user's camera (`${HIGHWAY_VIDEO}`, the sample without it) and the model
+  cache (`models:yolox_nano`); `shipped(name)` is such a pipeline's tree on its shared clip
+  (`SHIPPED_CLIPS`) with the shared YOLOX-Nano, `shipped_file(path)` the same written as a file (any
+  other pipeline given back as it is), so the settings are declared once, in pipelines/;
 - where it ran: `machine()` (probe's: the CPU's model and the flags that decide which kernels run,
   `CPU_FLAGS`; cores, memory), `machine_line()` the same in words, `versions()`, `versions_line()`;
 - A/B trials in turns: `in_turns(arms, rounds, trial)` runs every arm once a round, the order
@@ -83,6 +88,49 @@ def need(*paths: Path | str) -> Any:
                  "which is not part of it") if shared else ""
         raise Missing(f"{tool()}: not found: {', '.join(missing)}{where}")
     return Path(paths[0]) if len(paths) == 1 else tuple(Path(p) for p in paths)
+
+
+#: the shared clip each shipped YOLOX pipeline is benchmarked on
+SHIPPED_CLIPS = {"highway_yolox.yaml": "highway_720p30.mp4", "indoor_yolox.yaml": "person_indoor_768x432.mp4"}
+_written: dict[tuple[str, str], Path] = {}
+
+
+def shipped(name: str, data: Path = DATA) -> dict:
+    """The tree of the shipped pipeline `name` (a key of `SHIPPED_CLIPS`) as the benchmarks run it:
+    its first source on the shared clip, its model the shared YOLOX-Nano (never the user's cache),
+    its sinks' paths absolute (pipelines/out/ as before). `Missing` when the shared data is not here."""
+    import yaml
+
+    clip, model = need(data / "video" / SHIPPED_CLIPS[name], data / "models" / "yolox_nano" / "yolox_nano.onnx")
+    tree = yaml.safe_load((PIPELINES / name).read_text())
+    tree["sources"][0]["uri"] = str(clip)
+    tree["detector"]["model"] = str(model)
+    for sink in tree.get("sinks") or []:
+        if "path" in sink:
+            sink["path"] = str(PIPELINES / sink["path"])
+    return tree
+
+
+def shipped_file(pipeline: Path | str, data: Path = DATA) -> Path:
+    """`shipped()` of the shipped YOLOX pipeline at `pipeline`, written as a file (in a folder of its
+    own, removed when the tool ends) for `streamlens bench` and `load_pipeline`; any other pipeline
+    file is given back as it is."""
+    path = Path(pipeline)
+    if path.resolve().parent != PIPELINES.resolve() or path.name not in SHIPPED_CLIPS:
+        return path
+    key = (path.name, str(data))
+    if key not in _written:
+        import atexit
+        import shutil
+        import tempfile
+
+        import yaml
+
+        folder = Path(tempfile.mkdtemp(prefix="streamlens-shipped-"))
+        atexit.register(shutil.rmtree, folder, True)
+        _written[key] = folder / path.name
+        _written[key].write_text(yaml.safe_dump(shipped(path.name, data), sort_keys=False))
+    return _written[key]
 
 
 def relative(path: Path | str) -> str:
@@ -163,8 +211,9 @@ def paired_ratios(results: dict[Any, list[dict]], base: Any, other: Any, key: st
 def bench_trial(pipeline: Path, k: int, seconds: float, out: Path, extra: Sequence[str] = ()) -> dict:
     """One `streamlens bench PIPELINE --streams K` trial (no baselines, no decode-only limit): its kept
     share (worst stream), p95, the median and worst F1 over its streams, and its JSON under `bench`."""
-    subprocess.run([sys.executable, "-m", "streamlens", "bench", str(pipeline), "--streams", str(k), "--seconds",
-                    str(seconds), "--no-baseline", "--no-hold", "--decode-seconds", "0", *extra, "--out", str(out)],
+    subprocess.run([sys.executable, "-m", "streamlens", "bench", str(shipped_file(pipeline)), "--streams", str(k),
+                    "--seconds", str(seconds), "--no-baseline", "--no-hold", "--decode-seconds", "0", *extra,
+                    "--out", str(out)],
                    check=True, capture_output=True, text=True)
     bench = json.loads(Path(out).read_text())
     found = bench["trials"][0]

@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 import yaml
 
-from streamlens.bench.harness import PIPELINES, RESULTS, VIDEOS, header, in_turns, need, now, prepend_section
+from streamlens.bench.harness import PIPELINES, RESULTS, VIDEOS, header, in_turns, need, now, prepend_section, shipped
 
 CLIP = VIDEOS / "highway_720p30.mp4"
 SHIPPED = PIPELINES / "highway_yolox.yaml"
@@ -34,13 +34,10 @@ SHIPPED = PIPELINES / "highway_yolox.yaml"
 
 def pipeline(folder: Path, streams: int, workers: str) -> Path:
     """K live looping copies of the clip with the shipped highway pipeline's detector, keyframes and
-    tracker (its model paths made absolute), no sink, `runtime.workers` as asked."""
-    shipped = yaml.safe_load(SHIPPED.read_text())
-    detector = dict(shipped["detector"])
-    for key in ("model", "names"):
-        detector[key] = str((SHIPPED.parent / detector[key]).resolve())
+    tracker (the shared model: `harness.shipped`), no sink, `runtime.workers` as asked."""
+    tree = shipped(SHIPPED.name)
     data = {"sources": [{"name": f"s{i}", "uri": str(CLIP), "live": True, "loop": True} for i in range(streams)],
-            "detector": detector, "keyframes": shipped["keyframes"], "tracker": shipped["tracker"],
+            "detector": tree["detector"], "keyframes": tree["keyframes"], "tracker": tree["tracker"],
             "runtime": {"workers": workers if workers == "auto" else int(workers)}}
     path = folder / f"k{streams}-{workers}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

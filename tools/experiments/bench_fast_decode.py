@@ -26,11 +26,10 @@ import time
 from pathlib import Path
 
 import av
-import yaml
 
 from streamlens.bench.accuracy import detections_f1
-from streamlens.bench.harness import (PIPELINES, RESULTS, VIDEOS, YOLOX_NANO, bench_cells, bench_medians, bench_trial,
-                                      header, in_turns, load_average, need, write_page)
+from streamlens.bench.harness import (RESULTS, VIDEOS, YOLOX_NANO, bench_cells, bench_medians, bench_trial, header,
+                                      in_turns, load_average, need, shipped, write_page)
 from streamlens.config import DetectorConfig
 from streamlens.detect import build_detector
 from streamlens.frame import Frame
@@ -63,10 +62,8 @@ def decode(path: Path, skip: bool, keep: bool) -> tuple[float, list]:
 
 
 def detector():
-    section = dict(yaml.safe_load((PIPELINES / "highway_yolox.yaml").read_text())["detector"])
-    section["model"] = str(need(MODEL / "yolox_nano.onnx"))
-    section["names"] = str(need(MODEL / "coco_classes.txt"))
-    return build_detector(DetectorConfig(**section))
+    """pipelines/highway_yolox.yaml's detector with the shared model (`harness.shipped`)."""
+    return build_detector(DetectorConfig(**shipped("highway_yolox.yaml")["detector"]))
 
 
 def boxes(model, images: list) -> list:
