@@ -135,6 +135,9 @@ def test_usage_mistakes_say_what_to_give(cache):
     assert no_check.returncode == 2 and "--url needs --sha256" in no_check.stderr
     bad_sum = streamlens("models", "pull", "--url", "http://127.0.0.1:9/x.onnx", "--sha256", "abc", env=cache)
     assert bad_sum.returncode == 2 and "--sha256: expected 64 hexadecimal digits" in bad_sum.stderr
+    odd_name = streamlens("models", "pull", "--url", "http://127.0.0.1:9/my%20model.onnx", "--sha256", "6" * 64,
+                          env=cache)
+    assert odd_name.returncode == 2 and "--name: expected a file name of letters" in odd_name.stderr
     assert left_in(models_folder(cache)) == []
 
 

@@ -28,7 +28,7 @@ import textwrap
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from ..models.cache import PREFIX, cache_dir
+from ..models.cache import PREFIX, cache_dir, is_file_name
 from ..models.catalogue import CATALOGUE, KnownModel, known
 from ..models.pull import DEFAULT_MAX_BYTES, MIRROR_ENV, PullError, checked_sha256, pull, source_url
 from ..urls import mask_url
@@ -128,8 +128,8 @@ def _pull_checked(args) -> int:
         if not args.sha256:
             return _usage("--url needs --sha256 (streamlens keeps no file it cannot check)")
         file = args.file or unquote(urlsplit(args.url).path.rsplit("/", 1)[-1])
-        if not file or "/" in file or file.startswith("."):
-            return _usage(f"--name: expected a plain file name, got {file!r}")
+        if not is_file_name(file):
+            return _usage(f"--name: expected a file name of letters, digits, '.', '_' and '-', got {file!r}")
         url, sha256, max_bytes, label = args.url, checked_sha256(args.sha256), args.max_mb * 2**20, file
     elif args.name:
         model = known(args.name)
@@ -153,7 +153,7 @@ def _pull_checked(args) -> int:
         print(f"pulled {label}: {done.path} ({done.size} bytes, sha256 {done.sha256} checked) from {mask_url(url)}")
     else:
         print(f"{label}: already there, sha256 checked: {done.path}")
-    if folder == cache_dir():
+    if folder.resolve() == cache_dir().resolve():
         print(f"a pipeline names it as   model: {PREFIX}{label if known(label) else file}")
     return 0
 
@@ -163,7 +163,7 @@ def _export(args) -> int:
 
     made = export(args.model, args.format, args.imgsz, args.dir)
     print(f"exported {args.model} to {args.format} at {args.imgsz}: {made}")
-    if made.parent == cache_dir():
+    if made.parent.resolve() == cache_dir().resolve():
         print(f"a pipeline names it as   model: {PREFIX}{made.name}")
     return 0
 

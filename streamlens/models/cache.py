@@ -37,6 +37,12 @@ def cache_dir() -> Path:
     return root / "streamlens" / "models"
 
 
+def is_file_name(name: str) -> bool:
+    """Whether `name` can be a file of the cache that `models:NAME` names: letters, digits, `.`, `_`
+    and `-`, not starting with a dot."""
+    return _NAME_RE.match(name) is not None and "/" not in name
+
+
 def is_reference(text: str) -> bool:
     """Whether a model key's text names a cached model (`models:NAME`) rather than a path."""
     return text.startswith(PREFIX)
@@ -80,4 +86,4 @@ def model_problem(path: Path, *, folder_ok: bool = True) -> str | None:
     return None
 
 
-__all__ = ["PREFIX", "cache_dir", "is_reference", "model_problem", "reference_path"]
+__all__ = ["PREFIX", "cache_dir", "is_file_name", "is_reference", "model_problem", "reference_path"]

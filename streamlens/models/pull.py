@@ -84,11 +84,11 @@ def file_sha256(path: Path) -> str:
 
 
 def _local_path(url: str) -> Path | None:
-    """The file a mirror's `url` is, when the mirror is a folder (`/x`, `file:///x`); else None."""
+    """The file a mirror's `url` is, when the mirror is a folder (`/x`, `models/`, `file:///x`); else None."""
     parts = urlsplit(url)
     if parts.scheme == "file":
         return Path(unquote(parts.path))
-    return Path(url) if not parts.scheme and url.startswith("/") else None
+    return Path(url) if not parts.scheme else None
 
 
 @contextmanager
@@ -104,7 +104,7 @@ def _chunks(url: str, shown: str, max_bytes: int) -> Iterator[Iterator[bytes]]:
             yield iter(lambda: f.read(_CHUNK), b"")
         return
     if urlsplit(url).scheme not in ("http", "https"):
-        raise PullError(f"{shown}: expected an http:// or https:// URL, or a folder")
+        raise PullError(f"{shown}: expected an http:// or https:// URL, or a folder")  # ftp://, s3://, ...
     import requests
 
     try:
