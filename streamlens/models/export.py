@@ -6,8 +6,9 @@ folder, or `out_dir`), and moved into place when Ultralytics has finished: `yolo
 folder `yolo11n_openvino_model/` (an OpenVINO IR with Ultralytics' metadata.yaml). An export already
 there is replaced. Exported beside a cached `.pt`, it is named in a pipeline as `models:yolo11n.onnx`
 (backend onnx or openvino), `models:yolo11n_openvino_model` (backend ultralytics) or
-`models:yolo11n_openvino_model/yolo11n.xml` (backend openvino). Needs the ultralytics extra (and openvino for OpenVINO); ONNX
-graphs are simplified only when onnxslim is installed (Ultralytics would otherwise try to pip-install it).
+`models:yolo11n_openvino_model/yolo11n.xml` (backend openvino). Needs the ultralytics extra (and
+openvino for OpenVINO); ONNX graphs are simplified only when onnxslim is installed (Ultralytics would
+otherwise try to pip-install it).
 
 Example:
     >>> export(Path("yolo11n.pt"), "onnx", 640)        # doctest: +SKIP
