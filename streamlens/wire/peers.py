@@ -324,7 +324,7 @@ class PeerGuard:
         until = self._cooling.get(address, (0.0, 0.0))[0]
         if time.monotonic() < until:
             return "cooldown"
-        if len(self._connections) > self.limits.max_peers:
+        if self.admitted_now >= self.limits.max_peers:  # those admitted: a burst still in handshakes refuses none
             if self.refused["peers"] == 0:
                 log.warning("%s: %d peers connected, refusing more (peers.max_peers)", self.where,
                             self.limits.max_peers)
