@@ -257,3 +257,27 @@ def test_each_engine_of_a_supervised_run_publishes_its_own_streams():
     for engine in configs:
         assert [s.type for s in engine.sinks] == ["rtsp", "zmq"] and engine.sinks[0] == config.sinks[0]
     assert [len(engine.sources) for engine in configs] == [1, 1]
+
+
+def test_with_two_engines_the_summary_counts_what_each_engines_sink_could_not_deliver(tmp_path):
+    """Each engine of `runtime.workers: 2` keeps its own rtsp sink: the frames they could not publish
+    (here, to a port where no server listens) are added up in the summary of the run, as with one engine."""
+    from streamlens.testing.rtsp_server import free_port
+
+    path = tmp_path / "p.yaml"
+    sample = REPO / "samples" / "traffic.mp4"
+    path.write_text(f"""sources:
+  - {{name: cam1, uri: {sample}}}
+  - {{name: cam2, uri: {sample}}}
+detector: {{backend: motion}}
+runtime: {{workers: 2}}
+sinks:
+  - {{type: rtsp, url: "rtsp://127.0.0.1:{free_port()}/out", timeout_s: 1}}
+""")
+    done = subprocess.run([sys.executable, "-m", "streamlens", "run", str(path)], capture_output=True, text=True,
+                          timeout=180, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = done.stdout + done.stderr
+    frames = sum(int(line.split()[1]) for line in summary.splitlines() if re.match(r"cam\d +\d", line))
+    assert frames == 600, summary
+    assert "sinks[0] (rtsp): 600 message(s) not delivered" in summary, summary

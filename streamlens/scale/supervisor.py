@@ -469,8 +469,14 @@ class Supervisor:
         natural = all(e.report is not None and e.report.status == "done" for e in self._engines)
         status = "failed" if error else "interrupted" if self._stopping and not natural else "done"
         actions = [f"engine {e.index}: {a}" for e in self._engines if e.report for a in e.report.control_actions]
+        losses: dict[str, int] = {}  # what each sink could not deliver: in the engines, and in its forwarder here
+        for where, n in [kv for r in reports for kv in r.sink_losses.items()] + [
+                (f"{where} ({f.sink.type})", f.dropped) for where, f in self._forwarders.items()]:
+            if n:
+                losses[where] = losses.get(where, 0) + n
         return RunReport(status, error, wall_s, list(self.stats.values()), actions,
-                         max((r.control_level for r in reports), default=0), sum(r.control_steps for r in reports))
+                         max((r.control_level for r in reports), default=0), sum(r.control_steps for r in reports),
+                         losses)
 
     # -- the engines' configs and the sinks' forwarders ---------------------------------------
 
