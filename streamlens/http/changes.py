@@ -11,7 +11,7 @@
 
 With several engines (`runtime.workers`), an added stream goes to the engine with the fewest open
 streams. What runs and what it may change: graph/run/changes.py (`StreamChanges`) and
-scale/supervisor.py. `runtime.http.manage: false` turns both routes off (`403`).
+scale/changes.py (`SupervisedChanges`). `runtime.http.manage: false` turns both routes off (`403`).
 
 A request's body is read only here, only for `POST /api/streams`: at most `MAX_BODY` bytes, said
 beforehand in `Content-Length` (`411` without it, `413` past it), whole within `BODY_DEADLINE_S`

@@ -93,4 +93,21 @@ def merge_counters(parts: list[dict]) -> dict:
     return {k: v for k, v in out.items() if v is not None}
 
 
-__all__ = ["merge_secondary", "merge_counters"]
+
+def merge_losses(parts: list[dict[str, int]]) -> dict[str, int]:
+    """Messages each sink could not deliver, by its key path, added up over `parts` (the engines'
+    reports and the supervisor's forwarders); those with none left out.
+
+    Example:
+        >>> merge_losses([{"sinks[0] (rtsp)": 3}, {"sinks[0] (rtsp)": 2, "sinks[1] (zmq)": 0}])
+        {'sinks[0] (rtsp)': 5}
+    """
+    total: dict[str, int] = {}
+    for part in parts:
+        for where, n in part.items():
+            if n:
+                total[where] = total.get(where, 0) + n
+    return total
+
+
+__all__ = ["merge_secondary", "merge_counters", "merge_losses"]

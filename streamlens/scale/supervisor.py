@@ -62,12 +62,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..config import PipelineConfig, SourceConfig, preflight_problems
-from ..config.added import added_source, check_room
-from ..errors import ConfigError, NoSuchStream, StreamConflict
+from ..errors import ConfigError
 from ..frame import StreamEnd
 from ..graph.run.stats import RunReport, StreamStats
 from .engine import EngineSpec, Snapshot
-from .figures import merge_counters, merge_secondary
+from .changes import SupervisedChanges
+from .figures import merge_counters, merge_losses, merge_secondary
 from .engine_config import engine_config
 from .forwarder import Forwarder
 from .policy import END_WAIT_S, restart_delay, supervised, worker_count
@@ -108,7 +108,7 @@ class _Engine:
     restart_delay: float = 0.0  # the last wait before a restart (0: none yet, or reset)
 
 
-class Supervisor:
+class Supervisor(SupervisedChanges):
     """Runs `config` over `worker_count` engines;
     `run()` it once, `stop()` and `abort()` as a `Pipeline`. It offers what the progress display
     and `/metrics` read of a pipeline: `stats`, `stopping`, `controller`, `queue_depth`, `control_of`
@@ -198,64 +198,6 @@ class Supervisor:
     def abort(self) -> None:
         self._stopping = True
         self._tell("abort")
-
-    def add_stream(self, data, *, remote: bool = False) -> tuple[str, list[str]]:
-        """Add a stream while running, on the engine with the fewest open streams (`data`: one
-        mapping of `sources`, checked as the file's; `remote`: asked over HTTP): its name and
-        warnings. Raises `ConfigError`, `StreamConflict` or `StreamLimit`, as `Pipeline.add_stream`
-        does, checked outside the lock (a file is opened), the room and the name again inside it;
-        the engine builds it (a failure there ends the stream with reason `error` and that engine's line)."""
-        with self._lock:
-            self._check_running()
-            check_room(self._open_now(), self.config)
-            taken = set(self._engine_of)
-        source, warnings = added_source(data, self.config, taken, remote=remote)
-        with self._lock:
-            self._check_running()
-            if source.name in self._engine_of:
-                raise StreamConflict(f"a stream named {source.name!r} is already in this run")
-            check_room(self._open_now(), self.config)
-            engine = min(self._engines, key=lambda e: (sum(not self._ended(n) for n in e.streams), e.index))
-            self._placeholders[source.name] = StreamStats(source.name, source.display_uri)
-            self._engine_of[source.name] = engine
-            self._listed += (source,)  # after the two above: `stats` reads them by its names
-            engine.streams.append(source.name)
-            engine.sources.append(source)
-            if engine.running:  # else it starts with it
-                self._launcher.tell(engine, ("add", source))
-        log.info("stream %s added to engine %d (%s)", source.name, engine.index, source.display_uri)
-        return source.name, warnings
-
-    def remove_stream(self, name: str) -> None:
-        """End stream `name` while running (its `eos`: reason `removed`). Raises `NoSuchStream` or
-        `StreamConflict` (already ended, or the run is not running)."""
-        with self._lock:
-            engine = self._engine_of.get(name)
-            if engine is None:
-                raise NoSuchStream(f"no stream named {name!r}")
-            if self._stopping:
-                raise StreamConflict("the run is not running; streams can be changed while it runs")
-            if self._ended(name):
-                raise StreamConflict(f"stream {name!r} has already ended ({self.stats[name].reason or 'removed'})")
-            self._removed.add(name)
-            if engine.running:
-                self._launcher.tell(engine, ("remove", name))
-            else:  # its engine is being started again: it starts without it
-                st = self._ended_stats[name] = StreamStats(name, self._placeholders[name].uri)
-                st.end("removed", None)
-        log.info("stream %s removed", name)
-
-    def _check_running(self) -> None:
-        if self._stopping or not any(e.running or e.restart_at is not None for e in self._engines):
-            raise StreamConflict("the run is not running; streams can be changed while it runs")
-
-    def _open_now(self) -> int:
-        """Streams open: not ended, not removed (under the lock)."""
-        return sum(1 for name, st in self.stats.items() if st.reason is None and name not in self._removed)
-
-    def _ended(self, name: str) -> bool:
-        st = self.stats.get(name)
-        return name in self._removed or st is not None and st.reason is not None
 
     def _tell(self, order: str) -> None:
         for engine in self._engines:
@@ -469,11 +411,8 @@ class Supervisor:
         natural = all(e.report is not None and e.report.status == "done" for e in self._engines)
         status = "failed" if error else "interrupted" if self._stopping and not natural else "done"
         actions = [f"engine {e.index}: {a}" for e in self._engines if e.report for a in e.report.control_actions]
-        losses: dict[str, int] = {}  # what each sink could not deliver: in the engines, and in its forwarder here
-        for where, n in [kv for r in reports for kv in r.sink_losses.items()] + [
-                (f"{where} ({f.sink.type})", f.dropped) for where, f in self._forwarders.items()]:
-            if n:
-                losses[where] = losses.get(where, 0) + n
+        losses = merge_losses([r.sink_losses for r in reports] +  # in the engines, and in each forwarder here
+                              [{f"{where} ({f.sink.type})": f.dropped} for where, f in self._forwarders.items()])
         return RunReport(status, error, wall_s, list(self.stats.values()), actions,
                          max((r.control_level for r in reports), default=0), sum(r.control_steps for r in reports),
                          losses)
