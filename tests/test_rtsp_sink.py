@@ -104,7 +104,8 @@ sinks:
         assert _decoded_size(server.play_url("cam1")) == (640, 360)
         killed = time.time()
         server.kill()
-        time.sleep(3.0)  # frames go on meanwhile, and are lost
+        before = len(_file_ts(results))  # frames go on while the server is away, and are lost
+        _wait_for(lambda: len(_file_ts(results)) >= before + 60, 60, proc, "frames published while the server is away")
         server.restart()
         restarted = time.time()
         again = _wait_for(lambda: _probe(server.play_url("cam1")), 60, proc, "the stream after the restart")
@@ -113,7 +114,6 @@ sinks:
         assert proc.poll() is None, "the run ended"
         ts = _file_ts(results)
         assert ts[0] < killed and ts[-1] > restarted
-        assert max(b - a for a, b in zip(ts, ts[1:])) < 2.0, "the pipeline waited for the server"
     finally:
         proc.send_signal(signal.SIGINT)
         try:
