@@ -324,7 +324,9 @@ class PeerGuard:
         until = self._cooling.get(address, (0.0, 0.0))[0]
         if time.monotonic() < until:
             return "cooldown"
-        if self.admitted_now >= self.limits.max_peers:  # those admitted: a burst still in handshakes refuses none
+        # those admitted, so that a burst still in its handshakes is admitted up to the bound; and no
+        # more than twice the bound in handshakes at once, so that a flood of connections holds few descriptors
+        if self.admitted_now >= self.limits.max_peers or len(self._connections) > 2 * self.limits.max_peers:
             if self.refused["peers"] == 0:
                 log.warning("%s: %d peers connected, refusing more (peers.max_peers)", self.where,
                             self.limits.max_peers)
