@@ -6,13 +6,14 @@
     the thread that called run(): the run's loop (`_loop`): budget controller, stats messages
 
 Each node does one job, in its own module: admission (graph/admit.py), the engine (lanes, the
-keyframe decision, tracking, order), the detector's batching (graph/schedule/batcher.py), the route of a
-result and its stages (graph/publish/route.py, graph/publish/stages.py), the fan-out to the sinks
-(graph/publish/fanout.py), the budget controller (graph/overload/control.py), loss accounting (graph/run/losses.py),
-the `stats` and `eos` messages (graph/run/reports.py), the run's figures (graph/run/stats.py), each stream
-and everything it has (graph/run/stream.py), streams added or removed while running
-(graph/run/changes.py); graph/run/process.py holds what a run changes in the whole process. This module wires them and owns their lifecycle (`_build`,
-`_start`, `_loop`, `_close`):
+keyframe decision, tracking, order), the detector's batching (graph/schedule/batcher.py), the route
+of a result and its stages (graph/publish/route.py, graph/publish/stages.py), the fan-out to the
+sinks (graph/publish/fanout.py), the budget controller (graph/overload/control.py), loss accounting
+(graph/run/losses.py), the `stats` and `eos` messages (graph/run/reports.py), the run's figures
+(graph/run/stats.py), each stream and everything it has (graph/run/stream.py), streams added or
+removed while running (graph/run/changes.py); graph/run/process.py holds what a run changes in the
+whole process. This module wires them and owns their lifecycle (`_build`, `_start`, `_loop`,
+`_close`):
 
 - The inbox gives each stream its own share; a file source blocks when its share is full (nothing
   is lost), a live source drops its oldest frame (every drop counted).
