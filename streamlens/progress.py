@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from .graph.run.stats import RunReport, StreamStats
 from .logs import escape
+from .segment.figures import summary_line
 
 if TYPE_CHECKING:  # a supervisor of engines shows its progress too, without the engine's modules
     from .graph.run.pipeline import Pipeline
@@ -89,7 +90,7 @@ def summary(report: RunReport) -> str:
     then names the input in an error line). Under the table, a line for each stream that lost
     anything, by cause, whose detections came back too late to apply, or that lost clips (how many,
     and why the last one was lost: `analytics.clips`); a line for each sink that
-    could not deliver everything, and one per secondary model."""
+    could not deliver everything, one per secondary model, and one for the masks."""
     rows = [f"{'stream':<12} {'frames':>7} {'keyframes':>9} {'late':>5} {'objects':>8} {'dropped':>7} "
             f"{'shed':>6} {'p95 ms':>7} {'wall s':>7} {'fps':>7}  state"]
     for st in report.streams:
@@ -112,6 +113,8 @@ def summary(report: RunReport) -> str:
             rows.append(f"secondary {name}: {fig['calls']} looks on {fig['tracks']} tracks"
                         f" ({fig['attempts_per_track'] or 0} per track), {fig['computed']} computed,"
                         f" {fig['cached']} from the cache, {fig['dropped']} dropped")
+    if report.segment:
+        rows.append(summary_line(report.segment))
     if report.control_actions:
         rows.append(f"budget controller: {report.control_steps} steps, ended on rung {report.control_level}"
                     f" (last: {escape(report.control_actions[-1])})")

@@ -102,7 +102,7 @@ def asked(stage: SegmentStage, pts: float, found: sv.Detections, det: sv.Detecti
     inbox (the stage is not started: nothing else takes them)."""
     jobs = stage.jobs
     stage.offer(Frame("cam1", round(pts * 10), pts, 0.0, image()), found, det)
-    return stage._inbox.get_nowait().tracks if stage.jobs > jobs else None
+    return stage.slots.pop("cam1").tracks if stage.jobs > jobs else None
 
 
 def test_fresh_masks_come_on_the_first_keyframe_of_each_every_s_step_of_the_sources_time(tiny):
@@ -135,12 +135,31 @@ def test_only_objects_the_detector_saw_of_the_classes_and_size_asked_for_get_mas
     assert asked(stage, 0.1, det, det) == [1]  # the person is not in classes; track 3 is under min_size
 
 
-def test_a_full_worker_queue_drops_the_keyframe_and_counts_it(tiny):
-    stage = stage_with(tiny, every_s=0.001)  # not started: nothing takes the jobs
-    for k in range(4):
-        det = tracked([[40, 60, 240, 300]], [k + 1])
-        stage.offer(Frame("cam1", k, float(k), 0.0, image()), det, det)
-    assert stage.jobs == 2 and stage.dropped == 2
+def test_a_newer_keyframe_takes_its_streams_slot_and_the_waiting_tracks_come_along(tiny):
+    """A camera's job still waiting when its next keyframe has objects due is replaced by that
+    keyframe's (the newest wins), and the tracks of the old job come along when the detector saw
+    them there; one not seen there is due again on the next keyframe that shows it."""
+    stage = stage_with(tiny, every_s=100)  # not started: the jobs wait
+    one = tracked([[40, 60, 240, 300]], [1])
+    stage.offer(Frame("cam1", 0, 0.0, 0.0, image()), one, one)
+    both = tracked([[40, 60, 240, 300], [300, 60, 500, 300]], [1, 2])
+    stage.offer(Frame("cam1", 3, 0.1, 0.0, image()), both, both)  # track 2 is new: a job, with track 1 in it
+    assert stage.jobs == 2 and stage.replaced == 1 and len(stage.slots) == 1
+    three = tracked([[40, 60, 240, 300], [300, 60, 500, 300], [300, 320, 500, 460]], [1, 2, 3])
+    only_three = tracked([[300, 320, 500, 460]], [9])  # the detector saw only track 3's box
+    stage.offer(Frame("cam1", 6, 0.2, 0.0, image()), only_three, three)
+    assert stage.slots.pop("cam1").tracks == [3] and stage.replaced == 2
+    assert asked(stage, 0.3, three, three) == [1, 2]  # they waited: due on the next keyframe that shows them
+
+
+def test_the_worker_serves_the_job_whose_tracks_waited_longest_across_cameras(tiny):
+    stage = stage_with(tiny, every_s=100)  # not started: the jobs wait
+    for k, stream in enumerate(("cam1", "cam2", "cam3")):
+        det = tracked([[40, 60, 240, 300]], [1])
+        stage.offer(Frame(stream, 0, 0.0, 0.0, image(k)), det, det)
+    det = tracked([[40, 60, 240, 300], [300, 60, 500, 300]], [1, 2])
+    stage.offer(Frame("cam1", 3, 0.1, 0.0, image()), det, det)  # cam1's newer job: track 1 waits since first
+    assert [stage.slots.take(0.0).stream for _ in range(3)] == ["cam1", "cam2", "cam3"]
 
 
 def test_the_contracts_rle_and_polygons_are_the_masks_pixels(tiny):
@@ -225,19 +244,15 @@ sinks: {sinks}
     return path
 
 
-def test_the_second_pass_of_a_looping_clip_encodes_nothing(tmp_path, tiny, monkeypatch):
+def test_the_second_pass_of_a_looping_clip_encodes_nothing(tmp_path, tiny):
     """Two laps of the 300-frame sample, keyframes every 3rd frame, `every_s: 1`, through a detector
     that sees the same boxes on the same pixels (tests/cell_detector.py: its boxes come and go as
     cars cross its cells, so tracks are born all through a lap): the frames the encoder is asked for
     depend only on the file, so the second lap asks for frames the first lap encoded, and the
-    encoder runs on none of them. The file runs as fast as it decodes; the worker's queue is made
-    large enough that no keyframe is dropped however slow the machine, and the laps are counted
-    once the worker (which answers jobs in order) has answered every job of both."""
-    from streamlens.segment import stage as segment_stage
-
+    encoder runs on none of them. The file is read as a file: its results wait for their masks, so
+    no keyframe is dropped however slow the machine."""
     from .cell_detector import build_cell_detector
 
-    monkeypatch.setattr(segment_stage, "QUEUE_SIZE", 100_000)
     encoder, decoder = tiny
     cells = build_cell_detector(tmp_path)
     path = pipeline(tmp_path, f"{{model: {encoder}, decoder: {decoder}, every_s: 1, cache_items: 400}}",

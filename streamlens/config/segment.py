@@ -30,8 +30,15 @@ class SegmentConfig(_Keys):
     min_size: int = Field(8, ge=1, le=10_000, description="the least side of a box that gets a mask, in pixels")
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda|cuda:[0-9]+)$", description="a .pt model's device: "
                                                                                       "auto, cpu, cuda, cuda:N")
-    threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="onnxruntime's intra-op threads for ONNX "
-                                                                        "models (default: onnxruntime's)")
+    runtime: Literal["auto", "torch", "onnx", "openvino"] = Field(
+        "auto", description="what runs the image encoder: a .pt's encoder exported once to ONNX (kept beside it) "
+                            "and run by onnxruntime or OpenVINO, or torch; auto: OpenVINO where installed, else "
+                            "onnxruntime (torch on a GPU)")
+    bf16: bool = Field(True, description="run the encoder in bfloat16 (OpenVINO) where the CPU has it "
+                                         "(avx512_bf16 or amx_bf16); false: always float32")
+    threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="the encoder's threads for onnxruntime and "
+                                                                        "OpenVINO (default: every core; with "
+                                                                        "runtime.workers, each engine its share)")
     cache: bool = Field(True, description="keep the encoder's embeddings by the frame's pixel hash "
                                           "(runtime.cache.redis is shared with them)")
     cache_items: int = Field(16, ge=0, le=10_000, description="embeddings kept in memory (LRU; each is a few MB)")

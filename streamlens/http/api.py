@@ -13,7 +13,7 @@ each route below `/` but `/metrics` and `/healthz` (every answer is JSON unless 
   pixels as they are applied. With `runtime.workers` > 1 the frames and what is said of them here
   come from the engine that has the stream (streamlens/scale/preview.py).
 - `/api/stats[?history_since=N]`: `{"ts", "state", "budget_ms", "streams", "detector", "control",
-  "secondary", "history"}`. Per stream: `state`, `fps`, `frames`, `latency_ms` (p50/p95/p99 end to
+  "secondary", "segment", "history"}`. Per stream: `state`, `fps`, `frames`, `latency_ms` (p50/p95/p99 end to
   end over the last 256 frames), `keyframes` and `keyframe_rate` (detected in time: how many, and
   their share of the last 256 frames), `keyframes_per_s` (sent to the detector, in time or late,
   over the last 10 s), `late_keyframes` (published by motion, their detections applied when back),
@@ -26,7 +26,8 @@ each route below `/` but `/metrics` and `/healthz` (every answer is JSON unless 
   newest frame's: per line `{"in", "out", "classes"}`, per zone the objects in it now). `detector`: its load over the
   last 10 s, all streams together: `keyframes_per_s`, `detected_share` (the share of frames it ran
   on), and the slowest stream's `detect_ms`. `control`: the controller's `level` and `steps` (null
-  without one). `secondary`: the secondary models' figures. `history`: `{"every_s": 1, "next": M,
+  without one). `secondary`: the secondary models' figures; `segment`: the masks' (docs/masks.md).
+  `history`: `{"every_s": 1, "next": M,
   "t": [...], "p95": {stream: [...]}}`, a sample a second over the last 10 minutes, taken on the
   server's event loop (null: no frame that second); with `history_since=N` only the samples after
   N (M: the newest sample's number).
@@ -233,7 +234,7 @@ class Api:
             "detector": {"keyframes_per_s": round(keyframes / seconds, 2) if seconds > 0 else 0.0,
                          "detected_share": round(keyframes / frames, 4) if frames else 0.0, "detect_ms": detect},
             "control": None if controller is None else {"level": controller.level, "steps": controller.steps},
-            "secondary": p.secondary_stats(),
+            "secondary": p.secondary_stats(), "segment": p.segment_stats(),
             "history": self.history.since(query_int(query, "history_since", 0))})
 
     # -- /api/events ----------------------------------------------------------------------------

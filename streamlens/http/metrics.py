@@ -167,7 +167,7 @@ class Collector:
 
     def _segment(self):
         """The masks' figures (streamlens/segment), where this process makes them."""
-        from prometheus_client.core import CounterMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         figures = getattr(self.pipeline, "segment_stats", dict)()
         for key, what in (("encoded", "Keyframes SAM's image encoder ran on"),
@@ -179,6 +179,12 @@ class Collector:
                 family = CounterMetricFamily(f"streamlens_segment_{key}", what)
                 family.add_metric([], figures[key])
                 yield family
+        if isinstance(figures.get("lag_s"), dict):  # from a keyframe coming to its masks applied
+            family = GaugeMetricFamily("streamlens_segment_lag_seconds", "Mask lag, keyframe to masks applied",
+                                       labels=["quantile"])
+            for quantile, key in (("0.5", "p50"), ("0.95", "p95")):
+                family.add_metric([quantile], figures["lag_s"][key])
+            yield family
 
 def health(pipeline: RunView) -> Reply:
     """`/healthz`: `{"state": ..., "streams": {name: state}}`, 200 while the run is `running` or

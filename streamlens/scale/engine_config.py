@@ -28,7 +28,7 @@ def engine_config(config: PipelineConfig, sources: list[SourceConfig], engines: 
       `<stem>-<stream><suffix>` (`video_path`);
     - on one machine (`remote` False), an onnx or openvino detector without `threads` gets its share
       of the cores: the runtime's default (a thread per core) in each engine would put every
-      engine's detector on every core at once.
+      engine's detector on every core at once; so does SAM's encoder without `segment.threads`.
     """
     first = config.sources[0].name in {s.name for s in sources}
     sinks = []
@@ -46,9 +46,12 @@ def engine_config(config: PipelineConfig, sources: list[SourceConfig], engines: 
     detector = config.detector
     if not remote and detector.backend in ("onnx", "openvino") and detector.threads is None:
         detector = detector.model_copy(update={"threads": max(1, (os.cpu_count() or 1) // engines)})
+    segment = config.segment  # SAM's encoder likewise
+    if not remote and segment is not None and segment.model is not None and segment.threads is None:
+        segment = segment.model_copy(update={"threads": max(1, (os.cpu_count() or 1) // engines)})
     runtime = config.runtime.model_copy(update={"workers": 1, "http": HttpConfig(), "cluster": None, "history": None})
     return config.model_copy(update={"sources": list(sources), "sinks": sinks,
-                                     "detector": detector, "runtime": runtime})
+                                     "detector": detector, "segment": segment, "runtime": runtime})
 
 
 __all__ = ["engine_config", "WRITTEN_HERE"]

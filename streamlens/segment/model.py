@@ -4,7 +4,10 @@ run once per object (its box is the prompt), on the encoder's embedding.
 - `UltralyticsSam`: an Ultralytics SAM, MobileSAM or SAM 2 checkpoint (`.pt`), as Ultralytics builds
   it. Ultralytics picks the architecture from the file's name, so the name must end like one of its
   own (`mobile_sam.pt`, `sam_b.pt`, `sam2.1_t.pt`, ... : `SAM_NAMES`). The frame is fitted as
-  Ultralytics' SAM predictor fits it (top-left letterbox to 1024, SAM's mean and std).
+  Ultralytics' SAM predictor fits it (top-left letterbox to 1024, SAM's mean and std). The image
+  encoder of SAM and MobileSAM runs off torch by default (`runtime`: exported once to ONNX beside
+  the checkpoint, run by OpenVINO or onnxruntime, bfloat16 where the CPU has it:
+  streamlens/segment/encoder.py); the prompt decoder stays torch's. SAM 2 runs on torch.
 - `OnnxSam`: a SAM-format pair of ONNX files. The encoder takes one image `[1, 3, S, S]` (the frame
   RGB, its longest side resized to S, normalised by SAM's mean and std, then padded with zeros to
   the right and bottom: segment-anything's own preprocessing) and gives the embedding as its first
@@ -13,7 +16,8 @@ run once per object (its box is the prompt), on the encoder's embedding.
   outputs `masks`, `iou_predictions`, `low_res_masks` (read here). A box is the points (x1, y1),
   (x2, y2) with labels 2 and 3, in the encoder's input pixels. A decoder whose batch dimension is
   free takes every box in one call; one exported with batch 1 (segment-anything's default) is
-  called once per box.
+  called once per box. The encoder runs on onnxruntime or OpenVINO (`runtime`), the decoder on
+  onnxruntime.
 
 Both give `encode(image) -> [arrays]` (the embedding as float16: what the cache keeps; the decoder
 always reads it back from float16, so a mask made from a cached embedding is the one made from a
@@ -35,6 +39,7 @@ import numpy as np
 
 from ..errors import DetectorError
 from ..models.cache import model_problem
+from .encoder import EncoderSession, exported, openvino_installed
 from .masks import BoxMask, from_logits
 
 #: what Ultralytics' SAM builder recognises at the end of a checkpoint's name
@@ -63,8 +68,9 @@ def _short(error: BaseException) -> str:
 
 
 def load_sam(model: str | Path, decoder: str | Path | None = None, *, device: str = "auto",
-             threads: int | None = None) -> UltralyticsSam | OnnxSam:
-    """The SAM of `segment.model` (and `segment.decoder`), or a `DetectorError` naming the key and file."""
+             threads: int | None = None, runtime: str = "auto", bf16: bool = True) -> UltralyticsSam | OnnxSam:
+    """The SAM of `segment.model` (and `segment.decoder`), or a `DetectorError` naming the key and file.
+    `runtime` (auto, torch, onnx, openvino), `bf16` and `threads`: how the image encoder runs."""
     path = Path(model)
     problem = model_problem(path, folder_ok=False)
     if problem is not None:
@@ -72,14 +78,23 @@ def load_sam(model: str | Path, decoder: str | Path | None = None, *, device: st
     if path.suffix.lower() in (".pt", ".pth"):
         if decoder is not None:
             raise DetectorError(f"segment.decoder: {path.name} is a .pt checkpoint, which holds its own decoder")
-        return UltralyticsSam(path, device=device)
+        return UltralyticsSam(path, device=device, runtime=runtime, bf16=bf16, threads=threads)
     if decoder is None:
         raise DetectorError(f"segment.decoder: {path.name} is an ONNX encoder; name its prompt decoder too")
     decoder = Path(decoder)
     problem = model_problem(decoder, folder_ok=False)
     if problem is not None:
         raise DetectorError(f"segment.decoder: {problem}")
-    return OnnxSam(path, decoder, threads=threads)
+    if runtime == "torch":
+        raise DetectorError(f"segment.runtime: {path.name} is an ONNX encoder: onnx or openvino run it, not torch")
+    return OnnxSam(path, decoder, threads=threads, runtime=runtime, bf16=bf16)
+
+
+def _cpu_runtime(runtime: str) -> str:
+    """`auto` on the CPU: OpenVINO where it is installed, else onnxruntime."""
+    if runtime != "auto":
+        return runtime
+    return "openvino" if openvino_installed() else "onnx"
 
 
 def _resize_factor(width: int, height: int, side: int) -> float:
@@ -91,7 +106,8 @@ class UltralyticsSam:
 
     side = 1024
 
-    def __init__(self, path: Path, *, device: str = "auto"):
+    def __init__(self, path: Path, *, device: str = "auto", runtime: str = "auto", bf16: bool = True,
+                 threads: int | None = None):
         if not path.name.endswith(SAM_NAMES):
             raise DetectorError(f"segment.model: {path.name}: Ultralytics tells a SAM checkpoint by its name, which "
                                 f"must end in one of {', '.join(SAM_NAMES)}")
@@ -118,12 +134,26 @@ class UltralyticsSam:
         self._predictor = predictor
         self.path = path
         self.id = files_id([path], self.side)
+        if runtime == "auto":
+            runtime = "torch" if dev.type != "cpu" or self.sam2 else _cpu_runtime(runtime)
+        if runtime != "torch" and self.sam2:
+            raise DetectorError(f"segment.runtime: {runtime} runs the encoder of SAM and MobileSAM; SAM 2 "
+                                f"({path.name}) runs on torch")
+        self._session = None
+        if runtime != "torch":
+            self._session = EncoderSession(exported(net.image_encoder, path, self.side), runtime, bf16=bf16,
+                                           threads=threads)
+        #: what runs the encoder: torch, or onnx / openvino with fp32 / bf16 (the cache keeps each one's apart)
+        self.runtime = "torch" if self._session is None else self._session.runtime
+        self.id = f"{self.id}/{self.runtime.replace(' ', '-')}"
         self.shapes: list[tuple] | None = None
         self.shapes = [a.shape for a in self.encode(np.zeros((64, 64, 3), np.uint8))]  # warm-up; learns the shapes
 
     def encode(self, image: np.ndarray) -> list[np.ndarray]:
         with self._torch.inference_mode():
             im = self._predictor.preprocess([image])
+            if self._session is not None:
+                return [self._session.run(im.cpu().numpy()).astype(np.float16)]
             features = self._predictor.get_im_features(im)
         parts = [features["image_embed"], *features["high_res_feats"]] if isinstance(features, dict) else [features]
         return [p.float().cpu().numpy().astype(np.float16) for p in parts]
@@ -149,7 +179,8 @@ class UltralyticsSam:
 class OnnxSam:
     """A SAM-format ONNX encoder and decoder (see the module's docstring)."""
 
-    def __init__(self, encoder: Path, decoder: Path, *, threads: int | None = None):
+    def __init__(self, encoder: Path, decoder: Path, *, threads: int | None = None, runtime: str = "auto",
+                 bf16: bool = True):
         import onnxruntime as ort
 
         from ..detect.onnx import onnx_providers
@@ -165,15 +196,24 @@ class OnnxSam:
             except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types for every kind of bad file
                 raise DetectorError(f"segment.{key}: cannot load {path}: {_short(e)}") from None
 
-        self.encoder = session(encoder, "model")
+        probe = session(encoder, "model")  # the encoder's inputs are read here, whatever runs it
         self.decoder = session(decoder, "decoder")
-        inputs = self.encoder.get_inputs()
+        inputs = probe.get_inputs()
         shape = inputs[0].shape if len(inputs) == 1 else None
         if shape is None or len(shape) != 4 or shape[1] not in (3, "3") or not isinstance(shape[2], int):
             raise DetectorError(f"segment.model: {encoder.name}: expected one image input [1, 3, S, S] of a fixed S, "
                                 f"got {[(i.name, i.shape) for i in inputs]}")
         self.side = int(shape[2])
-        self._input = inputs[0].name
+        runtime = _cpu_runtime(runtime)
+        self.encoder = EncoderSession(encoder, runtime, bf16=bf16, threads=threads) if runtime == "openvino" else None
+        if self.encoder is None:
+            name = inputs[0].name
+            self._encode = lambda x: np.asarray(probe.run(None, {name: x})[0])
+            self.runtime = "onnx fp32"
+        else:
+            del probe
+            self._encode = self.encoder.run
+            self.runtime = self.encoder.runtime
         names = {i.name: i for i in self.decoder.get_inputs()}
         outputs = [o.name for o in self.decoder.get_outputs()]
         missing = [n for n in DECODER_INPUTS if n not in names] + [n for n in ("low_res_masks",) if n not in outputs]
@@ -188,7 +228,7 @@ class OnnxSam:
         self._has_mask = np.zeros(tuple(d if isinstance(d, int) else 1 for d in names["has_mask_input"].shape),
                                   np.float32)
         self.path = encoder
-        self.id = files_id([encoder], self.side)
+        self.id = f"{files_id([encoder], self.side)}/{self.runtime.replace(' ', '-')}"
         self.shapes = None
         self.shapes = [a.shape for a in self.encode(np.zeros((64, 64, 3), np.uint8))]
 
@@ -199,8 +239,7 @@ class OnnxSam:
         rgb = cv2.cvtColor(cv2.resize(image, (w, h), interpolation=cv2.INTER_LINEAR), cv2.COLOR_BGR2RGB)
         x = np.zeros((self.side, self.side, 3), np.float32)
         x[:h, :w] = (rgb.astype(np.float32) - PIXEL_MEAN) / PIXEL_STD
-        out = self.encoder.run(None, {self._input: x.transpose(2, 0, 1)[None]})
-        return [np.asarray(out[0]).astype(np.float16)]
+        return [self._encode(np.ascontiguousarray(x.transpose(2, 0, 1)[None])).astype(np.float16)]
 
     def fits(self, arrays: list[np.ndarray]) -> bool:
         return _fits(arrays, self.shapes)

@@ -101,7 +101,7 @@ def build_stages(cfg, detector, streams, built: list) -> Stages:
     if seg is not None and seg.model is not None:
         from ...segment.stage import SegmentStage
 
-        stages.segment = SegmentStage(seg, segment_cache(cfg))
+        stages.segment = SegmentStage(seg, segment_cache(cfg), streams=streams)
         built.append(stages.segment)
     elif detector.gives_masks:
         from ...segment.carry import DetectorMaskStage

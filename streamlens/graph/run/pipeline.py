@@ -272,7 +272,7 @@ class Pipeline(RunFigures):
                 losses[f"{sink.where} ({sink.name})" if sink.where else f"{sink.name} sink"] = lost
         return RunReport(status, self._error, time.monotonic() - started, list(self.stats.values()),
                          list(control.actions) if control else [], control.level if control else 0,
-                         control.steps if control else 0, losses, self.secondary_stats())
+                         control.steps if control else 0, losses, self.secondary_stats(), self.segment_stats())
 
     def _loop(self, threads: list[threading.Thread], on_tick, tick_s: float, stats_every_s: float) -> None:
         """The run's loop, on the thread that called `run()`, until every thread has ended: losses, an

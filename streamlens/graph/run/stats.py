@@ -252,6 +252,8 @@ class RunReport:
     sink_losses: dict = field(default_factory=dict)
     #: the secondary models' figures (`Pipeline.secondary_stats()`), empty without them
     secondary: dict = field(default_factory=dict)
+    #: the mask stage's figures (`Pipeline.segment_stats()`), empty without masks
+    segment: dict = field(default_factory=dict)
 
     @property
     def incomplete(self) -> list[str]:
