@@ -1,10 +1,11 @@
 """An object's mask as it travels with its track: a small bitmap pinned to the object's box.
 
 A `BoxMask` is a bitmap (`bits`, bool, at most `MAX_SIDE` a side) laid over `region`, a rectangle in
-source pixels, together with `box`, the object's box when the mask was made. Between fresh masks
-the mask rides with its track: `follow(new_box)` moves and scales the region the way the box moved
-and scaled, and keeps the same bitmap (no pixels are read). The same form holds a mask from SAM
-(cut from its low-resolution logits, `from_logits`) and one from a `-seg` detector.
+source pixels, together with `box`, the object's box when the mask was made, and `at`, when the
+frame it was made on came (`Frame.clock`; None: unknown). Between fresh masks the mask rides with
+its track: `follow(new_box)` moves and scales the region the way the box moved and scaled, and
+keeps the same bitmap (no pixels are read). The same form holds a mask from SAM (cut from its
+low-resolution logits, `from_logits`) and one from a `-seg` detector.
 
 What the result contract carries (`mask` of an object, see docs/results.md):
 - `polygon` (`polygons()`): COCO's polygon form, a list of outlines `[x1, y1, x2, y2, ...]` in source
@@ -41,13 +42,14 @@ class BoxMask:
     `box` (see the module's docstring). Never changed once made: `follow` makes a new one that
     shares the bitmap and its outlines."""
 
-    __slots__ = ("bits", "region", "box", "_outline")
+    __slots__ = ("bits", "region", "box", "_outline", "at")
 
-    def __init__(self, bits: np.ndarray, region, box, _outline: list | None = None):
+    def __init__(self, bits: np.ndarray, region, box, _outline: list | None = None, at: float | None = None):
         self.bits = bits
         self.region = tuple(float(v) for v in region)
         self.box = tuple(float(v) for v in box)
         self._outline = _outline
+        self.at = at
 
     def follow(self, box) -> BoxMask:
         """The same mask for the object's box now: the region moved and scaled as the box was."""
@@ -57,7 +59,7 @@ class BoxMask:
         sy = (ny2 - ny1) / max(by2 - by1, 1e-6)
         x1, y1, x2, y2 = self.region
         region = (nx1 + (x1 - bx1) * sx, ny1 + (y1 - by1) * sy, nx1 + (x2 - bx1) * sx, ny1 + (y2 - by1) * sy)
-        return BoxMask(self.bits, region, (nx1, ny1, nx2, ny2), self.outline())
+        return BoxMask(self.bits, region, (nx1, ny1, nx2, ny2), self.outline(), self.at)
 
     def outline(self) -> list[np.ndarray]:
         """The outer edges of each part of the bitmap, as (K, 2) arrays in 0..1 of the region (made once)."""

@@ -348,7 +348,7 @@ class SegmentStage(WorkerStage):
         del self.decode_ms[:-1000], self.decode_objects[:-1000]
         self.decoded += len(made)
         # each mask pinned to its track's box on the keyframe, which later boxes of the track follow
-        return [type(m)(m.bits, m.region, box) for m, box in zip(made, job.boxes)]
+        return [type(m)(m.bits, m.region, box, at=job.clock) for m, box in zip(made, job.boxes)]
 
 
 def _median(values: list) -> float | None:
