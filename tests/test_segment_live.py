@@ -37,8 +37,8 @@ def tracked(boxes, ids) -> sv.Detections:
     return det
 
 
-def result(index: int, pts: float, det: sv.Detections) -> FrameResult:
-    return FrameResult(Frame("cam1", index, pts, 0.0, np.zeros((480, 640, 3), np.uint8)), index, False, det)
+def result(index: int, pts: float, det: sv.Detections, stream: str = "cam1") -> FrameResult:
+    return FrameResult(Frame(stream, index, pts, 0.0, np.zeros((480, 640, 3), np.uint8)), index, False, det)
 
 
 def until(stage: SegmentStage, done, make) -> None:
@@ -55,29 +55,33 @@ def until(stage: SegmentStage, done, make) -> None:
 def test_a_job_whose_tracks_have_all_gone_is_never_encoded(tiny):
     """A keyframe's job waits (the worker not yet started) while its tracks leave the picture: once
     none of them was published for GONE_AFTER_S of the stream's time, the worker drops it unencoded;
-    a job with one track still there is encoded, and its mask lands on that track's box now."""
+    another camera's job with one of its two tracks still there is decoded for that one alone; a job
+    with a track still there is encoded, and its mask lands on that track's box now."""
     encoder, decoder = tiny
     stage = SegmentStage(SegmentConfig(model=encoder, decoder=decoder, every_s=100))
     both = tracked([[40, 60, 240, 300], [300, 60, 500, 300]], [1, 2])
     stage.offer(Frame("cam1", 0, 0.0, 0.0, np.zeros((480, 640, 3), np.uint8)), both, both)
-    stage.process(result(0, 0.0, both), [])
-    nobody = tracked([], [])
-    for k in range(1, 16):  # 1.5 s of results without them
-        stage.process(result(k, k / 10, nobody), [])
+    other = tracked([[40, 60, 240, 300], [300, 60, 500, 300]], [5, 6])
+    stage.offer(Frame("cam2", 0, 0.0, 0.0, np.zeros((480, 640, 3), np.uint8)), other, other)
+    nobody, five = tracked([], []), tracked([[40, 60, 240, 300]], [5])
+    for k in range(16):  # 1.5 s of results without them (cam2: track 5 alone)
+        stage.process(result(k, k / 10, nobody if k else both), [])
+        stage.process(result(k, k / 10, five if k else other, "cam2"), [])
     assert 1.5 > GONE_AFTER_S
     stage.start()
     try:
-        until(stage, lambda: stage.gone + stage.segmented >= 1, lambda k: result(16 + k, 1.6 + k / 10, nobody))
-        assert stage.gone == 1 and stage.encoded == 0 and stage.segmented == 0
+        until(stage, lambda: stage.gone + stage.segmented >= 2, lambda k: result(16 + k, 1.6 + k / 10, nobody))
+        assert stage.gone == 1 and stage.encoded == 1 and stage.segmented == 1 and stage.decoded == 1
         # a new keyframe with tracks 3 and 4; track 4 leaves, track 3 stays (and moves): encoded
         two = tracked([[40, 60, 240, 300], [300, 60, 500, 300]], [3, 4])
         stage.offer(Frame("cam1", 100, 10.0, 0.0, np.zeros((480, 640, 3), np.uint8)), two, two)
         moved = tracked([[140, 60, 340, 300]], [3])
-        until(stage, lambda: stage.applied >= 1, lambda k: result(101 + k, 10.1 + k / 10, moved))
+        until(stage, lambda: stage.applied >= 1 and stage.segmented == 2,
+              lambda k: result(101 + k, 10.1 + k / 10, moved))
         out, _ = stage.process(result(500, 60.0, moved), [])
     finally:
         stage.close()
-    assert stage.encoded == 1 and stage.gone == 1
+    assert stage.encoded == 2 and stage.gone == 1
     shape = out.detections.data["mask"][0]
     points = np.concatenate([np.array(p).reshape(-1, 2) for p in shape])
     x1, y1, x2, y2 = 140, 60, 340, 300  # the middle half of the box where track 3 is now

@@ -30,9 +30,9 @@ A file read as a file (its stream not `live`) is held back for its masks as it i
 detections: the result of a keyframe with a job waits until the job is answered, so every object
 due a mask gets it on that very keyframe, the same frames on every run and machine, and nothing is
 dropped for lack of time (`waited_s`: how long the file waited for masks). A camera is never held
-back: a job is answered when the worker comes to it, and a job whose tracks have all gone (none
-published for `GONE_AFTER_S` of the stream's time, or the stream ended) is dropped unencoded
-(`gone`).
+back: a job is answered when the worker comes to it, for the tracks still there; a job whose tracks
+have all gone (none published for `GONE_AFTER_S` of the stream's time, or the stream ended) is
+dropped unencoded (`gone`).
 
 The worker, per job: the encoder's embedding of the frame is looked up in the cache by the frame's
 pixel hash (`crop_key` over the whole frame: streamlens/secondary/cache.py; the same `pack` form,
@@ -302,10 +302,14 @@ class SegmentStage(WorkerStage):
         job = self.slots.take(0.1)
         if job is None:
             return
-        if self._live(job.stream) and self._gone(job):
+        kept = self._alive(job) if self._live(job.stream) else list(range(len(job.tracks)))
+        if not kept:
             self.gone += 1
             masks = None
         else:
+            if len(kept) < len(job.tracks):  # only the tracks still there are decoded
+                job = Job(job.stream, job.frame, job.image, [job.tracks[i] for i in kept], job.prompts[kept],
+                          job.boxes[kept], job.clock, job.since)
             encoded = self.encoded
             masks = self._segment(job)
             self.segmented += 1
@@ -314,12 +318,13 @@ class SegmentStage(WorkerStage):
         self._done[job.stream].append((job, masks))
         self.slots.answered()
 
-    def _gone(self, job: Job) -> bool:
-        """Whether every track of `job` has gone: none published for `GONE_AFTER_S`, or its stream ended."""
+    def _alive(self, job: Job) -> list[int]:
+        """Which of `job`'s tracks (their places in it) have not gone: published within `GONE_AFTER_S`
+        of their stream's newest result (a track not published yet is there); none once the stream ended."""
         seen, now = self._seen.get(job.stream), self._now.get(job.stream)
-        if seen is None or now is None:
-            return job.stream not in self._open  # ended (nothing published yet: not gone)
-        return all(now - seen.get(track, now) > GONE_AFTER_S for track in job.tracks)
+        if seen is None or now is None:  # ended, or nothing published yet
+            return [] if job.stream not in self._open else list(range(len(job.tracks)))
+        return [i for i, track in enumerate(job.tracks) if now - seen.get(track, now) <= GONE_AFTER_S]
 
     def embedding(self, image: np.ndarray) -> list[np.ndarray]:
         """The encoder's embedding of `image`: from the cache when it has it, else computed (and stored)."""
