@@ -139,6 +139,21 @@ class Frame:
             return self.image
         return to_bgr(decoded, threads=1)
 
+    def scaled(self, width: int, height: int) -> np.ndarray | None:
+        """The picture at `width` x `height` as BGR uint8, made straight from the decoder's picture
+        by one swscale pass (scaled in YUV, then converted: no full-size BGR image is made, nor
+        kept), while nothing has converted the frame yet; None once something has (then `image` is
+        there to resize). A keyframe's detector input is made so (detect/neural.py `placement`):
+        at 1280x720 to 416x234 it took 0.6 ms of CPU against 2.2 ms for the full-size conversion
+        and its resize, its pixels within a few levels of theirs (tools/results/decode.md)."""
+        decoded = self._decoded
+        if self._image is not None or decoded is None:
+            return None
+        started = time.perf_counter()
+        image = scaled_bgr(decoded, width, height)
+        self.timings["decode"] = self.timings.get("decode", 0.0) + (time.perf_counter() - started) * 1000
+        return image
+
     @property
     def width(self) -> int:
         return self._size[0]
@@ -187,6 +202,26 @@ def to_bgr(picture, threads: int = 0) -> np.ndarray:
 
         converter = _converters.converter = VideoReformatter()
     return converter.reformat(picture, format="bgr24", threads=threads).to_ndarray()
+
+
+#: how `scaled_bgr` interpolates: swscale's area averaging (the mean of the source pixels each output
+#: pixel covers), the closest of its filters to the full conversion and OpenCV's bilinear resize on
+#: the detector's inputs measured (tools/results/decode.md)
+SCALE_INTERPOLATION = "AREA"
+
+
+def scaled_bgr(picture, width: int, height: int) -> np.ndarray:
+    """A decoded PyAV `VideoFrame` or a `YuvPicture` as `height` x `width` x 3 BGR uint8, scaled and
+    converted by one swscale pass on one thread (this thread's converter, see `to_bgr`)."""
+    if isinstance(picture, YuvPicture):
+        picture = picture.av_frame()
+    converter = getattr(_converters, "converter", None)
+    if converter is None:
+        from av.video.reformatter import VideoReformatter
+
+        converter = _converters.converter = VideoReformatter()
+    return converter.reformat(picture, format="bgr24", width=width, height=height,
+                              interpolation=SCALE_INTERPOLATION, threads=1).to_ndarray()
 
 
 #: pixel formats whose first plane is 8-bit luma
@@ -263,8 +298,8 @@ class YuvPicture:
             return self.sample[1]
         return self.y[::step, ::step]
 
-    def to_bgr(self, threads: int = 0) -> np.ndarray:
-        """The picture as H x W x 3 BGR uint8, as PyAV converts the decoder's own (see `to_bgr`)."""
+    def av_frame(self):
+        """A PyAV `VideoFrame` of this picture, with its colorspace and range, for swscale."""
         import av
 
         width, height = self.width, self.height
@@ -276,7 +311,11 @@ class YuvPicture:
             for plane, data in zip(picture.planes, (self.y, self.u, self.v)):
                 np.frombuffer(plane, np.uint8).reshape(-1, plane.line_size)[:data.shape[0], :data.shape[1]] = data
         picture.colorspace, picture.color_range = self.colorspace, self.color_range
-        image = to_bgr(picture, threads)
+        return picture
+
+    def to_bgr(self, threads: int = 0) -> np.ndarray:
+        """The picture as H x W x 3 BGR uint8, as PyAV converts the decoder's own (see `to_bgr`)."""
+        image = to_bgr(self.av_frame(), threads)
         if self.allocate is None:
             return image
         out = self.allocate(image.shape)

@@ -114,6 +114,10 @@ def detect_every_frame(detector_config, video: str) -> Reference:
         with FileSource("reference", video) as source:
             for frame in source.frames(threading.Event()):
                 pts.append(frame.pts if frame.pts is not None else float(frame.index))
+                # the whole picture converted first: the reference is the detector on the full-size
+                # BGR picture, resized by OpenCV, whichever path a pipeline's keyframes take
+                # (`Frame.scaled`), so a change of that path is scored against it, not hidden
+                frame.image  # noqa: B018 - converts and keeps it
                 batch.append(frame)
                 if len(batch) >= max(1, detector_config.max_batch):
                     flush()

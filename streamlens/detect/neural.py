@@ -83,6 +83,17 @@ class NeuralDetector(Detector):
     def placement(self, frame: Frame) -> tuple[np.ndarray, Geometry]:
         """The model input (uint8 H x W x 3, the frame's channel order) for `frame` and its geometry:
         the whole picture, or its `region` (`place_region`)."""
+        if frame.region is None or self.spec.resize == "bucket":
+            # the picture scaled straight from the decoder's when nothing converted it yet (a
+            # bucket's region is a window of the whole frame's input: the same small picture)
+            geometry = self.spec.geometry((frame.width, frame.height))
+            small = frame.scaled(*geometry.placed_size)
+            if small is not None:
+                canvas = place(small, geometry, self.spec.pad_value)
+                if frame.region is None:
+                    return canvas, geometry
+                x1, y1, x2, y2 = self.spec.region_window(geometry, frame.region)
+                return canvas[y1:y2, x1:x2], geometry.window(x1, y1, x2, y2)
         if frame.region is None:
             geometry = self.spec.geometry((frame.width, frame.height))
             return place(frame.image, geometry, self.spec.pad_value), geometry
