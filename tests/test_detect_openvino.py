@@ -26,14 +26,17 @@ def need_openvino():
 
 @pytest.fixture(scope="module")
 def detectors():
-    """onnxruntime and OpenVINO on YOLOX-Nano, letterbox and bucket, one thread each."""
+    """onnxruntime and OpenVINO (FP32: `half: false`) on YOLOX-Nano, letterbox and bucket, one thread each."""
     need_openvino()
+    from functools import partial
+
     from streamlens.detect.onnx import OnnxDetector
     from streamlens.detect.openvino_backend import OpenVinoDetector
 
     model = need_yolox()
     return {(runtime, resize): cls(model, conf=0.25, threads=1, resize=resize, max_batch=4)
-            for runtime, cls in (("ort", OnnxDetector), ("ov", OpenVinoDetector)) for resize in ("letterbox", "bucket")}
+            for runtime, cls in (("ort", OnnxDetector), ("ov", partial(OpenVinoDetector, half=False)))
+            for resize in ("letterbox", "bucket")}
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +92,29 @@ def test_half_runs_the_cpus_own_precision_and_keeps_the_boxes_close(detectors, f
     assert agreement >= 0.95
 
 
+@pytest.mark.parametrize("flags, expected", [({"avx512_bf16": True}, "bf16"), ({"amx_bf16": True}, "bf16"),
+                                             ({"avx2": True, "avx512f": True}, "f32")])
+def test_by_default_bf16_only_where_the_cpu_has_it_and_half_false_keeps_fp32(monkeypatch, frames, flags, expected):
+    """`detector.half` unset: BF16 on a CPU with AVX-512 BF16 or AMX, FP32 on one without (the CPU's
+    flags given here, as /proc/cpuinfo would); `half: false` is FP32 whatever the CPU."""
+    need_openvino()
+    import streamlens.detect.openvino_backend as backend
+
+    monkeypatch.setattr(backend, "has_bf16", lambda: bool(flags.get("avx512_bf16") or flags.get("amx_bf16")))
+    data = {"sources": [{"uri": str(REPO / "samples" / "traffic.mp4")}],
+            "detector": {"backend": "openvino", "model": str(need_yolox()), "threads": 1}}
+    default = build_detector(parse_pipeline(data, REPO / "p.yaml").detector)
+    data["detector"]["half"] = False
+    off = build_detector(parse_pipeline(data, REPO / "p.yaml").detector)
+    assert (default.precision, off.precision) == (expected, "f32")
+    default.detect(frames[:1])
+    (request,) = default.session._requests.values()
+    import openvino
+
+    wanted = openvino.Type.bf16 if expected == "bf16" else openvino.Type.f32
+    assert request.get_compiled_model().get_property("INFERENCE_PRECISION_HINT") == wanted
+
+
 def test_bucket_compiles_each_shape_once(detectors, frames):
     """A 4:3 frame and a 16:9 one land in two buckets: two compiled shapes, kept for the next frames."""
     import numpy as np
@@ -117,7 +143,7 @@ def test_an_openvino_ir_keeps_the_onnx_metadata(tmp_path, frames, detectors):
     # compress_to_fp16 (save_model's default) would store FP16 weights: F1 0.98 against onnxruntime here
     ov.save_model(ov.Core().read_model(str(tmp_path / "named.onnx")), str(tmp_path / "named.xml"),
                   compress_to_fp16=False)
-    ir = OpenVinoDetector(tmp_path / "named.xml", conf=0.25, threads=1)
+    ir = OpenVinoDetector(tmp_path / "named.xml", conf=0.25, threads=1, half=False)  # FP32, as onnxruntime
     assert ir.names[2] == "thing2" and ir.head.name == "yolox"
     reference = detectors["ort", "letterbox"]
     assert detections_f1([ir.detect([f])[0] for f in frames[:12]], [reference.detect([f])[0] for f in frames[:12]]) >= 0.99

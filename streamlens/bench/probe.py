@@ -33,15 +33,13 @@ import traceback
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from ..cpu import CPU_FLAGS, cpu_flags  # noqa: F401 - named here too: the pages import them from the bench
 from ..errors import StreamlensError
 
 #: the distributions whose versions a bench result records (the first one installed of each group)
 PACKAGES = (("streamlens",), ("av",), ("numpy",), ("onnxruntime", "onnxruntime-gpu"), ("torch",),
             ("ultralytics",), ("opencv-python", "opencv-python-headless", "opencv-contrib-python"),
             ("pyzmq",), ("msgpack",), ("supervision",))
-#: the CPU flags a results page names (issue 47): they decide which kernels onnxruntime and OpenVINO
-#: take (AVX2 or AVX-512, INT8 dot products, BF16, Intel's AMX tiles), so two CPUs of one name differ
-CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
 
 
 def video_info(path: str) -> dict:
@@ -135,28 +133,6 @@ def decode_limit(video: str, seconds: float, export_mvs: bool = False, workers: 
     return {"workers": workers, "seconds": seconds, "threads_per_worker": 1, "export_mvs": export_mvs,
             "frames": sum(g["frames"] for g in got), "fps": round(fps, 1), "video_fps": fps_video,
             "streams": round(fps / fps_video, 2)}
-
-
-def cpu_flags(cpuinfo: str | None = None) -> dict[str, bool] | None:
-    """Which of `CPU_FLAGS` this CPU has (the first processor's `flags` line of /proc/cpuinfo, or of
-    `cpuinfo`'s text); None where that cannot be read (not Linux).
-
-    >>> cpu_flags("processor : 0\\nflags : fpu sse avx2 avx512f avx512_bf16\\n")["avx512_bf16"]
-    True
-    >>> sorted(name for name, has in cpu_flags("flags : avx2 amx_tile\\n").items() if has)
-    ['amx_tile', 'avx2']
-    """
-    if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8") as f:
-                cpuinfo = f.read()
-        except OSError:
-            return None
-    line = next((line for line in cpuinfo.splitlines() if line.split(":", 1)[0].strip() == "flags"), None)
-    if line is None:
-        return None
-    found = set(line.split(":", 1)[1].split())
-    return {name: name in found for name in CPU_FLAGS}
 
 
 def machine() -> dict:

@@ -94,9 +94,11 @@ class DetectorConfig(_Keys):
     names: PathKey | None = Field(None, json_schema_extra=_only(_NEURAL),
                                   description="a file of class names, when the model has none")
     device: str = Field("auto", json_schema_extra=_only(_NEURAL), description="auto, cpu, cuda or cuda:N")
-    half: bool = Field(False, json_schema_extra=_only(_NEURAL),
-                       description="reduced precision: FP16 on CUDA (ultralytics; onnx: an FP16 model); openvino: "
-                                   "the device's own (BF16 on CPUs with AMX or AVX-512 BF16, FP16 on Intel GPUs)")
+    half: bool | None = Field(None, json_schema_extra=_only(_NEURAL),
+                              description="reduced precision: FP16 on CUDA (ultralytics; onnx: an FP16 model); "
+                                          "openvino: the device's own (BF16 on CPUs with AMX or AVX-512 BF16, FP16 "
+                                          "on Intel GPUs); unset: off, but BF16 for openvino on a CPU that has it "
+                                          "(false: FP32 there too)")
     resize: Literal["letterbox", "resize", "bucket"] | None = Field(
         None, json_schema_extra=_only(_NEURAL), description="how a frame fits the input "
                                                              "(default: letterbox; resize for RT-DETR)")

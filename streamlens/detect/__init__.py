@@ -37,7 +37,7 @@ def _build(cfg: DetectorConfig) -> Detector:
     if cfg.model is None:
         raise DetectorError(f"detector.model: missing (backend {cfg.backend} needs a model file)")
     common = dict(imgsz=cfg.imgsz, conf=cfg.conf, iou=cfg.iou, classes=cfg.classes, names=cfg.names,
-                  device=cfg.device, half=cfg.half, resize=cfg.resize, max_batch=cfg.max_batch,
+                  device=cfg.device, half=bool(cfg.half), resize=cfg.resize, max_batch=cfg.max_batch,
                   max_det=cfg.max_det, agnostic_nms=cfg.agnostic_nms)
     if cfg.backend == "onnx":
         from .onnx import OnnxDetector
@@ -48,7 +48,7 @@ def _build(cfg: DetectorConfig) -> Detector:
         from .openvino_backend import OpenVinoDetector  # without the openvino package: one line naming the extra
 
         spec = cfg.input.model_dump(exclude_none=True) if cfg.input is not None else None
-        return OpenVinoDetector(cfg.model, input=spec, threads=cfg.threads, **common)
+        return OpenVinoDetector(cfg.model, input=spec, threads=cfg.threads, **{**common, "half": cfg.half})
     if cfg.backend == "ultralytics":
         try:
             from .ultralytics_backend import UltralyticsDetector

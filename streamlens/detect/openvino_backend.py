@@ -16,12 +16,14 @@ metadata, providers) over OpenVINO's `Core.compile_model`.
   A model exported for a fixed height and width is reshaped in memory for `bucket`, as onnx does.
 - CPU settings: the LATENCY hint (one stream: a batch is one inference), `detector.threads` as
   INFERENCE_NUM_THREADS (default: OpenVINO's, every core), no CPU pinning (decode threads run beside
-  it), FP32 inference precision (OpenVINO would pick BF16 on CPUs with AMX; FP32 keeps the boxes of
-  onnxruntime). `detector.half: true` leaves the precision to OpenVINO: BF16 on CPUs that have it
-  (AMX or AVX-512 BF16), FP32 on the others, FP16 on Intel GPUs. On a Xeon with AMX, YOLOX-Nano ran
-  1.2-1.4x faster in BF16 than in FP32, its boxes agreeing with FP32's at F1 0.976-0.979
-  (tools/results/detect.md). With `threads: 1` the inference runs on the calling thread, so the
-  detector thread's low priority covers it, as with onnxruntime.
+  it), and the CPU's own precision: BF16 where it computes it natively (AVX-512 BF16, as on AMD Zen 4
+  and Intel from Cooper Lake, or AMX: `streamlens.cpu.has_bf16`), FP32 elsewhere; `detector.half:
+  false` keeps FP32 everywhere (onnxruntime's boxes), `half: true` leaves the choice to OpenVINO
+  (BF16 where the CPU has it, FP16 on Intel GPUs). On a Xeon with AMX, YOLOX-Nano ran 1.2-1.4x faster
+  in BF16 than in FP32, its boxes agreeing with FP32's at F1 0.976-0.979; on an AMD EPYC with AVX-512
+  BF16, 1.4x faster than OpenVINO's FP32 and 1.1x than onnxruntime's (tools/results/detect.md). With
+  `threads: 1` the inference runs on the calling thread, so the detector thread's low priority
+  covers it, as with onnxruntime.
 - Devices: `auto` and `cpu` are OpenVINO's CPU; `gpu`, `gpu.N`, `npu` name OpenVINO's devices
   (Intel graphics and NPUs) when this machine has them; anything else is one clear error.
 
@@ -45,6 +47,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..cpu import has_bf16
 from ..errors import DetectorError
 from .onnx import OnnxDetector
 
@@ -137,7 +140,7 @@ class OpenVinoSession:
     input height and width (it is reshaped per shape)."""
 
     def __init__(self, path: str | Path, *, device: str = "auto", threads: int | None = None,
-                 free_spatial: bool = False, half: bool = False):
+                 free_spatial: bool = False, half: bool | None = False):
         self.ov = ov = import_openvino()
         self.core = ov.Core()
         self.device = openvino_device(self.core, device)
@@ -146,8 +149,11 @@ class OpenVinoSession:
         self.config: dict[str, object] = {"PERFORMANCE_HINT": "LATENCY"}
         if self.device == "CPU":
             self.config["ENABLE_CPU_PINNING"] = False
-            if not half:  # else OpenVINO's own: BF16 where the CPU has it
+            if half is None:  # the CPU's own precision where it has one (see the module's docs)
+                self.config["INFERENCE_PRECISION_HINT"] = "bf16" if has_bf16() else "f32"
+            elif not half:
                 self.config["INFERENCE_PRECISION_HINT"] = "f32"
+            # half: OpenVINO's own choice (BF16 where the CPU has it, FP16 on Intel GPUs)
             if threads:
                 self.config["INFERENCE_NUM_THREADS"] = int(threads)
         self._inputs = _ports(self.model.inputs, free_spatial)
@@ -210,13 +216,19 @@ class OpenVinoDetector(OnnxDetector):
 
     model_kind = "ONNX or OpenVINO IR model"
 
-    def __init__(self, model, *, half: bool = False, **options):
+    def __init__(self, model, *, half: bool | None = None, **options):
         import_openvino()  # first: without the package, that is the error (not "not a usable model")
-        self.half = bool(half)  # read by open_session, which the base class calls
+        self.half = half  # read by open_session, which the base class calls
         super().__init__(model, **options)
 
     def open_session(self, device: str, threads: int | None, *, freed: bool) -> OpenVinoSession:
         return OpenVinoSession(self.path, device=device, threads=threads, free_spatial=freed, half=self.half)
+
+    @property
+    def precision(self) -> str:
+        """The precision the model runs in on a CPU: "bf16" or "f32" (OpenVINO's own where `half`)."""
+        hint = self.session.config.get("INFERENCE_PRECISION_HINT")
+        return str(hint) if hint is not None else "auto"
 
 
 __all__ = ["OpenVinoDetector", "OpenVinoSession", "import_openvino", "openvino_device", "read_model"]
