@@ -105,6 +105,48 @@ def test_shedding_climbs_to_its_last_rung_and_no_further():
     assert not c.shedders["a"].keyframes_only and c.shed == SHED_STEPS[-1]
 
 
+class Cpu:
+    """The run's CPU seconds as `BudgetController(cpu=)` reads them: `cores` in use, integrated
+    over the fake clock's time."""
+
+    def __init__(self, clock: Clock, cores: float):
+        self.clock, self.cores, self.used, self.last = clock, cores, 0.0, 0.0
+
+    def __call__(self) -> float:
+        self.used += (self.clock.now - self.last) * self.cores
+        self.last = self.clock.now
+        return self.used
+
+
+def test_shedding_that_frees_the_cpu_for_nothing_is_given_back_though_frames_are_still_late():
+    """A load that passed (another program, a start's burst) left the ladder at its top, and what
+    is late there is not a load (a keyframe's picture decoded late against a trimmed wait limit):
+    the run's process now uses a tenth of the CPU it did, so the controller steps down as when calm,
+    and from a shedding rung as far as the CPU's room allows at once (keep at most 4x as many)."""
+    clock = Clock()
+    cpu = Cpu(clock, 1.0)
+    c = BudgetController(33, ["a", "b"], max_stretch=1, clock=clock, cpu=cpu)
+    feed(c, clock, {"a": 20, "b": 20}, {"a": 0, "b": 0}, seconds=4)  # busy, within budget
+    feed(c, clock, {"a": 40, "b": 40}, {"a": 10_000, "b": 10_000})
+    feed(c, clock, {"a": 40, "b": 40}, {"a": 20_000, "b": 20_000}, seconds=2)
+    assert c.keyframes_only and c.shed == SHED_STEPS[-1]
+    cpu.cores = 0.1  # the frames shed, the CPU idle: yet each second's p95 is still over budget
+    actions = [a for a in feed(c, clock, {"a": 40, "b": 40}, {"a": 20_000, "b": 20_000}, seconds=13) if a]
+    # the first after the calm wait (5 s), then every 2.75 s (the settling time and two windows)
+    assert actions == ["decoding every frame again", "dropping 2 in 3", "no longer dropping"]
+    assert c.room_steps == 3 and all(s.fraction == 0 for s in c.shedders.values())
+
+
+def test_a_load_that_keeps_the_cpu_busy_keeps_its_rung_though_shedding():
+    clock = Clock()
+    c = BudgetController(33, ["a"], max_stretch=1, clock=clock, cpu=Cpu(clock, 1.0))
+    feed(c, clock, {"a": 20}, {"a": 0}, seconds=4)
+    feed(c, clock, {"a": 40}, {"a": 0})
+    assert feed(c, clock, {"a": 20}, {"a": 40}) == ["dropping 2 in 3"]
+    feed(c, clock, {"a": 40}, {"a": 40}, seconds=12)  # still over budget, the CPU as busy as before
+    assert c.shed >= 2 / 3 and c.room_steps == 0
+
+
 def test_steps_down_one_rung_at_a_time_in_the_reverse_order():
     clock = Clock()
     c = BudgetController(33, ["a", "b"], max_stretch=1.5, clock=clock, calm_s=2, keyframe_wait=True)

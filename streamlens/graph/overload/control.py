@@ -145,6 +145,13 @@ EVIDENCE_WINDOWS = 3
 #: fair shares weigh what each stream kept over this many windows (about ten seconds), so that
 #: what chance took from a stream over that long is made up for
 FAIR_WINDOWS = 10
+#: while frames are shed, a run whose process used less than this share of the most CPU it used in
+#: the last `ROOM_WINDOWS` windows (over `EVIDENCE_WINDOWS` windows each) has room: what is still
+#: late is not a load that shedding answers, and the controller steps down as if calm (see `tick`)
+ROOM_SHARE = 0.5
+ROOM_WINDOWS = 60
+#: ... and steps down at most as far as keeps this many times the frames it keeps now, at once
+ROOM_JUMP = 4.0
 
 
 class BudgetController:
@@ -157,7 +164,9 @@ class BudgetController:
 
     def __init__(self, budget_ms: float, streams: list[str], *, max_stretch: float = 4.0,
                  window_s: float = 1.0, calm_s: float = 5.0, settle_s: float = 0.75, keyframe_wait: bool = False,
-                 wait_share: float = WAIT_SHARE, clock: Callable[[], float] = time.monotonic):
+                 wait_share: float = WAIT_SHARE, clock: Callable[[], float] = time.monotonic,
+                 cpu: Callable[[], float] | None = None):
+        """`cpu`: the CPU seconds the run's process has used so far (None: the room rule is off)."""
         self.budget_ms = float(budget_ms)
         self.stretches = tuple(s for s in STRETCHES if s <= max(1.0, max_stretch))
         self.window_s = window_s
@@ -196,6 +205,12 @@ class BudgetController:
         self._last_down: float | None = None
         self._last_step = float("-inf")
         self._lost: deque[tuple[float, int]] = deque()  # (tick, frames lost without its say since the last)
+        self.cpu = cpu
+        self._cpu_last: tuple[float, float] | None = None  # (tick, CPU seconds) at the last tick
+        self._used: deque[float] = deque(maxlen=EVIDENCE_WINDOWS)  # cores the process used, last windows
+        self._busiest: deque[float] = deque(maxlen=ROOM_WINDOWS)  # ... their means, last `ROOM_WINDOWS` ticks
+        #: steps down taken because the process had room while shedding (see `tick`)
+        self.room_steps = 0
 
     @property
     def stretch(self) -> float:
@@ -298,6 +313,12 @@ class BudgetController:
         # the keyframes' wait, the cheapest rung, goes at a p95 over budget; a rung that costs
         # detections or frames needs the evidence of `EVIDENCE_WINDOWS` seconds too
         over = (slow and self._wait_rung and self.wait) or (over_now and self.late_share() > TAIL_SHARE)
+        room = self._room(now)
+        if room and over:
+            # frames shed and the CPU they freed unused: what is late is not a load (at the top of
+            # the ladder, I-frames decoded late against a trimmed wait limit kept a run shedding 9
+            # in 10 for good after a 10 s load had passed): step down as when calm
+            over, over_now, p95 = False, False, None
         self._adjust_wait(p95)
         if over:
             self._calm_since = self._steady_since = None
@@ -316,7 +337,7 @@ class BudgetController:
         if self.level == 0:
             self._calm_since = self._steady_since = None
             return None
-        calm = not over_now and (p95 is None or p95 < CALM_SHARE * self.budget_ms)
+        calm = room or (not over_now and (p95 is None or p95 < CALM_SHARE * self.budget_ms))
         if self._steady_since is None:
             self._steady_since = now
         if not calm:
@@ -326,12 +347,30 @@ class BudgetController:
         if ((self._calm_since is None or now - self._calm_since < self.calm_s)
                 and now - self._steady_since < PROBE_CALMS * self.calm_s):
             return None
-        if self._last_down is not None:  # the last step down held: the next may come sooner
-            self.calm_s = max(self._fastest_calm_s, self.calm_s / 2)
+        if self._last_down is not None or room:  # the last step down held, or there is room: sooner
+            self.calm_s = self._fastest_calm_s if room else max(self._fastest_calm_s, self.calm_s / 2)
         self._calm_since = self._steady_since = self._last_down = self._last_step = now
-        action = self._note(self._step_down())
+        self.room_steps += room
+        action = self._note(self._step_down(self._room_keep() if room else None))
         self._share_fairly()
         return action
+
+    def _room(self, now: float) -> bool:
+        """Whether frames are shed while the process uses less than `ROOM_SHARE` of the most CPU it
+        used lately (each over `EVIDENCE_WINDOWS` ticks; the most over `ROOM_WINDOWS`: a start's
+        burst counts, so a ladder climbed at the start is seen too); False without `cpu`."""
+        if self.cpu is None:
+            return False
+        used, last = self.cpu(), self._cpu_last
+        self._cpu_last = (now, used)
+        if last is None or now <= last[0]:
+            return False
+        self._used.append((used - last[1]) / (now - last[0]))
+        if len(self._used) < self._used.maxlen:
+            return False
+        mean = sum(self._used) / len(self._used)
+        self._busiest.append(mean)
+        return (self._shed_index > 0 or self.keyframes_only) and mean < ROOM_SHARE * max(self._busiest)
 
     def _record(self, counts: dict[str, int], losses: dict[str, int]) -> None:
         """Each stream's last second into its history: frames published (`counts`), lost otherwise
@@ -414,11 +453,22 @@ class BudgetController:
         return ((self._wait_rung and self.wait) or self._stretch_index + 1 < len(self.stretches)
                 or (self.batching_rung and not self.throughput))
 
-    def _step_down(self) -> str:
+    def _room_keep(self) -> float:
+        """With room, the share of frames to keep next: what is kept now, times the room the CPU
+        shows (the most it used lately over what it uses now, halved), at most `ROOM_JUMP` times."""
+        mean = sum(self._used) / len(self._used)
+        return (1.0 - self.shed) * min(ROOM_JUMP, ROOM_SHARE * max(self._busiest) / max(mean, 1e-3))
+
+    def _step_down(self, keep: float | None = None) -> str:
+        """One rung down; with `keep` (room, see `tick`), the shedding rung goes as far down as the
+        share of frames to keep allows, in one step."""
         if self.keyframes_only:
             return self._set_keyframes_only(False)
         if self._shed_index:
-            return self._set_shed(self._shed_index - 1)
+            index = self._shed_index - 1
+            while keep is not None and index > 0 and 1.0 - SHED_STEPS[index - 1] <= keep:
+                index -= 1
+            return self._set_shed(index)
         if self.throughput:
             self.throughput = False
             return "batching for latency"

@@ -90,10 +90,10 @@ class Shedder:
     rest there, mostly undecoded: the end of each group of pictures is skipped (decode.py
     `DecodeShare`), so shedding relieves its decoder too, and on the ladder's last rung
     (`keyframes_only`) every packet but the keyframes is; what it gave up is counted here
-    (`skipped_by_worker`). A live file decoded on the graph's thread is shed after decoding, and
-    on the last rung skips every packet but its keyframes before decoding them (`skips`, asked
-    before each packet): shedding groups undecoded measured no better there (tools/results/
-    overload.md), where the engine runs out before the decoders. A source that cannot thin has
+    (`skipped_by_worker`). A live file decoded on the graph's thread does the same on that thread
+    (`skips`, asked before each packet; `drop` while its groups are not known yet): decoding was
+    58% of the CPU of 14 highway streams on two engines, and a share dropped after decoding left
+    it all, so the controller climbed to its last rung for relief (issue 47). A source that cannot thin has
     `fraction` of its frames dropped after decoding, and no more on the last rung. Every frame
     given up counts in `dropped`.
 
@@ -115,7 +115,7 @@ class Shedder:
         self._credit = phase % 1.0
         self._after = 0  # frames dropped after decoding (`drop`)
         self._by_worker = 0  # frames its source's decode worker gave up
-        self._thin = DecodeShare()  # what a source decoded on the graph's thread skips (`skips`)
+        self._thin = DecodeShare(phase)  # what a source decoded on the graph's thread skips (`skips`)
         self._thins = False  # its source thins its own decoding (`attach`)
         self._here = False  # ... on the graph's thread (else in a decode worker)
 
@@ -150,9 +150,10 @@ class Shedder:
 
     def skips(self, keyframe: bool, seconds: float | None = None) -> bool:
         """Whether the source skips its next packet undecoded (`keyframe`: the packet is one;
-        `seconds`: its time). Called once per packet, in order, on the source's thread: every
-        packet is decoded but on the last rung."""
-        self._thin.share = 0.0 if self.keyframes_only else 1.0
+        `seconds`: its time). Called once per packet, in order, on the source's thread: the end
+        of each group of pictures past the share kept, and every packet but the keyframes on the
+        last rung."""
+        self._thin.share = 0.0 if self.keyframes_only else 1.0 - self.fraction
         return self._thin.skips(keyframe, seconds)
 
     def skipped_by_worker(self, count: int) -> None:
@@ -162,7 +163,9 @@ class Shedder:
     def drop(self) -> bool:
         if self._thins and not self._here:  # its worker gives up its share
             return False
-        if self.fraction <= 0.0 or (self._here and (self.keyframes_only or self._thin.thinning)):
+        if self._here:  # skipped undecoded (`skips`), or dropped evenly while its groups are not known
+            return not self.keyframes_only and self._thin.drops()
+        if self.fraction <= 0.0:
             return False
         self._credit += self.fraction
         if self._credit >= 1.0:
