@@ -1,0 +1,173 @@
+"""Where each core's time goes at K live highway streams, by thread, on the default engines (issue
+47 point 1): decoding (the streams' source threads), the detector's thread, the engine's thread,
+and the rest; with the share of frames the detector saw and the rungs the budget controller stood
+on. Side by side for several K, in one run of the tool.
+
+For each K: `streamlens run` of `pipelines/highway_yolox.yaml`'s settings on K live, looping copies
+of the shared 720p clip (the default `runtime.workers`: one engine per core), one zmq sink. After
+`--warmup` seconds, every thread's CPU time is read from /proc twice, `--seconds` apart; py-spy
+names the threads (`source-*` decodes its stream, `detector`, `engine`); /metrics gives the frames
+published and detected meanwhile, /api/stats each stream's controller level at the end. CPU time is
+what the kernel counted, so it is exact whatever else runs; the frames a second are not.
+
+    python tools/profile_threads.py [--streams 10,12,16] [--seconds 20]   # writes tools/results/profile_threads.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from bench_http_flood import wait_until_published  # a tool beside this one (tools/ is the script's folder)
+
+from streamlens.bench.harness import RESULTS, VIDEOS, YOLOX_NANO, header, need, write_page
+from streamlens.testing.rtsp_server import free_port
+
+VIDEO = VIDEOS / "highway_720p30.mp4"
+
+PIPELINE = """sources:
+{sources}
+detector: {{backend: onnx, model: {model}/yolox_nano.onnx, names: {model}/coco_classes.txt, conf: 0.3,
+           resize: bucket, threads: 1, classes: [car, truck, bus, motorcycle]}}
+keyframes: {{interval: 5, adaptive: true, max_interval: 15}}
+tracker: {{motion: mv}}
+sinks: [{{type: zmq, endpoint: "tcp://127.0.0.1:{zmq}"}}]
+runtime: {{http: {{port: {http}}}}}
+"""
+
+GROUPS = ("decoding (source threads)", "detector thread", "engine thread", "the rest")
+
+
+def group_of(name: str) -> str:
+    if name.startswith("source-"):
+        return GROUPS[0]
+    return {"detector": GROUPS[1], "engine": GROUPS[2]}.get(name, GROUPS[3])
+
+
+def processes(root: int) -> list[int]:
+    """`root` and its children (the supervisor and its engines)."""
+    found = subprocess.run(["pgrep", "-P", str(root)], capture_output=True, text=True).stdout.split()
+    return [root] + [int(pid) for pid in found]
+
+
+def cpu_by_thread(pids: list[int]) -> dict[int, float]:
+    """Each thread's CPU seconds so far (utime + stime of /proc/PID/task/TID/stat)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            found[int(task.name)] = (int(fields[11]) + int(fields[12])) / ticks
+    return found
+
+
+def thread_names(pids: list[int]) -> dict[int, str]:
+    """Native thread id -> Python thread name, by py-spy's dump of each process."""
+    names = {}
+    for pid in pids:
+        dump = subprocess.run(["py-spy", "dump", "-p", str(pid)], capture_output=True, text=True).stdout
+        names.update({int(tid): name for tid, name in re.findall(r'^Thread (\d+) \(\w+\): "([^"]*)"', dump, re.M)})
+    return names
+
+
+def metric(port: int, name: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as r:
+        lines = r.read().decode().splitlines()
+    return sum(float(line.split()[-1]) for line in lines if line.startswith(name + "{"))
+
+
+def rungs(port: int) -> collections.Counter:
+    """How many streams stand on each rung now: keyframes waiting or not, the intervals' stretch, the
+    share shed."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/stats", timeout=60) as r:
+        streams = json.load(r)["streams"]
+    found = collections.Counter()
+    for s in streams.values():
+        c = s.get("control") or {}
+        found[f"{'wait' if c.get('keyframe_wait') else 'no wait'}, x{c.get('keyframe_stretch', 1):g}, "
+              f"shed {c.get('shed_fraction', 0):.2f}"] += 1
+    return found
+
+
+def profile(k: int, warmup: float, seconds: float) -> dict:
+    folder = Path(tempfile.mkdtemp(prefix="profile_threads-"))
+    http = free_port()
+    sources = "\n".join(f"  - {{name: s{i}, uri: {VIDEO}, live: true, loop: true}}" for i in range(k))
+    (folder / "p.yaml").write_text(PIPELINE.format(sources=sources, model=YOLOX_NANO, zmq=free_port(), http=http))
+    run = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(folder / "p.yaml")],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        wait_until_published(run, http, 30 * k, 120, "profile_threads")
+        time.sleep(warmup)
+        pids = processes(run.pid)
+        names = thread_names(pids)
+        frames0, detected0 = metric(http, "streamlens_frames_total"), metric(http, "streamlens_keyframes_total")
+        before, started = cpu_by_thread(pids), time.monotonic()
+        time.sleep(seconds)
+        after, wall = cpu_by_thread(pids), time.monotonic() - started
+        frames = metric(http, "streamlens_frames_total") - frames0
+        detected = metric(http, "streamlens_keyframes_total") - detected0
+        standing = rungs(http)
+    finally:
+        os.killpg(run.pid, signal.SIGINT)
+        run.wait(60)
+        shutil.rmtree(folder, ignore_errors=True)
+    cores = collections.Counter()
+    for tid, used in after.items():
+        cores[group_of(names.get(tid, ""))] += (used - before.get(tid, used)) / wall
+    return {"k": k, "cores": cores, "fps": frames / wall, "detected_per_s": detected / wall,
+            "detected_share": detected / frames if frames else 0.0, "rungs": standing}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--streams", default="10,12,16")
+    parser.add_argument("--warmup", type=float, default=10)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--out", type=Path, default=RESULTS / "profile_threads.md")
+    args = parser.parse_args()
+    if shutil.which("py-spy") is None:
+        raise SystemExit("profile_threads: py-spy is not installed (pip install -e '.[profile]')")
+    need(VIDEO, YOLOX_NANO)
+    found = [profile(int(k), args.warmup, args.seconds) for k in args.streams.split(",")]
+    rows = []
+    for f in found:
+        total = sum(f["cores"].values())
+        shares = " | ".join(f"{f['cores'][g]:.2f} ({f['cores'][g] / total:.0%})" for g in GROUPS)
+        per_frame = 1000 * f["cores"][GROUPS[0]] / f["fps"] if f["fps"] else float("nan")
+        per_detection = 1000 * f["cores"][GROUPS[1]] / f["detected_per_s"] if f["detected_per_s"] else float("nan")
+        standing = "; ".join(f"{n}: {rung}" for rung, n in sorted(f["rungs"].items()))
+        rows.append(f"| {f['k']} | {total:.2f} | {shares} | {f['fps']:.0f} | {f['detected_share']:.1%} | "
+                    f"{per_frame:.2f} | {per_detection:.1f} | {standing} |")
+    text = header(f"Where each core's time goes at {args.streams} live 720p highway streams",
+                  more=[f"Measured {args.seconds:g} s per K after {args.warmup:g} s of warm-up; CPU time from /proc."])
+    text += f"""
+`pipelines/highway_yolox.yaml`'s settings (YOLOX-Nano at 416x256, one onnxruntime thread per engine,
+`mv` tracker, adaptive keyframes 5 to 15) on K live, looping copies of `{VIDEO.name}`, one zmq sink, the
+default engines (one per core). Cores: CPU seconds a second, by thread group (its share of the run's).
+
+| K | cores | {' | '.join(GROUPS)} | frames/s | detector's share of frames | decode ms a frame | detector ms a keyframe | streams on each rung at the end |
+|---|---|---|---|---|---|---|---|---|---|---|
+{chr(10).join(rows)}
+"""
+    write_page(args.out, text, keep="## Notes")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
