@@ -63,6 +63,29 @@ def test_streams_alike_take_turns_and_the_detector_never_idles():
         assert max(b - a for a, b in zip(ticks, ticks[1:])) <= 3  # round robin over 3 streams
 
 
+@pytest.mark.parametrize("streams", [4, 8, 12, 16, 24])
+def test_past_capacity_the_detectors_share_shrinks_evenly_across_streams_and_no_frame_is_shed(streams):
+    """Issue 47's order under load, on a fake clock: a detector that takes 5 frame periods a
+    keyframe (6 keyframes a second) and more and more streams. Each stream's share of the detector
+    shrinks as 1/K, evenly (every stream within one keyframe of the others over 10 s), and the
+    budget controller, fed the frames' latency (they never wait for the detector: 12 ms), sheds
+    nothing: keyframes are thinned first, frames keep."""
+    from streamlens.graph.overload.control import BudgetController
+
+    from .test_budget import Clock, feed
+
+    names = [f"s{i}" for i in range(streams)]
+    keys = simulate(KeyframeChooser(interval=5, adaptive=True, max_interval=15), dict.fromkeys(names, signals()),
+                    frames=301, detect_frames=5)
+    counts = [len(k) - 1 for k in keys.values()]  # the first frames aside
+    assert max(counts) - min(counts) <= 1, counts
+    assert sum(counts) == pytest.approx(300 / 5, abs=2)  # the detector never idles
+    clock = Clock()
+    controller = BudgetController(33, names, clock=clock, keyframe_wait=True)
+    feed(controller, clock, dict.fromkeys(names, 12.0), dict.fromkeys(names, 0), seconds=10)
+    assert controller.level == 0 and all(s.fraction == 0 for s in controller.shedders.values())
+
+
 def test_a_stream_whose_tracks_drift_is_served_more_but_the_calm_one_is_not_starved():
     keys = simulate(KeyframeChooser(interval=4), {"calm": signals(), "drift": signals(confidence=0.3)},
                     frames=200, detect_frames=2)
