@@ -449,7 +449,7 @@ def main() -> None:
             page += laps_lines(laps)
         if page:
             write_page(args.out, "\n".join([header("Masks for tracked objects: the encoder, a file, the cache",
-                                                   command=command, more=more), *page]))
+                                                   command=command, more=more), *page]), keep="## Reading")
             print(args.out.read_text())
         if "live" in parts:
             trials = []
@@ -460,7 +460,8 @@ def main() -> None:
                                                               args.seconds, ref)))
                 print(trials[-1], flush=True)
             write_page(args.live_out, "\n".join([header("Masks on live cameras: fresh masks, F1 and p95",
-                                                        command=command, more=more), *live_lines(trials)]))
+                                                        command=command, more=more), *live_lines(trials)]),
+                       keep="## Reading")
             print(args.live_out.read_text())
 
 
