@@ -16,6 +16,7 @@ import supervision as sv
 import streamlens
 from streamlens.config.model import SegmentConfig
 from streamlens.frame import Frame, FrameResult
+from streamlens.http.metrics import Exposition
 from streamlens.segment.stage import GONE_AFTER_S, SegmentStage
 
 from .cell_detector import build_cell_detector
@@ -91,8 +92,8 @@ def test_a_job_whose_tracks_have_all_gone_is_never_encoded(tiny):
 
 def test_a_paced_cameras_tracks_get_masks_while_they_live(tmp_path, tiny, caplog):
     """The sample paced as a camera (`live: true`), the tests' cell detector (its boxes a function of
-    the pixels): every track that lives more than `every_s` + 1 s carries a mask before it ends, and
-    the stage's lag is in its figures. `every_s` below what one encode takes on any machine: the
+    the pixels): every track that lives more than 1 s carries a mask before it ends, and the stage's
+    lag is in its figures and in /metrics. `every_s` below what one encode takes on any machine: the
     warning at start names the figures."""
     encoder, decoder = tiny
     cells = build_cell_detector(tmp_path)
@@ -108,10 +109,12 @@ sinks: [{{type: jsonl, path: out.jsonl}}]
         with streamlens.Pipeline.from_yaml(path) as pipe:
             report = pipe.run()
             stats = pipe.segment_stats()
+            scraped = Exposition(pipe).reply("", "text/plain", "identity").body.decode()
     assert report.exit_code == 0, report.error
     warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("segment: 1 camera")]
     assert len(warned) == 1 and "segment.every_s" in warned[0], warned
     assert stats["lag_s"] is not None and stats["lag_s"]["p50"] <= stats["lag_s"]["p95"]
+    assert f'streamlens_segment_lag_seconds{{quantile="0.95"}} {stats["lag_s"]["p95"]}' in scraped, scraped
     frames = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     life: dict[int, list] = {}
     for m in frames:
