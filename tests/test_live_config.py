@@ -72,3 +72,31 @@ def test_a_camera_url_becomes_a_live_source_without_connecting():
     assert source.spec.options["rtsp_transport"] == "udp" and source.spec.options["timeout"] == "60000000"
     assert source.display_uri == "rtsp://***@192.0.2.1:554/s1" and source.total_frames is None
     source.close()
+
+
+@pytest.mark.parametrize("per_core, live, expected", [(5, True, True), (4, True, False), (5, False, False)])
+def test_fast_decode_is_on_by_default_where_live_streams_fill_the_cores(monkeypatch, per_core, live, expected):
+    """Unset, `fast_decode` is on for live sources when the run has at least 5 live streams per
+    usable core (decoding then takes most of the CPU: issue 47), off below that and for files read
+    as files; what the file says wins, and the key stays as the user wrote it (a bench copy of the
+    source resolves it for its own run)."""
+    import streamlens.config.runtime as runtime
+
+    monkeypatch.setattr(runtime, "usable_cores", lambda: 2)
+    sources = [{"name": f"c{i}", "uri": str(REPO / "samples" / "traffic.mp4"), "live": live} for i in range(2 * per_core)]
+    sources.append({"name": "mine", "uri": str(REPO / "samples" / "traffic.mp4"), "live": live, "fast_decode": False})
+    config = parse_pipeline({"sources": sources, "detector": {"backend": "motion"}}, REPO / "p.yaml")
+    assert [s.fast_decode for s in config.sources] == [expected] * (2 * per_core) + [False]
+    assert "fast_decode" not in config.sources[0].model_fields_set
+
+
+def test_a_stream_added_while_running_takes_fast_decode_by_the_streams_then_open(monkeypatch):
+    import streamlens.config.runtime as runtime
+    from streamlens.config.added import added_source
+
+    monkeypatch.setattr(runtime, "usable_cores", lambda: 2)
+    config = parse_pipeline({"sources": [{"name": "a", "uri": "rtsp://127.0.0.1:1/a"}],
+                             "detector": {"backend": "motion"}}, REPO / "p.yaml")
+    few, _ = added_source({"uri": "rtsp://127.0.0.1:1/b"}, config, {"a"})
+    many, _ = added_source({"uri": "rtsp://127.0.0.1:1/c"}, config, {f"s{i}" for i in range(9)})
+    assert (few.fast_decode, many.fast_decode) == (False, True)

@@ -38,6 +38,7 @@ from pydantic import ValidationError
 
 from ..errors import ConfigError, StreamLimit
 from .model import PipelineConfig, SourceConfig
+from .sources import resolve_fast_decode
 from .preflight import input_problems, preflight_warnings
 from .problems import Problems, from_validation, join_key
 from .remote import remote_options, remote_problems
@@ -90,6 +91,7 @@ def added_source(data: Any, config: PipelineConfig, taken: set[str], *,
         raise ConfigError(problems.lines)
     if remote:
         source = source.model_copy(update={"options": remote_options(source)})
+    resolve_fast_decode(source, len(taken) + 1)
     alone = config.model_copy(update={"sources": [source]})
     lines = [_placed(line, where) for line in input_problems(alone)]
     if lines:

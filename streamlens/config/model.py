@@ -42,7 +42,7 @@ from .secondary import CacheConfig, SecondaryConfig, _unique_secondary
 from .segment import SegmentConfig
 from .sinks import (EVENT_KINDS, CurveConfig, JsonlSinkConfig, MqttSinkConfig, SinkConfig, VideoSinkConfig,
                     WebhookSinkConfig, ZmqSinkConfig)
-from .sources import LIVE_SCHEMES, MAX_PIXELS, SourceConfig, _named_sources
+from .sources import LIVE_SCHEMES, MAX_PIXELS, SourceConfig, _named_sources, resolve_fast_decode
 from .tracker import TRACKER_MOTIONS, TrackerConfig, _tracker_short
 
 __all__ = ["INT_MAX", "MAX_SECONDS", "MAX_MS", "MAX_PIXELS", "MAX_QUEUE_SIZE", "MAX_BATCH", "MAX_IMGSZ", "MAX_HWM",
@@ -93,6 +93,13 @@ class PipelineFile(_Keys):
         if limit != "auto" and len(self.sources) > limit:
             raise invalid("too many sources", **{"runtime.max_streams": f"{limit}, but sources lists "
                                                                       f"{len(self.sources)} streams"})
+        return self
+
+    @model_validator(mode="after")
+    def _fast_decode_where_decoding_fills_the_cores(self) -> PipelineFile:
+        live = sum(1 for source in self.sources if source.live)
+        for source in self.sources:
+            resolve_fast_decode(source, live)
         return self
 
     @model_validator(mode="after")

@@ -89,10 +89,12 @@ class SourceConfig(_Keys):
     decode: Literal["process", "thread"] | None = Field(
         None, description="where the source decodes: a CPU worker process, or a thread of the engine's process "
                           "(default: process for cameras, thread for files)")
-    fast_decode: bool = Field(False, description=(
+    fast_decode: bool | None = Field(None, description=(
         "skip the H.264/HEVC decoder's loop (deblocking) filter: decoding costs 17-31% less on 720p and "
         "1080p H.264, pictures are slightly blockier (the detector's boxes agree with full decoding at F1 "
-        "0.97 on the shared highway clips, tools/results/fast_decode.md): for cores that decoding fills"))
+        "0.97 on the shared highway clips, tools/results/fast_decode.md): for cores that decoding fills. "
+        "Unset: on for a live source when the run has at least 5 live streams per usable CPU core "
+        "(`fast_decode_default`), off otherwise and for files read as files"))
     max_pixels: int = Field(MAX_PIXELS, ge=1, le=1 << 31, description=(
         "the largest picture (width x height) the source takes; a larger one is refused, counted and retried "
         "like a lost connection (a file ends with error); default 8K UHD, 7680 x 4320"))
@@ -183,3 +185,25 @@ def _named_sources(value: Any) -> Any:
         return value
     return [{**item, "name": item.get("name") or f"cam{i + 1}"} if isinstance(item, dict) and item.get("name") is None
             else item for i, item in enumerate(value)]
+
+
+#: live streams per usable core from which `fast_decode` is on by default: where decoding takes most
+#: of the cores (720p30 H.264 on 2 cores: from K=12 it raised the worst stream's F1 by 0.02-0.06,
+#: at K=8 it cost about 0.015; tools/results/capacity.md, fast_decode.md)
+FAST_DECODE_STREAMS_PER_CORE = 5
+
+
+def fast_decode_default(live_streams: int) -> bool:
+    """Whether a live source whose `fast_decode` is unset skips the loop filter, in a run of
+    `live_streams` live streams on this machine's usable cores."""
+    from .runtime import usable_cores
+
+    return live_streams >= FAST_DECODE_STREAMS_PER_CORE * usable_cores()
+
+
+def resolve_fast_decode(source: SourceConfig, live_streams: int) -> None:
+    """Set an unset `fast_decode` (see `fast_decode_default`; off for a file read as a file),
+    leaving the key as the user wrote it: a copy made from the file's keys (the bench's) still
+    resolves it for its own run."""
+    if source.fast_decode is None:
+        object.__setattr__(source, "fast_decode", bool(source.live) and fast_decode_default(live_streams))
