@@ -7,7 +7,7 @@ For each K: `streamlens run` of `pipelines/highway_yolox.yaml`'s settings on K l
 of the shared 720p clip (the default `runtime.workers`: one engine per core), one zmq sink. After
 `--warmup` seconds, every thread's CPU time is read from /proc twice, `--seconds` apart; py-spy
 names the threads (`source-*` decodes its stream, `detector`, `engine`); /metrics gives the frames
-published and detected meanwhile, /api/stats each stream's controller level at the end. CPU time is
+published meanwhile, /api/stats each stream's keyframes detected a second and its rung at the end. CPU time is
 what the kernel counted, so it is exact whatever else runs; the frames a second are not.
 
     python tools/profile_threads.py [--streams 10,12,16] [--seconds 20]   # writes tools/results/profile_threads.md
@@ -39,7 +39,7 @@ VIDEO = VIDEOS / "highway_720p30.mp4"
 PIPELINE = """sources:
 {sources}
 detector: {{backend: onnx, model: {model}/yolox_nano.onnx, names: {model}/coco_classes.txt, conf: 0.3,
-           resize: bucket, threads: 1, classes: [car, truck, bus, motorcycle]}}
+           resize: bucket, threads: 1, classes: [car, truck, bus, motorbike]}}
 keyframes: {{interval: 5, adaptive: true, max_interval: 15}}
 tracker: {{motion: mv}}
 sinks: [{{type: zmq, endpoint: "tcp://127.0.0.1:{zmq}"}}]
@@ -79,8 +79,12 @@ def thread_names(pids: list[int]) -> dict[int, str]:
     """Native thread id -> Python thread name, by py-spy's dump of each process."""
     names = {}
     for pid in pids:
-        dump = subprocess.run(["py-spy", "dump", "-p", str(pid)], capture_output=True, text=True).stdout
-        names.update({int(tid): name for tid, name in re.findall(r'^Thread (\d+) \(\w+\): "([^"]*)"', dump, re.M)})
+        for _ in range(3):  # a dump can fail while the process is busy: try again
+            dump = subprocess.run(["py-spy", "dump", "-p", str(pid)], capture_output=True, text=True).stdout
+            found = {int(tid): name for tid, name in re.findall(r'^Thread (\d+) \([^)]*\): "([^"]*)"', dump, re.M)}
+            if found:
+                names.update(found)
+                break
     return names
 
 
@@ -90,9 +94,9 @@ def metric(port: int, name: str) -> float:
     return sum(float(line.split()[-1]) for line in lines if line.startswith(name + "{"))
 
 
-def rungs(port: int) -> collections.Counter:
-    """How many streams stand on each rung now: keyframes waiting or not, the intervals' stretch, the
-    share shed."""
+def rungs(port: int) -> tuple[collections.Counter, float]:
+    """How many streams stand on each rung now (keyframes waiting or not, the intervals' stretch, the
+    share shed), and the keyframes detected a second over every stream (their recent rates)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/stats", timeout=60) as r:
         streams = json.load(r)["streams"]
     found = collections.Counter()
@@ -100,7 +104,7 @@ def rungs(port: int) -> collections.Counter:
         c = s.get("control") or {}
         found[f"{'wait' if c.get('keyframe_wait') else 'no wait'}, x{c.get('keyframe_stretch', 1):g}, "
               f"shed {c.get('shed_fraction', 0):.2f}"] += 1
-    return found
+    return found, sum(s.get("keyframes_per_s") or 0.0 for s in streams.values())
 
 
 def profile(k: int, warmup: float, seconds: float) -> dict:
@@ -115,13 +119,12 @@ def profile(k: int, warmup: float, seconds: float) -> dict:
         time.sleep(warmup)
         pids = processes(run.pid)
         names = thread_names(pids)
-        frames0, detected0 = metric(http, "streamlens_frames_total"), metric(http, "streamlens_keyframes_total")
+        frames0 = metric(http, "streamlens_frames_total")
         before, started = cpu_by_thread(pids), time.monotonic()
         time.sleep(seconds)
         after, wall = cpu_by_thread(pids), time.monotonic() - started
         frames = metric(http, "streamlens_frames_total") - frames0
-        detected = metric(http, "streamlens_keyframes_total") - detected0
-        standing = rungs(http)
+        standing, detected_per_s = rungs(http)
     finally:
         os.killpg(run.pid, signal.SIGINT)
         run.wait(60)
@@ -129,8 +132,8 @@ def profile(k: int, warmup: float, seconds: float) -> dict:
     cores = collections.Counter()
     for tid, used in after.items():
         cores[group_of(names.get(tid, ""))] += (used - before.get(tid, used)) / wall
-    return {"k": k, "cores": cores, "fps": frames / wall, "detected_per_s": detected / wall,
-            "detected_share": detected / frames if frames else 0.0, "rungs": standing}
+    return {"k": k, "cores": cores, "fps": frames / wall, "detected_per_s": detected_per_s,
+            "detected_share": detected_per_s * wall / frames if frames else 0.0, "rungs": standing}
 
 
 def main() -> int:
