@@ -19,15 +19,8 @@ MACHINE = re.compile(r"machines?\**\s*:", re.IGNORECASE)
 #: what has to follow it (on its line or the next, where a paragraph wraps)
 FLAGS = re.compile(r"avx|amx|not recorded when this was measured", re.IGNORECASE)
 
-#: pages regenerated in issue 47 (their new headers come from harness.machine_line)
-KNOWN_WITHOUT_FLAGS = {
-    "bench.md",  # regenerated in issue 47
-    "decode.md",  # regenerated in issue 47
-    "fast_decode.md",  # regenerated in issue 47
-    "overload.md",  # regenerated in issue 47
-    "profile.md",  # regenerated in issue 47
-    "segment.md",  # regenerated in issue 47
-}
+#: pages that name no machine with its flags (none: every page does)
+KNOWN_WITHOUT_FLAGS: set[str] = set()
 
 
 def names_cpu_flags(text: str) -> bool:
