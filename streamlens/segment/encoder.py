@@ -10,7 +10,7 @@ computes it natively, bfloat16.
   (`INFERENCE_PRECISION_HINT` bf16 when `bf16` and the CPU has `avx512_bf16` or `amx_bf16`, else f32:
   OpenVINO would pick bf16 by itself on such a CPU, so float32 is asked for explicitly). `threads`:
   the runtime's threads (None: every core).
-- `cpu_bf16()`: whether this CPU computes bfloat16 natively (/proc/cpuinfo's flags).
+- `cpu_bf16()`: whether this CPU computes bfloat16 natively (streamlens/cpu.py reads its flags).
 
 Example:
     >>> session = EncoderSession(Path("mobile_sam.encoder-1a2b.onnx"), "openvino", bf16=True)  # doctest: +SKIP
@@ -25,27 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..cpu import has_bf16
 from ..errors import DetectorError
-
-#: the CPU flags that mean native bfloat16 arithmetic (AVX-512 BF16: Zen 4 on, Cooper Lake on; AMX: Sapphire Rapids on)
-BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-
-
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (/proc/cpuinfo; empty where there is none)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def cpu_bf16() -> bool:
-    """Whether this CPU computes bfloat16 natively (`BF16_FLAGS`)."""
-    return bool(cpu_flags() & set(BF16_FLAGS))
+    """Whether this CPU computes bfloat16 natively (`avx512_bf16` or `amx_bf16`: streamlens/cpu.py)."""
+    return has_bf16()
 
 
 def openvino_installed() -> bool:
@@ -122,4 +108,4 @@ class EncoderSession:
         return np.asarray(self._run(np.ascontiguousarray(x, np.float32)), np.float32)
 
 
-__all__ = ["EncoderSession", "exported", "cpu_bf16", "cpu_flags", "openvino_installed", "BF16_FLAGS"]
+__all__ = ["EncoderSession", "exported", "cpu_bf16", "openvino_installed"]
