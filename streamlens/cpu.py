@@ -56,10 +56,15 @@ def has_bf16(flags: dict[str, bool] | None = None) -> bool:
     return bool(flags) and any(flags.get(name) for name in BF16_FLAGS)
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity: a container's share), at least 1."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def process_cpu_s() -> float:
     """The CPU seconds this process (all its threads) has used so far, user and system."""
     times = os.times()
     return times.user + times.system
 
 
-__all__ = ["BF16_FLAGS", "CPU_FLAGS", "cpu_flags", "has_bf16", "process_cpu_s"]
+__all__ = ["BF16_FLAGS", "CPU_FLAGS", "cpu_flags", "has_bf16", "process_cpu_s", "usable_cores"]

@@ -15,7 +15,8 @@ import pytest
 
 from streamlens.bench.accuracy import detections_f1
 from streamlens.detect.onnx import OnnxDetector
-from streamlens.frame import Frame, YuvPicture, i420_bytes
+from streamlens.frame import Frame
+from streamlens.pictures import YuvPicture, i420_bytes
 
 from .conftest import REPO, need_video
 from .test_detect_onnx import need_yolox

@@ -484,7 +484,7 @@ def test_the_reused_converter_gives_pyav_own_bgr_for_every_size_and_thread(tmp_p
     the same pictures converted on another thread, all equal `to_ndarray(format="bgr24")`."""
     import numpy as np
 
-    from streamlens.frame import to_bgr
+    from streamlens.pictures import to_bgr
 
     small = make_video(tmp_path / "small.mp4", "-i", str(SAMPLE), "-frames:v", "12", "-vf", "scale=320:180",
                        "-pix_fmt", "yuvj420p")

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from streamlens.errors import SourceError
-from streamlens.frame import YuvPicture, i420_bytes, thumbnail_step, to_bgr
+from streamlens.pictures import YuvPicture, i420_bytes, thumbnail_step, to_bgr
 from streamlens.sources.file import FileSource
 from streamlens.sources.host_memory import HostMemory
 from streamlens.sources.ring import NAME_PREFIX, SHM_DIR, ring_bytes

@@ -80,9 +80,9 @@ def test_fast_decode_is_on_by_default_where_live_streams_fill_the_cores(monkeypa
     usable core (decoding then takes most of the CPU: issue 47), off below that and for files read
     as files; what the file says wins, and the key stays as the user wrote it (a bench copy of the
     source resolves it for its own run)."""
-    import streamlens.config.runtime as runtime
+    import streamlens.cpu
 
-    monkeypatch.setattr(runtime, "usable_cores", lambda: 2)
+    monkeypatch.setattr(streamlens.cpu, "usable_cores", lambda: 2)
     sources = [{"name": f"c{i}", "uri": str(REPO / "samples" / "traffic.mp4"), "live": live} for i in range(2 * per_core)]
     sources.append({"name": "mine", "uri": str(REPO / "samples" / "traffic.mp4"), "live": live, "fast_decode": False})
     config = parse_pipeline({"sources": sources, "detector": {"backend": "motion"}}, REPO / "p.yaml")
@@ -91,10 +91,10 @@ def test_fast_decode_is_on_by_default_where_live_streams_fill_the_cores(monkeypa
 
 
 def test_a_stream_added_while_running_takes_fast_decode_by_the_streams_then_open(monkeypatch):
-    import streamlens.config.runtime as runtime
+    import streamlens.cpu
     from streamlens.config.added import added_source
 
-    monkeypatch.setattr(runtime, "usable_cores", lambda: 2)
+    monkeypatch.setattr(streamlens.cpu, "usable_cores", lambda: 2)
     config = parse_pipeline({"sources": [{"name": "a", "uri": "rtsp://127.0.0.1:1/a"}],
                              "detector": {"backend": "motion"}}, REPO / "p.yaml")
     few, _ = added_source({"uri": "rtsp://127.0.0.1:1/b"}, config, {"a"})

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from streamlens.errors import SourceError
-from streamlens.frame import YuvPicture, thumbnail_step, to_bgr
+from streamlens.pictures import YuvPicture, thumbnail_step, to_bgr
 from streamlens.sources.decode import CatchUp
 from streamlens.sources.backoff import FAST_FOR_S, FAST_S, Backoff, retry_delay
 from streamlens.sources.file import FileSource

@@ -147,8 +147,9 @@ def pixel_sum(driver, stream: str) -> int:
 def test_the_preview_sink_keeps_references_and_bounds_what_it_keeps():
     """`write()` stores references: nothing is converted or encoded until asked; the events' ring
     and their snapshots' bytes are bounded; the frame is never converted in place."""
-    from streamlens.frame import Event, Frame, FrameResult, Snapshot, YuvPicture, empty_detections, i420_bytes
+    from streamlens.frame import Event, Frame, FrameResult, Snapshot, empty_detections
     from streamlens.http.preview import PreviewSink
+    from streamlens.pictures import YuvPicture, i420_bytes
     from streamlens.wire.schema import event_message, frame_message
 
     sink = PreviewSink(results=4, events=3, snapshot_bytes=10)

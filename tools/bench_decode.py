@@ -43,7 +43,7 @@ import av
 import numpy as np
 
 from streamlens.bench.harness import REPO, RESULTS, VIDEOS, header, write_page
-from streamlens.frame import YuvPicture, i420_bytes, thumbnail_step, to_bgr
+from streamlens.pictures import YuvPicture, i420_bytes, thumbnail_step, to_bgr
 from streamlens.sources.file import FileSource
 
 VIDEO = VIDEOS

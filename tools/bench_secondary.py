@@ -130,7 +130,7 @@ def clip_ids(video: str) -> dict[str, int]:
     """Each frame of `video` by both of its `picture_id`s: {id: index in the clip}."""
     import av
 
-    from streamlens.frame import to_bgr
+    from streamlens.pictures import to_bgr
 
     ids: dict[str, int] = {}
     with av.open(video) as container:

@@ -59,7 +59,7 @@ def _decode_worker(path: str, seconds: float, export_mvs: bool, ready, results) 
     looping over the file, for `seconds`; put `{"frames", "seconds"}` (or `{"error"}`) on `results`."""
     import av
 
-    from ..frame import to_bgr
+    from ..pictures import to_bgr
     from ..sources.motion_vectors import ReferenceDistance, frame_motion_vectors
 
     def opened():

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
+from .. import cpu
 from .common import _ENV_NAME, MAX_MS, MAX_QUEUE_SIZE, MAX_THREADS, MAX_WORKERS, PathKey, _Keys
 from .problems import invalid, show
 from .secondary import CacheConfig
@@ -69,11 +69,6 @@ def _max_streams(value: Any) -> Any:
     raise invalid(f"expected an integer from 1 to {MAX_STREAMS} or auto, got {show(value)}")
 
 
-def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity: a container's share), at least 1."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 class ClusterConfig(_Keys):
     """`runtime.cluster`: the engines as Ray actors (see streamlens/scale/ray.py)."""
 
@@ -131,7 +126,7 @@ class RuntimeConfig(_Keys):
         `MIN_AUTO_STREAMS`."""
         if self.max_streams != "auto":
             return self.max_streams
-        return max(MIN_AUTO_STREAMS, STREAMS_PER_CORE * usable_cores())
+        return max(MIN_AUTO_STREAMS, STREAMS_PER_CORE * cpu.usable_cores())
 
     @property
     def http_host(self) -> str:

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
+from .. import cpu
 from ..urls import is_url, mask_url, port_problem
 from .common import MAX_MS, MAX_SECONDS, _base, _Keys, _misplaced_keys, _only, resolve
 from .problems import invalid
@@ -196,9 +197,7 @@ FAST_DECODE_STREAMS_PER_CORE = 5
 def fast_decode_default(live_streams: int) -> bool:
     """Whether a live source whose `fast_decode` is unset skips the loop filter, in a run of
     `live_streams` live streams on this machine's usable cores."""
-    from .runtime import usable_cores
-
-    return live_streams >= FAST_DECODE_STREAMS_PER_CORE * usable_cores()
+    return live_streams >= FAST_DECODE_STREAMS_PER_CORE * cpu.usable_cores()
 
 
 def resolve_fast_decode(source: SourceConfig, live_streams: int) -> None:

@@ -17,7 +17,7 @@ import av
 import numpy as np
 
 from ..errors import SourceError
-from ..frame import YuvPicture
+from ..pictures import YuvPicture
 from ..urls import is_url
 from .clips import CLOSE_S as CLIPS_CLOSE_S, ClipSpec
 from .decode import ClockCatchUp, FrameRateCap, PresentationTimes, decoder_options, drain

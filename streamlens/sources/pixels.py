@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from ..frame import I420_FORMATS, YuvPicture, i420_bytes, thumbnail_step, to_bgr
+from ..pictures import I420_FORMATS, YuvPicture, i420_bytes, thumbnail_step, to_bgr
 from .host_memory import HostMemory
 
 

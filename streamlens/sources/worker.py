@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SourceError
-from ..frame import YuvPicture
+from ..pictures import YuvPicture
 from ..urls import mask_url
 from .host_memory import HostMemory
 from .pixels import Buffers, layout_bytes, unpack

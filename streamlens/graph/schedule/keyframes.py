@@ -30,7 +30,8 @@ import cv2
 import numpy as np
 
 from ...config import KeyframeConfig
-from ...frame import THUMBNAIL_WIDTH, Frame, thumbnail_step
+from ...frame import Frame
+from ...pictures import THUMBNAIL_WIDTH, thumbnail_step
 
 #: adaptive: detect at once when the tracks' mean motion confidence falls below this (0 to 1)
 MIN_CONFIDENCE = 0.5

@@ -48,7 +48,8 @@ import math
 
 import numpy as np
 
-from ...frame import Frame, thumbnail_step
+from ...frame import Frame
+from ...pictures import thumbnail_step
 from .keyframes import grey_thumbnail
 
 #: a thumbnail cell (`THUMBNAIL_WIDTH`: about 1/64 of the frame's width, area-averaged) counts as changed when its grey
