@@ -78,7 +78,8 @@ so a load at the edge does not see-saw; one that held halves the wait for the ne
 settling time and two windows (2.75 s by default; never more than `calm_s` as configured): a
 burst (cameras starting, a reconnect) can take the ladder to its top in a second or two, and a
 calm wait a rung kept the streams shedding for a minute after it had passed. A new overload (not
-a step down taken back) makes the first step down wait the whole `calm_s` again.
+a step down taken back) makes the first step down wait the whole `calm_s` again. While shedding with
+the process using under `ROOM_SHARE` of its recent most CPU, it steps down as when calm (`_room`).
 
 Example:
     >>> t = [0.0]
