@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import os
 import shutil
 import signal
@@ -103,6 +104,26 @@ def record(pid: int, seconds: float, rate: int, out: Path, gil: bool) -> None:
                    check=True, capture_output=True, text=True)
 
 
+@contextlib.contextmanager
+def highway_run(streams: int, tool: str, seconds_before: float = 1):
+    """`streamlens run` of `PIPELINE` on `streams` live, looping copies of the clip, in a folder of its
+    own: `(process, HTTP port, folder)` once it has published `seconds_before` seconds of every
+    stream's frames; stopped with Ctrl-C as a user would, and its folder removed, at the end."""
+    folder = Path(tempfile.mkdtemp(prefix=f"{tool}-"))
+    http = free_port()
+    sources = "\n".join(f"  - {{name: s{i}, uri: {VIDEO}, live: true, loop: true}}" for i in range(streams))
+    (folder / "p.yaml").write_text(PIPELINE.format(sources=sources, model=MODEL, zmq=free_port(), http=http))
+    run = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(folder / "p.yaml")],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        wait_until_published(run, http, 30 * streams * seconds_before, 120, tool)
+        yield run, http, folder
+    finally:
+        os.killpg(run.pid, signal.SIGINT)
+        run.wait(60)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--streams", type=int, default=8)
@@ -113,25 +134,15 @@ def main() -> int:
     if shutil.which("py-spy") is None:
         raise SystemExit("profile_engine: py-spy is not installed (pip install -e '.[profile]')")
     need(VIDEO, MODEL)
-    folder = Path(tempfile.mkdtemp(prefix="profile_engine-"))
-    http = free_port()
-    sources = "\n".join(f"  - {{name: s{i}, uri: {VIDEO}, live: true, loop: true}}" for i in range(args.streams))
-    (folder / "p.yaml").write_text(PIPELINE.format(sources=sources, model=MODEL, zmq=free_port(), http=http))
-    run = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(folder / "p.yaml")],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     found = {}
-    try:
-        # up, and past its first seconds (the model loaded, every stream flowing)
-        wait_until_published(run, http, 30 * args.streams * 3, 120, "profile_engine")
+    # up, and past its first seconds (the model loaded, every stream flowing)
+    with highway_run(args.streams, "profile_engine", seconds_before=3) as (run, http, folder):
         load = os.getloadavg()[0]
         for kind, gil in (("threads", False), ("gil", True)):
             before, started = frames_published(http), time.monotonic()
             record(run.pid, args.seconds, args.rate, folder / f"{kind}.txt", gil)
             found[kind] = (*read(folder / f"{kind}.txt"), frames_published(http) - before,
                            time.monotonic() - started)
-    finally:
-        os.killpg(run.pid, signal.SIGINT)
-        run.wait(60)
     stages, work, _, frames, wall = found["threads"]
     held, held_work, _, _, gil_wall = found["gil"]
     expected = args.rate * gil_wall  # samples had some thread held the GIL all the time

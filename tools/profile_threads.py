@@ -21,30 +21,15 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-from bench_http_flood import wait_until_published  # a tool beside this one (tools/ is the script's folder)
+from profile_engine import VIDEO, highway_run  # a tool beside this one (tools/ is the script's folder)
 
-from streamlens.bench.harness import RESULTS, VIDEOS, YOLOX_NANO, header, need, write_page
-from streamlens.testing.rtsp_server import free_port
-
-VIDEO = VIDEOS / "highway_720p30.mp4"
-
-PIPELINE = """sources:
-{sources}
-detector: {{backend: onnx, model: {model}/yolox_nano.onnx, names: {model}/coco_classes.txt, conf: 0.3,
-           resize: bucket, threads: 1, classes: [car, truck, bus, motorbike]}}
-keyframes: {{interval: 5, adaptive: true, max_interval: 15}}
-tracker: {{motion: mv}}
-sinks: [{{type: zmq, endpoint: "tcp://127.0.0.1:{zmq}"}}]
-runtime: {{http: {{port: {http}}}}}
-"""
+from streamlens.bench.harness import RESULTS, YOLOX_NANO, header, need, write_page
 
 GROUPS = ("decoding (source threads)", "detector thread", "engine thread", "the rest")
 
@@ -108,14 +93,7 @@ def rungs(port: int) -> tuple[collections.Counter, float]:
 
 
 def profile(k: int, warmup: float, seconds: float) -> dict:
-    folder = Path(tempfile.mkdtemp(prefix="profile_threads-"))
-    http = free_port()
-    sources = "\n".join(f"  - {{name: s{i}, uri: {VIDEO}, live: true, loop: true}}" for i in range(k))
-    (folder / "p.yaml").write_text(PIPELINE.format(sources=sources, model=YOLOX_NANO, zmq=free_port(), http=http))
-    run = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(folder / "p.yaml")],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        wait_until_published(run, http, 30 * k, 120, "profile_threads")
+    with highway_run(k, "profile_threads") as (run, http, _):
         time.sleep(warmup)
         pids = processes(run.pid)
         names = thread_names(pids)
@@ -125,10 +103,6 @@ def profile(k: int, warmup: float, seconds: float) -> dict:
         after, wall = cpu_by_thread(pids), time.monotonic() - started
         frames = metric(http, "streamlens_frames_total") - frames0
         standing, detected_per_s = rungs(http)
-    finally:
-        os.killpg(run.pid, signal.SIGINT)
-        run.wait(60)
-        shutil.rmtree(folder, ignore_errors=True)
     cores = collections.Counter()
     for tid, used in after.items():
         cores[group_of(names.get(tid, ""))] += (used - before.get(tid, used)) / wall
