@@ -125,3 +125,43 @@ sinks: [{{type: jsonl, path: out.jsonl}}]
     assert len(lasting) >= 3, life.keys()
     assert all(any(masked for _, masked in seen) for seen in lasting.values()), \
         {track: seen[:3] for track, seen in lasting.items()}
+
+
+def test_a_real_cameras_tracks_get_masks_while_they_live(tmp_path, tiny):
+    """The same on a camera: the sample looping from GStreamer's RTSP server, decoded in its worker
+    process as cameras are by default; over its first 300 results every track that lives more than
+    1 s carries a mask before it ends (or before the run is stopped)."""
+    from .rtsp_server import GstRtspServer, gst_missing
+
+    reason = gst_missing()
+    if reason:
+        pytest.skip(reason)
+    encoder, decoder = tiny
+    cells = build_cell_detector(tmp_path)
+    (tmp_path / "gst").mkdir()
+    with GstRtspServer({"cam1": REPO / "samples" / "traffic.mp4"}, tmp_path / "gst") as server:
+        path = tmp_path / "p.yaml"
+        path.write_text(f"""
+sources: [{{name: cam, uri: '{server.url('cam1')}'}}]
+detector: {{backend: onnx, model: {cells}, resize: resize, conf: 0.4}}
+keyframes: {{interval: 3}}
+segment: {{model: {encoder}, decoder: {decoder}, every_s: 0.5}}
+""")
+        pipeline = streamlens.Pipeline.from_yaml(path, sinks=[])
+        life: dict[int, list] = {}
+        published = 0
+        for item in pipeline.results():
+            if not isinstance(item, streamlens.FrameResult):
+                continue
+            published += 1
+            det = item.detections
+            masks = det.data.get("mask") if det.data else None
+            for i, track in enumerate(det.tracker_id if det.tracker_id is not None else []):
+                life.setdefault(int(track), []).append((item.media_s, masks is not None and masks[i] is not None))
+            if published >= 300:
+                break
+        pipeline.stop()
+    lasting = {track: seen for track, seen in life.items() if seen[-1][0] - seen[0][0] > 1.0}
+    assert len(lasting) >= 3, life.keys()
+    assert all(any(masked for _, masked in seen) for seen in lasting.values()), \
+        {track: seen[:3] for track, seen in lasting.items()}
