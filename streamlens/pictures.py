@@ -12,6 +12,16 @@ import numpy as np
 _converters = threading.local()
 
 
+def _converter():
+    """This thread's PyAV `VideoReformatter`, made at its first use (see `to_bgr`)."""
+    converter = getattr(_converters, "converter", None)
+    if converter is None:
+        from av.video.reformatter import VideoReformatter
+
+        converter = _converters.converter = VideoReformatter()
+    return converter
+
+
 def to_bgr(picture, threads: int = 0) -> np.ndarray:
     """A decoded PyAV `VideoFrame` (or a `YuvPicture`: see there) as an H x W x 3 BGR uint8 array;
     `threads`: swscale's, 0 for one per CPU (PyAV's default), 1 where many processes convert side by
@@ -26,17 +36,12 @@ def to_bgr(picture, threads: int = 0) -> np.ndarray:
     """
     if isinstance(picture, YuvPicture):
         return picture.to_bgr(threads)
-    converter = getattr(_converters, "converter", None)
-    if converter is None:
-        from av.video.reformatter import VideoReformatter
-
-        converter = _converters.converter = VideoReformatter()
-    return converter.reformat(picture, format="bgr24", threads=threads).to_ndarray()
+    return _converter().reformat(picture, format="bgr24", threads=threads).to_ndarray()
 
 
 #: how `scaled_bgr` interpolates: swscale's area averaging (the mean of the source pixels each output
 #: pixel covers), the closest of its filters to the full conversion and OpenCV's bilinear resize on
-#: the detector's inputs measured (tools/results/decode.md)
+#: the detector's inputs measured (tools/results/scaled_input.md)
 SCALE_INTERPOLATION = "AREA"
 
 
@@ -45,12 +50,7 @@ def scaled_bgr(picture, width: int, height: int) -> np.ndarray:
     converted by one swscale pass on one thread (this thread's converter, see `to_bgr`)."""
     if isinstance(picture, YuvPicture):
         picture = picture.av_frame()
-    converter = getattr(_converters, "converter", None)
-    if converter is None:
-        from av.video.reformatter import VideoReformatter
-
-        converter = _converters.converter = VideoReformatter()
-    return converter.reformat(picture, format="bgr24", width=width, height=height,
+    return _converter().reformat(picture, format="bgr24", width=width, height=height,
                               interpolation=SCALE_INTERPOLATION, threads=1).to_ndarray()
 
 
