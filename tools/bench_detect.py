@@ -221,9 +221,9 @@ def runtimes_part(args, frames: list[Frame]) -> list[str]:
     from streamlens.bench.accuracy import detections_f1
     from streamlens.detect.openvino_backend import OpenVinoDetector
 
-    kinds = [("onnxruntime FP32", OnnxDetector, YOLOX, {}), ("OpenVINO FP32", OpenVinoDetector, YOLOX, {})]
+    kinds = [("onnxruntime FP32", OnnxDetector, YOLOX, {}), ("OpenVINO FP32", OpenVinoDetector, YOLOX, {"half": False})]
     if args.int8:
-        kinds.append(("OpenVINO INT8", OpenVinoDetector, args.int8, {}))
+        kinds.append(("OpenVINO INT8", OpenVinoDetector, args.int8, {"half": False}))
     if args.half:  # `detector.half: true`: OpenVINO's own precision (BF16 on CPUs that have it)
         precision = openvino.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
         kinds.append((f"OpenVINO half ({precision})", OpenVinoDetector, YOLOX, {"half": True}))

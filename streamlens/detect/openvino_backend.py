@@ -21,7 +21,8 @@ metadata, providers) over OpenVINO's `Core.compile_model`.
   false` keeps FP32 everywhere (onnxruntime's boxes), `half: true` leaves the choice to OpenVINO
   (BF16 where the CPU has it, FP16 on Intel GPUs). On a Xeon with AMX, YOLOX-Nano ran 1.2-1.4x faster
   in BF16 than in FP32, its boxes agreeing with FP32's at F1 0.976-0.979; on an AMD EPYC with AVX-512
-  BF16, 1.4x faster than OpenVINO's FP32 and 1.1x than onnxruntime's (tools/results/detect.md). With
+  BF16, 0.72x OpenVINO FP32's time and 0.85x onnxruntime's, boxes at F1 0.983 against FP32's
+  (tools/results/detect_bf16.md). With
   `threads: 1` the inference runs on the calling thread, so the detector thread's low priority
   covers it, as with onnxruntime.
 - Devices: `auto` and `cpu` are OpenVINO's CPU; `gpu`, `gpu.N`, `npu` name OpenVINO's devices
