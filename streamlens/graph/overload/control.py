@@ -78,8 +78,10 @@ so a load at the edge does not see-saw; one that held halves the wait for the ne
 settling time and two windows (2.75 s by default; never more than `calm_s` as configured): a
 burst (cameras starting, a reconnect) can take the ladder to its top in a second or two, and a
 calm wait a rung kept the streams shedding for a minute after it had passed. A new overload (not
-a step down taken back) makes the first step down wait the whole `calm_s` again. While shedding with
-the process using under `ROOM_SHARE` of its recent most CPU, it steps down as when calm (`_room`).
+a step down taken back) makes the first step down wait the whole `calm_s` again. While shedding
+with the process using much less CPU than it did lately, it steps down as when calm
+(graph/overload/room.py: the CPU that shedding freed is not being used, so what is late is not a
+load that shedding answers), and from a shedding rung as far as that room allows at once.
 
 Example:
     >>> t = [0.0]
@@ -104,6 +106,7 @@ from collections import deque
 from collections.abc import Callable
 
 from ...metrics import nearest_rank
+from .room import CpuRoom
 from .shedding import SHED_STEPS, Shedder, fair_shares, shed_name
 
 #: keyframe interval factors, in the order the controller tries them
@@ -146,13 +149,6 @@ EVIDENCE_WINDOWS = 3
 #: fair shares weigh what each stream kept over this many windows (about ten seconds), so that
 #: what chance took from a stream over that long is made up for
 FAIR_WINDOWS = 10
-#: while frames are shed, a run whose process used less than this share of the most CPU it used in
-#: the last `ROOM_WINDOWS` windows (over `EVIDENCE_WINDOWS` windows each) has room: what is still
-#: late is not a load that shedding answers, and the controller steps down as if calm (see `tick`)
-ROOM_SHARE = 0.5
-ROOM_WINDOWS = 60
-#: ... and steps down at most as far as keeps this many times the frames it keeps now, at once
-ROOM_JUMP = 4.0
 
 
 class BudgetController:
@@ -206,10 +202,7 @@ class BudgetController:
         self._last_down: float | None = None
         self._last_step = float("-inf")
         self._lost: deque[tuple[float, int]] = deque()  # (tick, frames lost without its say since the last)
-        self.cpu = cpu
-        self._cpu_last: tuple[float, float] | None = None  # (tick, CPU seconds) at the last tick
-        self._used: deque[float] = deque(maxlen=EVIDENCE_WINDOWS)  # cores the process used, last windows
-        self._busiest: deque[float] = deque(maxlen=ROOM_WINDOWS)  # ... their means, last `ROOM_WINDOWS` ticks
+        self._room = CpuRoom(cpu) if cpu is not None else None
         #: steps down taken because the process had room while shedding (see `tick`)
         self.room_steps = 0
 
@@ -314,7 +307,7 @@ class BudgetController:
         # the keyframes' wait, the cheapest rung, goes at a p95 over budget; a rung that costs
         # detections or frames needs the evidence of `EVIDENCE_WINDOWS` seconds too
         over = (slow and self._wait_rung and self.wait) or (over_now and self.late_share() > TAIL_SHARE)
-        room = self._room(now)
+        room = self._room is not None and self._room.has_room(now, self._shed_index > 0 or self.keyframes_only)
         if room and over:
             # frames shed and the CPU they freed unused: what is late is not a load (at the top of
             # the ladder, I-frames decoded late against a trimmed wait limit kept a run shedding 9
@@ -352,26 +345,9 @@ class BudgetController:
             self.calm_s = self._fastest_calm_s if room else max(self._fastest_calm_s, self.calm_s / 2)
         self._calm_since = self._steady_since = self._last_down = self._last_step = now
         self.room_steps += room
-        action = self._note(self._step_down(self._room_keep() if room else None))
+        action = self._note(self._step_down(self._room.keep(1.0 - self.shed) if room else None))
         self._share_fairly()
         return action
-
-    def _room(self, now: float) -> bool:
-        """Whether frames are shed while the process uses less than `ROOM_SHARE` of the most CPU it
-        used lately (each over `EVIDENCE_WINDOWS` ticks; the most over `ROOM_WINDOWS`: a start's
-        burst counts, so a ladder climbed at the start is seen too); False without `cpu`."""
-        if self.cpu is None:
-            return False
-        used, last = self.cpu(), self._cpu_last
-        self._cpu_last = (now, used)
-        if last is None or now <= last[0]:
-            return False
-        self._used.append((used - last[1]) / (now - last[0]))
-        if len(self._used) < self._used.maxlen:
-            return False
-        mean = sum(self._used) / len(self._used)
-        self._busiest.append(mean)
-        return (self._shed_index > 0 or self.keyframes_only) and mean < ROOM_SHARE * max(self._busiest)
 
     def _record(self, counts: dict[str, int], losses: dict[str, int]) -> None:
         """Each stream's last second into its history: frames published (`counts`), lost otherwise
@@ -453,12 +429,6 @@ class BudgetController:
         """Whether a rung before shedding is still to climb."""
         return ((self._wait_rung and self.wait) or self._stretch_index + 1 < len(self.stretches)
                 or (self.batching_rung and not self.throughput))
-
-    def _room_keep(self) -> float:
-        """With room, the share of frames to keep next: what is kept now, times the room the CPU
-        shows (the most it used lately over what it uses now, halved), at most `ROOM_JUMP` times."""
-        mean = sum(self._used) / len(self._used)
-        return (1.0 - self.shed) * min(ROOM_JUMP, ROOM_SHARE * max(self._busiest) / max(mean, 1e-3))
 
     def _step_down(self, keep: float | None = None) -> str:
         """One rung down; with `keep` (room, see `tick`), the shedding rung goes as far down as the
