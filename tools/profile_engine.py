@@ -105,16 +105,18 @@ def record(pid: int, seconds: float, rate: int, out: Path, gil: bool) -> None:
 
 
 @contextlib.contextmanager
-def highway_run(streams: int, tool: str, seconds_before: float = 1):
+def highway_run(streams: int, tool: str, seconds_before: float = 1, code: Path | None = None):
     """`streamlens run` of `PIPELINE` on `streams` live, looping copies of the clip, in a folder of its
     own: `(process, HTTP port, folder)` once it has published `seconds_before` seconds of every
-    stream's frames; stopped with Ctrl-C as a user would, and its folder removed, at the end."""
+    stream's frames; stopped with Ctrl-C as a user would, and its folder removed, at the end. `code`:
+    a checkout of streamlens to run instead of this one (first on PYTHONPATH)."""
     folder = Path(tempfile.mkdtemp(prefix=f"{tool}-"))
     http = free_port()
     sources = "\n".join(f"  - {{name: s{i}, uri: {VIDEO}, live: true, loop: true}}" for i in range(streams))
     (folder / "p.yaml").write_text(PIPELINE.format(sources=sources, model=MODEL, zmq=free_port(), http=http))
-    run = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(folder / "p.yaml")],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    env = None if code is None else dict(os.environ, PYTHONPATH=str(code))
+    run = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(folder / "p.yaml")], cwd=code,
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
         wait_until_published(run, http, 30 * streams * seconds_before, 120, tool)
         yield run, http, folder

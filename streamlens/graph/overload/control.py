@@ -311,7 +311,7 @@ class BudgetController:
         if room and over:
             # frames shed and the CPU they freed unused: what is late is not a load (at the top of
             # the ladder, I-frames decoded late against a trimmed wait limit kept a run shedding 9
-            # in 10 for good after a 10 s load had passed): step down as when calm
+            # in 10 for 20-50 s after a 10 s load had passed): step down as when calm
             over, over_now, p95 = False, False, None
         self._adjust_wait(p95)
         if over:

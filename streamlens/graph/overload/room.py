@@ -3,7 +3,7 @@
 A controller that sheds frames expects the cores to stay busy with the frames it keeps. When the run's
 process uses much less CPU than it did lately, shedding has freed cores for nothing: what is still
 late is not a load that shedding answers (at the top of the ladder, keyframes decoded late against a
-trimmed wait limit kept a run shedding 9 in 10 for good after a 10 s load had passed; issue 47).
+trimmed wait limit kept a run shedding 9 in 10 for 20-50 s after a 10 s load had passed; issue 47).
 
 `CpuRoom(cpu)` reads `cpu()` (the process's CPU seconds so far) once a tick: `has_room(shedding)` says
 whether the mean over the last `EVIDENCE` ticks is under `SHARE` of the most such mean over the last
