@@ -33,7 +33,7 @@ Example:
     >>> rows = describe(image, np.array([[0, 0, 40, 100], [60, 0, 100, 100], [5, 0, 45, 90]]))
     >>> rows.shape, rows.dtype
     ((3, 60), dtype('float32'))
-    >>> bool(similarity(rows[0], rows[2]) > 0.99), bool(similarity(rows[0], rows[1]) < 0.5)
+    >>> bool(similarity(rows[0], rows[2]) > 0.99), bool(similarity(rows[0], rows[1]) < 0.6)
     (True, True)
 """
 
