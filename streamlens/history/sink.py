@@ -1,4 +1,5 @@
-"""The writer of `runtime.history`: a sink that takes each event message on the engine's thread
+"""The writer of `runtime.history`: a sink that takes each event message (and each `embedding`
+message, and each change of a track's `global_id` in the frames) on the engine's thread
 without waiting (into a `Publisher` queue; full, the oldest is dropped and counted) and writes them
 to the SQLite file (store.py) in batches on a thread of its own: everything queued, at most every
 `BATCH_S`. A database that is locked by another program, full or failing is never waited for: the
@@ -11,11 +12,17 @@ file is checked first (`store.check`: SQLite's `PRAGMA quick_check`): a corrupt 
 no database, is refused with one line naming it (the run does not start, exit 1), never used: it is
 the operator's to move aside (a new file is then made) or to repair (`sqlite3 FILE .recover`).
 `close()` writes what is still queued, for at most `CLOSE_S`.
+
+Embedding messages keep each track's newest vector per `name` for search by example
+(history/tracks.py); one that is malformed or foreign (history/search.py `Vectors`) is not kept but
+counted (`ignored` in `counters()` and in the file's `ignored` table), told once when the first
+comes and in a line at `close()`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import time
 from collections import Counter
@@ -27,6 +34,7 @@ from ..frame import FrameResult, StreamEnd
 from ..sinks.background import Publisher
 from ..sinks.base import Sink
 from . import store
+from .search import Vectors
 
 log = logging.getLogger("streamlens.history")
 
@@ -36,6 +44,8 @@ BATCH_S = 1.0
 PRUNE_EVERY_S = 3600.0
 #: how long `close()` lets the writer finish what is queued
 CLOSE_S = 5.0
+#: the tracks whose `global_id` is remembered (to queue only its changes); past it, forgotten at once
+GLOBAL_IDS_KEPT = 65_536
 
 
 class HistorySink(Sink):
@@ -55,6 +65,11 @@ class HistorySink(Sink):
         self._db: sqlite3.Connection | None = None
         self._pruned_at = 0.0
         self._prepared = False  # the tables are there (not yet, while another program holds the file)
+        #: this run's token in the file's tracks (a track id used again by a later run is another track)
+        self.run = f"{time.time():.6f}-{os.getpid()}"
+        self._vectors = Vectors()  # the writer's
+        self.ignored: Counter[str] = Counter()  # embedding messages not kept, by reason
+        self._global_ids: dict[tuple[str, int], object] = {}  # the engine thread's: (stream, id) -> global_id
 
     def open(self) -> None:
         try:
@@ -90,13 +105,36 @@ class HistorySink(Sink):
         self._prepared = True
 
     def write(self, item: FrameResult | StreamEnd | Any, message: dict[str, Any], payload: bytes) -> None:
-        if message.get("type") != "event":
-            return
+        kind = message.get("type")
+        if kind == "frame":
+            for changed in self._global_id_changes(message):
+                self._queue(changed)
+        elif kind in ("event", "embedding"):
+            self._queue(message)
+
+    def _queue(self, message: dict[str, Any]) -> None:
         with self._pub.cond:
             if self._pub.open:
                 self._pub.put((message["stream"], message))
                 if len(self._pub.queue) == 1:
                     self._pub.cond.notify()
+
+    def _global_id_changes(self, message: dict[str, Any]) -> list[dict[str, Any]]:
+        """The objects of frame `message` whose `global_id` is new or changed (`reid.across`), as
+        messages of type `global_id` for the writer."""
+        changed = []
+        for obj in message.get("objects") or ():
+            global_id = obj.get("global_id")
+            if global_id is None:
+                continue
+            key = (message["stream"], obj.get("id"))
+            if self._global_ids.get(key) != global_id:
+                if len(self._global_ids) >= GLOBAL_IDS_KEPT:
+                    self._global_ids.clear()
+                self._global_ids[key] = global_id
+                changed.append({"type": "global_id", "stream": message["stream"], "id": obj.get("id"),
+                                "global_id": global_id, "ts": message.get("ts")})
+        return changed
 
     def _work(self) -> None:
         pub = self._pub
@@ -120,11 +158,35 @@ class HistorySink(Sink):
             with pub.cond:
                 pub.taken.clear()
 
+    def _split(self, batch: list[tuple[str, dict]]) -> tuple[list, list, list, Counter]:
+        """`batch` as (events, vectors, global ids, embedding messages ignored by reason)."""
+        events, vectors, global_ids, ignored = [], [], [], Counter()
+        for _, m in batch:
+            kind = m["type"]
+            if kind == "event":
+                events.append(m)
+            elif kind == "global_id":
+                if isinstance(m["id"], int) and isinstance(m["global_id"], int) and m["id"] >= 0:
+                    global_ids.append((m["stream"], m["id"], m["global_id"], float(m.get("ts") or 0.0)))
+            else:
+                kept, why = self._vectors.take(m)
+                if kept is None:
+                    ignored[why] += 1
+                else:
+                    vectors.append(kept)
+        return events, vectors, global_ids, ignored
+
     def _write(self, batch: list[tuple[str, dict]]) -> None:
+        events, vectors, global_ids, ignored = self._split(batch)
+        if ignored:
+            if not self.ignored:
+                log.warning("runtime.history: an embedding message was not kept for search (%s); they are counted",
+                            next(iter(ignored)))
+            self.ignored.update(ignored)
         try:
             if not self._prepared or time.monotonic() - self._pruned_at >= PRUNE_EVERY_S:
                 self._prepare()
-            store.add_events(self._db, [m for _, m in batch])
+            store.add(self._db, self.run, events, vectors=vectors, global_ids=global_ids, ignored=ignored)
         except sqlite3.Error as e:
             with self._pub.cond:
                 for stream, _ in batch:
@@ -148,6 +210,9 @@ class HistorySink(Sink):
         left = self._pub.close(CLOSE_S)
         if left:
             log.warning("runtime.history: %d events not written: the database did not take them in time", left)
+        if self.ignored:
+            log.warning("runtime.history: %d embedding message(s) not kept for search (%s)", sum(self.ignored.values()),
+                        ", ".join(f"{why}: {n}" for why, n in sorted(self.ignored.items())))
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -159,7 +224,7 @@ class HistorySink(Sink):
     def counters(self) -> dict[str, int]:
         with self._pub.cond:
             return {"written": sum(self.written.values()), "failed": sum(self.failed.values()),
-                    "dropped": sum(self._pub.dropped.values())}
+                    "dropped": sum(self._pub.dropped.values()), "ignored": sum(self.ignored.values())}
 
 
 def unsound_line(path, problem: str) -> str:

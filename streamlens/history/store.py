@@ -1,10 +1,14 @@
-"""The history database: one SQLite file, two tables.
+"""The history database: one SQLite file, two tables of events and counts, and the tracks kept for
+search by example (tracks.py).
 
 - `events`: every event message as it was published (`message`, compact JSON), with its wall time
   `ts`, `stream`, `event` kind, `rule` (the line or zone; null for the `object_*` events) and the
   object's `label`.
 - `counts`: per minute (`minute`: its first second, Unix time), stream, rule and label, the line
   crossings each way (`n_in`, `n_out`) and the zone entries (`n`).
+
+The file's `PRAGMA user_version` is `VERSION`; `create` brings an older file (version 0: events
+and counts only) up to it by making the tables it lacks, and keeps what it holds.
 
 Everything is derived from the events as they come, so the counts of a minute equal the events of
 that minute, whoever reads them. Rows older than `keep_days` are deleted when the writer opens the
@@ -30,7 +34,13 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterable
 from typing import Any
+
+from . import tracks
+
+#: the schema's version, in the file's `PRAGMA user_version` (1: the tracks and their vectors)
+VERSION = 1
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -41,7 +51,7 @@ CREATE TABLE IF NOT EXISTS counts (
     minute INTEGER NOT NULL, stream TEXT NOT NULL, rule TEXT NOT NULL, label TEXT NOT NULL,
     n_in INTEGER NOT NULL DEFAULT 0, n_out INTEGER NOT NULL DEFAULT 0, n INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (minute, stream, rule, label));
-"""
+""" + tracks.SCHEMA
 
 #: the longest a `buckets` answer may be, in rows (a wide window at a fine bucket is cut, oldest kept)
 MAX_ROWS = 100_000
@@ -54,7 +64,8 @@ def create(db: sqlite3.Connection) -> None:
     """Make the tables if they are not there (an existing history is kept as it is); in WAL mode,
     so that readers (the HTTP API, `streamlens history`) never wait for the writer nor it for them."""
     db.execute("PRAGMA journal_mode=WAL")
-    db.executescript(SCHEMA)
+    if db.execute("PRAGMA user_version").fetchone()[0] < VERSION:
+        db.executescript(SCHEMA + f"PRAGMA user_version = {VERSION};")
 
 
 def check(db: sqlite3.Connection) -> str | None:
@@ -94,14 +105,21 @@ def rule_of(message: dict[str, Any]) -> str | None:
 def add_events(db: sqlite3.Connection, messages: list[dict[str, Any]]) -> int:
     """Record `messages` (event messages) and add them to the counts, in one transaction; returns
     how many were recorded."""
-    rows, counts = [], {}
+    return add(db, "", messages)
+
+
+def add(db: sqlite3.Connection, run: str, messages: list[dict[str, Any]], *,
+        vectors: Iterable[tuple] = (), global_ids: Iterable[tuple] = (), ignored: dict[str, int] | None = None) -> int:
+    """In one transaction: record `messages` (event messages), add them to the counts and note their
+    tracks; keep `vectors` (stream, track, name, unit vector, ts) and `global_ids` (stream, track,
+    global_id, ts) with the tracks of run `run` (the writer's token), and count the embedding
+    messages `ignored` per reason. Returns how many events were recorded."""
+    counts = {}
     for m in messages:
-        label = (m.get("object") or {}).get("label") or ""
         rule, ts = rule_of(m), float(m.get("ts") or 0.0)
-        rows.append((ts, m["stream"], m["event"], rule, label, json.dumps(m, separators=(",", ":"))))
         if rule is None or m["event"] not in ("line_cross", "zone_enter"):
             continue
-        key = (int(ts // 60) * 60, m["stream"], rule, label)
+        key = (int(ts // 60) * 60, m["stream"], rule, (m.get("object") or {}).get("label") or "")
         n_in, n_out, n = counts.get(key, (0, 0, 0))
         if m["event"] == "zone_enter":
             n += 1
@@ -112,7 +130,12 @@ def add_events(db: sqlite3.Connection, messages: list[dict[str, Any]]) -> int:
         counts[key] = (n_in, n_out, n)
     db.execute("BEGIN")
     try:
-        db.executemany("INSERT INTO events (ts, stream, event, rule, label, message) VALUES (?, ?, ?, ?, ?, ?)", rows)
+        for m in messages:
+            label = (m.get("object") or {}).get("label") or ""
+            event_id = db.execute("INSERT INTO events (ts, stream, event, rule, label, message) VALUES (?, ?, ?, ?, ?, ?)",
+                                  (float(m.get("ts") or 0.0), m["stream"], m["event"], rule_of(m), label,
+                                   json.dumps(m, separators=(",", ":")))).lastrowid
+            tracks.note_event(db, run, event_id, m)
         db.executemany("INSERT INTO counts (minute, stream, rule, label, n_in, n_out, n) VALUES (?, ?, ?, ?, ?, ?, ?) "
                        "ON CONFLICT (minute, stream, rule, label) DO UPDATE SET n_in = n_in + excluded.n_in, "
                        "n_out = n_out + excluded.n_out, n = n + excluded.n",
@@ -120,11 +143,17 @@ def add_events(db: sqlite3.Connection, messages: list[dict[str, Any]]) -> int:
         for m in messages:
             if m["event"] == "clip_lost":
                 _mark_clip_lost(db, m)
+        for stream, track, name, vector, ts in vectors:
+            tracks.note_vector(db, run, stream, track, name, vector, ts)
+        for stream, track, global_id, ts in global_ids:
+            tracks.note_global_id(db, run, stream, track, global_id, ts)
+        if ignored:
+            tracks.note_ignored(db, ignored)
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
         raise
-    return len(rows)
+    return len(messages)
 
 
 def _mark_clip_lost(db: sqlite3.Connection, message: dict[str, Any]) -> None:
@@ -140,12 +169,14 @@ def _mark_clip_lost(db: sqlite3.Connection, message: dict[str, Any]) -> None:
 
 
 def prune(db: sqlite3.Connection, keep_days: float, now: float | None = None) -> int:
-    """Delete what is older than `keep_days`; returns the events deleted."""
+    """Delete what is older than `keep_days` (events, counts, and the tracks last seen before);
+    returns the events deleted."""
     horizon = (time.time() if now is None else now) - keep_days * 86400
     db.execute("BEGIN")
     try:
         deleted = db.execute("DELETE FROM events WHERE ts < ?", (horizon,)).rowcount
         db.execute("DELETE FROM counts WHERE minute + 60 <= ?", (horizon,))
+        tracks.prune(db, horizon)
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
@@ -189,5 +220,5 @@ def event(db: sqlite3.Connection, event_id: int) -> dict[str, Any] | None:
     return None if row is None else json.loads(row[0])
 
 
-__all__ = ["event", "check", "unsound", "create", "connect", "add_events", "prune", "buckets", "events_after", "MAX_ROWS",
+__all__ = ["event", "check", "unsound", "create", "connect", "add_events", "add", "VERSION", "prune", "buckets", "events_after", "MAX_ROWS",
            "MARK_WITHIN_S"]
