@@ -39,6 +39,7 @@ from .commands import history as history_command
 from .commands import keygen as keygen_command
 from .commands import models as models_command
 from .commands import quantize as quantize_command
+from .commands import search as search_command
 from .commands import subscribe as subscribe_command
 from .config import PipelineConfig, load_pipeline, preflight_problems
 from .eval import command as eval_command
@@ -83,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     subscribe_command.add_events_parser(sub, common)
     keygen_command.add_parser(sub, common)
     history_command.add_parser(sub, common)
+    search_command.add_parser(sub, common)
     eval_command.add_parser(sub, common)
     bench_command.add_parser(sub, common)
     quantize_command.add_parser(sub, common)
@@ -194,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {"run": _cmd_run, "validate": _cmd_validate, "schema": _cmd_schema, "subscribe": subscribe_command.run,
                 "events": subscribe_command.run_events,
-                "keygen": keygen_command.run, "history": history_command.run, "eval": eval_command.run,
+                "keygen": keygen_command.run, "history": history_command.run,
+                "search": search_command.run, "eval": eval_command.run,
                 "bench": bench_command.run, "quantize": quantize_command.run,
                 "models": models_command.run}[args.command](args)
     except ConfigError as e:

@@ -33,7 +33,8 @@ each route below `/` but `/metrics` and `/healthz` (every answer is JSON unless 
   N (M: the newest sample's number).
 - `/api/events?since=N`: a list of the events after index N (all streams, the last 500 kept),
   oldest first: `[{"index": 18, "has_snapshot": true, "event": {"type": "event", "stream": "cam1",
-  "event": "object_start", ...}}]`; `/api/events/<N>/snapshot.jpg` its snapshot JPEG (404 once no
+  "event": "object_start", ...}}]`; `/api/events/<N>/snapshot.jpg` its snapshot JPEG (the page's copy,
+  else, for the history file's events, the file under `analytics.snapshots.path`; 404 once no
   longer kept or when it has none); `/api/events/<N>/clip.mp4` its clip (`analytics.clips`; 503
   until it is written, 404 when it has none, 410 with one line once it never will be: lost,
   `clip.lost` in the event, or overdue; clip_state.py).
@@ -48,6 +49,8 @@ each route below `/` but `/metrics` and `/healthz` (every answer is JSON unless 
   is no frame yet or the newest is still `after`. Each viewer (its `viewer` id, else its address)
   gets at most `runtime.http.preview_fps` new frames a second: asked sooner, it gets the frame it
   had. Each frame is encoded once however many viewers ask, and only when one asks.
+
+`/api/search` (search by example over the history's tracks) is answered by http/search.py.
 
 Every number of a query or path (`since`, `seq`, `after`, `bucket_s`, an event's number) is parsed
 with bounds (numbers.py): one that is none, or out of its range, is a 400 naming the key and the
@@ -91,6 +94,8 @@ RATE_SAMPLES = 10
 RESULT_HEADER_MAX = 16 * 1024
 #: a viewer asking again within this share of its preview period gets the frame it had
 VIEWER_SLACK = 0.8
+#: the largest snapshot file `/api/events/<N>/snapshot.jpg` serves (a 4K frame's JPEG is a few MB)
+SNAPSHOT_FILE_BYTES = 16 << 20
 #: the widest bucket `/api/history` sums, in seconds: 36,500 days (the longest `runtime.history.keep_days`)
 MAX_BUCKET_S = 36_500 * 86_400
 
@@ -314,16 +319,33 @@ class Api:
         return Reply(200, "video/mp4", body)
 
     def snapshot(self, index: int) -> Reply:
+        """Event `index`'s snapshot: the one the page keeps, else (an event of the history file) the
+        JPEG written under `analytics.snapshots.path`, which outlives the run."""
         preview = getattr(self.pipeline, "preview", None)
-        kept = index
-        if preview is not None:
-            message, stored = self._event(index)
-            if stored:  # the file's event: the page keeps its snapshot under its own number, if at all
-                kept = preview.shot_of(message) if message is not None else None
+        message, stored = self._event(index)
+        kept = index if not stored else (preview.shot_of(message) if preview is not None and message else None)
         jpeg = preview.snapshot(kept) if preview is not None and kept is not None else None
+        if jpeg is None and stored and message is not None:
+            jpeg = self._snapshot_file(message)
         if jpeg is None:
             return text_reply(404, f"no snapshot kept for event {index}")
         return Reply(200, "image/jpeg", jpeg)
+
+    def _snapshot_file(self, message: dict) -> bytes | None:
+        """The JPEG `message`'s snapshot was written to, when it is under `analytics.snapshots.path`
+        and at most `SNAPSHOT_FILE_BYTES`; else None."""
+        analytics = self.pipeline.config.analytics
+        shots = analytics.snapshots if analytics is not None else None
+        path = (message.get("snapshot") or {}).get("path")
+        if shots is None or shots.path is None or not isinstance(path, str):
+            return None
+        path = Path(path)
+        try:
+            if not path.resolve().is_relative_to(Path(shots.path).resolve()) or path.stat().st_size > SNAPSHOT_FILE_BYTES:
+                return None
+            return path.read_bytes()
+        except (OSError, ValueError):
+            return None
 
     # -- a stream's frames ----------------------------------------------------------------------
 
@@ -410,4 +432,5 @@ class Api:
                 return self.preview_jpeg(name, query, client)
             if what == "result":
                 return self.result(name, query)
-        return text_reply(404, "not found: try /, /api/streams, /api/stats, /api/events, /metrics or /healthz")
+        return text_reply(404, "not found: try /, /api/streams, /api/stats, /api/events, /api/search, /metrics or "
+                               "/healthz")

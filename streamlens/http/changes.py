@@ -32,7 +32,7 @@ MAX_BODY = 16384
 #: seconds a `POST /api/streams` has to send its whole body
 BODY_DEADLINE_S = 10.0
 #: the routes that change streams, as `Allow` names them
-ALLOW = "GET, HEAD, POST (/api/streams), DELETE (/api/streams/<name>)"
+ALLOW = "GET, HEAD, POST (/api/streams, /api/search), DELETE (/api/streams/<name>)"
 
 
 def stream_named(path: str) -> str | None:

@@ -41,9 +41,10 @@ the pipeline a thread or a file descriptor it needs:
   closed then (kept here rather than left to aiohttp's keep-alive timer, which only its newest
   releases start when a connection opens).
 - The request line and each header at most `MAX_LINE` bytes, at most `MAX_HEADERS` headers. GET
-  and HEAD are answered, and POST and DELETE on the routes that add and remove streams (405
-  otherwise); a request's body is read only there, bounded in size and, whole, in time
-  (http/changes.py).
+  and HEAD are answered, and POST and DELETE on the routes that add and remove streams and POST on
+  `/api/search` (405 otherwise); a request's body is read only there, bounded in size and, whole,
+  in time (http/changes.py, http/search.py). Searches run on one thread of their own, a few in
+  hand per client (http/search.py).
 - A request path that is not UTF-8, or a route that fails, answers 400, 404 or a bare 500: never a
   Python error, and the log line (debug) names the path, never its query.
 
@@ -73,6 +74,7 @@ from .changes import ALLOW, add_stream, read_source, remove_stream, stream_named
 from .connections import Connections, GatedServer
 from .metrics import Exposition, ServerCollector, health
 from .reply import Reply, text_reply
+from .search import Searches, read_jpeg
 
 if TYPE_CHECKING:
     from .run_view import RunView
@@ -89,7 +91,7 @@ HEAD_DEADLINE_S = 10.0
 #: the longest request line or header, in bytes, and the most headers in a request
 MAX_LINE, MAX_HEADERS = 8190, 64
 #: threads that read the run for the answers (the JSON, JPEGs); a scrape has a thread of its own,
-#: and so have the changes (`POST` and `DELETE /api/streams`: a source probed)
+#: and so have the changes (`POST` and `DELETE /api/streams`: a source probed) and the searches
 WORKER_THREADS = 2
 #: changes of streams in hand at once (answered or waiting for their thread; not those reading their
 #: body); one more is answered 503 with `Retry-After` at once
@@ -161,6 +163,7 @@ class MetricsServer:
         self._threads: dict[int, float] = {}  # the server's threads (kernel ids) -> CPU seconds last read
         self.exposition = Exposition(pipeline, ServerCollector(self.connections, self.cpu_seconds))
         self._api = Api(pipeline, http.preview_fps) if http.page else None
+        self._searches = Searches(pipeline) if http.page else None
         self.manage = http.manage  # streams added and removed over HTTP (http/changes.py)
         #: the threads answers are made on, by what they answer: `answers` (the page and its API),
         #: `scrape` (/metrics alone), `changes` (streams added and removed: a source probed)
@@ -214,6 +217,8 @@ class MetricsServer:
         refused = self.guard.authenticate(headers, query, request.rel_url, request.remote or "")
         if refused is not None:
             return refused
+        if path == "/api/search" and self._searches is not None and request.method != "DELETE":
+            return await self._search(request, query)
         if changes:
             return await self._change(request, path)
         if path == "/metrics":
@@ -242,6 +247,26 @@ class MetricsServer:
         if isinstance(data, Reply):
             return data
         return await self._changing(add_stream, self.pipeline, data)
+
+    async def _search(self, request: web.BaseRequest, query: dict) -> Reply:
+        """`GET` and `POST /api/search` (http/search.py), on the search thread, a few per client."""
+        peer = request.remote or ""
+        refused = self._searches.admit(peer)
+        if refused is not None:
+            return refused
+        try:
+            if request.method != "POST":
+                return await self._off_loop("search", self._searches.by_track, query)
+            self.connections.reading(request.protocol)  # closed for room, if need be, until its body is whole
+            try:
+                body = await read_jpeg(request)
+            finally:
+                self.connections.busy(request.protocol)
+            if isinstance(body, Reply):
+                return body
+            return await self._off_loop("search", self._searches.by_image, body, query)
+        finally:
+            self._searches.done(peer)
 
     async def _sample_history(self) -> None:
         while True:
@@ -324,7 +349,7 @@ class MetricsServer:
         self.port = sock.getsockname()[1]
         self.guard.set_port(self.port)
         self._pools = {name: ThreadPoolExecutor(n, thread_name_prefix=f"http-{name}", initializer=self._mine)
-                       for name, n in (("answers", WORKER_THREADS), ("scrape", 1), ("changes", 1))}
+                       for name, n in (("answers", WORKER_THREADS), ("scrape", 1), ("changes", 1), ("search", 1))}
         started, failed = threading.Event(), []
         self._thread = threading.Thread(target=self._serve, args=(sock, started, failed), name="http", daemon=True)
         self._thread.start()
