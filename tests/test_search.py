@@ -307,3 +307,32 @@ def test_a_client_has_at_most_two_searches_in_hand(served):
         for s in held:
             s.close()
     assert call("GET", f"{served}/api/search?stream=a&id=999")[0] in (404, 429)
+
+
+def test_the_page_shows_the_tracks_like_an_events_thumbnail(history, served):
+    """The page's events from the history file carry their snapshots and a "similar" button; asking
+    for track a's object shows the same object on b first, with its thumbnail."""
+    from .test_web_page import js, open_page, tool
+
+    missing = tool.browser_missing()
+    if missing:
+        pytest.skip(missing)
+    with sqlite3.connect(history / "history.db") as db:
+        a, b = next(iter(twins(db).items()))
+        (ts,) = db.execute("SELECT ts FROM events WHERE stream = 'a' AND event = 'object_end' "
+                           "AND json_extract(message, '$.object.id') = ? ORDER BY id LIMIT 1", (a,)).fetchone()
+    driver = tool.open_browser()
+    try:
+        open_page(driver, served + "/")
+        tool.wait_for(lambda: js(driver, "document.querySelectorAll('#events button.similar').length > 0"), 30,
+                      "an event with a similar button")
+        js(driver, "document.querySelector('#events button.similar').click()")
+        tool.wait_for(lambda: js(driver, "window.streamlens.similarShown !== null"), 30, "the first answer")
+        assert js(driver, "!document.querySelector('#similar').hidden")
+        js(driver, f"window.streamlens.similarShown = null, window.streamlens.similar('a', {a}, {ts})")
+        shown = tool.wait_for(lambda: js(driver, "window.streamlens.similarShown"), 30, "the tracks like it")
+        assert (shown[0]["stream"], shown[0]["id"]) == ("b", b), shown
+        tool.wait_for(lambda: js(driver, "Array.from(document.querySelectorAll('#similar-list img'))"
+                                         ".some(i => i.complete && i.naturalWidth > 0)"), 30, "a thumbnail shown")
+    finally:
+        driver.quit()

@@ -250,8 +250,8 @@ class Api:
         since = query_int(query, "since", 0)
         stored = self._stored_events(since)
         if stored is not None:  # runtime.history: the file's, which outlive the run
-            return json_reply([{"index": i, "has_snapshot": preview is not None and preview.shot_of(m) is not None,
-                                "event": m} for i, m in stored])
+            return json_reply([{"index": i, "has_snapshot": preview is not None and preview.shot_of(m) is not None
+                                or self._snapshot_path(m) is not None, "event": m} for i, m in stored])
         found = preview.events_since(since) if preview is not None else []
         return json_reply([{"index": i, "has_snapshot": shot, "event": m} for i, m, shot in found])
 
@@ -332,8 +332,16 @@ class Api:
         return Reply(200, "image/jpeg", jpeg)
 
     def _snapshot_file(self, message: dict) -> bytes | None:
-        """The JPEG `message`'s snapshot was written to, when it is under `analytics.snapshots.path`
-        and at most `SNAPSHOT_FILE_BYTES`; else None."""
+        """The JPEG `message`'s snapshot was written to (`_snapshot_path`), or None."""
+        path = self._snapshot_path(message)
+        try:
+            return None if path is None else path.read_bytes()
+        except OSError:
+            return None
+
+    def _snapshot_path(self, message: dict) -> Path | None:
+        """The file `message`'s snapshot was written to, when it is there, under
+        `analytics.snapshots.path` and at most `SNAPSHOT_FILE_BYTES`; else None."""
         analytics = self.pipeline.config.analytics
         shots = analytics.snapshots if analytics is not None else None
         path = (message.get("snapshot") or {}).get("path")
@@ -341,9 +349,8 @@ class Api:
             return None
         path = Path(path)
         try:
-            if not path.resolve().is_relative_to(Path(shots.path).resolve()) or path.stat().st_size > SNAPSHOT_FILE_BYTES:
-                return None
-            return path.read_bytes()
+            inside = path.resolve().is_relative_to(Path(shots.path).resolve())
+            return path if inside and path.stat().st_size <= SNAPSHOT_FILE_BYTES else None
         except (OSError, ValueError):
             return None
 

@@ -11,7 +11,9 @@
 // colors, rules}, what its canvas shows (boxes in source pixels; rules: how many lines and zones);
 // frames[stream] and framesDrawn, the frames drawn; view, the large view's stream (or null);
 // statsUpdates and plotPoints; ready, once the streams are known; setPaused(paused, show = true),
-// which holds every canvas as it is (show: false leaves the pause button as it was); open(name), close().
+// which holds every canvas as it is (show: false leaves the pause button as it was); open(name), close();
+// similar(stream, id, ts), what an event's "similar" button does, and similarShown, the tracks it
+// showed ([{stream, id, score}], best first; null before).
 "use strict";
 
 (() => {
@@ -52,6 +54,8 @@
     open(name) { openLarge(name); },
     close() { closeLarge(); },
     rleCounts(text) { return rleCounts(text); },  // for the tests: COCO RLE as the page reads it
+    similar(stream, id, ts) { return showSimilar(stream, id, ts); },
+    similarShown: null,
   };
 
   async function getJson(url) {
@@ -669,10 +673,47 @@
       }
       text.append(title, sub);
       li.append(text);
+      if (shot && state.hasHistory && e.object && e.object.id >= 0) {  // runtime.history: search by example
+        const button = Object.assign(document.createElement("button"), {type: "button", className: "similar",
+          textContent: "similar", title: "tracks that look like this one, in every stream (/api/search)"});
+        button.addEventListener("click", () => showSimilar(e.stream, e.object.id, e.ts).catch(() => {}));
+        li.append(button);
+      }
       list.prepend(li);
     }
     while (list.children.length > EVENTS_SHOWN) list.lastElementChild.remove();
     $("#no-events").hidden = list.children.length > 0;
+  }
+
+  // -- search by example ------------------------------------------------------------------------
+
+  async function showSimilar(stream, id, ts) {
+    const panel = $("#similar");
+    const list = $("#similar-list");
+    panel.hidden = false;
+    $("#similar-query").textContent = `#${id} of ${stream}`;
+    list.replaceChildren();
+    const response = await fetch(`/api/search?stream=${encodeURIComponent(stream)}&id=${id}&at=${ts}&limit=12`,
+      {cache: "no-store"});
+    const note = $("#similar-note");
+    if (!response.ok) {
+      note.textContent = (await response.text()).trim();
+      api.similarShown = [];
+      return;
+    }
+    const {results} = await response.json();
+    for (const r of results) {
+      const li = document.createElement("li");
+      li.append(r.snapshot
+        ? Object.assign(document.createElement("img"), {className: "thumb", alt: "", loading: "lazy", src: r.snapshot})
+        : Object.assign(document.createElement("span"), {className: "thumb", textContent: "?"}));
+      const when = new Date(r.last_ts * 1000).toLocaleTimeString([], {hour12: false});
+      li.append(Object.assign(document.createElement("div"), {
+        textContent: `${r.stream} #${r.id} · ${r.score.toFixed(2)} · ${when}`}));
+      list.append(li);
+    }
+    note.textContent = results.length ? "" : "no track like it kept";
+    api.similarShown = results.map((r) => ({stream: r.stream, id: r.id, score: r.score}));
   }
 
   // -- start ------------------------------------------------------------------------------------
@@ -693,6 +734,7 @@
     $("#rules").addEventListener("change", (e) => { state.rules = e.target.checked; redrawAll(); });
     $("#pause").addEventListener("click", () => setPaused(!state.paused));
     $("#back").addEventListener("click", closeLarge);
+    $("#similar-close").addEventListener("click", () => { $("#similar").hidden = true; });
     document.addEventListener("keydown", (e) => { if (e.key === "Escape") closeLarge(); });
     window.addEventListener("resize", () => { drawPlot(); redrawAll(); });
     let streamsAt = 0;
