@@ -14,7 +14,7 @@ message the user reads as it is. Relative paths are resolved against the pipelin
 (`context={"base": folder}`; the working directory without one).
 
 Each section is declared in its own module (`sources.py`, `detector.py`, `keyframes.py`,
-`tracker.py`, `sinks.py`, `analytics.py`, `secondary.py`, `segment.py`, `runtime.py`), on what `common.py` holds
+`tracker.py`, `sinks.py`, `analytics.py`, `secondary.py`, `segment.py`, `reid.py`, `runtime.py`), on what `common.py` holds
 for all of them; this one declares the file as a whole and re-exports every public name.
 
 Example:
@@ -38,6 +38,7 @@ from .detector import DetectorConfig, InputConfig
 from .keyframes import KeyframeConfig
 from .problems import invalid
 from .runtime import ClusterConfig, HistoryConfig, HttpConfig, RuntimeConfig
+from .reid import ReidConfig, check_across
 from .secondary import CacheConfig, SecondaryConfig, _unique_secondary
 from .segment import SegmentConfig
 from .sinks import (EVENT_KINDS, CurveConfig, JsonlSinkConfig, MqttSinkConfig, SinkConfig, VideoSinkConfig,
@@ -50,7 +51,7 @@ __all__ = ["INT_MAX", "MAX_SECONDS", "MAX_MS", "MAX_PIXELS", "MAX_QUEUE_SIZE", "
            "SourceConfig", "InputConfig", "DetectorConfig", "KeyframeConfig", "TrackerConfig", "SinkConfig",
            "JsonlSinkConfig", "VideoSinkConfig", "CurveConfig", "ZmqSinkConfig", "MqttSinkConfig",
            "WebhookSinkConfig", "LineConfig", "ZoneConfig", "GroundConfig", "SnapshotConfig", "AnalyticsConfig",
-           "SecondaryConfig", "SegmentConfig", "CacheConfig", "HttpConfig", "HistoryConfig", "ClusterConfig", "RuntimeConfig", "PipelineFile",
+           "SecondaryConfig", "SegmentConfig", "ReidConfig", "CacheConfig", "HttpConfig", "HistoryConfig", "ClusterConfig", "RuntimeConfig", "PipelineFile",
            "PipelineConfig"]
 
 
@@ -72,6 +73,7 @@ class PipelineFile(_Keys):
     secondary: Annotated[list[SecondaryConfig], AfterValidator(_unique_secondary)] = Field(
         default_factory=list, description="models run on the crops of tracked objects")
     segment: SegmentConfig | None = Field(None, description="masks for tracked objects (SAM, or the detector's own)")
+    reid: ReidConfig | None = Field(None, description="an appearance per track; identities across cameras")
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
 
     @field_validator("sources")
@@ -93,6 +95,11 @@ class PipelineFile(_Keys):
         if limit != "auto" and len(self.sources) > limit:
             raise invalid("too many sources", **{"runtime.max_streams": f"{limit}, but sources lists "
                                                                       f"{len(self.sources)} streams"})
+        return self
+
+    @model_validator(mode="after")
+    def _reid_across_sources(self) -> PipelineFile:
+        check_across(self.reid, self.sources)
         return self
 
     @model_validator(mode="after")

@@ -123,23 +123,35 @@ def _histograms(crops: np.ndarray) -> np.ndarray:
     return counts.reshape(n, STRIPES, STRIPE_DIM)
 
 
+def describe_crops(crops: list[np.ndarray]) -> np.ndarray:
+    """The appearance of each crop (HxWx3 uint8 BGR, any sizes): (N, DIM) float32 unit rows; an
+    empty crop gets `DEGENERATE`."""
+    out = np.tile(DEGENERATE, (len(crops), 1))
+    index = [i for i, c in enumerate(crops) if c.ndim == 3 and c.shape[2] == 3 and c.shape[0] and c.shape[1]]
+    if not index:
+        return out
+    resized = np.empty((len(index), CROP_H, CROP_W, 3), np.uint8)
+    for k, i in enumerate(index):
+        resized[k] = cv2.resize(crops[i], (CROP_W, CROP_H), interpolation=cv2.INTER_AREA)
+    out[index] = _rows(_histograms(resized))
+    return out
+
+
 def describe(image_bgr: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     """The appearance of each box of `image_bgr` (HxWx3 uint8 BGR): (N, DIM) float32, unit rows
     (see the module's docstring). `boxes`: (N, 4) x1, y1, x2, y2 in pixels, clipped to the image."""
     boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
-    out = np.tile(DEGENERATE, (len(boxes), 1))
     if not len(boxes) or image_bgr.ndim != 3 or image_bgr.shape[2] != 3:
-        return out
+        return np.tile(DEGENERATE, (len(boxes), 1))
     height, width = image_bgr.shape[:2]
     rects, good = clip_boxes(boxes, width, height)
-    index = np.flatnonzero(good)
-    if not len(index):
-        return out
-    crops = np.empty((len(index), CROP_H, CROP_W, 3), np.uint8)
-    for k, i in enumerate(index):
-        x1, y1, x2, y2 = rects[i]
-        crops[k] = cv2.resize(image_bgr[y1:y2, x1:x2], (CROP_W, CROP_H), interpolation=cv2.INTER_AREA)
-    counts = _histograms(crops)
+    empty = np.zeros((0, 0, 3), np.uint8)
+    return describe_crops([image_bgr[y1:y2, x1:x2] if ok else empty
+                           for (x1, y1, x2, y2), ok in zip(rects.tolist(), good.tolist())])
+
+
+def _rows(counts: np.ndarray) -> np.ndarray:
+    """Raw histograms (N, STRIPES, STRIPE_DIM) -> (N, DIM) float32 unit rows."""
     colour = counts[:, :, :COLOUR_BINS]
     texture = counts[:, :, COLOUR_BINS:]
     colour = colour / np.maximum(colour.sum(2, keepdims=True), 1e-12)
@@ -147,11 +159,10 @@ def describe(image_bgr: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     # the bins, so that a flat stripe reads as even (not as zeros) and a nearly flat one nearly so
     texture = texture + GRADIENT_FLOOR * _TENT.sum() * _ROWS / ORIENT_BINS
     texture = texture / texture.sum(2, keepdims=True)
-    rows = np.sqrt(np.concatenate([colour, texture], 2)).reshape(len(index), DIM)
+    rows = np.sqrt(np.concatenate([colour, texture], 2)).reshape(len(counts), DIM)
     # every stripe's colour sums to one, so no row is zero
     rows /= np.linalg.norm(rows, axis=1, keepdims=True)
-    out[index] = rows.astype(np.float32)
-    return out
+    return rows.astype(np.float32)
 
 
 def similarity(a: np.ndarray, b: np.ndarray) -> np.ndarray | float:
@@ -171,4 +182,4 @@ def similarity(a: np.ndarray, b: np.ndarray) -> np.ndarray | float:
     return an @ bn.T if bn.ndim == 2 else an @ bn
 
 
-__all__ = ["describe", "similarity", "clip_boxes", "DIM", "DEGENERATE", "CROP_W", "CROP_H", "STRIPES"]
+__all__ = ["describe", "describe_crops", "similarity", "clip_boxes", "DIM", "DEGENERATE", "CROP_W", "CROP_H", "STRIPES"]

@@ -1,5 +1,5 @@
-"""When the supervisor starts engines: how many (`worker_count`, `supervised`) and how long after
-a death it starts one again (`restart_delay`)."""
+"""When the supervisor starts engines: how many (`worker_count`, `supervised`), which streams each
+runs (`deal`), and how long after a death it starts one again (`restart_delay`)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,43 @@ def worker_count(config: PipelineConfig) -> int:
         cores = os.cpu_count() or 2
         wanted = len(config.sources) if config.runtime.cluster else \
             max(1, cores // 2) if detector_on_gpu(config) else cores
-    return max(1, min(int(wanted), len(config.sources)))
+    return max(1, min(int(wanted), len(placement_units(config))))
+
+
+def placement_units(config: PipelineConfig) -> list[list]:
+    """The sources in the units an engine takes whole, in the file's order (a unit where its first
+    source is): the sources of `reid.across` together (their objects share global_ids, which one
+    engine's reid stage keeps), every other source alone."""
+    across = set(config.reid.across or ()) if config.reid is not None else set()
+    units, group = [], None
+    for source in config.sources:
+        if source.name in across:
+            if group is None:
+                group = []
+                units.append(group)
+            group.append(source)
+        else:
+            units.append([source])
+    return units
+
+
+def deal(config: PipelineConfig, engines: int) -> list[list]:
+    """Each engine's sources: the units (`placement_units`) in the file's order, each to the engine
+    with the fewest streams so far (the lowest index on a tie): round robin when every unit is one
+    source.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> cfg = S(sources=[S(name=n) for n in "abcde"], reid=S(across=["b", "d"]))
+        >>> [[s.name for s in part] for part in deal(cfg, 2)]
+        [['a', 'c', 'e'], ['b', 'd']]
+        >>> [[s.name for s in part] for part in deal(S(sources=cfg.sources, reid=None), 2)]
+        [['a', 'c', 'e'], ['b', 'd']]
+    """
+    parts: list[list] = [[] for _ in range(engines)]
+    for unit in placement_units(config):
+        min(parts, key=len).extend(unit)  # min() takes the first of equals: the lowest index
+    return parts
 
 
 def detector_on_gpu(config: PipelineConfig) -> bool:
@@ -75,5 +111,5 @@ def supervised(config: PipelineConfig) -> bool:
     return worker_count(config) > 1 or config.runtime.cluster is not None
 
 
-__all__ = ["restart_delay", "worker_count", "detector_on_gpu", "supervised", "RESTART_DELAY_S", "RESTART_MAX_S",
+__all__ = ["restart_delay", "worker_count", "deal", "placement_units", "detector_on_gpu", "supervised", "RESTART_DELAY_S", "RESTART_MAX_S",
            "HEALTHY_RUN_S", "END_WAIT_S"]

@@ -1,7 +1,8 @@
 """`runtime.workers: N`: the streams of one pipeline file over N engines, supervised.
 
 The `streamlens run` process becomes the supervisor. It splits the sources over N engines in the
-file's order, round robin (a stream stays in one engine, so its `seq` stays gapless), and starts
+file's order, round robin (a stream stays in one engine, so its `seq` stays gapless; the streams of
+`reid.across` go to one engine together, whose reid stage keeps their global_ids: policy.py `deal`), and starts
 each engine (engine.py), each with its own detector: a process of this machine, or with
 `runtime.cluster` (`--cluster ADDRESS`) a Ray actor placed by the cluster (ray.py). Subscribers and
 the rest of the world see one pipeline:
@@ -70,7 +71,7 @@ from .changes import SupervisedChanges
 from .figures import merge_counters, merge_losses, merge_secondary
 from .engine_config import engine_config
 from .forwarder import Forwarder
-from .policy import END_WAIT_S, restart_delay, supervised, worker_count
+from .policy import END_WAIT_S, deal, restart_delay, supervised, worker_count
 from .preview import EnginePreviews
 from .processes import Processes
 
@@ -136,8 +137,7 @@ class Supervisor(SupervisedChanges):
         else:
             self._launcher = Processes(self._dir)
         n = worker_count(config)
-        self._engines = [_Engine(i, [s.name for s in config.sources[i::n]], list(config.sources[i::n]))
-                         for i in range(n)]
+        self._engines = [_Engine(i, [s.name for s in part], part) for i, part in enumerate(deal(config, n))]
         #: every stream of the run, the file's then those added: replaced whole on a change, never the config
         self._listed: tuple[SourceConfig, ...] = tuple(config.sources)
         self._engine_of = {name: e for e in self._engines for name in e.streams}

@@ -193,14 +193,19 @@ class SecondaryStage(WorkerStage):
     name = "secondary"
     offers = True
 
-    def __init__(self, entries: list, cache=None):
+    def __init__(self, entries: list, cache=None, models: dict | None = None):
+        """`models`: entries' models already made, by the entry's index (the `reid` section's:
+        streamlens/reid/model.py); the others are loaded here."""
         super().__init__(cache, QUEUE_SIZE)
+        models_made = models or {}
         groups: dict[tuple, _Group] = {}
         models: dict[tuple, CropModel] = {}
         self.heads: list[tuple[_Group, _Head]] = []
         for i, cfg in enumerate(entries):
             key = (str(cfg.model), cfg.imgsz, cfg.threads)
-            if key not in models:
+            if i in models_made:
+                models[key] = models_made[i]
+            elif key not in models:
                 models[key] = CropModel(cfg.model, imgsz=cfg.imgsz, threads=cfg.threads, where=f"secondary[{i}].model")
             model = models[key]
             group_key = (*key, cfg.padding)

@@ -72,8 +72,9 @@ LABEL_CACHE = 256
 
 
 def labels_for(detections: sv.Detections, speeds=None) -> list[str]:
-    """Label text per detection: `#id` (tracked only), class name (else class id), score, and the
-    speed where `speeds[i]` (km/h) is known.
+    """Label text per detection: `#id` (tracked only), `gN` (its `global_id` across cameras, where
+    it has one: `reid.across`), class name (else class id), score, and the speed where `speeds[i]`
+    (km/h) is known.
 
     Example:
         >>> det = sv.Detections(xyxy=np.array([[0, 0, 9, 9], [0, 0, 5, 5]], np.float32),
@@ -84,13 +85,19 @@ def labels_for(detections: sv.Detections, speeds=None) -> list[str]:
         ['#7 car 0.83', 'person 0.50']
         >>> labels_for(det, speeds=[54.3, None])
         ['#7 car 0.83 54 km/h', 'person 0.50']
+        >>> det.data["global_id"] = np.array([3, -1])
+        >>> labels_for(det)
+        ['#7 g3 car 0.83', 'person 0.50']
     """
     names = detections.data.get("class_name")
+    global_ids = detections.data.get("global_id")
     labels = []
     for i in range(len(detections)):
         parts = []
         if detections.tracker_id is not None and detections.tracker_id[i] >= 0:
             parts.append(f"#{int(detections.tracker_id[i])}")
+        if global_ids is not None and global_ids[i] >= 0:
+            parts.append(f"g{int(global_ids[i])}")
         if names is not None:
             parts.append(str(names[i]))
         elif detections.class_id is not None:

@@ -41,6 +41,11 @@ def frame_message(result: FrameResult) -> dict[str, Any]:
         for obj, track_cls, track_label in zip(objects, det.data[TRACK_CLASS_ID].tolist(),
                                                det.data[TRACK_CLASS_NAME].tolist()):
             obj["track_cls"], obj["track_label"] = int(track_cls), str(track_label)
+    global_ids = det.data.get("global_id") if n else None
+    if global_ids is not None:  # the object's identity across the cameras of `reid.across`
+        for obj, gid in zip(objects, global_ids.tolist()):
+            if gid >= 0:
+                obj["global_id"] = int(gid)
     attributes = result.attributes
     if attributes is not None:  # what the secondary classifiers know of each object's track
         for obj, known in zip(objects, attributes):

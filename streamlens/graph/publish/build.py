@@ -1,6 +1,8 @@
 """Every result stage of a pipeline, built in one place (`build_stages`), in their order: the
 secondary models (streamlens/secondary), the masks (streamlens/segment), then `analytics:`, its
-snapshots and its clips (graph/publish/stages.py, graph/publish/clips.py). The runtime builds them with the
+snapshots and its clips (graph/publish/stages.py, graph/publish/clips.py), and last, with
+`reid.across`, the global_ids (streamlens/reid/stage.py). The `reid` section's appearances are one
+more `embed` entry of the secondary stage (streamlens/reid/model.py). The runtime builds them with the
 detector, starts their workers, hands `Stages.route` to the route of a result (graph/publish/route.py) and
 closes them at the end; each is a `Stage` (graph/publish/stage.py).
 
@@ -32,6 +34,7 @@ class Stages:
 
     secondary: Stage | None = None
     segment: Stage | None = None
+    reid: Stage | None = None
     route: list[Stage] = field(default_factory=list)
 
     def start(self) -> None:
@@ -69,6 +72,8 @@ class Stages:
             out["secondary"] = self.secondary_stats()
         if self.segment is not None:
             out["segment"] = self.segment_stats()
+        if self.reid is not None:
+            out["reid"] = self.reid.stats()
         return out
 
 
@@ -90,12 +95,19 @@ def build_stages(cfg, detector, streams, built: list) -> Stages:
     appended to `built` as they are made, so a failure after it closes them. `streams`: the run's
     `StreamSet`, which the clips ask for a stream's source."""
     stages = Stages()
-    if cfg.secondary:
+    reid = cfg.reid
+    if cfg.secondary or reid is not None:
         from ...secondary.cache import build_cache
         from ...secondary.stage import SecondaryStage
 
+        entries, made = list(cfg.secondary), {}
+        if reid is not None:  # one more `embed` entry, named reid (streamlens/reid/model.py)
+            from ...reid.model import reid_entry, reid_model
+
+            made[len(entries)] = reid_model(reid)
+            entries.append(reid_entry(reid))
         cache = cfg.runtime.cache
-        stages.secondary = SecondaryStage(cfg.secondary, build_cache(cache.items, cache.redis, cache.ttl_s))
+        stages.secondary = SecondaryStage(entries, build_cache(cache.items, cache.redis, cache.ttl_s), made)
         built.append(stages.secondary)
     seg = cfg.segment
     if seg is not None and seg.model is not None:
@@ -118,6 +130,11 @@ def build_stages(cfg, detector, streams, built: list) -> Stages:
             from .clips import ClipStage
 
             stages.route.append(ClipStage(cfg.analytics.clips, streams, analytics.next_seq))
+    if reid is not None and reid.across:  # last: it gives the objects of frames and events their global_id
+        from ...reid.stage import ReidStage
+
+        stages.reid = ReidStage(reid, {source.name: bool(source.live) for source in cfg.sources})
+        stages.route.append(stages.reid)
     return stages
 
 
