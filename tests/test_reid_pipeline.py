@@ -122,3 +122,11 @@ def test_global_ids_go_on_objects_and_events_and_follow_a_link():
     assert [m.body["object"]["global_id"] for m in messages if isinstance(m, Event)] == \
         [int(first.detections.data["global_id"][0])]
     assert stage.stats()["links"] == 1
+
+
+def test_a_secondary_entry_may_not_take_the_name_reid(tmp_path):
+    model = random_embedder(tmp_path / "other.onnx")
+    path = pipeline(tmp_path, "{}")
+    path.write_text(path.read_text() + f"secondary: [{{name: reid, kind: embed, model: {model}}}]\n")
+    with pytest.raises(ConfigError, match=r"secondary\[0\]\.name: 'reid' is the reid section's"):
+        streamlens.Pipeline.from_yaml(path)

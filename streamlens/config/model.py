@@ -99,7 +99,7 @@ class PipelineFile(_Keys):
 
     @model_validator(mode="after")
     def _reid_across_sources(self) -> PipelineFile:
-        check_across(self.reid, self.sources)
+        check_across(self.reid, self.sources, self.secondary)
         return self
 
     @model_validator(mode="after")

@@ -66,9 +66,16 @@ class ReidConfig(_Keys):
         return names
 
 
-def check_across(reid: ReidConfig | None, sources: list) -> None:
-    """`reid.across` names sources of the file (the root model calls it)."""
-    if reid is None or reid.across is None:
+def check_across(reid: ReidConfig | None, sources: list, secondary: list = ()) -> None:
+    """`reid.across` names sources of the file, and no `secondary` entry takes the name `reid`
+    (the section's embeddings have it); the root model calls it."""
+    if reid is None:
+        return
+    for i, entry in enumerate(secondary):
+        if entry.name == "reid":
+            raise invalid("a name taken", **{f"secondary[{i}].name": "'reid' is the reid section's; "
+                                                                     "choose another"})
+    if reid.across is None:
         return
     names = {source.name for source in sources}
     missing = [name for name in reid.across if name not in names]
