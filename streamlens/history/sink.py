@@ -182,7 +182,8 @@ class HistorySink(Sink):
             if not self.ignored:
                 log.warning("runtime.history: an embedding message was not kept for search (%s); they are counted",
                             next(iter(ignored)))
-            self.ignored.update(ignored)
+            with self._pub.cond:
+                self.ignored.update(ignored)
         try:
             if not self._prepared or time.monotonic() - self._pruned_at >= PRUNE_EVERY_S:
                 self._prepare()
