@@ -14,7 +14,7 @@ every N-th frame, as `streamlens eval mot` does, and scored with the TrackEval-c
   keyframe's boxes (held). This reproduces the reference figures of ../shared/data/README.md.
 
 `--set NAME=VALUE` changes a constant for the streamlens runs: a `KeyframeTracker` keyword, else a
-module constant of `streamlens.track.tracker`, `.kalman` or `.association` (upper case; 0/1 for a
+module constant of `streamlens.track.tracker`, `.kalman`, `.association` or `.reassoc` (upper case; 0/1 for a
 switch), e.g. `--set coast_s=0.5 --set WEAK_KEEP_LOST=0`. `--loko NAME=V1,V2,...` (repeatable) runs
 every combination of the values; for each kind of camera it picks the combination with the best fit
 on the two other kinds (the mean over those kinds of their sequences' mean HOTA at every interval
@@ -90,8 +90,8 @@ def _apply(settings: dict[str, float]) -> dict[str, float]:
     """Set module constants named in `settings`; the rest are `KeyframeTracker` keywords (returned)."""
     import inspect
 
-    from streamlens.track import association, kalman, tracker
-    modules = [tracker, kalman, association]
+    from streamlens.track import association, kalman, reassoc, tracker
+    modules = [tracker, kalman, association, reassoc]
     keywords = inspect.signature(tracker.KeyframeTracker.__init__).parameters
     options = {}
     for module in modules:  # a run in the same process starts from the committed values

@@ -13,6 +13,10 @@ Three parts, each printed as Markdown (the figures kept in tools/results/track.m
   F1 against the raw detections of every frame is given too. As in a pipeline with a tracker, the
   detector reports boxes down to the tracker's `low_score` (0.1) for its second stage; those under
   the detector's conf are never shown, and the reference and the raw detections are the boxes at conf.
+- `ids`: the same clip and detections, with its pixels: identities of `mv` at each interval, with
+  and without `tracker.appearance` (re-association by look, streamlens/track/reassoc.py), scored
+  against the detect-every-frame run's identities taken as ground truth (HOTA, IDF1, id switches),
+  and the distinct ids each run shows.
 - `cost`: milliseconds the tracker takes per frame (update on keyframes, propagate between, with the
   motion model's own work on the image: grey conversion for flow) with 20 objects on the real
   720p frames, keyframes every 5th frame; median and 95th percentile, per motion model.
@@ -214,6 +218,40 @@ def video_part(clip: ClipFrames, intervals: list[int], **options) -> list[str]:
     return lines
 
 
+def ids_part(clip: ClipFrames, intervals: list[int], out: Path, **options) -> list[str]:
+    """The `ids` part (see the module's docs): one decode of the clip, every tracker fed each frame."""
+    runs = {("reference", 1, False): KeyframeTracker("kalman", clip.fps, high_score=DETECTOR_CONF,
+                                                     new_track_score=DETECTOR_CONF,
+                                                     tentative_match_iou=TENTATIVE_MATCH_IOU, **options)}
+    for interval in intervals:
+        for looks in (False, True):
+            runs[("mv", interval, looks)] = KeyframeTracker(MotionVectors(), clip.fps, high_score=DETECTOR_CONF,
+                                                            new_track_score=DETECTOR_CONF, appearance=looks, **options)
+    results: dict[tuple, dict[int, sv.Detections]] = {key: {} for key in runs}
+    with FileSource("highway", CLIP, export_mvs=True) as source:
+        for frame in source.frames(threading.Event()):
+            for (kind, interval, looks), tracker in runs.items():
+                update = frame.index % interval == 0
+                out_ = tracker.update(frame, clip.detections[frame.index]) if update else tracker.propagate(frame)
+                results[(kind, interval, looks)][frame.index + 1] = out_
+    reference = write_results(results[("reference", 1, False)], out / "ids" / "reference.txt")
+    gt = read_mot_file(reference)
+    gt[:, 6:9] = 1  # consider, class 1 (scored), visible
+    lines = ["| interval | appearance | HOTA | AssA | IDF1 | id switches | distinct ids (reference: "
+             f"{len(np.unique(gt[:, 1]))}) | boxes described |", "|---|---|---|---|---|---|---|---|"]
+    print("\n".join(lines), flush=True)
+    for (kind, interval, looks), found in results.items():
+        if kind == "reference":
+            continue
+        path = write_results(found, out / "ids" / f"mv_i{interval}_{looks}.txt")
+        scores = score_sequence("highway", gt, read_mot_file(path), len(clip)).summary()
+        distinct = len({int(i) for d in found.values() for i in d.tracker_id if i >= 0})
+        lines.append(f"| {interval} | {'on' if looks else 'off'} | {scores['HOTA']:.1f} | {scores['AssA']:.1f} | "
+                     f"{scores['IDF1']:.1f} | {scores['IDs']} | {distinct} | {runs[(kind, interval, looks)].reassoc.described} |")
+        print(lines[-1], flush=True)
+    return lines
+
+
 # -- part 3: cost ----------------------------------------------------------------------------------
 
 def cost_part(frames: int, objects: int = 20, interval: int = 5) -> list[str]:
@@ -273,7 +311,7 @@ def _grid_objects(count: int, index: int, width: int, height: int) -> sv.Detecti
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("all", "mot", "video", "cost"), default="all")
+    parser.add_argument("--part", choices=("all", "mot", "video", "ids", "cost"), default="all")
     parser.add_argument("--intervals", default="2,3,5,10", help="keyframe intervals for the video part")
     parser.add_argument("--mot-intervals", default="1,2,3,5,10")
     parser.add_argument("--cost-frames", type=int, default=300)
@@ -294,6 +332,10 @@ def main(argv: list[str] | None = None) -> int:
         print("highway_720p30.mp4, YOLOX-Nano: non-keyframes against the detect-every-frame run\n")
         clip = load_clip(args.cache)
         video_part(clip, [int(x) for x in args.intervals.split(",")], **options)
+        print()
+    if args.part in ("all", "ids"):
+        print("highway_720p30.mp4, YOLOX-Nano: identities against the detect-every-frame run's, mv\n")
+        ids_part(load_clip(args.cache), [int(x) for x in args.intervals.split(",")], args.out, **options)
         print()
     if args.part in ("all", "cost"):
         print(f"tracking cost, 20 objects, keyframes every 5th frame, first {args.cost_frames} frames\n")

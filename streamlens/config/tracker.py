@@ -27,6 +27,8 @@ LOST_S = 2.0
 #: what lets streamlens beat holding the last detections at low load; 0.4 scores up to 1.0 HOTA more
 #: on still MOTChallenge cameras at interval 5 and more (their ground truth keeps occluded people).
 COAST_S = 0.0
+#: a lost track is found again by motion and look (streamlens/track/reassoc.py): on, see docs/tracking.md
+APPEARANCE = True
 
 
 def _tracker_short(value: Any) -> Any:
@@ -55,6 +57,8 @@ class TrackerConfig(_Keys):
     lost_s: float = Field(LOST_S, gt=0, le=MAX_SECONDS, description="how long a lost track waits to be found")
     coast_s: float = Field(COAST_S, ge=0, le=MAX_SECONDS, description="how long a missed track stays on screen "
                                                                       "(0: never)")
+    appearance: bool = Field(APPEARANCE, description="find a lost track again by its look too: a colour and "
+                                                     "texture descriptor of its box on keyframes (see docs/tracking.md)")
 
     @field_validator("low_score")
     @classmethod

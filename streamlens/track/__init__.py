@@ -56,7 +56,7 @@ def tracker_options(cfg: TrackerConfig, detector_conf: float | None = None) -> d
 
     Example:
         >>> tracker_options(TrackerConfig(motion="kalman", lost_s=3.0), detector_conf=0.25)
-        {'high_score': 0.25, 'new_track_score': 0.25, 'low_score': 0.1, 'lost_s': 3.0, 'coast_s': 0.0}
+        {'high_score': 0.25, 'new_track_score': 0.25, 'low_score': 0.1, 'lost_s': 3.0, 'coast_s': 0.0, 'appearance': True}
     """
     options: dict[str, float] = {}
     high = cfg.high_score if cfg.high_score is not None else detector_conf
@@ -66,7 +66,7 @@ def tracker_options(cfg: TrackerConfig, detector_conf: float | None = None) -> d
     elif cfg.new_track_score is not None:
         options["new_track_score"] = cfg.new_track_score
     options["low_score"] = cfg.low_score if high is None else min(cfg.low_score, high)
-    options["lost_s"], options["coast_s"] = cfg.lost_s, cfg.coast_s
+    options["lost_s"], options["coast_s"], options["appearance"] = cfg.lost_s, cfg.coast_s, cfg.appearance
     return options
 
 

@@ -51,6 +51,13 @@ def confident(detections: sv.Detections) -> sv.Detections:
     return kept
 
 
+
+def untracked(detections: sv.Detections) -> sv.Detections:
+    """Detections handed back as they are (but the weak ones), id -1 (a result a tracker could not apply)."""
+    detections = confident(detections)
+    detections.tracker_id = np.full(len(detections), -1, dtype=np.int64)
+    return detections
+
 class Tracker:
     """One instance per stream.
 

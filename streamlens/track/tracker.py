@@ -9,7 +9,8 @@ against the boxes left by the Kalman filter's gate (`association.TENTATIVE_BY_DI
 object at a long interval no longer overlaps its first box). A confident box left over starts a new,
 tentative track, confirmed when the next keyframe matches it again (on a stream's first keyframe at
 once) and dropped when it does not. A confirmed track missed on a keyframe is lost; it is dropped
-after `lost_s` seconds unless matched again, and of a confirmed and a lost track on the same box the
+after `lost_s` seconds unless matched again (by overlap, or, left after these stages, by motion and
+with `appearance` look: `reassoc.py`), and of a confirmed and a lost track on the same box the
 younger goes (ByteTrack's clean-up).
 
 Between keyframes, and before associating on a keyframe, every track moves by motion: the Kalman
@@ -87,7 +88,7 @@ import supervision as sv
 
 from ..config.tracker import COAST_S, LOST_S, LOW_SCORE
 from ..frame import TRACK_CLASS_ID, TRACK_CLASS_NAME, Frame, empty_detections
-from .base import MIN_BOX_PX, Tracker, clip_to_frame, confident, weak_mask
+from .base import MIN_BOX_PX, Tracker, clip_to_frame, confident, untracked, weak_mask
 from .history import FrameHistory, FrameStep, Replay
 from .keyframe_objects import keyframe_objects
 from .labels import LabelVotes
@@ -97,6 +98,7 @@ from . import association
 from .association import Found, match_stages, without_duplicates
 from .matching import box_iou, buffered_iou
 from .motion import MotionModel, build_motion
+from . import reassoc
 from .tracks import CONFIRMED, LOST, REMOVED, TENTATIVE, TrackTable
 
 # ByteTrack's choices (MOT17 settings), restated in seconds where they were in frames; the two
@@ -176,7 +178,8 @@ class KeyframeTracker(Tracker):
                  high_score: float = HIGH_SCORE, low_score: float = LOW_SCORE,
                  new_track_score: float = NEW_TRACK_SCORE, match_iou: float = MATCH_IOU,
                  low_match_iou: float = LOW_MATCH_IOU, tentative_match_iou: float | None = None,
-                 lost_s: float = LOST_S, coast_s: float = COAST_S, history_s: float = HISTORY_S):
+                 lost_s: float = LOST_S, coast_s: float = COAST_S, history_s: float = HISTORY_S,
+                 appearance: bool = False):
         self.motion = build_motion(motion) if isinstance(motion, str) else motion
         self.fps = fps if fps and fps > 0 else DEFAULT_FPS
         self.high_score, self.low_score, self.new_track_score = high_score, low_score, new_track_score
@@ -190,6 +193,8 @@ class KeyframeTracker(Tracker):
         self.follow_s = max(coast_s, FOLLOW_LOST_S)
         self._horizon = max(self.follow_s, MAX_STEP_FRAMES / self.fps)
         self.kalman = BoxKalmanFilter()
+        #: lost tracks found again by motion and, with `appearance` and pixels, by look (reassoc.py)
+        self.reassoc = reassoc.Reassociation(self.kalman, appearance)
         warm_up()  # the compiled per-frame steps, ready before the first frame
         self.tracks = TrackTable.empty()
         self.labels = LabelVotes()  # each track's label, by vote over its detections
@@ -234,8 +239,8 @@ class KeyframeTracker(Tracker):
         if step is None or step.corrected or (self._last_corrected is not None
                                               and frame.index < self._last_corrected):
             self.stale_updates += 1
-            return _untracked(detections)
-        tracks, output = self._correct(step.tracks, detections, step.time)
+            return untracked(detections)
+        tracks, output = self._correct(step.tracks, detections, step.time, frame)
         step.tracks, step.corrected = tracks, True
         self._last_corrected = self.signals.keyframe = frame.index
         self._replay = Replay(tracks, step, list(self._history.since(step.index)))
@@ -389,8 +394,10 @@ class KeyframeTracker(Tracker):
 
     # -- association on keyframes ------------------------------------------------------------------
 
-    def _correct(self, tracks: TrackTable, detections: sv.Detections, now: float) -> tuple[TrackTable, sv.Detections]:
-        """ByteTrack's two-stage association of `detections` with `tracks` at time `now`."""
+    def _correct(self, tracks: TrackTable, detections: sv.Detections, now: float,
+                 frame: Frame) -> tuple[TrackTable, sv.Detections]:
+        """ByteTrack's two-stage association of `detections` (found on `frame`) with `tracks` at time
+        `now`, then the lost tracks left against the confident boxes left (`reassoc.py`)."""
         tracks = tracks.copy()
         found = Found.of(detections)
         first_keyframe = self._last_corrected is None and len(tracks) == 0
@@ -429,7 +436,13 @@ class KeyframeTracker(Tracker):
             states[newly] = LOST
             missed[newly] = True
         states[(states == LOST) & (now - tracks.last_seen > self.lost_s)] = REMOVED
+        image = frame.image if self.reassoc.appearance else None
+        offered = high[found.scores[high] >= self.new_track_score]  # boxes that could start a track
+        back, taken = self.reassoc.match(tracks, np.flatnonzero((states == LOST) & ~hit), found.boxes, offered, image)
+        high, missed[back] = high[~np.isin(high, taken)], False
+        rows, cols, by_weak = np.r_[rows, back], np.r_[cols, taken], np.r_[by_weak, np.zeros(len(back), bool)]
         self._apply(tracks, rows[~by_weak], found, cols[~by_weak], now)
+        self.reassoc.remember(tracks, rows[~by_weak], found.boxes[cols[~by_weak]], back, now, image)
 
         new = high[found.scores[high] >= self.new_track_score]
         born = self._start(found, new, now, first_keyframe)
@@ -437,6 +450,7 @@ class KeyframeTracker(Tracker):
         shown[cols], shown[new] = tracks.ids[rows], born.ids
         tracks = self._without_invisible(without_duplicates(tracks.select(states != REMOVED).append(born)))
         self.labels.keep(tracks.ids)
+        self.reassoc.keep(tracks.ids)
         self.signals.births, self.signals.losses = len(born), int(missed.sum())
         self._note_motion(tracks, self.signals.untracked_motion)
         if weak is not None:
@@ -479,9 +493,3 @@ class KeyframeTracker(Tracker):
                           hits=np.ones(count, np.int64), born=np.full(count, now), last_seen=np.full(count, now),
                           motion_quality=np.ones(count))
 
-
-def _untracked(detections: sv.Detections) -> sv.Detections:
-    """Detections handed back as they are (but the weak ones), id -1 (a result the tracker could not apply)."""
-    detections = confident(detections)
-    detections.tracker_id = np.full(len(detections), -1, dtype=np.int64)
-    return detections
