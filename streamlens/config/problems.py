@@ -89,8 +89,11 @@ def from_validation(error: ValidationError, root: type[BaseModel], problems: Pro
             problems.add(path, f"must be a finite number, got {show(value)}")  # 10**400 is no float
         elif kind in _KIND_WORDS:
             problems.add(path, f"wrong type: expected {_KIND_WORDS[kind]}, got {show(value)}")
-        elif kind == "too_short":
+        elif kind == "too_short" and ctx.get("min_length") == 1:
             problems.add(path, "expected a non-empty list")
+        elif kind in ("too_short", "too_long"):
+            bound = f"at least {ctx.get('min_length')}" if kind == "too_short" else f"at most {ctx.get('max_length')}"
+            problems.add(path, f"expected {bound} items, got {ctx.get('actual_length')}")
         else:  # a check pydantic made that has no words of ours yet
             problems.add(path, f"{detail['msg']}, got {show(value)}")
 

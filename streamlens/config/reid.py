@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 
 from .common import MAX_BATCH, MAX_IMGSZ, MAX_MS, MAX_SECONDS, MAX_THREADS, ModelKey, _Keys, model_checked
 from .problems import invalid
+from .secondary import Channels, PositiveChannels
 
 
 class ReidConfig(_Keys):
@@ -26,6 +27,11 @@ class ReidConfig(_Keys):
     min_size: int = Field(16, ge=1, le=MAX_IMGSZ, description="the least side of a box it describes, "
                                                               "in pixels")
     padding: float = Field(0.0, ge=0, le=2, description="crop margin, as a share of the box's size")
+    mean: Channels | None = Field(None, description="a model's input normalisation per channel (RGB, in 0..1 "
+                                                    "units): (x - mean) / std; torchreid's OSNet exports want "
+                                                    "ImageNet's [0.485, 0.456, 0.406] (default: none)")
+    std: PositiveChannels | None = Field(None, description="per channel (RGB, in 0..1 units); ImageNet's: "
+                                                           "[0.229, 0.224, 0.225] (default: none)")
     samples: int = Field(8, ge=1, le=100, description="looks per track, at most; the track's "
                                                       "appearance is their mean")
     every_s: float = Field(0.5, gt=0, le=MAX_SECONDS, description="the least time between two looks "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -12,6 +12,13 @@ from ..urls import mask_url
 from .common import (MAX_BATCH, MAX_IMGSZ, MAX_MS, MAX_SECONDS, MAX_THREADS, ModelKey, PathKey, _base, _Keys,
                      model_checked, resolve)
 from .problems import invalid
+
+
+#: three numbers, one per colour channel (R, G, B), in 0..1 units
+Channels = Annotated[list[Annotated[float, Field(ge=-1, le=1, allow_inf_nan=False)]], Field(min_length=3, max_length=3)]
+#: the same, each above zero (a divisor)
+PositiveChannels = Annotated[list[Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)]],
+                             Field(min_length=3, max_length=3)]
 
 
 class SecondaryConfig(_Keys):
@@ -31,6 +38,11 @@ class SecondaryConfig(_Keys):
     imgsz: int | None = Field(None, ge=8, le=MAX_IMGSZ, description="the model's input side (default: the "
                                                                     "model's own, else 224)")
     padding: float = Field(0.1, ge=0, le=2, description="crop margin, as a share of the box's size")
+    mean: Channels | None = Field(None, description="per channel (RGB, in 0..1 units): the input becomes "
+                                                    "(x - mean) / std, e.g. ImageNet's [0.485, 0.456, 0.406] "
+                                                    "(default: none)")
+    std: PositiveChannels | None = Field(None, description="per channel (RGB, in 0..1 units), e.g. ImageNet's "
+                                                           "[0.229, 0.224, 0.225] (default: none)")
     regrow: float = Field(0.2, gt=0, le=100, description="run again when the box has grown by this share of "
                                                          "its area")
     every_s: float | None = Field(None, gt=0, le=MAX_SECONDS, description="run again after this long")

@@ -1,7 +1,11 @@
 """A secondary model: one ONNX file (or an Ultralytics classification .pt) run on batches of crops.
 
-A crop is cut from the frame (BGR, any size), resized to the model's square input, and given to it
-as RGB in 0..1, NCHW: what Ultralytics' classifiers take (their normalisation is the identity).
+A crop is cut from the frame (BGR, any size), resized to the model's input (its own height and
+width when the file fixes them, as a person re-identification model's 256x128; else `imgsz`
+square), and given to it as RGB in 0..1, NCHW: what Ultralytics' classifiers take (their
+normalisation is the identity). `mean` and `std` (three numbers each, in 0..1 units, RGB order)
+normalise each channel first, `(x - mean) / std`, as models trained on ImageNet's statistics expect
+(torchreid's OSNet exports: mean 0.485, 0.456, 0.406, std 0.229, 0.224, 0.225).
 `run(crops)` returns every output of the model, one array per output with one row per crop: the
 entries of `secondary` that name the same model (and input size) share one run per crop, each
 reading its own `output`. A model with a fixed batch size runs that many at a time.
@@ -34,14 +38,15 @@ log = logging.getLogger("streamlens")
 DEFAULT_IMGSZ = 224
 
 
-def model_id(path: Path, imgsz: int) -> str:
-    """What the cache keys a model's outputs by: a hash of its file's bytes and its input side (a
-    model replaced under the same name gets new keys)."""
+def model_id(path: Path, imgsz: int | tuple[int, int], normalise: str = "") -> str:
+    """What the cache keys a model's outputs by: a hash of its file's bytes, its input size and its
+    normalisation (a model replaced under the same name, or fed otherwise, gets new keys)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
-    return f"{digest.hexdigest()[:32]}@{imgsz}"
+    size = f"{imgsz[0]}x{imgsz[1]}" if isinstance(imgsz, tuple) else str(imgsz)
+    return f"{digest.hexdigest()[:32]}@{size}{normalise}"
 
 
 def _names(metadata: dict) -> dict[int, str] | None:
@@ -61,9 +66,12 @@ class CropModel:
     names the entry in errors (`secondary[0].model`)."""
 
     def __init__(self, path: str | Path, *, imgsz: int | None = None, threads: int | None = None,
-                 where: str = "secondary model"):
+                 where: str = "secondary model", mean: list[float] | None = None, std: list[float] | None = None):
         self.path = Path(path)
         self.where = where
+        #: per channel (RGB), in 0..1 units: the input is (x - mean) / std; None: x as it is
+        self.mean = None if mean is None else np.asarray(mean, np.float32).reshape(1, 3, 1, 1)
+        self.std = None if std is None else np.asarray(std, np.float32).reshape(1, 3, 1, 1)
         problem = model_problem(self.path, folder_ok=False)
         if problem is not None:
             raise DetectorError(f"{where}: {problem}")
@@ -71,9 +79,10 @@ class CropModel:
             self._load_ultralytics(imgsz)
         else:
             self._load_onnx(imgsz, threads)
-        self.id = model_id(self.path, self.imgsz)
+        normalise = "" if mean is None and std is None else f"~{mean}/{std}"
+        self.id = model_id(self.path, self.size if self.size[0] != self.size[1] else self.imgsz, normalise)
         # checks the outputs, warms it up, and learns what one crop's outputs look like
-        self.row_shapes = [out.shape[1:] for out in self.run([np.zeros((self.imgsz, self.imgsz, 3), np.uint8)])]
+        self.row_shapes = [out.shape[1:] for out in self.run([np.zeros((*self.size, 3), np.uint8)])]
 
     def _load_onnx(self, imgsz: int | None, threads: int | None) -> None:
         import onnxruntime as ort
@@ -95,12 +104,16 @@ class CropModel:
                                 f"{[(i.name, i.shape) for i in inputs]}")
         self._input = inputs[0].name
         self._dtype = np.float16 if "float16" in inputs[0].type else np.float32
-        fixed = [d for d in shape[2:] if isinstance(d, int)]
+        height, width = (d if isinstance(d, int) and d > 0 else None for d in shape[2:])
+        fixed = [d for d in (height, width) if d is not None]
         if imgsz is None:
-            imgsz = fixed[0] if fixed else DEFAULT_IMGSZ
-        elif fixed and fixed[0] != imgsz:
-            raise DetectorError(f"{self.where}: {self.path.name} takes {fixed[0]}x{fixed[0]} inputs, not imgsz {imgsz}")
+            imgsz = max(fixed) if fixed else DEFAULT_IMGSZ
+        elif fixed and any(d != imgsz for d in fixed):
+            raise DetectorError(f"{self.where}: {self.path.name} takes {height or '?'}x{width or '?'} inputs "
+                                f"(height x width), not imgsz {imgsz}")
         self.imgsz = int(imgsz)
+        #: the input's (height, width): the file's own where it fixes them, else imgsz
+        self.size = (int(height or imgsz), int(width or imgsz))
         self.fixed_batch = shape[0] if isinstance(shape[0], int) else None
         self.outputs = [o.name for o in self.session.get_outputs()]
         try:
@@ -122,8 +135,12 @@ class CropModel:
             raise DetectorError(f"{self.where}: cannot load {self.path}: {str(e).strip().splitlines()[0][:200]}") from None
         if getattr(model, "task", None) != "classify":
             raise DetectorError(f"{self.where}: {self.path.name} is a {model.task} model, not a classifier")
+        if self.mean is not None or self.std is not None:
+            raise DetectorError(f"{self.where}: mean and std are for ONNX models (an Ultralytics classifier "
+                                "normalises as it was trained)")
         self._ultralytics = model
         self.imgsz = int(imgsz or model.overrides.get("imgsz") or DEFAULT_IMGSZ)
+        self.size = (self.imgsz, self.imgsz)
         self.fixed_batch = None
         self.outputs = ["probs"]
         self.names = {int(k): str(v) for k, v in model.names.items()}
@@ -149,10 +166,10 @@ class CropModel:
                         for o, shape in zip(outputs, self.row_shapes)))
 
     def prepare(self, crop: np.ndarray) -> np.ndarray:
-        """A BGR crop as the model's input: its side, RGB (HxWx3 uint8)."""
-        size = self.imgsz
-        resized = cv2.resize(crop, (size, size), interpolation=cv2.INTER_AREA if max(crop.shape[:2]) > size
-                             else cv2.INTER_LINEAR)
+        """A BGR crop as the model's input: its size, RGB (HxWx3 uint8)."""
+        height, width = self.size
+        shrink = crop.shape[0] > height or crop.shape[1] > width
+        resized = cv2.resize(crop, (width, height), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
         return cv2.cvtColor(resized, cv2.COLOR_BGR2RGB)
 
     def run(self, crops: list[np.ndarray]) -> list[np.ndarray]:
@@ -163,7 +180,12 @@ class CropModel:
         if self._ultralytics is not None:
             results = self._ultralytics.predict(list(images[..., ::-1]), imgsz=self.imgsz, verbose=False)
             return [np.stack([r.probs.data.cpu().numpy() for r in results]).astype(np.float32)]
-        batch = np.ascontiguousarray(images.transpose(0, 3, 1, 2), dtype=self._dtype) / self._dtype(255)
+        batch = images.transpose(0, 3, 1, 2).astype(np.float32) / np.float32(255)
+        if self.mean is not None:
+            batch -= self.mean
+        if self.std is not None:
+            batch /= self.std
+        batch = np.ascontiguousarray(batch, dtype=self._dtype)
         step = self.fixed_batch or len(batch)
         parts = []
         for start in range(0, len(batch), step):

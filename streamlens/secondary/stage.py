@@ -202,11 +202,13 @@ class SecondaryStage(WorkerStage):
         models: dict[tuple, CropModel] = {}
         self.heads: list[tuple[_Group, _Head]] = []
         for i, cfg in enumerate(entries):
-            key = (str(cfg.model), cfg.imgsz, cfg.threads)
+            mean, std = cfg.mean, cfg.std
+            key = (str(cfg.model), cfg.imgsz, cfg.threads, str(mean), str(std))
             if i in models_made:
                 models[key] = models_made[i]
             elif key not in models:
-                models[key] = CropModel(cfg.model, imgsz=cfg.imgsz, threads=cfg.threads, where=f"secondary[{i}].model")
+                models[key] = CropModel(cfg.model, imgsz=cfg.imgsz, threads=cfg.threads, where=f"secondary[{i}].model",
+                                        mean=mean, std=std)
             model = models[key]
             group_key = (*key, cfg.padding)
             if group_key not in groups:
