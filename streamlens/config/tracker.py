@@ -57,8 +57,8 @@ class TrackerConfig(_Keys):
     lost_s: float = Field(LOST_S, gt=0, le=MAX_SECONDS, description="how long a lost track waits to be found")
     coast_s: float = Field(COAST_S, ge=0, le=MAX_SECONDS, description="how long a missed track stays on screen "
                                                                       "(0: never)")
-    appearance: bool = Field(APPEARANCE, description="find a lost track again by its look too: a colour and "
-                                                     "texture descriptor of its box on keyframes (see docs/tracking.md)")
+    appearance: bool = Field(APPEARANCE, description="find a lost track again by motion and look: a colour "
+                                                     "and texture descriptor of its box on keyframes")
 
     @field_validator("low_score")
     @classmethod

@@ -50,15 +50,17 @@ def weak_floor(cfg: TrackerConfig | None) -> float | None:
     return cfg.low_score
 
 
-def tracker_options(cfg: TrackerConfig, detector_conf: float | None = None) -> dict[str, float]:
+def tracker_options(cfg: TrackerConfig, detector_conf: float | None = None) -> dict[str, float | bool]:
     """`KeyframeTracker` keyword arguments from the `tracker` section: the confident scores default
     to the detector's `conf`, the rest are the section's (its defaults are config/tracker.py's).
 
     Example:
-        >>> tracker_options(TrackerConfig(motion="kalman", lost_s=3.0), detector_conf=0.25)
-        {'high_score': 0.25, 'new_track_score': 0.25, 'low_score': 0.1, 'lost_s': 3.0, 'coast_s': 0.0, 'appearance': True}
+        >>> options = tracker_options(TrackerConfig(motion="kalman", lost_s=3.0), detector_conf=0.25)
+        >>> options  # doctest: +NORMALIZE_WHITESPACE
+        {'high_score': 0.25, 'new_track_score': 0.25, 'low_score': 0.1, 'lost_s': 3.0, 'coast_s': 0.0,
+         'appearance': True}
     """
-    options: dict[str, float] = {}
+    options: dict[str, float | bool] = {}
     high = cfg.high_score if cfg.high_score is not None else detector_conf
     if high is not None:
         options["high_score"] = high

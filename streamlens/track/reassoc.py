@@ -28,8 +28,9 @@ decides. What is kept per track (its last box, its samples) goes with the track.
 
 What motion alone may do (`MOTION_ALONE`, `GATE_ALONE`, `SIZE_RATIO`) was chosen by
 leave-one-kind-out over the shared MOTChallenge sequences (tools/results/track_mot.md); those have
-no pixels here, so `GATE` (DeepSORT's), `MIN_SIMILARITY` (on the tests' drawn walkers two
-colours score 0.62, one walker moved 1.0), the samples and their refresh are set, not fitted: on the highway clip they found one lost track again in 897 frames and changed no id switch
+no pixels here, so `GATE` (DeepSORT's), `MIN_SIMILARITY` (on the tests' drawn walkers two colours
+score 0.62, one walker moved 1.0), the samples and their refresh are set, not fitted: on the
+highway clip they found one lost track again in 897 frames and changed no id switch
 (tools/results/track_mot.md).
 
 Example:
