@@ -238,7 +238,8 @@ def ids_part(clip: ClipFrames, intervals: list[int], out: Path, **options) -> li
     gt = read_mot_file(reference)
     gt[:, 6:9] = 1  # consider, class 1 (scored), visible
     lines = ["| interval | appearance | HOTA | AssA | IDF1 | id switches | distinct ids (reference: "
-             f"{len(np.unique(gt[:, 1]))}) | boxes described | found again |", "|---|---|---|---|---|---|---|---|---|"]
+             f"{len(np.unique(gt[:, 1]))}) | boxes described | keyframes described | found again |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     for (kind, interval, looks), found in results.items():
         if kind == "reference":
@@ -248,7 +249,7 @@ def ids_part(clip: ClipFrames, intervals: list[int], out: Path, **options) -> li
         distinct = len({int(i) for d in found.values() for i in d.tracker_id if i >= 0})
         again = runs[(kind, interval, looks)].reassoc
         lines.append(f"| {interval} | {'on' if looks else 'off'} | {scores['HOTA']:.1f} | {scores['AssA']:.1f} | "
-                     f"{scores['IDF1']:.1f} | {scores['IDs']} | {distinct} | {again.described} | {again.found} |")
+                     f"{scores['IDF1']:.1f} | {scores['IDs']} | {distinct} | {again.described} | {again.pictures} | {again.found} |")
         print(lines[-1], flush=True)
     return lines
 

@@ -20,10 +20,11 @@ with appearance one minus the similarity). A track found again moves to its box,
 velocity that the way from its last box to this one says (OC-SORT's re-update: the prediction
 that lost it had the wrong velocity).
 
-Appearance samples (`APPEARANCE_SAMPLES` per track, the newest kept) are taken only of confirmed
-tracks matched on a keyframe whose newest sample is older than `REFRESH_S`, so a keyframe
-describes a few boxes, not every one; descriptors of new boxes are made only for the boxes that
-passed the motion gate. Without pixels (MOTChallenge replays, `appearance` off) motion alone
+Appearance samples (`APPEARANCE_SAMPLES` per track, the newest kept) are taken on one keyframe
+every `REFRESH_S`, of the confirmed tracks matched there; new boxes are described only where they
+passed the motion gate of a lost track with samples. The keyframe's picture is asked for only then
+(`image` may be a function that makes it: a detector fed straight from the decoder's picture never
+made the full-size one). Without pixels (MOTChallenge replays, `appearance` off) motion alone
 decides. What is kept per track (its last box, its samples) goes with the track.
 
 What motion alone may do (`MOTION_ALONE`, `GATE_ALONE`, `SIZE_RATIO`) was chosen by
@@ -59,6 +60,7 @@ Example:
 from __future__ import annotations
 
 import math
+from typing import Callable, Union
 
 import numpy as np
 
@@ -83,10 +85,18 @@ SIZE_RATIO = 1.2
 DIRECTION_DEGREES = 90.0
 MOVING = 0.25
 #: appearance: the least cosine between a box and one of the track's samples, how many samples a
-#: track keeps, and how often one is taken (seconds)
+#: track keeps, and how often they are taken (seconds)
 MIN_SIMILARITY = 0.8
 APPEARANCE_SAMPLES = 3
 REFRESH_S = 1.0
+
+
+#: a keyframe's BGR picture, a function that makes it (called only when needed), or None (no pixels)
+Picture = Union[np.ndarray, Callable[[], "np.ndarray | None"], None]
+
+
+def _picture(image: Picture) -> np.ndarray | None:
+    return image() if callable(image) else image
 
 
 class Reassociation:
@@ -100,15 +110,16 @@ class Reassociation:
         self.appearance = appearance
         self._last: dict[int, tuple] = {}  # id: last matched box (xywh), its velocity, and when
         self._looks: dict[int, np.ndarray] = {}                  # id: (k, D) samples, newest last
-        self._looked: dict[int, float] = {}                       # id: when the newest was taken
-        #: boxes described (the cost), and lost tracks found again, since the start
-        self.described = self.found = 0
+        self._sampled = -math.inf                                 # when samples were last taken
+        #: boxes described and keyframes whose picture was used (the cost), and lost tracks found
+        #: again, since the start
+        self.described = self.pictures = self.found = 0
 
     def match(self, tracks: TrackTable, lost: np.ndarray, boxes: np.ndarray, cols: np.ndarray,
-              image: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+              image: Picture = None) -> tuple[np.ndarray, np.ndarray]:
         """Pairs of the lost tracks at rows `lost` of `tracks` and boxes (`boxes` xyxy, only the
-        columns `cols` offered) that motion (and appearance, with `image`) say are the same object:
-        (rows, columns)."""
+        columns `cols` offered) that motion (and appearance, with `image`: the keyframe's BGR
+        picture, or a function that makes it) say are the same object: (rows, columns)."""
         none = np.empty(0, np.intp)
         looks = self.appearance and image is not None
         if not (looks or MOTION_ALONE) or len(lost) == 0 or len(cols) == 0:
@@ -137,7 +148,7 @@ class Reassociation:
         return lost[pairs[:, 0]], cols[pairs[:, 1]]
 
     def _by_looks(self, cost: np.ndarray, gated: np.ndarray, ids: np.ndarray, boxes: np.ndarray,
-                  image: np.ndarray) -> np.ndarray:
+                  image: Picture) -> np.ndarray:
         """`cost` (by motion alone) where a track has appearance samples replaced by `gated` (the
         wider motion gate) for the boxes at least `MIN_SIMILARITY` like one of them, plus what they
         lack of 1; only boxes that passed the motion gate are described."""
@@ -145,10 +156,12 @@ class Reassociation:
 
         rows = np.array([int(i) in self._looks for i in ids]) & np.isfinite(gated).any(axis=1)
         wanted = np.flatnonzero(np.isfinite(gated[rows]).any(axis=0))
-        if not len(wanted):
+        image = _picture(image)
+        if not len(wanted) or image is None:
             return cost
         looks = describe(image, boxes[wanted])
         self.described += len(wanted)
+        self.pictures += 1
         cost = cost.copy()
         for k in np.flatnonzero(rows):
             best = np.asarray(similarity(self._looks[int(ids[k])], looks)).reshape(-1, len(wanted)).max(axis=0)
@@ -157,12 +170,12 @@ class Reassociation:
         return cost
 
     def remember(self, tracks: TrackTable, rows: np.ndarray, boxes: np.ndarray, back: np.ndarray, now: float,
-                 image: np.ndarray | None = None) -> None:
+                 image: Picture = None) -> None:
         """After a keyframe: the tracks at `rows` were matched to `boxes` (xyxy) and corrected, those
         at `back` (among them) found again. The found-again tracks get the velocity of the way from
         their last box to this one (OC-SORT's re-update: the prediction that lost them had the wrong
         one); every matched track's box and velocity are kept, and, with pixels, a new appearance
-        sample where one is due."""
+        sample of each confirmed one when samples are due."""
         self.found += len(back)
         for row in back:
             last = self._last.get(int(tracks.ids[row]))
@@ -171,26 +184,27 @@ class Reassociation:
                 tracks.means[row, 6:8] = 0.0
         for row in rows:
             self._last[int(tracks.ids[row])] = (tracks.means[row, :4].copy(), tracks.means[row, 4:6].copy(), now)
-        if not (self.appearance and image is not None and len(rows)):
+        if not (self.appearance and image is not None and now - self._sampled >= REFRESH_S):
             return
-        due = [k for k, r in enumerate(rows) if tracks.states[r] == CONFIRMED
-               and now - self._looked.get(int(tracks.ids[r]), -math.inf) >= REFRESH_S]
-        if not due:
+        due = [k for k, r in enumerate(rows) if tracks.states[r] == CONFIRMED]
+        image = _picture(image) if due else None
+        if image is None:
             return
         from ..reid.appearance import describe
 
+        self._sampled = now
         looks = describe(image, boxes[due])
         self.described += len(due)
+        self.pictures += 1
         for k, look in zip(due, looks):
             track = int(tracks.ids[rows[k]])
             kept = self._looks.get(track)
             self._looks[track] = look[None] if kept is None else np.vstack([kept, look[None]])[-APPEARANCE_SAMPLES:]
-            self._looked[track] = now
 
     def keep(self, ids: np.ndarray) -> None:
         """Forget every track but those of `ids` (the live ones)."""
         live = set(ids.tolist())
-        for store in (self._last, self._looks, self._looked):
+        for store in (self._last, self._looks):
             for track in [t for t in store if t not in live]:
                 del store[track]
 

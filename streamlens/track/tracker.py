@@ -436,7 +436,7 @@ class KeyframeTracker(Tracker):
             states[newly] = LOST
             missed[newly] = True
         states[(states == LOST) & (now - tracks.last_seen > self.lost_s)] = REMOVED
-        image = frame.image if self.reassoc.appearance else None
+        image = (lambda: frame.image) if self.reassoc.appearance else None  # made only when needed
         offered = high[found.scores[high] >= self.new_track_score]  # boxes that could start a track
         back, taken = self.reassoc.match(tracks, np.flatnonzero((states == LOST) & ~hit), found.boxes, offered, image)
         high, missed[back] = high[~np.isin(high, taken)], False
