@@ -141,11 +141,11 @@ def test_a_walker_of_another_look_where_the_lost_track_went_does_not_take_it():
 
 
 def test_appearance_is_the_pipeline_files_and_costs_a_few_boxes_a_keyframe():
-    """`tracker.appearance` reaches the tracker (on by default); describing is bounded: a sample per
-    confirmed track about once a second, and the boxes a lost track might take, not every box."""
-    assert build_tracker(TrackerConfig(motion="kalman"), 30).reassoc.appearance
-    assert not build_tracker(TrackerConfig(motion="kalman", appearance=False), 30).reassoc.appearance
-    tracker = build_tracker(TrackerConfig(motion="kalman"), FPS, detector_conf=0.3)
+    """`tracker.appearance` reaches the tracker (off by default); describing is bounded: a sample
+    per confirmed track on one keyframe a second, and the boxes a lost track might take, not every box."""
+    assert not build_tracker(TrackerConfig(motion="kalman"), 30).reassoc.appearance
+    tracker = build_tracker(TrackerConfig(motion="kalman", appearance=True), FPS, detector_conf=0.3)
+    assert tracker.reassoc.appearance
 
     def scene(index):  # five walkers, all seen, 3 s: 150 boxes on keyframes
         return [(box_at(40 + 110 * k + index, 60 + 30 * k), colour, True)

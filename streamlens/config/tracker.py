@@ -27,8 +27,11 @@ LOST_S = 2.0
 #: what lets streamlens beat holding the last detections at low load; 0.4 scores up to 1.0 HOTA more
 #: on still MOTChallenge cameras at interval 5 and more (their ground truth keeps occluded people).
 COAST_S = 0.0
-#: a lost track is found again by motion and look (streamlens/track/reassoc.py): on, see docs/tracking.md
-APPEARANCE = True
+#: a lost track is found again by motion and look (streamlens/track/reassoc.py). Off by default: the
+#: look is the only thing that makes the wide motion gate safe (by motion alone, twice as many of its
+#: links were wrong as right on MOTChallenge), and on the one shared clip with pixels and identities
+#: (highway) it tells two cars near each other apart too rarely to be that (tools/results/track_mot.md)
+APPEARANCE = False
 
 
 def _tracker_short(value: Any) -> Any:

@@ -58,7 +58,7 @@ def tracker_options(cfg: TrackerConfig, detector_conf: float | None = None) -> d
         >>> options = tracker_options(TrackerConfig(motion="kalman", lost_s=3.0), detector_conf=0.25)
         >>> options  # doctest: +NORMALIZE_WHITESPACE
         {'high_score': 0.25, 'new_track_score': 0.25, 'low_score': 0.1, 'lost_s': 3.0, 'coast_s': 0.0,
-         'appearance': True}
+         'appearance': False}
     """
     options: dict[str, float | bool] = {}
     high = cfg.high_score if cfg.high_score is not None else detector_conf
