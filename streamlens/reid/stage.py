@@ -49,11 +49,13 @@ class ReidStage(Stage):
             return result, messages
         t = result.frame.ts if self.clock == "wall" else float(result.media_s)
         linker = self.linker
+        linker.tick(stream, t)
         det = result.detections
         ids = det.tracker_id.tolist() if det.tracker_id is not None and len(det) else []
-        for track in ids:
+        size = (result.frame.width, result.frame.height)
+        for track, box in zip(ids, det.xyxy.tolist() if ids else ()):
             if track >= 0:
-                linker.seen(stream, track, t)
+                linker.seen(stream, track, t, box, size)
         for message in messages:
             if isinstance(message, Embedding) and message.name == NAME and message.stream == stream:
                 linker.embedded(stream, message.track, message.vector, message.attempts, t)
