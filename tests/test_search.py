@@ -253,6 +253,13 @@ def test_the_api_answers_by_track_with_snapshot_urls(history, served):
     assert "snapshot_path" not in results[0]
     code, jpeg = call("GET", served + results[0]["snapshot"])  # the file, which outlives the run that wrote it
     assert code == 200 and jpeg[:2] == b"\xff\xd8"
+    assert all(r["linked"] is False for r in results)  # no reid.across in this pipeline
+    code, body = call("GET", f"{served}/api/search?stream=a&id={a}&limit=5&others=1")
+    assert code == 200, body
+    others = json.loads(body)["results"]
+    assert others and all(r["stream"] != "a" for r in others) and (others[0]["stream"], others[0]["id"]) == ("b", b)
+    code, body = call("GET", f"{served}/api/search?stream=a&id={a}&others=2")
+    assert code == 400 and b"others" in body
 
 
 def test_the_api_answers_by_crop(history, crops_kept, served):
@@ -336,3 +343,37 @@ def test_the_page_shows_the_tracks_like_an_events_thumbnail(history, served):
                                          ".some(i => i.complete && i.naturalWidth > 0)"), 30, "a thumbnail shown")
     finally:
         driver.quit()
+
+
+def linked_history() -> sqlite3.Connection:
+    """Two cameras of one run: track 1 of cam1 joined by reid.across to track 4 of cam2 (global_id 7),
+    which looks less like it than two other cars of cam1 do; a later run reuses global_id 7."""
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    store.create(db)
+    unit = lambda v: (np.asarray(v, np.float32) / np.linalg.norm(v)).astype(np.float32)  # noqa: E731
+    store.add(db, "run1", [], vectors=[("cam1", 1, "reid", unit([1, 0, 0]), 10.0),
+                                       ("cam1", 2, "reid", unit([1, 0.1, 0]), 11.0),
+                                       ("cam1", 3, "reid", unit([1, 0.2, 0]), 12.0),
+                                       ("cam2", 4, "reid", unit([1, 0.6, 0.3]), 13.0),
+                                       ("cam2", 5, "reid", unit([1, 0.3, 0]), 14.0)],
+              global_ids=[("cam1", 1, 7, 10.0), ("cam2", 4, 7, 13.0), ("cam1", 2, 8, 11.0)])
+    store.add(db, "run2", [], vectors=[("cam2", 9, "reid", unit([1, 0, 0]), 20.0)],
+              global_ids=[("cam2", 9, 7, 20.0)])
+    return db
+
+
+def test_search_by_track_puts_the_tracks_reid_joined_to_it_first():
+    db = linked_history()
+    row, results = search.by_track(db, "cam1", 1, 4, at=10.0)
+    ranked = [(r["stream"], r["id"], r["linked"]) for r in results]
+    # cam2's track 4 shares the query's global_id in its run: first, though three look more alike;
+    # run2's track 9 has global_id 7 too, but of another run: ranked by its look (the same: 1.0)
+    assert ranked == [("cam2", 4, True), ("cam2", 9, False), ("cam1", 2, False), ("cam1", 3, False)]
+    assert [r["score"] for r in results[1:]] == sorted((r["score"] for r in results[1:]), reverse=True)
+    # other streams only
+    _, results = search.by_track(db, "cam1", 1, 10, at=10.0, others=True)
+    assert [(r["stream"], r["id"]) for r in results] == [("cam2", 4), ("cam2", 9), ("cam2", 5)]
+    # a track with no global_id: by similarity alone
+    _, results = search.by_track(db, "cam2", 5, 2, at=14.0)
+    assert not any(r["linked"] for r in results)
+    assert [r["score"] for r in results] == sorted((r["score"] for r in results), reverse=True)

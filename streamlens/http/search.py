@@ -1,9 +1,10 @@
 """Search by example over `runtime.history` (streamlens/history/search.py), for the page and for scripts:
 
-- `GET /api/search?stream=S&id=N[&limit=K][&name=E][&at=T]`: the tracks most like track `N` of
-  stream `S` (its embedding by `name`, else `reid`, else any; of the run whose track was seen
-  nearest Unix time `at`, else the newest), the track itself left out. 404 when no such track has
-  an embedding kept.
+- `GET /api/search?stream=S&id=N[&limit=K][&name=E][&at=T][&others=1]`: the tracks most like track
+  `N` of stream `S` (its embedding by `name`, else `reid`, else any; of the run whose track was
+  seen nearest Unix time `at`, else the newest), the track itself left out; the tracks that
+  `reid.across` joined to it (the same `global_id` in its run) first, then the rest by similarity;
+  `others=1`: other streams' tracks only. 404 when no such track has an embedding kept.
 - `POST /api/search[?limit=K]` with a JPEG crop as the body (`Content-Type: image/jpeg`): the tracks
   most like it, the crop described as the `reid` embeddings are (streamlens/history/crop.py) and
   compared only with `reid` vectors of its length. The body is at most `MAX_IMAGE` bytes, said
@@ -11,8 +12,9 @@
   crop of at most 4096 pixels a side; one that is no JPEG or cannot be decoded is 400.
 
 Both answer `{"query", "name", "dim", "scanned_at_most", "ignored", "results"}`: each result
-`{"rank", "stream", "id", "score", "label", "first_ts", "last_ts", "global_id", "event", "snapshot"}`,
-best first (`score`: cosine similarity, 1 the same look; `snapshot`: the URL of its best snapshot,
+`{"rank", "stream", "id", "score", "linked", "label", "first_ts", "last_ts", "global_id", "event",
+"snapshot"}`, best first (`score`: cosine similarity, 1 the same look; `linked`: joined to the query
+by `reid.across`, always false for a crop; `snapshot`: the URL of its best snapshot,
 `/api/events/<event>/snapshot.jpg`, or null), at most `limit` (default 10, at most 100);
 `ignored`: the embedding messages not kept so far, by reason. Without `runtime.history`, 404.
 
@@ -91,6 +93,7 @@ class Searches:
             track = query_int(query, "id", None)
             limit = query_int(query, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
             at = query_float(query, "at", None, 0.0, MAX_UNIX_TIME)
+            others = query_int(query, "others", 0, 0, 1)
         except BadNumber as error:
             return text_reply(400, str(error))
         if not stream or track is None:
@@ -98,7 +101,7 @@ class Searches:
         name = (query.get("name") or [None])[0]
 
         def read(db) -> Reply:
-            found = by_track(db, stream, track, limit, name=name, at=at)
+            found = by_track(db, stream, track, limit, name=name, at=at, others=bool(others))
             if found is None:
                 return text_reply(404, f"no track {track} of stream {stream!r} with an embedding kept"
                                        + (f" by {name!r}" if name else ""))
@@ -125,7 +128,8 @@ class Searches:
     def _answer(db, query: dict, name: str, dim: int, results: list[dict]) -> Reply:
         return json_reply({"query": query, "name": name, "dim": dim, "scanned_at_most": MAX_SCANNED,
                            "ignored": tracks.ignored(db),
-                           "results": [{"rank": i, **_public(r), "score": r["score"]}
+                           "results": [{"rank": i, **_public(r), "score": r["score"],
+                                        "linked": bool(r.get("linked", False))}
                                        for i, r in enumerate(results, 1)]})
 
 
