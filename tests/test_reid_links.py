@@ -6,6 +6,8 @@ from streamlens.reid.places import Places
 
 SIZE = (100, 100)  # both cameras' frames; camera "a"'s bottom edge meets camera "b"'s top edge
 STEP = 0.1
+#: the columns of the lone hand-overs that teach where the cameras meet (places.MIN_LINKS of them)
+COLUMNS = (20.0, 35.0, 50.0, 65.0, 80.0)
 
 
 def box(x: float, y: float, side: float = 10.0) -> list[float]:
@@ -57,12 +59,12 @@ def test_a_track_broken_in_two_keeps_its_global_id_and_a_stranger_does_not_take_
 def test_a_lone_object_is_handed_over_and_teaches_where_the_cameras_meet():
     link = linker()
     t = 0.0
-    for k, x in enumerate((20.0, 50.0, 80.0)):
+    for k, x in enumerate(COLUMNS):
         t = hand_over(link, t + 5.0, x, 10 + k, 20 + k)
         assert link.global_id("b", 20 + k) == link.global_id("a", 10 + k)
     figures = link.figures()
-    assert figures["links"] == 3 and figures["places"]["a|b"]["links"] == 3
-    assert figures["transits"]["a>b"]["links"] == 3
+    assert figures["links"] == 5 and figures["places"]["a|b"]["links"] == 5
+    assert figures["transits"]["a>b"]["links"] == 5
     # two objects near the seam at once, at columns 20 and 70: the one that comes into "b" at column
     # 70 is the one of "a" that was there, though neither is alone now
     walk(link, t + 5.0, 10, {("a", 30): (20.0, 50.0, 0.0, 100.0), ("a", 31): (70.0, 50.0, 0.0, 100.0),
@@ -74,7 +76,7 @@ def test_a_lone_object_is_handed_over_and_teaches_where_the_cameras_meet():
 def test_two_objects_that_fit_alike_are_not_told_apart():
     link = linker()
     t = 0.0
-    for k, x in enumerate((20.0, 50.0, 80.0)):
+    for k, x in enumerate(COLUMNS):
         t = hand_over(link, t + 5.0, x, 10 + k, 20 + k)
     walk(link, t + 5.0, 10, {("a", 30): (48.0, 50.0, 0.0, 100.0), ("a", 31): (52.0, 50.0, 0.0, 100.0),
                              ("b", 40): (50.0, -50.0, 0.0, 100.0)})
@@ -85,7 +87,7 @@ def test_a_link_by_place_waits_for_the_other_cameras_clock():
     """Streams reach the stage at their own pace: camera "b" a second ahead of camera "a"."""
     link = linker()
     t = 0.0
-    for k, x in enumerate((20.0, 50.0, 80.0)):
+    for k, x in enumerate(COLUMNS):
         t = hand_over(link, t + 5.0, x, 10 + k, 20 + k)
     start = t + 5.0
     walk(link, start, 5, {("a", 30): (20.0, 0.0, 0.0, 0.0)})  # a parked car: "a" is never alone again
@@ -100,7 +102,7 @@ def test_a_link_by_place_waits_for_the_other_cameras_clock():
 def test_places_are_one_offset_whichever_way_objects_go():
     places = Places()
     assert places.fits("a", (0.5, 0.9), "b", (0.5, 0.1)) is None  # nothing learned: no opinion
-    for x in (0.2, 0.4, 0.6):
+    for x in (0.2, 0.3, 0.4, 0.5, 0.6):
         places.learn("b", (x, 0.05), "a", (x, 0.95))  # objects going up, from b into a
     assert places.fits("a", (0.3, 0.95), "b", (0.32, 0.05)) < 1.0  # one coming down fits the same boundary
     assert places.fits("a", (0.3, 0.95), "b", (0.7, 0.05)) > 1.0

@@ -36,7 +36,7 @@ import numpy as np
 #: confident links kept per pair of cameras (the oldest goes first)
 KEEP = 50
 #: links a pair needs before places apply
-MIN_LINKS = 3
+MIN_LINKS = 5
 #: the least and the most tolerance per axis, as a fraction of the frame's side (a few wrong links
 #: must not widen it to everything)
 MIN_TOLERANCE, MAX_TOLERANCE = 0.1, 0.2
