@@ -51,6 +51,7 @@ from types import MappingProxyType
 
 import supervision as sv
 
+from ..memory import trim_soon
 from ..frame import EndOfStream, Frame, FrameResult, MediaClock, StreamEnd
 from ..track import Tracker
 from ..track.base import confident
@@ -480,8 +481,11 @@ class Engine:
         lane.ready.clear()
         lane.late.clear()
         lane.deadlines.clear()
+        lane.tracker.forget()
         self.publish(StreamEnd(lane.name, lane.seq, lane.seq, end.reason, detail=end.error))
         lane.seq += 1
+        if not self._ending:
+            trim_soon()  # the stream's frames and buffers: back to the system, not kept by the heap
         if end.reason == "removed" and not self.open_streams() and not self._ending:
             self.hold_open = True  # the last stream was taken away, not ended: the run waits for more
 

@@ -93,6 +93,9 @@ class Tracker:
         nothing is left. A tracker that never replays has nothing to do."""
         return True
 
+    def forget(self) -> None:
+        """Let go of what it keeps of the frames it saw: its stream ended (nothing, by default)."""
+
     def held_boxes(self) -> np.ndarray:
         """Every box the tracker still holds, `(N, 4)` x1 y1 x2 y2 in source pixels, whatever its
         track's state (lost ones too): where the detector must look again even if nothing there

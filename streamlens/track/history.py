@@ -59,6 +59,9 @@ class FrameHistory:
     def append(self, step: FrameStep) -> None:
         self._steps.append(step)
 
+    def clear(self) -> None:
+        self._steps.clear()
+
     def find(self, index: int) -> FrameStep | None:
         """The step of frame `index`, or None when it is not (or no longer) held."""
         for step in reversed(self._steps):

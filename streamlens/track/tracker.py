@@ -216,6 +216,11 @@ class KeyframeTracker(Tracker):
         now, on the calling thread; `propagate` and `update` then use it."""
         frame.observed = self.motion.observe(frame)
 
+    def forget(self) -> None:
+        """Let go of the frames' steps, a late keyframe's replay and the tracks: its stream ended."""
+        self._history.clear()
+        self._replay, self.tracks = None, TrackTable.empty()
+
     def propagate(self, frame: Frame) -> sv.Detections:
         """Move every track to `frame` by motion and return the objects shown on it."""
         self.catch_up()
