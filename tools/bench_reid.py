@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,63 +42,121 @@ from streamlens.bench import harness
 from streamlens.bench.harness import RESULTS, VIDEOS, YOLOX_NANO, need
 
 PAGE = RESULTS / "reid.md"
-#: the least mean IoU of a half's track with the whole-frame track it maps to
+#: the least mean IoU of a camera's track with the whole-frame track it maps to
 MIN_MEAN_IOU = 0.3
-HALF = 360
-#: the tracks of the second score: seen on at least this many frames of their camera (half a second:
-#: three keyframes at interval 5; a shorter one is a fragment the reid stage has hardly seen)
+#: the tracks of the second score: seen on at least this many frames of their camera (half a second
+#: at 30 fps: three keyframes at interval 5; a shorter one is a fragment the reid stage has hardly seen)
 MIN_FRAMES = 15
+VEHICLES = ["car", "truck", "bus", "motorcycle"]
 
 
-def write_halves(clip: Path, folder: Path) -> tuple[Path, Path]:
-    """The top and bottom halves of `clip` as two H.264 files in `folder` (kept between runs)."""
+@dataclass(frozen=True)
+class Case:
+    """Two cameras cut from one clip: `views` names each camera's rectangle (x, y, w, h) of the
+    clip's frame; `scene`: cases of one scene are held out together."""
+
+    name: str
+    clip: str
+    views: dict
+    classes: tuple
+    scene: str
+    about: str
+
+
+CASES = {c.name: c for c in (
+    Case("highway", "highway_720p30.mp4", {"top": (0, 0, 1280, 360), "bottom": (0, 360, 1280, 360)},
+         tuple(VEHICLES), "highway", "the issue's case: the top and bottom halves of the 720p highway clip; "
+         "right carriageway bottom to top, left carriageway top to bottom"),
+    Case("highway_small", "highway_320x240.avi", {"top": (0, 0, 320, 120), "bottom": (0, 120, 320, 120)},
+         tuple(VEHICLES), "highway", "the same scene at its original 320x240, 25 fps (the 720p clip was "
+         "made from it): small boxes, MPEG-4 blocks; held out with `highway`"),
+    Case("road", "road_topdown_640x360.avi", {"left": (0, 0, 320, 360), "right": (320, 0, 320, 360)},
+         tuple(VEHICLES), "road", "a road filmed from above; cars drive left to right, so the left and "
+         "right halves share them (the top and bottom halves share none)"),
+    Case("indoor", "person_indoor_768x432.mp4", {"left": (0, 0, 384, 432), "right": (384, 0, 384, 432)},
+         ("person",), "indoor", "one person at a time walks to a table; the left and right halves, "
+         "people instead of vehicles, 10 fps"),
+)}
+
+
+def write_views(case: Case, folder: Path) -> dict[str, Path]:
+    """Each view of `case` as an H.264 file in `folder` (kept between runs)."""
     import av
 
-    top, bottom = folder / "top.mp4", folder / "bottom.mp4"
-    if top.exists() and bottom.exists():
-        return top, bottom
-    with av.open(str(clip)) as src:
+    paths = {name: folder / f"{name}.mp4" for name in case.views}
+    if all(p.exists() for p in paths.values()):
+        return paths
+    writing = {name: folder / f"{name}.part.mp4" for name in case.views}  # renamed when whole
+    with av.open(str(VIDEOS / case.clip)) as src:
         rate = src.streams.video[0].average_rate
-        outs = [av.open(str(p), "w") for p in (top, bottom)]
-        streams = []
-        for out in outs:
-            s = out.add_stream("libx264", rate=rate)
-            s.width, s.height, s.pix_fmt = 1280, HALF, "yuv420p"
+        outs, streams = {}, {}
+        for name, (_, _, w, h) in case.views.items():
+            outs[name] = av.open(str(writing[name]), "w")
+            s = outs[name].add_stream("libx264", rate=rate)
+            s.width, s.height, s.pix_fmt = w, h, "yuv420p"
             s.options = {"crf": "18", "preset": "veryfast", "g": "30"}
-            streams.append(s)
+            streams[name] = s
         for frame in src.decode(video=0):
             image = frame.to_ndarray(format="bgr24")
-            for out, s, part in zip(outs, streams, (image[:HALF], image[HALF:2 * HALF])):
-                for packet in s.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(part), format="bgr24")):
-                    out.mux(packet)
-        for out, s in zip(outs, streams):
-            for packet in s.encode():
+            for name, (x, y, w, h) in case.views.items():
+                part = np.ascontiguousarray(image[y:y + h, x:x + w])
+                for packet in streams[name].encode(av.VideoFrame.from_ndarray(part, format="bgr24")):
+                    outs[name].mux(packet)
+        for name, out in outs.items():
+            for packet in streams[name].encode():
                 out.mux(packet)
             out.close()
-    return top, bottom
+    for name, path in writing.items():
+        path.replace(paths[name])
+    return paths
 
 
-DETECTOR = {"backend": "onnx", "model": None, "conf": 0.3, "resize": "bucket", "threads": 1,
-            "classes": ["car", "truck", "bus", "motorcycle"]}
+DETECTOR = {"backend": "onnx", "model": None, "conf": 0.3, "resize": "bucket", "threads": 1}
 
 
-def run_pipeline(tree: dict, folder: Path, name: str) -> list[dict]:
-    """`streamlens run` on `tree` (written as YAML in `folder`); the messages of its JSONL sink."""
+def run_pipeline(tree: dict, folder: Path, name: str, reuse: bool = False) -> list[dict]:
+    """`streamlens run` on `tree` (written as YAML in `folder`); the messages of its JSONL sink
+    (`reuse`: an earlier run's, when its file is there)."""
     import yaml
 
     out = folder / f"{name}.jsonl"
-    tree = {**tree, "sinks": [{"type": "jsonl", "path": str(out)}]}
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(tree))
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "streamlens", "run", str(path), "-q"], check=True,
-                   stdout=subprocess.DEVNULL)
-    print(f"{name}: {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    if not (reuse and out.exists()):
+        tree = {**tree, "sinks": [{"type": "jsonl", "path": str(out)}]}
+        path = folder / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(tree))
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "streamlens", "run", str(path), "-q"], check=True,
+                       stdout=subprocess.DEVNULL)
+        print(f"{folder.name}/{name}: {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
 
 
-def tracks_of(messages: list[dict], dy: float = 0.0) -> dict:
-    """{(stream, id): {frame: box moved by dy}}, and {(stream, id): last global_id}."""
+def run_case(case: Case, root: Path, reuse: bool = False, reid: dict | None = None,
+             live: bool = False) -> tuple[list, list]:
+    """The reference run (the whole clip, the detector on every frame) and the cameras' run (the
+    views as sources of one pipeline with `reid.across` and `runtime.history`) of `case`; `live`:
+    the views paced at their frame rate as cameras are (they reach the reid stage together), else
+    read as fast as they decode (one may run a second or more ahead of the other)."""
+    folder = root / case.name
+    folder.mkdir(parents=True, exist_ok=True)
+    views = write_views(case, folder)
+    model = need(YOLOX_NANO / "yolox_nano.onnx")
+    base = {"detector": {**DETECTOR, "model": str(model), "classes": list(case.classes)},
+            "tracker": {"motion": "mv"}}
+    reference = run_pipeline({**base, "sources": [{"name": "whole", "uri": str(VIDEOS / case.clip), "live": False}],
+                              "keyframes": {"interval": 1}}, folder, "reference", reuse)
+    history = folder / "history.db"
+    if not (reuse and history.exists()):
+        history.unlink(missing_ok=True)
+    cams = run_pipeline({**base, "sources": [{"name": n, "uri": str(p), "live": live} for n, p in views.items()],
+                         "keyframes": {"interval": 5, "adaptive": True, "max_interval": 15},
+                         "reid": {"across": list(case.views), "clock": "media", **(reid or {})},
+                         "runtime": {"history": {"path": str(history)}}}, folder, "cameras", reuse)
+    return reference, cams
+
+
+def tracks_of(messages: list[dict], dx: float = 0.0, dy: float = 0.0) -> tuple[dict, dict]:
+    """{(stream, id): {frame: box moved by dx, dy}}, and {(stream, id): last global_id}."""
     boxes, gids = defaultdict(dict), {}
     for m in messages:
         if m.get("type") != "frame":
@@ -106,9 +165,19 @@ def tracks_of(messages: list[dict], dy: float = 0.0) -> dict:
             if obj["id"] < 0:
                 continue
             x1, y1, x2, y2 = obj["box"]
-            boxes[(m["stream"], obj["id"])][m["frame"]] = (x1, y1 + dy, x2, y2 + dy)
+            boxes[(m["stream"], obj["id"])][m["frame"]] = (x1 + dx, y1 + dy, x2 + dx, y2 + dy)
             if "global_id" in obj:
                 gids[(m["stream"], obj["id"])] = obj["global_id"]
+    return boxes, gids
+
+
+def camera_tracks(case: Case, cams: list[dict]) -> tuple[dict, dict]:
+    """Every camera track's boxes in the whole frame, and its last global_id."""
+    boxes, gids = {}, {}
+    for name, (x, y, _, _) in case.views.items():
+        b, g = tracks_of([m for m in cams if m.get("stream") == name], dx=x, dy=y)
+        boxes.update(b)
+        gids.update(g)
     return boxes, gids
 
 
@@ -121,8 +190,17 @@ def iou(a, b) -> float:
     return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
 
 
-def map_tracks(half: dict, whole: dict) -> dict:
-    """Each half track -> the whole-frame track it overlaps most (None below MIN_MEAN_IOU)."""
+def clip(box, rect) -> tuple:
+    """`box` cut to `rect` (x, y, w, h): the part of it that a camera of that view sees."""
+    x, y, w, h = rect
+    return (min(max(box[0], x), x + w), min(max(box[1], y), y + h),
+            min(max(box[2], x), x + w), min(max(box[3], y), y + h))
+
+
+def map_tracks(half: dict, whole: dict, views: dict | None = None) -> dict:
+    """Each camera track -> the whole-frame track it overlaps most (None below MIN_MEAN_IOU); with
+    `views` (name -> rectangle), each whole-frame box is first cut to the track's camera's view (an
+    object half out of a view is, to that camera, the half it sees)."""
     by_frame = defaultdict(list)
     for key, frames in whole.items():
         for f, box in frames.items():
@@ -130,24 +208,40 @@ def map_tracks(half: dict, whole: dict) -> dict:
     out = {}
     for key, frames in half.items():
         total = defaultdict(float)
+        rect = views.get(key[0]) if views else None
         for f, box in frames.items():
             for other, wbox in by_frame.get(f, ()):
-                total[other] += iou(box, wbox)
+                total[other] += iou(box, clip(wbox, rect) if rect else wbox)
         best = max(total, key=total.get) if total else None
         out[key] = best if best is not None and total[best] / len(frames) >= MIN_MEAN_IOU else None
     return out
 
 
-def score(half_boxes: dict, gids: dict, mapping: dict) -> dict:
-    tops = [k for k in half_boxes if k[0] == "top"]
-    bottoms = [k for k in half_boxes if k[0] == "bottom"]
-    true = {(a, b) for a in tops for b in bottoms if mapping.get(a) is not None and mapping.get(a) == mapping.get(b)}
-    said = {(a, b) for a in tops for b in bottoms if a in gids and gids.get(a) == gids.get(b)}
+def score(half_boxes: dict, gids: dict, mapping: dict, views: tuple = ("top", "bottom")) -> dict:
+    """Precision and recall of the cross-camera pairs (one track of each view) that share a
+    global_id, against those that map to one whole-frame track."""
+    firsts = [k for k in half_boxes if k[0] == views[0]]
+    seconds = [k for k in half_boxes if k[0] == views[1]]
+    true = {(a, b) for a in firsts for b in seconds
+            if mapping.get(a) is not None and mapping.get(a) == mapping.get(b)}
+    said = {(a, b) for a in firsts for b in seconds if a in gids and gids.get(a) == gids.get(b)}
     hit = len(true & said)
     return {"true_pairs": len(true), "linked_pairs": len(said), "correct": hit,
             "precision": round(hit / len(said), 3) if said else None,
             "recall": round(hit / len(true), 3) if true else None,
-            "tracks": {"top": len(tops), "bottom": len(bottoms)}}
+            "tracks": {views[0]: len(firsts), views[1]: len(seconds)}}
+
+
+def score_case(case: Case, reference: list, cams: list, gids: dict | None = None) -> dict:
+    """`score` over every track and over the lasting ones (`gids`: instead of the run's own)."""
+    whole, _ = tracks_of(reference)
+    half, run_gids = camera_tracks(case, cams)
+    gids = run_gids if gids is None else gids
+    mapping = map_tracks(half, whole, case.views)
+    views = tuple(case.views)
+    found = score(half, gids, mapping, views)
+    found["lasting"] = score({k: v for k, v in half.items() if len(v) >= MIN_FRAMES}, gids, mapping, views)
+    return found
 
 
 def time_descriptor(clip: Path, whole: dict) -> dict:
@@ -176,41 +270,28 @@ def time_descriptor(clip: Path, whole: dict) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", type=Path, default=Path(tempfile.gettempdir()) / "streamlens_bench_reid")
-    parser.add_argument("--threshold", type=float, default=None, help="reid.threshold (default: the config's)")
+    parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--reuse", action="store_true", help="the runs of an earlier call, where their files are")
+    parser.add_argument("--live", action="store_true", help="the views paced at their frame rate as cameras "
+                        "(a loaded machine then thins the keyframes), not read as files")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
-    clip, model = need(VIDEOS / "highway_720p30.mp4", YOLOX_NANO / "yolox_nano.onnx")
-    args.folder.mkdir(parents=True, exist_ok=True)
-    top, bottom = write_halves(clip, args.folder)
-    detector = {**DETECTOR, "model": str(model)}
-    base = {"detector": detector, "tracker": {"motion": "mv"}}
-    whole_messages = run_pipeline({**base, "sources": [{"name": "whole", "uri": str(clip), "live": False}],
-                                   "keyframes": {"interval": 1}}, args.folder, "reference")
-    reid = {"across": ["top", "bottom"], "clock": "media"}
-    if args.threshold is not None:
-        reid["threshold"] = args.threshold
-    cams = run_pipeline({**base, "sources": [{"name": "top", "uri": str(top), "live": False},
-                                             {"name": "bottom", "uri": str(bottom), "live": False}],
-                         "keyframes": {"interval": 5, "adaptive": True, "max_interval": 15},
-                         "reid": reid}, args.folder, "cameras")
-    whole, _ = tracks_of(whole_messages)
-    top_boxes, gids = tracks_of([m for m in cams if m.get("stream") == "top"])
-    bottom_boxes, gids_b = tracks_of([m for m in cams if m.get("stream") == "bottom"], dy=HALF)
-    half = {**top_boxes, **bottom_boxes}
-    gids.update(gids_b)
-    mapping = map_tracks(half, whole)
-    found = score(half, gids, mapping)
-    found["lasting"] = score({k: v for k, v in half.items() if len(v) >= MIN_FRAMES}, gids, mapping)
-    stats = [m for m in cams if m.get("type") == "stats"]
-    embeddings = sum(1 for m in cams if m.get("type") == "embedding" and m.get("name") == "reid")
-    keyframes = sum(1 for m in cams if m.get("type") == "frame" and m.get("keyframe"))
-    frames = sum(1 for m in cams if m.get("type") == "frame")
-    found["embeddings"] = embeddings
-    found["keyframes"] = keyframes
-    found["frames"] = frames
-    found["descriptor"] = time_descriptor(clip, whole)
+    need(YOLOX_NANO / "yolox_nano.onnx", *(VIDEOS / CASES[c].clip for c in args.cases))
+    found = {}
+    for name in args.cases:
+        case = CASES[name]
+        reference, cams = run_case(case, args.folder, args.reuse, live=args.live)
+        one = score_case(case, reference, cams)
+        one["embeddings"] = sum(1 for m in cams if m.get("type") == "embedding" and m.get("name") == "reid")
+        one["keyframes"] = sum(1 for m in cams if m.get("type") == "frame" and m.get("keyframe"))
+        one["frames"] = sum(1 for m in cams if m.get("type") == "frame")
+        one["fps"] = round(1.0 / max(np.median(np.diff(sorted({m["pts"] for m in reference if m.get("type") == "frame"}))), 1e-6), 2)
+        found[name] = one
+        print(name, json.dumps(one), file=sys.stderr)
+    if "highway" in found:
+        whole, _ = tracks_of(run_case(CASES["highway"], args.folder, True)[0])
+        found["highway"]["descriptor"] = time_descriptor(VIDEOS / CASES["highway"].clip, whole)
     found["load_average"] = harness.load_average()
-    found["stats_messages"] = len(stats)
     print(json.dumps(found, indent=1))
     if not args.no_write:
         write(found)
@@ -218,39 +299,24 @@ def main(argv=None) -> int:
 
 
 def write(found: dict) -> None:
-    d = found["descriptor"]
-    per_keyframe = found["embeddings"] / max(found["keyframes"], 1)
-    per_second = found["embeddings"] / max(found["frames"] / 2 / 30, 1e-9)
-    text = harness.header("Identities across cameras (reid.across)") + f"""
-The machine was loaded when this was measured (another engineer's one-hour soak test; load average
-{found['load_average']:.2f} at the end): the milliseconds are upper bounds. The run is in file mode, yet the
-adaptive keyframes follow the machine's load, so the tracks, and with them the figures, move a little
-from run to run (an earlier run on a lighter load: 81 and 35 tracks, 38 true pairs).
-
-## Two cameras from one clip
-
-The top and bottom halves of highway_720p30.mp4 (1280x360 each, 897 frames), two sources of one
-pipeline with `reid: {{across: [top, bottom], clock: media}}` and the weight-free descriptor; keyframes
-every 5th frame (adaptive, at most 15), `mv` tracker, YOLOX-Nano at conf 0.3. Identities: the whole frame
-tracked with the same detector on every frame; a half's track maps to the whole-frame track it
-overlaps most (mean IoU at least {MIN_MEAN_IOU}).
-
-| | value |
-|---|---|
-| tracks (top, bottom) | {found['tracks']['top']}, {found['tracks']['bottom']} |
-| true cross-camera pairs | {found['true_pairs']} |
-| linked pairs (sharing a global_id) | {found['linked_pairs']} |
-| correct links | {found['correct']} |
-| **precision** | **{found['precision']}** |
-| **recall** | **{found['recall']}** |
-
-The same over the tracks seen on at least {MIN_FRAMES} frames of their camera (half a second: three
-keyframes; shorter ones are mostly fragments at the seam, 2 to 5 frames long, that the reid stage
-never describes): {found['lasting']['true_pairs']} true pairs, {found['lasting']['linked_pairs']} linked,
-{found['lasting']['correct']} correct: precision **{found['lasting']['precision']}**, recall
-**{found['lasting']['recall']}**.
-
-## Cost
+    d = found["highway"]["descriptor"] if "descriptor" in found.get("highway", {}) else None
+    rows = []
+    for name, f in found.items():
+        if name not in CASES:
+            continue
+        a, b = CASES[name].views
+        rows.append(f"| {name} | {f['tracks'][a]}, {f['tracks'][b]} | {f['true_pairs']} | {f['linked_pairs']} | "
+                    f"{f['correct']} | **{f['precision']}** | **{f['recall']}** | "
+                    f"{f['lasting']['precision']} / {f['lasting']['recall']} ({f['lasting']['true_pairs']} pairs) |")
+    about = "\n".join(f"- `{c.name}`: {c.clip}, views {', '.join(f'{n} {r}' for n, r in c.views.items())} "
+                      f"(x, y, w, h), classes {', '.join(c.classes)}: {c.about}." for c in CASES.values() if c.name in found)
+    cost = ""
+    if d:
+        h = found["highway"]
+        per_keyframe = h["embeddings"] / max(h["keyframes"], 1)
+        per_second = h["embeddings"] / max(h["frames"] / 2 / h["fps"], 1e-9)
+        cost = f"""
+## Cost (highway)
 
 | | value |
 |---|---|
@@ -261,28 +327,53 @@ never describes): {found['lasting']['true_pairs']} true pairs, {found['lasting']
 | embeddings per second of video, per stream | {per_second:.2f} |
 | ms per second of video, per stream | {per_second * d['ms_per_crop_single']:.2f} |
 
-Per keyframe and per stream use the one-box figure (the worker's batches are often of one crop).
+Per keyframe and per stream use the one-box figure (the worker's batches are often of one crop). The
+linker's own work is bookkeeping per object and frame, well under these.
+"""
+    text = harness.header("Identities across cameras (reid.across)") + f"""
+The machine was loaded when this was measured (another engineer's one-hour soak test on the same 2
+cores; load average {found['load_average']:.2f} at the end): the milliseconds are upper bounds. The
+runs read the views as files (`clock: media`), yet the adaptive keyframes follow the machine's load,
+so the tracks, and with them the figures, move a little from run to run.
 
+## The cases
+
+Two cameras cut from one shared clip each, as two sources of one pipeline with
+`reid: {{across: [the two views], clock: media}}` and the weight-free descriptor; keyframes every 5th
+frame (adaptive, at most 15), `mv` tracker, YOLOX-Nano at conf 0.3. Identities: the whole clip tracked
+with the same detector on every frame; a camera's track maps to the whole-frame track it overlaps
+most, the whole-frame boxes cut to the camera's view first (an object half out of a view is, to that
+camera, the half it sees), at a mean IoU of at least {MIN_MEAN_IOU}. A true pair is a track of each
+camera that map to one whole-frame track; a linked pair shares a `global_id` (the last one its frames
+carry).
+
+{about}
+
+`road_topdown_640x360.avi` (cars seen from above, driving left to right) was tried as left and right
+halves and dropped: YOLOX-Nano finds one `bus` in its 374 frames and no car, so there are no
+identities to score. `highway_small` is the same scene as `highway`: it is held out with it.
+
+| case | tracks (cameras) | true pairs | linked pairs | correct | **precision** | **recall** | over tracks seen on at least {MIN_FRAMES} frames: precision / recall |
+|---|---|---|---|---|---|---|---|
+{chr(10).join(rows)}
+{cost}
 ## Constants, and why
 
-Chosen before measuring here, not fitted to this clip (the only two-camera data there is):
-`threshold` 0.5 on the centred cosine (a random pair of objects scores about 0; 0.5 is clearly
-alike), `margin` 0.1 (a tenth of that range), `window_s` 60 (a minute between cameras), at least 2
-looks before a link, 8 described tracks before any, transit bands after 5 confident links from the
-10th-90th percentile widened by half their spread (at least 1 s). Centring on the group's mean
-appearance came from looking at this clip's similarities (raw cosines of different cars crowd at
-0.95-0.99); it is a general remedy for a descriptor whose every crop shares the background.
-
-## Against the targets
-
-Issue 50 asks for precision and recall of at least 0.8. Over every track, recall falls short
-because a whole-frame identity often splits, at the seam, into a long track and fragments of 2 to 5
-frames in one half; a fragment is never described (a track needs two keyframes and a look), and a
-track links to one track per camera. Over the tracks that lasted half a second, recall meets it and
-precision is just under: the wrong links are mostly a car linked to the car that crossed the
-seam just before or after it, in the same lane, looking alike to colour and texture.
+The linker's constants are chosen by leave-one-scene-out over these cases
+([Leave-one-scene-out](#leave-one-scene-out), below: every held-out scene's choice and figures, replayed on the runs). The
+`reid` keys keep their defaults (`threshold` 0.5, `margin` 0.1, `window_s` 60): once links by place
+are on, the grid's values of threshold and margin made no difference. Links by place, the
+continuation of a track broken in two, and the lone hand-over were chosen on every fold, and
+`PLACE_LAG_S` 0 (a link by place waits until every other camera has shown the moment a track came in).
+The descriptor variants tried (a 2-D centre window, Lab, finer bins, a shrunk box) were chosen by
+the highway scene alone: `indoor` has no appearance links (its tracks in the left half are too short
+to be looked at), so with `highway` held out the choice fell to the first of equals, the descriptor as
+it was, and no held-out case tells the variants apart. Over every case a variant came first on the
+highway scene itself (the shrunk box in one run of the grid, the 2-D window in Lab in the next, after
+a change to the linker): evidence from the data it was chosen on, and not stable. The descriptor is
+kept as it was (so are its vectors' meaning, the history's, and the tracker's re-association threshold).
 """
-    harness.write_page(PAGE, text)
+    harness.write_page(PAGE, text, keep="## Before")
     print(f"wrote {PAGE}", file=sys.stderr)
 
 
