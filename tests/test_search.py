@@ -108,6 +108,10 @@ def test_the_command_prints_a_ranked_table_and_json_with_snapshots(history):
     head, row = table.stdout.splitlines()[:2]
     assert head.split()[:4] == ["rank", "score", "stream", "id"] and row.split()[:4] == ["1", f"{top['score']:.3f}",
                                                                                           "b", str(b)]
+    others = streamlens("search", "--history", str(history / "history.db"), "--stream", "a", "--id", str(a),
+                        "--others", "--json")
+    assert others.returncode == 0, others.stderr
+    assert {r["stream"] for r in json.loads(others.stdout)["results"]} == {"b"}  # the query's own camera left out
 
 
 def test_bad_search_arguments_are_one_line_exit_2(history):
@@ -117,7 +121,8 @@ def test_bad_search_arguments_are_one_line_exit_2(history):
                        (["--history", db, "--stream", "a", "--id", "999"], "no track 999 of stream 'a'"),
                        (["--history", db, "--image", str(history / "bad.jpg")], "not a JPEG picture"),
                        (["--history", str(history / "nope.db"), "--stream", "a", "--id", "1"], "no such history file"),
-                       (["--history", db, "--stream", "a", "--id", "1", "--limit", "1000"], "--limit: 1 to 100")):
+                       (["--history", db, "--stream", "a", "--id", "1", "--limit", "1000"], "--limit: 1 to 100"),
+                       (["--history", db, "--image", str(history / "bad.jpg"), "--others"], "--others goes with")):
         done = streamlens("search", *args)
         assert done.returncode == 2 and said in done.stderr, done
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr

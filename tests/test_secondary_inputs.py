@@ -89,3 +89,16 @@ def test_mean_and_std_keys_are_checked(tmp_path):
                         f"secondary: [{{name: look, kind: embed, model: {model}, {key}: {value}}}]\n")
         with pytest.raises(ConfigError, match=rf"secondary\[0\]\.{where}"):
             streamlens.Pipeline.from_yaml(path)
+
+
+def test_the_reid_section_feeds_its_model_the_same_way(tmp_path):
+    from streamlens.config.model import ReidConfig
+    from streamlens.reid.model import reid_entry, reid_model
+
+    cfg = ReidConfig(model=build_probe_model(tmp_path / "osnet.onnx"), mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    model = reid_model(cfg)
+    assert model.size == (256, 128)
+    (vector,) = model.run([two_colour_crop(512, 256)])  # halved exactly: the colours' border stays sharp
+    expected = (np.array([1, 0, 0, 0, 0, 1]) - IMAGENET_MEAN * 2) / (IMAGENET_STD * 2)
+    np.testing.assert_allclose(vector[0], expected, rtol=1e-3, atol=2e-3)
+    assert (reid_entry(cfg).mean, reid_entry(cfg).std) == (IMAGENET_MEAN, IMAGENET_STD)

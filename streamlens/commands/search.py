@@ -40,6 +40,7 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--at", type=float, help="the query track of the run that saw it nearest this Unix time")
     p.add_argument("--image", metavar="JPEG", help="a JPEG crop to search for instead of a track")
     p.add_argument("--limit", type=int, default=10, help="results, 1-100 (default 10)")
+    p.add_argument("--others", action="store_true", help="only other streams' tracks (with --stream and --id)")
     p.add_argument("--json", action="store_true", help="the answer as /api/search gives it, with snapshot paths")
 
 
@@ -60,7 +61,7 @@ def _search(args, db):
         except BadPicture as e:
             raise _bad(f"--image: {args.image}: {e}") from None
         return {"image": args.image}, name, search.similar(db, vector, name, args.limit)
-    found = search.by_track(db, args.stream, args.id, args.limit, name=args.name, at=args.at)
+    found = search.by_track(db, args.stream, args.id, args.limit, name=args.name, at=args.at, others=args.others)
     if found is None:
         raise _bad(f"no track {args.id} of stream {args.stream!r} with an embedding kept in {args.history}")
     row, results = found
@@ -72,6 +73,8 @@ def run(args) -> int:
 
     if (args.image is None) == (args.stream is None or args.id is None):
         raise _bad("give either --stream and --id (a track) or --image (a JPEG crop)")
+    if args.others and args.image is not None:
+        raise _bad("--others goes with --stream and --id (a crop has no stream)")
     if not 1 <= args.limit <= 100:
         raise _bad(f"--limit: 1 to 100, got {args.limit}")
     path = Path(args.history)
@@ -90,16 +93,17 @@ def run(args) -> int:
         raise _bad(f"{path}: not a readable history file ({e})") from None
     except sqlite3.Error as e:
         raise _bad(f"{path}: not a readable history file ({e})") from None
-    keys = ("stream", "id", "score", "label", "global_id", "first_ts", "last_ts", "event", "snapshot_path")
-    rows = [{"rank": i, **{k: r[k] for k in keys}} for i, r in enumerate(results, 1)]
+    keys = ("stream", "id", "score", "label", "global_id", "first_ts", "last_ts", "event", "snapshot_path", "linked")
+    rows = [{"rank": i, **{k: r.get(k, False) if k == "linked" else r[k] for k in keys}} for i, r in enumerate(results, 1)]
     if args.json:
         print(json.dumps({"query": query, "name": name, "ignored": ignored, "results": rows}))
         return 0
-    table = [("rank", "score", "stream", "id", "label", "global", "first seen (UTC)", "last seen (UTC)", "snapshot")]
+    table = [("rank", "score", "stream", "id", "label", "global", "first seen (UTC)", "last seen (UTC)", "linked",
+              "snapshot")]
     for r in rows:
         table.append((str(r["rank"]), f"{r['score']:.3f}", r["stream"], str(r["id"]), r["label"] or "-",
                       "-" if r["global_id"] is None else str(r["global_id"]), _when(r["first_ts"]),
-                      _when(r["last_ts"]), r["snapshot_path"] or "-"))
+                      _when(r["last_ts"]), "yes" if r["linked"] else "-", r["snapshot_path"] or "-"))
     widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]
     for t in table:
         print("  ".join(c.rjust(w) if i in (0, 1, 3) else c.ljust(w) for i, (c, w) in enumerate(zip(t, widths))).rstrip())

@@ -61,7 +61,7 @@ def reid_model(cfg):
         return DescriptorModel()
     from ..secondary.model import CropModel
 
-    return CropModel(cfg.model, imgsz=cfg.imgsz, threads=cfg.threads, where="reid.model")
+    return CropModel(cfg.model, imgsz=cfg.imgsz, threads=cfg.threads, where="reid.model", mean=cfg.mean, std=cfg.std)
 
 
 def reid_entry(cfg) -> SecondaryConfig:
@@ -70,7 +70,7 @@ def reid_entry(cfg) -> SecondaryConfig:
         name=NAME, kind="embed", model=cfg.model if cfg.model is not None else DESCRIPTOR, output=None,
         labels=None, classes=cfg.classes, min_size=cfg.min_size, imgsz=cfg.imgsz, padding=cfg.padding,
         regrow=0.2, every_s=cfg.every_s, max_attempts=cfg.samples, max_batch=cfg.max_batch,
-        max_wait_ms=cfg.max_wait_ms, threads=cfg.threads,
+        max_wait_ms=cfg.max_wait_ms, threads=cfg.threads, mean=cfg.mean, std=cfg.std,
         cache=cfg.cache if cfg.cache is not None else cfg.model is not None)
 
 
