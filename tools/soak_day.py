@@ -21,10 +21,12 @@ last 5 minutes left quiet:
 - +7, every other cycle: one engine killed (SIGKILL); the supervisor starts it again.
 
 Sampled every `--every` s (30) over the run's process tree (the supervisor, engines, forkservers,
-decode workers, resource trackers): resident memory (RSS, and PSS: shared pages split among their
-sharers), open file descriptors, processes, `/dev/shm/streamlens-*` entries. Judged: memory at the
-end (median of the last 5 minutes, when nothing happens) against memory after the warm-up (median of
-minutes 3 to 5, before the first stream is added), both with the same six cameras: within 5%;
+decode workers, resource trackers): resident memory (RSS; USS, the pages no other process maps;
+PSS, shared pages split among every process that maps them, so it moves when other programs that
+map the same libraries start or end: shown, not judged), open file descriptors, processes,
+`/dev/shm/streamlens-*` entries. Judged: memory at the end (median of the last 5 minutes, when
+nothing happens) against memory after the warm-up (median of minutes 3 to 5, before the first
+stream is added), both with the same six cameras: at most 5% more (RSS and USS);
 descriptors and segments the same; every camera back within 2 s of its return; every camera
 delivering at the end. Writes `--out` (tools/results/soak_day.csv) and its page
 (tools/results/soak_day.md).
@@ -172,7 +174,9 @@ def sample(root: int) -> dict:
         return round(sum(_status_kb(p, path, key) for p in which) / 1024, 1)
 
     count, size, orphans = shm_entries(set(_tree(root)))
-    return {"rss_mb": mb(pids), "pss_mb": mb(pids, "Pss:", "smaps_rollup"), "main_mb": mb(found["main"]),
+    return {"rss_mb": mb(pids), "pss_mb": mb(pids, "Pss:", "smaps_rollup"),
+            "uss_mb": round(mb(pids, "Private_Clean:", "smaps_rollup") + mb(pids, "Private_Dirty:", "smaps_rollup"), 1),
+            "main_mb": mb(found["main"]),
             "engines_mb": mb(found["engines"]), "forkservers_mb": mb(found["forkservers"]),
             "decode_mb": mb(found["decode"]), "procs": len(pids), "engines": len(found["engines"]),
             "decode_workers": len(found["decode"]), "fds": sum(map(_fds, pids)), "shm_entries": count,
@@ -308,14 +312,15 @@ def main() -> int:
 
 def report(args, rows, log, sub, delivering, code, err, work) -> None:
     end = args.minutes * 60
-    warm = {k: median(rows, k, 180, 300) for k in ("rss_mb", "pss_mb", "engines_mb", "main_mb", "fds", "shm_entries")}
+    keys = ("rss_mb", "uss_mb", "pss_mb", "engines_mb", "decode_mb", "main_mb", "fds", "shm_entries")
+    warm = {k: median(rows, k, 180, 300) for k in keys if k in rows[0]}
     last = {k: median(rows, k, end - 300, end + 1) for k in warm}
     growth = {k: None if not warm[k] or last[k] is None else round(100 * (last[k] - warm[k]) / warm[k], 1) for k in warm}
     returns = [(name, round(s, 2)) for name, _, s in sub.returns]
     restores = [e for e in log if e["what"] == "restore"]
     verdicts = {
-        "memory at the end at most 5% over memory after the warm-up (RSS and PSS)":
-            growth["rss_mb"] is not None and growth["rss_mb"] <= 5 and growth["pss_mb"] <= 5,
+        "memory at the end at most 5% over memory after the warm-up (RSS, and USS where sampled)":
+            growth["rss_mb"] is not None and growth["rss_mb"] <= 5 and (growth.get("uss_mb") or 0) <= 5,
         "descriptors flat": warm["fds"] is not None and last["fds"] is not None and last["fds"] <= warm["fds"],
         "/dev/shm segments flat": last["shm_entries"] is not None and last["shm_entries"] <= (warm["shm_entries"] or 0),
         "every camera back within 2 s of its return": len(returns) == len(restores)
