@@ -31,13 +31,11 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_reid as bench
 
-import bench_reid as bench  # noqa: E402
-
-from streamlens.bench import harness  # noqa: E402
-from streamlens.bench.harness import RESULTS  # noqa: E402
-from streamlens.history import search  # noqa: E402
+from streamlens.bench import harness
+from streamlens.bench.harness import RESULTS
+from streamlens.history import search
 
 PAGE = RESULTS / "reid_search.md"
 MIN_MEAN_IOU = bench.MIN_MEAN_IOU

@@ -31,14 +31,12 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_reid as bench
 
-import bench_reid as bench  # noqa: E402
-
-from streamlens.bench import harness  # noqa: E402
-from streamlens.reid import appearance  # noqa: E402
-from streamlens.reid import links  # noqa: E402
-from streamlens.reid.links import Linker  # noqa: E402
+from streamlens.bench import harness
+from streamlens.reid import appearance
+from streamlens.reid import links
+from streamlens.reid.links import Linker
 
 
 def looks_of(case: bench.Case, folder: Path, cams: list[dict], variants: dict) -> dict:

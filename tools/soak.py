@@ -99,7 +99,7 @@ def _parents() -> dict[int, int]:
     return out
 
 
-def _tree(pid: int, parents: dict[int, int] | None = None) -> list[int]:
+def process_tree(pid: int, parents: dict[int, int] | None = None) -> list[int]:
     """`pid` and all its descendants."""
     children: dict[int, list[int]] = {}
     for child, parent in (parents or _parents()).items():
@@ -128,7 +128,7 @@ def roles(root: int) -> dict[str, list[int]]:
     `runtime.workers`), `forkservers`, `decode` (decode workers: a forkserver's children),
     `trackers` (multiprocessing resource trackers), `other`."""
     parents = _parents()
-    pids = _tree(root, parents)
+    pids = process_tree(root, parents)
     out: dict[str, list[int]] = {"main": [root], "engines": [], "forkservers": [], "decode": [], "trackers": [],
                                  "other": []}
     for pid in pids[1:]:
@@ -159,7 +159,7 @@ def engine_index(pid: int) -> int | None:
     return None
 
 
-def _status_kb(pid: int, path: str, key: str) -> int:
+def status_kb(pid: int, path: str, key: str) -> int:
     try:
         for line in Path(f"/proc/{pid}/{path}").read_text().splitlines():
             if line.startswith(key):
@@ -169,7 +169,7 @@ def _status_kb(pid: int, path: str, key: str) -> int:
     return 0
 
 
-def _fds(pid: int) -> int:
+def open_fds(pid: int) -> int:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
@@ -379,7 +379,7 @@ def kill_event(proc_pid: int, number: int, workers: int, engine_streams: dict[in
         pid = by_index.get(other)
         if pid is None:
             continue
-        tree = set(_tree(pid, parents))
+        tree = set(process_tree(pid, parents))
         mine = [w for w in found["decode"] if w in tree]
         if mine:
             cameras = [s for s in engine_streams.get(other, []) if s.startswith("cam")]
@@ -593,12 +593,12 @@ def main() -> int:
                 latency = sorted(sub.take_window())
                 count, size, orphans = shm_entries(set(seen))
                 row = {"t_s": round(elapsed, 1),
-                       "rss_mb": round(sum(_status_kb(p, "status", "VmRSS:") for p in pids) / 1024, 1),
-                       "pss_mb": round(sum(_status_kb(p, "smaps_rollup", "Pss:") for p in pids) / 1024, 1),
-                       "main_mb": round(_status_kb(proc.pid, "status", "VmRSS:") / 1024, 1),
+                       "rss_mb": round(sum(status_kb(p, "status", "VmRSS:") for p in pids) / 1024, 1),
+                       "pss_mb": round(sum(status_kb(p, "smaps_rollup", "Pss:") for p in pids) / 1024, 1),
+                       "main_mb": round(status_kb(proc.pid, "status", "VmRSS:") / 1024, 1),
                        "procs": len(pids), "engines": len(found["engines"]), "forkservers": len(found["forkservers"]),
                        "decode_workers": len(found["decode"]), "trackers": len(found["trackers"]),
-                       "fds": sum(map(_fds, pids)), "shm_entries": count, "shm_mb": round(size / 2**20, 2),
+                       "fds": sum(map(open_fds, pids)), "shm_entries": count, "shm_mb": round(size / 2**20, 2),
                        "shm_orphans": orphans,
                        "within_budget": None if within is None else round(within, 4),
                        "p95_ms": None if p95 is None else round(p95, 1),

@@ -50,7 +50,7 @@ import urllib.request
 from pathlib import Path
 
 from page_screenshot import browser_missing, open_browser
-from soak import _fds, _status_kb, _tree, engine_index, roles, shm_entries
+from soak import open_fds, status_kb, process_tree, engine_index, roles, shm_entries
 
 from streamlens.bench.harness import RESULTS, VIDEOS, YOLOX_NANO, command_line, header, need
 from streamlens.testing.rtsp_server import GstRtspServer, free_port, gst_missing
@@ -171,15 +171,15 @@ def sample(root: int) -> dict:
     pids = [p for pids in found.values() for p in pids]
 
     def mb(which, key="VmRSS:", path="status"):
-        return round(sum(_status_kb(p, path, key) for p in which) / 1024, 1)
+        return round(sum(status_kb(p, path, key) for p in which) / 1024, 1)
 
-    count, size, orphans = shm_entries(set(_tree(root)))
+    count, size, orphans = shm_entries(set(process_tree(root)))
     return {"rss_mb": mb(pids), "pss_mb": mb(pids, "Pss:", "smaps_rollup"),
             "uss_mb": round(mb(pids, "Private_Clean:", "smaps_rollup") + mb(pids, "Private_Dirty:", "smaps_rollup"), 1),
             "main_mb": mb(found["main"]),
             "engines_mb": mb(found["engines"]), "forkservers_mb": mb(found["forkservers"]),
             "decode_mb": mb(found["decode"]), "procs": len(pids), "engines": len(found["engines"]),
-            "decode_workers": len(found["decode"]), "fds": sum(map(_fds, pids)), "shm_entries": count,
+            "decode_workers": len(found["decode"]), "fds": sum(map(open_fds, pids)), "shm_entries": count,
             "shm_mb": round(size / 2**20, 1), "shm_orphans": orphans}
 
 
