@@ -47,6 +47,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -59,6 +60,8 @@ from .transit import Transits
 MIN_SAMPLES = 2
 #: how far over `threshold` a link must be to teach the transit times (and twice the margin)
 CONFIDENT = 0.05
+#: seconds between two walks over the kept tracks to forget the old (a track goes at most this late)
+FORGET_EVERY_S = 1.0
 #: tracks kept per camera, at most
 MAX_TRACKS = 2000
 #: the running mean appearance weighs about this many of the latest appearances
@@ -140,6 +143,7 @@ class Linker:
         self.window_s, self.threshold, self.margin = window_s, threshold, margin
         self.by_place, self.continuing = by_place, continuing
         self.transits = Transits()
+        self._next_forget = -math.inf  # when the next walk over the kept tracks forgets the old
         self.places = Places()
         self._tracks: dict[str, dict[int, _Track]] = {s: {} for s in self.streams}
         self._next_id = 1
@@ -388,6 +392,9 @@ class Linker:
         that are due."""
         if self._pending:
             self._settle()
+        if t < self._next_forget:  # forgetting walks every kept track: once a second, not every frame
+            return
+        self._next_forget = t + FORGET_EVERY_S
         for tracks in self._tracks.values():
             gone = [k for k, known in tracks.items() if t - known.last > self.window_s]
             for k in gone:
