@@ -12,6 +12,8 @@ or a Ray actor (ray.py). A process speaks over two one-way pipes:
 
     supervisor -> engine:  "stop" (finish what was decoded)   "abort" (at once)
                            ("add", SourceConfig)  ("remove", name): a stream added or removed
+                           ("floor", level): apply at least this rung of the overload ladder
+                           (the other engines of this machine have climbed it; graph/overload/ladder.py)
     engine -> supervisor:  ("snapshot", Snapshot) about twice a second
                            ("report", RunReport) when the run has ended
                            ("failed", line)       when it could not start
@@ -92,6 +94,8 @@ class Snapshot:
     #: its secondary models' figures and its mask stage's (`Pipeline.secondary_stats`, `segment_stats`)
     secondary: dict = field(default_factory=dict)
     segment: dict = field(default_factory=dict)
+    #: its budget controller's own rung (`BudgetController.level`; 0: none or at rest)
+    level: int = 0
 
 
 class _SeqMark(Sink):
@@ -176,7 +180,8 @@ class EngineRun:
         return Snapshot({n: p.stats[n].snapshot() for n in names}, {n: p.control_of(n) for n in names},
                         {n: p.queue_depth(n) for n in names}, dict(self._marks.last), p.stopping,
                         list(control.actions) if control is not None else [], endpoints, self.host,
-                        os.getpid(), dict(self._refused), p.secondary_stats(), p.segment_stats())
+                        os.getpid(), dict(self._refused), p.secondary_stats(), p.segment_stats(),
+                        control.level if control is not None else 0)
 
     def add(self, source) -> None:
         """A stream added to this engine (a `SourceConfig` the supervisor checked): its `seq` mark
@@ -187,10 +192,19 @@ class EngineRun:
     def remove(self, name: str) -> None:
         self._changes.put(("remove", name))
 
+    def hold_floor(self, level: int) -> None:
+        """The other engines of this machine have climbed `level` rungs: apply at least that many
+        (on the run's next tick)."""
+        self._changes.put(("floor", level))
+
     def _apply_changes(self) -> None:
         """On the run's loop: the streams added and removed since its last tick."""
         while not self._changes.empty():
             what, value = self._changes.get()
+            if what == "floor":
+                if self._pipeline.controller is not None:
+                    self._pipeline.controller.hold_floor(value)
+                continue
             try:
                 if what == "add":
                     self._pipeline.add_stream(value)
@@ -249,6 +263,8 @@ def _obey(orders, engine: EngineRun) -> None:
             engine.add(order[1])
         elif isinstance(order, tuple) and order[0] == "remove":
             engine.remove(order[1])
+        elif isinstance(order, tuple) and order[0] == "floor":
+            engine.hold_floor(order[1])
 
 
 __all__ = ["EngineSpec", "EngineRun", "Snapshot", "engine_main", "SNAPSHOT_EVERY_S"]

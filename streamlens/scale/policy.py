@@ -1,5 +1,6 @@
 """When the supervisor starts engines: how many (`worker_count`, `supervised`), which streams each
-runs (`deal`), and how long after a death it starts one again (`restart_delay`)."""
+runs (`deal`), how long after a death it starts one again (`restart_delay`), and the overload rung
+each must hold while they share a machine (`ladder_floors`)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,20 @@ def restart_delay(last_s: float, ran_s: float) -> float:
     if not last_s or ran_s >= HEALTHY_RUN_S:
         return RESTART_DELAY_S
     return min(RESTART_MAX_S, 2 * last_s)
+
+
+def ladder_floors(rungs: dict[int, tuple[str, int]]) -> dict[int, int]:
+    """Each engine's floor on the overload ladder (graph/overload/ladder.py): the highest rung that
+    the other engines of its machine have climbed on their own (`rungs`: engine -> (host, its own
+    rung)). Engines on other machines share no cores, so they count for nothing.
+
+    Example:
+        >>> ladder_floors({0: ("box", 6), 1: ("box", 0), 2: ("box", 2), 3: ("other", 9)})
+        {0: 2, 1: 6, 2: 6, 3: 0}
+    """
+    return {engine: max((level for other, (where, level) in rungs.items() if other != engine and where == host),
+                        default=0)
+            for engine, (host, _) in rungs.items()}
 
 
 def worker_count(config: PipelineConfig) -> int:
@@ -111,5 +126,5 @@ def supervised(config: PipelineConfig) -> bool:
     return worker_count(config) > 1 or config.runtime.cluster is not None
 
 
-__all__ = ["restart_delay", "worker_count", "deal", "placement_units", "detector_on_gpu", "supervised", "RESTART_DELAY_S", "RESTART_MAX_S",
+__all__ = ["ladder_floors", "restart_delay", "worker_count", "deal", "placement_units", "detector_on_gpu", "supervised", "RESTART_DELAY_S", "RESTART_MAX_S",
            "HEALTHY_RUN_S", "END_WAIT_S"]

@@ -84,6 +84,10 @@ class EngineActor:
     def remove(self, name: str) -> None:
         self._changes.put(("remove", name))
 
+    def floor(self, level: int) -> None:
+        """The other engines of this actor's machine have climbed `level` rungs (engine.py)."""
+        self._changes.put(("floor", level))
+
     def pid(self) -> int:
         import os
 
@@ -146,7 +150,7 @@ class RayActors:
                          "fps": {}}
 
     def tell(self, engine, order: str | tuple) -> None:
-        """`order`: "stop", "abort", or ("add", SourceConfig) / ("remove", name) (engine.py)."""
+        """`order`: "stop", "abort", or ("add", SourceConfig) / ("remove", name) / ("floor", level) (engine.py)."""
         name, *args = (order,) if isinstance(order, str) else order
         getattr(engine.handle["actor"], name).remote(*args)
 

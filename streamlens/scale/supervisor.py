@@ -71,11 +71,14 @@ from .changes import SupervisedChanges
 from .figures import merge_counters, merge_losses, merge_secondary
 from .engine_config import engine_config
 from .forwarder import Forwarder
-from .policy import END_WAIT_S, deal, restart_delay, supervised, worker_count
+from .policy import END_WAIT_S, deal, ladder_floors, restart_delay, supervised, worker_count
 from .preview import EnginePreviews
 from .processes import Processes
 
 log = logging.getLogger("streamlens.scale")
+
+#: an engine's snapshot older than this says nothing of its overload rung (`Supervisor._share_ladder`)
+LADDER_STALE_S = 3.0
 
 
 def runner_for(config: PipelineConfig, *, log_level: int = logging.WARNING):
@@ -107,6 +110,7 @@ class _Engine:
     died_at: float = 0.0  # time.monotonic() when its death was seen
     restarts: int = 0
     restart_delay: float = 0.0  # the last wait before a restart (0: none yet, or reset)
+    floor: int = 0  # the overload rung it was last told to hold at least (`_share_ladder`)
 
 
 class Supervisor(SupervisedChanges):
@@ -272,6 +276,7 @@ class Supervisor(SupervisedChanges):
             if not self._launcher.remote:  # an ipc file: known before it is bound (an actor's: in its snapshot)
                 self._preview_at[engine.index] = spec.preview
         engine.restart_at = None
+        engine.floor = 0  # a new process holds none
         engine.started_at = time.monotonic()
         self._launcher.start(engine, spec)
         engine.running = True
@@ -294,6 +299,7 @@ class Supervisor(SupervisedChanges):
                 self.stop()  # an engine that cannot start ends the run, as one process would
             elif kind == "gone":
                 self._gone(engine, value)
+        self._share_ladder()
         for where, forwarder in self._forwarders.items():
             if forwarder.error is not None and self._error is None:
                 self._error = forwarder.error  # a sink that fails ends the run, as with one engine
@@ -328,6 +334,22 @@ class Supervisor(SupervisedChanges):
             if name not in self._ended_stats:
                 st = self._ended_stats[name] = StreamStats(name, self._placeholders[name].uri)
                 st.end("error", line)
+
+    def _share_ladder(self) -> None:
+        """Each running engine applies at least the highest rung of the overload ladder that the
+        other engines of its machine have climbed on their own evidence (graph/overload/ladder.py:
+        they share its cores, so one engine shedding while another takes what it freed left their
+        streams 40 points apart); told when that changes. A snapshot older than `LADDER_STALE_S`
+        (an engine stuck or gone) counts for nothing."""
+        now = time.monotonic()
+        fresh = {e.index: e for e in self._engines
+                 if e.running and e.snapshot is not None and now - e.snapshot_at < LADDER_STALE_S}
+        floors = ladder_floors({i: (e.snapshot.host, e.snapshot.level) for i, e in fresh.items()})
+        for index, floor in floors.items():
+            engine = fresh[index]
+            if floor != engine.floor:
+                engine.floor = floor
+                self._launcher.tell(engine, ("floor", floor))
 
     def _gone(self, engine: _Engine, how: str | None) -> None:
         """`engine` has ended: after its report (`how` None), or died."""

@@ -106,6 +106,7 @@ from collections import deque
 from collections.abc import Callable
 
 from ...metrics import nearest_rank
+from .ladder import Rungs
 from .room import CpuRoom
 from .shedding import SHED_STEPS, Shedder, fair_shares, shed_name
 
@@ -205,6 +206,8 @@ class BudgetController:
         self._room = CpuRoom(cpu) if cpu is not None else None
         #: steps down taken because the process had room while shedding (see `tick`)
         self.room_steps = 0
+        #: the rung the other engines of this machine have climbed (`hold_floor`, ladder.py)
+        self.floor = 0
 
     @property
     def stretch(self) -> float:
@@ -215,7 +218,8 @@ class BudgetController:
     def wait_limit_s(self) -> float:
         """How long a live frame may have waited when the engine comes to it, now: `max_wait_s` once
         the controller has climbed; below the first rung `CALM_WAIT_SHARE` budgets (see the docs)."""
-        return self.max_wait_s if self.level else max(self.max_wait_s, CALM_WAIT_SHARE * self.budget_ms / 1000)
+        return (self.max_wait_s if self.applied().level
+                else max(self.max_wait_s, CALM_WAIT_SHARE * self.budget_ms / 1000))
 
     @property
     def shed(self) -> float:
@@ -227,12 +231,27 @@ class BudgetController:
         """Rungs climbed: 0 is the pipeline as configured."""
         return self._stretch_index + self.throughput + (not self.wait) + self._shed_index + self.keyframes_only
 
+    def applied(self) -> Rungs:
+        """What the runtime applies: this controller's own rungs, or the floor's where it is higher."""
+        own = Rungs(self.wait, self._stretch_index, self.throughput, self._shed_index, self.keyframes_only)
+        if self.floor <= own.level:
+            return own
+        return Rungs.at(self.floor, wait_rung=self._wait_rung, stretches=len(self.stretches),
+                        batching=self.batching_rung)
+
+    def hold_floor(self, level: int) -> None:
+        """Apply at least `level` rungs from now on (the others engines' highest, ladder.py); this
+        controller's own rung, which it still climbs and comes down on its own evidence, is unchanged."""
+        self.floor = max(0, int(level))
+        self._share_fairly()
+
     def add(self, stream: str) -> Shedder:
         """A live stream added while running (graph/run/changes.py): watched from now on, shedding what
         the others shed; its shedder. `shedders` and the samples are replaced, not changed, so a
         `tick` or a reader on another thread goes on over the ones it has."""
         shedder = Shedder((len(self.shedders) * 0.618) % 1.0)  # phases spread as streams come
-        shedder.fraction, shedder.keyframes_only = self.shed, self.keyframes_only
+        rungs = self.applied()
+        shedder.fraction, shedder.keyframes_only = SHED_STEPS[rungs.shed_index], rungs.keyframes_only
         with self._lock:
             self._samples = {**self._samples, stream: deque()}
             self.shedders = {**self.shedders, stream: shedder}
@@ -364,14 +383,17 @@ class BudgetController:
             self._history.setdefault(name, deque(maxlen=FAIR_WINDOWS)).append((counts[name], lost, shed))
 
     def _share_fairly(self) -> None:
-        """Every shedder's share from the rung's and what each stream kept (`fair_shares`)."""
-        shedders = self.shedders
-        if self.level == 0:  # no overload: nothing is shed, whatever fell where
+        """Every shedder's share from the rung's and what each stream kept (`fair_shares`), and
+        whether it decodes keyframes only: the rungs applied (own or the floor's)."""
+        shedders, rungs = self.shedders, self.applied()
+        if rungs.level == 0:  # no overload: nothing is shed, whatever fell where
             shares = dict.fromkeys(shedders, 0.0)
         else:
-            shares = fair_shares(self.shed, {name: list(self._history.get(name, ())) for name in shedders})
+            shares = fair_shares(SHED_STEPS[rungs.shed_index],
+                                 {name: list(self._history.get(name, ())) for name in shedders})
         for name, share in shares.items():
             shedders[name].fraction = share
+            shedders[name].keyframes_only = rungs.keyframes_only
 
     def _adjust_wait(self, worst_ms: float | None) -> None:
         """The hard limit follows the second's p95 (see the docs). No frame published for
@@ -451,19 +473,21 @@ class BudgetController:
 
     def _set_shed(self, index: int) -> str:
         self._shed_index = index
-        for shedder in list(self.shedders.values()):
-            shedder.fraction = self.shed
+        self._share_fairly()
         return f"dropping {shed_name(self.shed)}" if self.shed else "no longer dropping"
 
     def _set_keyframes_only(self, on: bool) -> str:
         self.keyframes_only = on
-        for shedder in list(self.shedders.values()):
-            shedder.keyframes_only = on
+        self._share_fairly()
         return "decoding keyframes only" if on else "decoding every frame again"
 
     def state(self, stream: str) -> dict:
-        """What the controller does to `stream` now, for its stats."""
-        shedder = self.shedders.get(stream)
-        return {"level": self.level, "keyframe_stretch": self.stretch, "keyframe_wait": self.wait,
-                "batching": "throughput" if self.throughput else "latency",
-                "shed_fraction": shedder.fraction if shedder else 0.0, "keyframes_only": self.keyframes_only}
+        """What the controller does to `stream` now, for its stats: the rungs applied; `floor` (the
+        other engines' highest rung) only while it, not this controller's own, holds them."""
+        shedder, rungs = self.shedders.get(stream), self.applied()
+        state = {"level": rungs.level, "keyframe_stretch": self.stretches[rungs.stretch_index],
+                 "keyframe_wait": rungs.wait, "batching": "throughput" if rungs.throughput else "latency",
+                 "shed_fraction": shedder.fraction if shedder else 0.0, "keyframes_only": rungs.keyframes_only}
+        if self.floor > self.level:
+            state["floor"] = self.floor
+        return state

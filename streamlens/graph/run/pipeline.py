@@ -344,7 +344,9 @@ class Pipeline(RunFigures):
         control = self.controller
         if control is not None:
             control.tick(*self._losses.for_controller(list(control.shedders)))
-            self._mail.put(Control(control.stretch, control.wait, control.throughput, control.wait_limit_s),
+            rungs = control.applied()  # its own rungs, or the other engines' floor (overload/ladder.py)
+            self._mail.put(Control(control.stretches[rungs.stretch_index], rungs.wait, rungs.throughput,
+                                   control.wait_limit_s),
                            key="control", drop_oldest=True)
 
     def results(self) -> Iterator[FrameResult | StreamEnd]:

@@ -62,7 +62,8 @@ class RunFigures:
         control, owner = self.controller, self.streams.get(stream)
         if control is None or owner is None or owner.shedder is None:
             return None
-        return control.stretch, control.wait, owner.shedder.fraction
+        rungs = control.applied()
+        return control.stretches[rungs.stretch_index], rungs.wait, owner.shedder.fraction
 
 
 __all__ = ["RunFigures"]
