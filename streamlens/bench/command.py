@@ -28,7 +28,9 @@ same video, and prints a table; everything measured goes to `--out` as JSON.
 - The budget (`--budget-ms`) defaults to the pipeline's `runtime.budget_ms` (33 ms unless set).
 - Accuracy (`streamlens.bench.accuracy`): the reference is the pipeline's own detector (same model,
   resize mode, conf, classes) on every frame of one pass of the video, made once per video and
-  detector and cached in `--reference-cache` (`streamlens.bench.reference`). Each stream's received
+  detector and cached in `--reference-cache` (`streamlens.bench.reference`); `--reference-detector
+  FILE` takes another pipeline file's detector instead (a BF16 or INT8 arm scored against FP32,
+  not against itself). Each stream's received
   frames in the window are scored: F1 (a stream's worst F1 is what `--min-f1` judges), how many
   frames a new object waits for its first box, and the detection delay, from a keyframe becoming
   available to the first result carrying its detections.
@@ -101,6 +103,9 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
                    help="fraction of frames every stream must keep to pass (default 1.0: none dropped)")
     p.add_argument("--min-f1", type=_fraction, default=0.85, metavar="F",
                    help="F1 against detecting every frame that every stream must reach to pass (default 0.85)")
+    p.add_argument("--reference-detector", metavar="FILE",
+                   help="score against this pipeline file's detector on every frame instead of the pipeline's own "
+                        "(e.g. FP32 onnxruntime for a BF16 OpenVINO arm)")
     p.add_argument("--reference-cache", metavar="DIR",
                    help="where detect-every-frame references are cached (default ~/.cache/streamlens/bench)")
     p.add_argument("--workers", type=_positive(int), metavar="N",
@@ -315,10 +320,15 @@ def _run(args) -> int:
             failed = True
 
     cache = Path(args.reference_cache).expanduser() if args.reference_cache else default_cache_dir()
-    print(f"reference: {config.detector.backend} on every frame of the video (cached in {cache}) ...",
+    yardstick = config.detector
+    if args.reference_detector:
+        from ..config import load_pipeline
+        yardstick = load_pipeline(args.reference_detector).detector
+        document["reference_detector"] = str(Path(args.reference_detector).resolve())
+    print(f"reference: {yardstick.backend} on every frame of the video (cached in {cache}) ...",
           file=out, flush=True)
     try:
-        reference = reference_for(config.detector, video, cache)
+        reference = reference_for(yardstick, video, cache)
     except Exception as e:  # noqa: BLE001 - the detector cannot run: no trial could be scored
         if args.debug:
             raise

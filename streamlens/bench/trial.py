@@ -131,6 +131,7 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
     end = start + seconds
     per_stream, latencies, received, spans, keys, delays, methods = {}, [], 0, 0, 0, [], set()
     detected = 0
+    windows: dict[int, list[int]] = {}  # 5 s window -> [tp, delivered, reference, frames, detected]
     for name, s in streams.items():
         ts = np.asarray(s["ts"], dtype=np.float64)
         inside = (ts >= start) & (ts < end)
@@ -158,6 +159,7 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
             picked = np.flatnonzero(inside)
             per_stream[name]["accuracy"] = score_stream(frames.tolist(), [s["pts"][i] for i in picked],
                                                         [s["boxes"][i] for i in picked], reference)
+            _add_windows(windows, ts, picked, frames, s, start, reference)
     kept = [per_stream.get(name, {"kept": 0.0})["kept"] for name in stream_names(k)] if k else [0.0]
     out = {"frames": received, "kept": round(received / spans, 4) if spans else 0.0,
            "kept_min": min(kept), "kept_max": max(kept), "kept_spread": round(max(kept) - min(kept), 4),
@@ -167,6 +169,9 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
     if reference is not None:
         scored = {name: st["accuracy"] for name, st in per_stream.items() if "accuracy" in st}
         out["accuracy"] = combine(scored)
+        out["timeline"] = [{"from_s": w * WINDOW_S, "f1": round(2 * tp / (shown + wanted), 4) if shown + wanted else None,
+                            "frames": n, "detected": round(d / n, 4) if n else None}
+                           for w, (tp, shown, wanted, n, d) in sorted(windows.items())]
         if any(name not in scored for name in stream_names(k)):
             out["accuracy"]["f1_min"] = 0.0  # a stream that delivered nothing in the window
     out["detection_delay_ms"] = ({**spread(delays), "n": len(delays), "method": " + ".join(sorted(methods))}
@@ -177,6 +182,26 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
         out["detection_delay_ms"]["late_keyframes_estimate"] = (
             {q: max(e[q] for e in estimates) for q in ("p50", "p95")} if estimates else None)
     return out
+
+
+#: the timeline's step: F1 and the share of frames detected over every stream, by WINDOW_S seconds
+WINDOW_S = 5.0
+
+
+def _add_windows(windows: dict, ts, picked, frames, s: dict, start: float, reference) -> None:
+    """Adds one stream's received frames in the window to `windows` (see `measure`'s timeline)."""
+    det = s.get("det")
+    slot = ((ts[picked] - start) // WINDOW_S).astype(int)
+    for w in np.unique(slot):
+        mine = picked[slot == w]
+        sc = score_stream(frames[slot == w].tolist(), [s["pts"][i] for i in mine], [s["boxes"][i] for i in mine],
+                          reference)
+        acc = windows.setdefault(int(w), [0, 0, 0, 0, 0])
+        acc[0] += sc["tp"]
+        acc[1] += sc["delivered"]
+        acc[2] += sc["reference"]
+        acc[3] += sc["frames"]
+        acc[4] += len({det[i] for i in mine if det[i] is not None}) if det is not None else 0
 
 
 class TrialFailed(Exception):
