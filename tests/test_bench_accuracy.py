@@ -207,3 +207,23 @@ def test_a_bench_run_scores_both_the_pipeline_and_the_hold_baseline(tmp_path):
         assert run["detection_delay_ms"]["n"] > 0
     assert report["hold"][0]["detection_delay_ms"]["method"] == "detected_frame"
     assert "hold_max_streams" in report["answers"]
+
+
+def test_a_trial_has_a_timeline_of_f1_and_frames_detected_by_five_seconds():
+    # 12 s of one stream at 1 frame a second: right boxes for 5 s, wrong ones after; frame 0 and 6 detected
+    n = 12
+    records = {"s0": {"frame": list(range(n)), "ts": [float(i) for i in range(n)], "recv": [i + 0.01 for i in range(n)],
+                      "key": [0] * n, "pts": [i / 10 for i in range(n)], "boxes": [[A]] * 5 + [[B]] * 7,
+                      "det": [0] * 6 + [6] * 6}}
+    ref = ref_of(*[[A]] * n)
+    trial = measure(records, k=1, warmup=0.0, seconds=20.0, reference=ref)
+    assert [(w["from_s"], w["f1"], w["frames"], w["detected"]) for w in trial["timeline"]] == [
+        (0.0, 1.0, 5, 0.2), (5.0, 0.0, 5, 0.2), (10.0, 0.0, 2, 0.0)]  # each detection once, where it first came
+
+
+def test_staggered_copies_begin_through_the_clip():
+    from streamlens.bench.trial import trial_overrides
+
+    sources = trial_overrides("clip.mp4", 4, "tcp://127.0.0.1:1", stagger_s=30.0)["sources"]
+    assert [s.get("start_s", 0.0) for s in sources] == [0.0, 7.5, 15.0, 22.5]
+    assert all("start_s" not in s for s in trial_overrides("clip.mp4", 4, "tcp://127.0.0.1:1")["sources"])

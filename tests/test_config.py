@@ -80,7 +80,7 @@ def test_env_interpolation_default_and_missing(tmp_path):
 
 @pytest.mark.parametrize("text, expected", [
     ("sources: [{uri: clip.mp4, colour: red}]\ndetector: {backend: motion}\n",
-     "sources[0].colour: unknown key (expected one of: uri, name, live, loop, max_fps, options, "
+     "sources[0].colour: unknown key (expected one of: uri, name, live, loop, start_s, max_fps, options, "
      "max_staleness_ms, decode, fast_decode, max_pixels)"),
     ("sources: [{uri: clip.mp4}]\ndetector: {backend: nosuch}\n",
      "detector.backend: unknown 'nosuch' (onnx, openvino, ultralytics, motion)"),
@@ -132,7 +132,7 @@ detector: {backend: motion, min_area: -1}
 sinks: [{type: jsonl}]
 """)
     assert problems(path) == [
-        f"{path}: sources[0].fps: unknown key (expected one of: uri, name, live, loop, max_fps, options, "
+        f"{path}: sources[0].fps: unknown key (expected one of: uri, name, live, loop, start_s, max_fps, options, "
         "max_staleness_ms, decode, fast_decode, max_pixels)",
         f"{path}: sources[1].uri: file not found: {tmp_path / 'missing.mp4'}",
         f"{path}: detector.min_area: must be >= 0, got -1",

@@ -527,3 +527,52 @@ def test_fast_decode_skips_the_loop_filter_and_keeps_the_picture(decode):
     differences = [float(np.abs(a - b).mean()) for a, b in zip(full, fast)]
     assert max(differences) > 0.05  # the filter was skipped
     assert max(differences) < 3.0  # the same pictures, a little blockier
+
+
+# -- start_s: a file that begins part way in ---------------------------------------------------------
+
+
+def _pictures(source: FileSource, count: int) -> list:
+    stop = threading.Event()
+    frames = []
+    for frame in source.frames(stop):
+        frames.append((frame.index, round(frame.pts, 3), frame.image.copy()))
+        if len(frames) == count:
+            stop.set()
+            break
+    source.close()
+    return frames
+
+
+@pytest.mark.parametrize("decode", ["thread", "process"])
+def test_start_s_begins_at_that_time_with_the_pictures_a_whole_decode_gives(decode):
+    sample = Path(__file__).resolve().parents[1] / "samples" / "traffic.mp4"
+    whole = _pictures(FileSource("all", str(sample)), 200)
+    first_pts = whole[0][1]
+    later = _pictures(FileSource("later", str(sample), start_s=4.3, decode=decode), 20)
+    begin = next(i for i, (_, pts, _) in enumerate(whole) if pts >= first_pts + 4.3 - 1e-3)
+    assert [pts for _, pts, _ in later] == [pts for _, pts, _ in whole[begin:begin + 20]]
+    assert [index for index, _, _ in later] == list(range(20))  # numbered from the first delivered
+    assert all((a == b[2]).all() for (_, _, a), b in zip(later, whole[begin:begin + 20]))
+
+
+def test_a_looping_file_with_start_s_begins_its_later_passes_at_the_start():
+    sample = Path(__file__).resolve().parents[1] / "samples" / "traffic.mp4"
+    whole = _pictures(FileSource("all", str(sample)), 10)
+    looped = _pictures(FileSource("loop", str(sample), start_s=9.0, loop=True), 60)
+    pts = [p for _, p, _ in looped]
+    wrap = next(i for i in range(1, len(pts)) if pts[i] < pts[i - 1])
+    assert pts[0] >= whole[0][1] + 9.0 - 1e-3 and pts[wrap:wrap + 10] == [p for _, p, _ in whole]
+    assert [i for i, _, _ in looped] == list(range(60))  # numbers go on across the loop
+
+
+def test_start_s_past_the_end_or_on_a_camera_is_one_clear_line(tmp_path):
+    from streamlens.config import parse_pipeline
+    from streamlens.errors import ConfigError
+
+    sample = Path(__file__).resolve().parents[1] / "samples" / "traffic.mp4"
+    with pytest.raises(SourceError, match=r"traffic\.mp4: start_s 500 is past the file's end"):
+        FileSource("late", str(sample), start_s=500)
+    with pytest.raises(ConfigError, match=r"start_s.*only for video files"):
+        parse_pipeline({"sources": [{"uri": "rtsp://cam.example/live", "start_s": 3}],
+                        "detector": {"backend": "motion"}}, tmp_path / "p.yaml")

@@ -19,6 +19,9 @@ same video, and prints a table; everything measured goes to `--out` as JSON.
   and `frames` settings). Its detector, keyframes, tracker and runtime settings are used as they
   are, except that `runtime.mode` is always realtime and the `/metrics` server is off.
 - `--workers N` runs the pipeline over N engine processes (`runtime.workers`, streamlens/scale).
+- `--stagger`: copy i of K begins i/K of the clip's length in (`start_s`), as independent cameras
+  are out of step (their keyframes, scenes and traffic at different moments); without it every copy
+  starts at the clip's first frame, the worst case: every stream's I-frame at the same instant.
 - `--curve` measures overload instead of capacity: every K of `--streams` is tried whatever the
   results, and a trial passes when its p95 is within the budget and every stream kept within
   `--max-spread` (default 0.10) of the others' share of frames; kept (all streams, the worst, the
@@ -103,6 +106,9 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
                    help="fraction of frames every stream must keep to pass (default 1.0: none dropped)")
     p.add_argument("--min-f1", type=_fraction, default=0.85, metavar="F",
                    help="F1 against detecting every frame that every stream must reach to pass (default 0.85)")
+    p.add_argument("--stagger", action="store_true",
+                   help="copy i of K begins i/K of the clip's length in (independent cameras: keyframes and scenes "
+                        "out of step); default: every copy from the start, all in step")
     p.add_argument("--reference-detector", metavar="FILE",
                    help="score against this pipeline file's detector on every frame instead of the pipeline's own "
                         "(e.g. FP32 onnxruntime for a BF16 OpenVINO arm)")
@@ -347,6 +353,12 @@ def _run(args) -> int:
 
     trials: list[dict] = []
     hold: list[dict] | None = None if args.no_hold else []
+    stagger = 0.0
+    if args.stagger:
+        if not (info.get("frames") and info.get("fps")):
+            raise ConfigError([f"{video}: --stagger needs a clip that states its frames and rate"])
+        stagger = info["frames"] / info["fps"]
+    document["stagger_s"] = stagger
     search = StreamSearch(curve_plan(args.streams) if args.curve else args.streams)
     while (k := search.next()) is not None:
         print(f"trial: {k} stream(s), {args.warmup:g} s warm-up + {args.seconds:g} s ...", file=out, flush=True)
@@ -355,7 +367,7 @@ def _run(args) -> int:
                               min_kept=args.min_kept, min_f1=args.min_f1, reference=reference,
                               sink_options=sink_options, workers=args.workers, debug=args.debug,
                               curve=args.curve, max_spread=args.max_spread, source_keys=source_keys,
-                              fps=info["fps"] if args.curve else None)
+                              fps=info["fps"] if args.curve else None, stagger_s=stagger)
         except TrialFailed as e:
             print(f"streamlens bench: error: {e}", file=sys.stderr, flush=True)
             trial = {"k": k, "status": "error", "error": str(e), "passed": False}
@@ -372,7 +384,7 @@ def _run(args) -> int:
             try:
                 held = run_hold_trial(args.pipeline, video, k, warmup=args.warmup, seconds=args.seconds,
                                       budget_ms=budget, min_kept=args.min_kept, min_f1=args.min_f1,
-                                      reference=reference, debug=args.debug)
+                                      reference=reference, debug=args.debug, stagger_s=stagger)
             except TrialFailed as e:
                 print(f"streamlens bench: error: hold baseline: {e}", file=sys.stderr, flush=True)
                 held = {"k": k, "status": "error", "error": str(e), "passed": False}

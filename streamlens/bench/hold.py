@@ -53,8 +53,19 @@ def _wait_subscribers(sock, count: int, timeout_s: float) -> bool:
     return seen >= count
 
 
+def copy_start(index: int, count: int, stagger_s: float) -> float:
+    """Where copy `index` of `count` begins in the clip (`start_s`) when the copies are staggered
+    over `stagger_s` seconds (0: every copy from the start).
+
+    Example:
+        >>> [copy_start(i, 4, 30.0) for i in range(4)]
+        [0.0, 7.5, 15.0, 22.5]
+    """
+    return round(index * stagger_s / count, 3) if stagger_s > 0 else 0.0
+
+
 def run(path: str, video: str, streams: list[str], endpoint: str, warmup: float, seconds: float,
-        subscribers: int = 3, startup_s: float = 120.0) -> dict:
+        subscribers: int = 3, startup_s: float = 120.0, stagger_s: float = 0.0) -> dict:
     """Run the baseline (see the module docs); the report as a dict."""
     from ..config import load_pipeline
     from ..detect import build_detector
@@ -64,7 +75,8 @@ def run(path: str, video: str, streams: list[str], endpoint: str, warmup: float,
     config = load_pipeline(path)
     detector = build_detector(config.detector)
     names = dict(getattr(detector, "names", {}) or {})
-    sources = [FileSource(name, video, live=True, loop=True) for name in streams]
+    sources = [FileSource(name, video, live=True, loop=True, start_s=copy_start(i, len(streams), stagger_s))
+               for i, name in enumerate(streams)]
     stop = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda *_: stop.set())
@@ -154,10 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=0.0, help="seconds of warm-up")
     p.add_argument("--seconds", type=float, required=True, help="seconds measured after the warm-up")
     p.add_argument("--subscribers", type=int, default=3, help="subscriptions to wait for (default 3)")
+    p.add_argument("--stagger", type=float, default=0.0, metavar="S",
+                   help="copy i of K begins i/K of S seconds into the clip (default 0: all from the start)")
     p.add_argument("--debug", action="store_true", help="tracebacks")
     args = p.parse_args(argv)
     return report(lambda: run(args.pipeline, args.video, args.streams, args.endpoint, args.warmup, args.seconds,
-                              args.subscribers), "hold baseline", args.debug)
+                              args.subscribers, stagger_s=args.stagger), "hold baseline", args.debug)
 
 
 if __name__ == "__main__":

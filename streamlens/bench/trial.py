@@ -53,6 +53,7 @@ import numpy as np
 
 from ..metrics import nearest_rank
 from .accuracy import combine, detection_delays, score_stream, spread
+from .hold import copy_start
 from .listener import TOPICS
 from .runner import MARKER
 
@@ -78,13 +79,14 @@ SOURCE_KEYS = ("decode", "fast_decode", "options", "max_pixels")
 
 
 def trial_overrides(video: str, k: int, endpoint: str, sink_options: dict | None = None,
-                    workers: int | None = None, source_keys: dict | None = None) -> dict:
+                    workers: int | None = None, source_keys: dict | None = None, stagger_s: float = 0.0) -> dict:
     """The `load_pipeline` overrides of a trial: K looping live copies of `video` (each with
     `source_keys`, the first source's `SOURCE_KEYS`), one zmq sink that waits for the listener's
     subscriptions, real-time mode and no `/metrics` server; `workers`: `runtime.workers` (None: the
-    file's)."""
-    sources = [{**(source_keys or {}), "name": name, "uri": video, "live": True, "loop": True}
-               for name in stream_names(k)]
+    file's); `stagger_s`: copy i begins i/K of that far into the clip (`hold.copy_start`)."""
+    sources = [{**(source_keys or {}), "name": name, "uri": video, "live": True, "loop": True,
+                **({"start_s": copy_start(i, k, stagger_s)} if stagger_s > 0 else {})}
+               for i, name in enumerate(stream_names(k))]
     sink = {**(sink_options or {}), "type": "zmq", "endpoint": endpoint, "mode": "pub",
             "wait_subscribers": len(TOPICS), "wait_timeout_s": 60}
     runtime = {"mode": "realtime", "http": None} | ({"workers": workers} if workers is not None else {})
@@ -191,6 +193,7 @@ WINDOW_S = 5.0
 def _add_windows(windows: dict, ts, picked, frames, s: dict, start: float, reference) -> None:
     """Adds one stream's received frames in the window to `windows` (see `measure`'s timeline)."""
     det = s.get("det")
+    seen: set = set()  # a keyframe's detections count once, in the window they first reached the subscriber
     slot = ((ts[picked] - start) // WINDOW_S).astype(int)
     for w in np.unique(slot):
         mine = picked[slot == w]
@@ -201,7 +204,9 @@ def _add_windows(windows: dict, ts, picked, frames, s: dict, start: float, refer
         acc[1] += sc["delivered"]
         acc[2] += sc["reference"]
         acc[3] += sc["frames"]
-        acc[4] += len({det[i] for i in mine if det[i] is not None}) if det is not None else 0
+        new = {det[i] for i in mine if det[i] is not None} - seen if det is not None else set()
+        seen |= new
+        acc[4] += len(new)
 
 
 class TrialFailed(Exception):
@@ -320,10 +325,11 @@ def _result(k: int, heard: dict, report: dict, warmup: float, seconds: float, re
 def run_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds: float, budget_ms: float,
               min_kept: float, min_f1: float = 0.0, reference=None, sink_options: dict | None = None,
               workers: int | None = None, debug: bool = False, curve: bool = False,
-              max_spread: float = 0.10, source_keys: dict | None = None, fps: float | None = None) -> dict:
+              max_spread: float = 0.10, source_keys: dict | None = None, fps: float | None = None,
+              stagger_s: float = 0.0) -> dict:
     """Run one trial with `k` streams; its figures as a dict (see `measure`, which takes `fps`), with `passed`.
     Raises `TrialFailed` when the pipeline process fails; KeyboardInterrupt ends both children."""
-    overrides = trial_overrides(video, k, "{endpoint}", sink_options, workers, source_keys)
+    overrides = trial_overrides(video, k, "{endpoint}", sink_options, workers, source_keys, stagger_s)
     command = [sys.executable, "-m", "streamlens.bench.runner", str(pipeline), "--overrides", json.dumps(overrides),
                "--warmup", str(warmup), "--seconds", str(seconds), "--startup-s", str(STARTUP_S)]
     report, heard = _run_with_listener(k, command + (["--debug"] if debug else []), "pipeline",
@@ -334,12 +340,13 @@ def run_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds: floa
 
 
 def run_hold_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds: float, budget_ms: float,
-                   min_kept: float, min_f1: float = 0.0, reference=None, debug: bool = False) -> dict:
+                   min_kept: float, min_f1: float = 0.0, reference=None, debug: bool = False,
+                   stagger_s: float = 0.0) -> dict:
     """The plain baseline (`streamlens.bench.hold`) with `k` streams, measured and judged as a trial
     is. Raises `TrialFailed` when it does not run."""
     command = [sys.executable, "-m", "streamlens.bench.hold", str(pipeline), "--video", str(video),
                "--streams", *stream_names(k), "--endpoint", "{endpoint}", "--warmup", str(warmup),
-               "--seconds", str(seconds), "--subscribers", str(len(TOPICS))]
+               "--seconds", str(seconds), "--subscribers", str(len(TOPICS)), "--stagger", str(stagger_s)]
     report, heard = _run_with_listener(k, command + (["--debug"] if debug else []), "hold baseline",
                                        STARTUP_S + warmup + seconds + DRAIN_S)
     result = _result(k, heard, report, warmup, seconds, reference)

@@ -26,6 +26,7 @@ _NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
 MAX_NAME = 64
 
 _CAMERA = "camera URLs and devices (rtsp://, http://, /dev/videoN, ...)"
+_FILES = "video files"
 
 
 def _is_camera(uri: Any) -> bool:
@@ -72,6 +73,9 @@ class SourceConfig(_Keys):
     live: bool | None = Field(None, description="treat as a camera: pace a file at its own rate "
                                                 "(default: true for URLs and devices)")
     loop: bool = Field(False, description="a file starts again at its end")
+    start_s: float = Field(0.0, ge=0, le=MAX_SECONDS, json_schema_extra=_only(_FILES), description=(
+        "a file begins this many seconds in (decoded from the keyframe before; frames before it are not "
+        "delivered); a looping file's later passes begin at its start"))
     max_fps: float | None = Field(None, gt=0, description="at most this many frames a second (decided on pts)")
     options: Annotated[dict[str, str], BeforeValidator(_options)] = Field(
         default_factory=dict, description="FFmpeg options for the demuxer and decoder")
@@ -103,8 +107,9 @@ class SourceConfig(_Keys):
     @classmethod
     def _keys_checked(cls, data: dict, context: dict) -> dict:
         camera = _camera(data.get("uri"), context)
+        kind = _CAMERA if camera else _FILES
         misplaced = _misplaced_keys(cls, data, {k for k, f in cls.model_fields.items()
-                                                if camera or not f.json_schema_extra})
+                                                if (f.json_schema_extra or {}).get("only_for", kind) == kind})
         if misplaced:
             raise invalid("misplaced keys", **misplaced)
         return data

@@ -159,15 +159,19 @@ class FileSource(Source):
 
         spec = FileSpec(self.path, self.display_path, self.options, live=cfg.live, loop=cfg.loop,
                         max_fps=cfg.max_fps, export_mvs=export_mvs, fast_decode=cfg.fast_decode,
-                        max_pixels=cfg.max_pixels,
+                        start_s=cfg.start_s, max_pixels=cfg.max_pixels,
                         clips=None if clips is None else dataclasses.replace(clips, stream=cfg.name))
         container = open_file(spec)
         stream = container.streams.video[0]
         rate = stream.average_rate or stream.guessed_rate
         self.fps = float(rate) if rate else None
-        #: frames the container says it holds (0: it does not say)
-        self.declared_frames = max(0, stream.frames)
+        #: frames the container says it holds (0: it does not say, or `start_s` skips some)
+        self.declared_frames = 0 if cfg.start_s else max(0, stream.frames)
         self.total_frames = None if cfg.loop else self.declared_frames or None
+        length = container.duration / 1_000_000 if container.duration else None  # av.time_base: microseconds
+        if cfg.start_s and length is not None and cfg.start_s >= length:
+            container.close()
+            raise SourceError(f"{self.display_path}: start_s {cfg.start_s:g} is past the file's end ({length:.3g} s)")
         #: what a run over the file needs, here or in a worker
         self.spec = dataclasses.replace(spec, fps=self.fps, declared_frames=self.declared_frames)
         if cfg.decode == "process":  # the worker opens the file itself

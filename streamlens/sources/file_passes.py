@@ -46,6 +46,7 @@ class FileSpec:
     max_fps: float | None = None
     export_mvs: bool = False
     fast_decode: bool = False  # `sources[i].fast_decode`: the loop filter skipped
+    start_s: float = 0.0  # `sources[i].start_s`: the first pass begins this far in
     #: the file's frame rate (None: it states none) and the frames its container declares (0: none)
     fps: float | None = None
     declared_frames: int = 0
@@ -194,9 +195,12 @@ class FilePasses:
             anchors = ReferenceDistance()
             self._check_size(stream.codec_context.width, stream.codec_context.height)
             self._record(stream)
+            begin = self._seek_start(stream) if first_pass and spec.start_s > 0 else None
             for frame, decode_ms in self._decode_pass(stream):
                 self._check_size(frame.width, frame.height)
                 pts = times.seconds(frame)
+                if begin is not None and pts < begin - frame_duration / 2:
+                    continue  # decoded from the keyframe before `start_s`, not delivered
                 if pass_first_pts is None:
                     pass_first_pts = pts
                     self._media_base = (loop_offset, pts)
@@ -233,6 +237,18 @@ class FilePasses:
         refusal = too_large(width, height, self.spec.max_pixels)
         if refusal:
             raise SourceError(f"{self.spec.display_path}: {refusal}")
+
+    def _seek_start(self, stream: av.video.stream.VideoStream) -> float:
+        """The first pass's `start_s`: seek to the keyframe at or before it (where the file can seek;
+        else every frame before it is decoded); the time, in the pass's seconds, that delivery begins."""
+        base = stream.time_base or Fraction(1, 90000)
+        first = stream.start_time or 0
+        begin = first * base + Fraction(self.spec.start_s).limit_denominator(1_000_000)
+        try:
+            self.container.seek(int(begin / base), stream=stream, backward=True, any_frame=False)
+        except av.error.FFmpegError:
+            self._rewind()
+        return float(begin)
 
     def _rewind(self) -> None:
         """Go back to the start of the file for the next loop; reopen it if it cannot seek."""
