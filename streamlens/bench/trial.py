@@ -172,8 +172,9 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
         scored = {name: st["accuracy"] for name, st in per_stream.items() if "accuracy" in st}
         out["accuracy"] = combine(scored)
         out["timeline"] = [{"from_s": w * WINDOW_S, "f1": round(2 * tp / (shown + wanted), 4) if shown + wanted else None,
-                            "frames": n, "detected": round(d / n, 4) if n else None}
-                           for w, (tp, shown, wanted, n, d) in sorted(windows.items())]
+                            "frames": n, "detected": round(d / n, 4) if n else None,
+                            "p95_ms": _percentiles(np.asarray(lat))["p95"]}
+                           for w, (tp, shown, wanted, n, d, lat) in sorted(windows.items())]
         if any(name not in scored for name in stream_names(k)):
             out["accuracy"]["f1_min"] = 0.0  # a stream that delivered nothing in the window
     out["detection_delay_ms"] = ({**spread(delays), "n": len(delays), "method": " + ".join(sorted(methods))}
@@ -186,7 +187,7 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
     return out
 
 
-#: the timeline's step: F1 and the share of frames detected over every stream, by WINDOW_S seconds
+#: the timeline's step: F1, the share of frames detected and the p95 over every stream, by WINDOW_S seconds
 WINDOW_S = 5.0
 
 
@@ -199,7 +200,7 @@ def _add_windows(windows: dict, ts, picked, frames, s: dict, start: float, refer
         mine = picked[slot == w]
         sc = score_stream(frames[slot == w].tolist(), [s["pts"][i] for i in mine], [s["boxes"][i] for i in mine],
                           reference)
-        acc = windows.setdefault(int(w), [0, 0, 0, 0, 0])
+        acc = windows.setdefault(int(w), [0, 0, 0, 0, 0, []])
         acc[0] += sc["tp"]
         acc[1] += sc["delivered"]
         acc[2] += sc["reference"]
@@ -207,6 +208,7 @@ def _add_windows(windows: dict, ts, picked, frames, s: dict, start: float, refer
         new = {det[i] for i in mine if det[i] is not None} - seen if det is not None else set()
         seen |= new
         acc[4] += len(new)
+        acc[5].extend((np.asarray(s["recv"], np.float64)[mine] - ts[mine]) * 1000.0)
 
 
 class TrialFailed(Exception):
