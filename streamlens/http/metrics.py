@@ -157,6 +157,12 @@ class Collector:
             for reason, n in reasons.items():
                 refused.add_metric([where, reason], n)
         yield refused
+        sink_lost = CounterMetricFamily("streamlens_sink_dropped",
+                                        "Messages a sink could not deliver (a slow push consumer, a server away, a full "
+                                        "queue), by the sink's entry in the pipeline file", labels=["sink"])
+        for where, n in self.pipeline.sink_losses().items():
+            sink_lost.add_metric([where], n)
+        yield sink_lost
         restarts = getattr(self.pipeline, "engine_restarts", None)  # runtime.workers: the supervisor's
         if restarts is not None:
             family = CounterMetricFamily("streamlens_engine_restarts", "Times an engine was started again after it died",

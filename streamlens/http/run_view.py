@@ -56,6 +56,10 @@ class RunView(Protocol):
         pass on), by the sink's key path and the reason (streamlens/wire/peers.py)."""
         ...
 
+    def sink_losses(self) -> dict[str, int]:
+        """Messages each sink could not deliver so far, by its entry (`sinks[0] (rtsp)`), 0 included."""
+        ...
+
     def secondary_stats(self) -> dict:
         """The secondary models' figures by `secondary` entry, the cache's own under `cache`; empty
         where none run in this process."""

@@ -96,6 +96,8 @@ class Snapshot:
     segment: dict = field(default_factory=dict)
     #: its budget controller's own rung (`BudgetController.level`; 0: none or at rest)
     level: int = 0
+    #: messages each of its sinks could not deliver so far (`Pipeline.sink_losses`)
+    sink_losses: dict = field(default_factory=dict)
 
 
 class _SeqMark(Sink):
@@ -181,7 +183,7 @@ class EngineRun:
                         {n: p.queue_depth(n) for n in names}, dict(self._marks.last), p.stopping,
                         list(control.actions) if control is not None else [], endpoints, self.host,
                         os.getpid(), dict(self._refused), p.secondary_stats(), p.segment_stats(),
-                        control.level if control is not None else 0)
+                        control.level if control is not None else 0, p.sink_losses())
 
     def add(self, source) -> None:
         """A stream added to this engine (a `SourceConfig` the supervisor checked): its `seq` mark

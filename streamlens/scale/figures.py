@@ -94,9 +94,9 @@ def merge_counters(parts: list[dict]) -> dict:
 
 
 
-def merge_losses(parts: list[dict[str, int]]) -> dict[str, int]:
+def merge_losses(parts: list[dict[str, int]], keep_zero: bool = False) -> dict[str, int]:
     """Messages each sink could not deliver, by its key path, added up over `parts` (the engines'
-    reports and the supervisor's forwarders); those with none left out.
+    reports and the supervisor's forwarders); those with none left out unless `keep_zero`.
 
     Example:
         >>> merge_losses([{"sinks[0] (rtsp)": 3}, {"sinks[0] (rtsp)": 2, "sinks[1] (zmq)": 0}])
@@ -105,7 +105,7 @@ def merge_losses(parts: list[dict[str, int]]) -> dict[str, int]:
     total: dict[str, int] = {}
     for part in parts:
         for where, n in part.items():
-            if n:
+            if n or keep_zero:
                 total[where] = total.get(where, 0) + n
     return total
 

@@ -55,6 +55,7 @@ engines; forwarder.py joins their outputs.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import tempfile
 import threading
@@ -183,6 +184,24 @@ class Supervisor(SupervisedChanges):
     def peer_refusals(self) -> dict[str, dict[str, int]]:
         """Peers each zmq sink's relay refused or disconnected, by key path and reason (wire/peers.py)."""
         return {where: refused for where, f in self._forwarders.items() if (refused := f.refusals())}
+
+    def sink_losses(self) -> dict[str, int]:
+        """Messages each sink could not deliver so far: the engines' (from their last snapshots: an
+        engine started again counts from zero) and each forwarder's here, added up by the sink's entry."""
+        parts = [self._as_filed(e.snapshot.sink_losses) for e in self._engines if e.snapshot is not None]
+        parts.append({f"{where} ({f.sink.type})": f.dropped for where, f in self._forwarders.items()})
+        return merge_losses(parts, keep_zero=True)
+
+    def _as_filed(self, losses: dict[str, int]) -> dict[str, int]:
+        """An engine's sink losses under the pipeline file's entries: its leg of a sink written here
+        (a zmq push to this process) counts for that sink; its own inner sinks (the `seq` marks) for none."""
+        out: dict[str, int] = {}
+        for key, n in losses.items():
+            found = re.match(r"sinks\[(\d+)\]", key)
+            if found and int(found.group(1)) < len(self.config.sinks):
+                where = f"sinks[{found.group(1)}] ({self.config.sinks[int(found.group(1))].type})"
+                out[where] = out.get(where, 0) + n
+        return out
 
     def secondary_stats(self) -> dict:
         """The secondary models' figures of every engine as one run's (figures.py), from each
@@ -433,7 +452,7 @@ class Supervisor(SupervisedChanges):
         natural = all(e.report is not None and e.report.status == "done" for e in self._engines)
         status = "failed" if error else "interrupted" if self._stopping and not natural else "done"
         actions = [f"engine {e.index}: {a}" for e in self._engines if e.report for a in e.report.control_actions]
-        losses = merge_losses([r.sink_losses for r in reports] +  # in the engines, and in each forwarder here
+        losses = merge_losses([self._as_filed(r.sink_losses) for r in reports] +  # in the engines, and each forwarder
                               [{f"{where} ({f.sink.type})": f.dropped} for where, f in self._forwarders.items()])
         return RunReport(status, error, wall_s, list(self.stats.values()), actions,
                          max((r.control_level for r in reports), default=0), sum(r.control_steps for r in reports),

@@ -266,11 +266,7 @@ class Pipeline(RunFigures):
             self._reporter.refresh()
         status = "failed" if self._error else "interrupted" if self._interrupted else "done"
         control = self.controller
-        losses = {}
-        for sink in self._out.sinks if self._out is not None else []:
-            lost = sum(sink.drops().values())
-            if lost:
-                losses[f"{sink.where} ({sink.name})" if sink.where else f"{sink.name} sink"] = lost
+        losses = {where: lost for where, lost in self.sink_losses().items() if lost}
         return RunReport(status, self._error, time.monotonic() - started, list(self.stats.values()),
                          list(control.actions) if control else [], control.level if control else 0,
                          control.steps if control else 0, losses, self.secondary_stats(), self.segment_stats())

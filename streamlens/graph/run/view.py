@@ -40,6 +40,13 @@ class RunFigures:
         """Peers each zmq sink refused or disconnected, by key path and reason (wire/peers.py)."""
         return self._out.refusals() if self._out is not None else {}
 
+    def sink_losses(self) -> dict[str, int]:
+        """Messages each sink could not deliver so far, by its entry (`sinks[2] (webhook)`), 0 included;
+        a sink made in code, by its name, once it has dropped one."""
+        sinks = self._out.sinks if self._out is not None else []
+        return {f"{sink.where} ({sink.name})" if sink.where else f"{sink.name} sink": sum(drops.values())
+                for sink in sinks if (drops := sink.drops()) or sink.where}
+
     def secondary_stats(self) -> dict:
         """Per `secondary` entry: looks answered (`calls`), tracks looked at, looks per track, crops
         computed and found in the cache, its hit rate, mean batch, ms per computed crop, crops dropped;
