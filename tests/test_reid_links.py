@@ -106,3 +106,38 @@ def test_places_are_one_offset_whichever_way_objects_go():
         places.learn("b", (x, 0.05), "a", (x, 0.95))  # objects going up, from b into a
     assert places.fits("a", (0.3, 0.95), "b", (0.32, 0.05)) < 1.0  # one coming down fits the same boundary
     assert places.fits("a", (0.3, 0.95), "b", (0.7, 0.05)) > 1.0
+
+
+def test_a_link_made_after_a_track_is_gone_shows_on_the_other_cameras_later_frames():
+    """Camera "b" runs ahead: its new track has come and gone before camera "a" shows the moment it
+    came in. Its frames are published with its own global_id, so the link makes the track of "a"
+    that is still in view take that global_id, not the other way round (which would show on no frame)."""
+    link = linker()
+    t = 0.0
+    for k, x in enumerate(COLUMNS):
+        t = hand_over(link, t + 5.0, x, 10 + k, 20 + k)
+    start = t + 5.0
+    walk(link, start, 5, {("a", 30): (20.0, 0.0, 0.0, 0.0)})  # a parked car: "a" is never alone again
+    # in "b", track 40 comes in at start + 1.0 and is lost after 0.2 s; "b" goes on to start + 1.5
+    walk(link, start + 1.0, 6, {("b", 40): (70.0, 0.0, 0.0, 400.0)}, cameras=("b",))
+    published = link.global_id("b", 40)  # what its frames carried
+    seen = {}
+    for k in range(8):  # "a" from start + 0.5: track 31 reaches the seam at start + 1.0
+        now = start + 0.5 + k * STEP
+        walk(link, now, 1, {("a", 31): (70.0, 45.0 + 100.0 * k * STEP, 0.0, 100.0), ("a", 30): (20.0, 0.0, 0.0, 0.0)},
+             cameras=("a",))
+        if link.global_id("a", 31) is not None and 45.0 + 100.0 * k * STEP <= SIZE[1]:
+            seen[now] = link.global_id("a", 31)
+    assert link.figures()["by_place"] == 1
+    assert seen[max(seen)] == published == link.global_id("b", 40)
+
+
+def test_a_new_track_continues_an_objects_latest_piece_not_an_earlier_fragment():
+    """Far off, one object is several short tracks: a new track where an earlier piece was lost is
+    not that object when its latest piece has moved on (another vehicle came into view there)."""
+    link = linker()
+    walk(link, 0.0, 5, {("a", 1): (50.0, 10.0, 0.0, 0.0)}, cameras=("a",))
+    walk(link, 0.6, 5, {("a", 2): (53.0, 10.0, 50.0, 0.0)}, cameras=("a",))  # the same object, moving on
+    assert link.global_id("a", 2) == link.global_id("a", 1)
+    walk(link, 1.1, 3, {("a", 3): (50.0, 10.0, 0.0, 0.0)}, cameras=("a",))  # where piece 1 was lost
+    assert link.global_id("a", 3) != link.global_id("a", 1)

@@ -11,8 +11,8 @@ thread (the engine's), fed by the reid stage (streamlens/reid/stage.py). docs/re
   learned band, and once it has learned where the cameras meet (streamlens/reid/places.py) at most
   `PLACE_GATE` tolerances from that place. The most similar one is taken when its similarity is at
   least `threshold` and beats the next candidate's by `margin`, and, while the pair has no band yet,
-  when the link is confident (below): the track takes its `global_id` (and so does every track that
-  had taken the track's own). A link is made once and kept.
+  when the link is confident (below): the two tracks (and every track that had taken either's
+  global_id) share one global_id from then on (which one: below). A link is made once and kept.
 - Similarity is the cosine of appearances centred on the group's mean appearance (a running mean
   over the last `MEAN_WINDOW` appearances made): what every object of these cameras shares (the road
   or floor around it, the light, the camera's colours) is taken out, so that what is left tells one
@@ -23,11 +23,19 @@ thread (the engine's), fed by the reid stage (streamlens/reid/stage.py). docs/re
   where the two cameras meet.
 - Links without appearance (`continuing`, `by_place`; fragments at the edge of a view are seldom
   looked at): a new track continues a track of its own camera lost at most `CONTINUE_S` before that,
-  carried on at its speed, would be within half its box (`_continue`); once every other camera's clock
+  carried on at its speed, would be within half its box (`_continue`, which carries that speed on
+  until the new track has its own); once every other camera's clock
   has come within `PLACE_LAG_S` of a new track's first sighting, it is linked to the one track of
   another camera that was where the learned places put it (`_place`), or, with no place learned,
   when it and one object of another camera are all there is (`_alone`, which teaches as a confident
-  link does). Where two candidates fit within `PLACE_MARGIN` of each other, none is taken.
+  link does). Where two candidates fit within `PLACE_MARGIN` of each other, none is taken. An object
+  is where its latest piece is: a fragment that a later track of its camera already continued is no
+  candidate for either (`_superseded`; far off, one vehicle is several short tracks, and a new
+  vehicle coming into view where an early piece was lost is not that vehicle).
+- A link joins two global_ids into one; published frames keep theirs, so of the two the one kept is
+  the one that makes more pairs of tracks of two cameras show one global_id (`_join`): where the
+  streams reach the stage out of step, a camera's new track is often gone before the link is made,
+  and then the other camera's track, still in view, takes its global_id.
 - Tracks are forgotten `window_s` after they were last seen, and each camera keeps at most
   `MAX_TRACKS` (the oldest go first): memory is bounded whatever the run's length.
 
@@ -78,8 +86,9 @@ PLACE_MARGIN = 2.0
 PLACE_GATE = 2.0
 #: how far behind a new track's first sighting every other camera's clock may still be when its link
 #: by place is tried (their tracks are carried on at their speed for that long); a camera further
-#: behind is waited for
-PLACE_LAG_S = 0.0
+#: behind is waited for. Chosen by leave-one-case-out over 0 to 1 s (tools/results/reid.md): tried
+#: while the other camera's track is still in view, the link shows on its later frames (`_join`)
+PLACE_LAG_S = 0.5
 #: a track's trail: points kept, and the least time between two
 TRAIL, TRAIL_STEP_S = 64, 0.1
 
@@ -97,13 +106,20 @@ class _Track:
     size: tuple = (0.0, 0.0)  # the camera's frame, pixels (0: boxes not told)
     box: tuple | None = None  # the last box, as fractions of the frame (x1, y1, x2, y2)
     trail: deque = field(default_factory=lambda: deque(maxlen=TRAIL))  # (t, cx, cy), at most every TRAIL_STEP_S
+    carried: tuple = (0.0, 0.0)  # the speed of the track it continues (`Linker._continue`), until it has its own
 
     def at(self, t: float) -> tuple[float, float] | None:
-        """Where (a centre, as fractions) it was nearest time `t`."""
+        """Where (a centre, as fractions) it was at time `t`: between two points of its trail, on
+        the line between them; before its first or after its last, that point."""
         if not self.trail:
             return None
-        best = min(self.trail, key=lambda p: abs(p[0] - t))
-        return best[1], best[2]
+        after = next((k for k, p in enumerate(self.trail) if p[0] >= t), None)
+        if after is None or after == 0:
+            p = self.trail[-1 if after is None else 0]
+            return p[1], p[2]
+        (t0, x0, y0), (t1, x1, y1) = self.trail[after - 1], self.trail[after]
+        share = (t - t0) / (t1 - t0) if t1 > t0 else 1.0
+        return x0 + share * (x1 - x0), y0 + share * (y1 - y0)
 
     def where(self, t: float) -> tuple[float, float] | None:
         """Where it was at time `t` (`at`), or, after it was last seen, would be at its last speed."""
@@ -113,9 +129,10 @@ class _Track:
         return last[1] + vx * (t - last[0]), last[2] + vy * (t - last[0])
 
     def velocity(self) -> tuple[float, float]:
-        """Fractions of the frame a second, over its trail's last second."""
+        """Fractions of the frame a second, over its trail's last second; until it has two points,
+        the speed of the track it continues (0 for none)."""
         if len(self.trail) < 2:
-            return 0.0, 0.0
+            return self.carried
         last = self.trail[-1]
         first = next((p for p in self.trail if last[0] - p[0] <= 1.0), self.trail[0])
         span = last[0] - first[0]
@@ -280,14 +297,41 @@ class Linker:
         return True
 
     def _join(self, mine: _Track, other: _Track) -> None:
-        """`mine` continues `other` (of another camera): it takes `other`'s global_id."""
+        """`mine` continues `other` (of another camera): the two are one object, and every track
+        that carries either global_id carries one of them from now on. Frames already published keep
+        theirs, so the one kept is the one that makes more pairs of tracks of two cameras show one
+        global_id (`_shown`): a link made after `mine`'s last frame (its camera ran ahead of
+        `other`'s) shows on `other`'s later frames instead of on none. Ties keep `other`'s."""
         mine.linked = True
         self.links += 1
         old, new = mine.global_id, other.global_id
+        if self._shown(old, new) > self._shown(new, old):
+            old, new = new, old
         for tracks in self._tracks.values():  # those that had taken this track's global_id follow it
             for known in tracks.values():
                 if known.global_id == old:
                     known.global_id = new
+
+    def _superseded(self, other: _Track, t: float) -> bool:
+        """Whether a later track of `other`'s camera, first seen before time `t`, carries its global_id
+        (the object was found again there: where it is at `t` is that later track's place, not
+        `other`'s carried on)."""
+        return any(known.global_id == other.global_id and other.last < known.first < t
+                   for known in self._tracks[other.stream].values())
+
+    def _shown(self, kept: int, dropped: int) -> int:
+        """The pairs of tracks of two cameras that would show one global_id if `kept` were kept and
+        `dropped` given up: each track gone that carries `kept` (its frames are published) with each
+        track still in view that carries `dropped` (its later frames will show `kept`)."""
+        gone, live = [], []
+        for stream, tracks in self._tracks.items():
+            now = self._now.get(stream, -math.inf)
+            for known in tracks.values():
+                if known.global_id == kept and known.last < now:
+                    gone.append(stream)
+                elif known.global_id == dropped and known.last >= now:
+                    live.append(stream)
+        return sum(1 for a in gone for b in live if a != b)
 
     def _settle(self) -> None:
         """Try the link by place of each new track once every other camera's clock is at most
@@ -323,7 +367,7 @@ class Linker:
             for other in tracks.values():
                 if other.first >= mine.first or not other.trail or not self._free(other, mine):
                     continue
-                if mine.first - other.last > longest:
+                if mine.first - other.last > longest or self._superseded(other, mine.first):
                     continue
                 fit = self.places.fits(other.stream, other.where(mine.first), mine.stream, here)
                 if fit is not None and fit <= 1.0:
@@ -370,10 +414,8 @@ class Linker:
         for other in self._tracks[mine.stream].values():
             if other is mine or other.box is None or not other.trail or other.last >= mine.first:
                 continue
-            if not self._free(other, mine):
-                continue
             gap = mine.first - other.last
-            if gap > CONTINUE_S:
+            if gap > CONTINUE_S or not self._free(other, mine) or self._superseded(other, mine.first):
                 continue
             px, py = other.where(mine.first)
             half_w = 0.5 * max(other.box[2] - other.box[0], mine.box[2] - mine.box[0])
@@ -386,6 +428,7 @@ class Linker:
             return
         self.continued += 1
         mine.global_id = fits[0][1].global_id
+        mine.carried = fits[0][1].velocity()
 
     def sweep(self, t: float) -> None:
         """Forget the tracks last seen more than `window_s` before `t`; try the links by place
