@@ -14,8 +14,15 @@ For each scene held out, the setting with the best score on the other scenes (th
 cases of min(precision, recall) over every track, and the share of searches with the other camera's
 track in the top 3) is the one reported on the held-out scene.
 
+`--lag` chooses only `PLACE_LAG_S` (streamlens/reid/links.py), by leave-one-case-out: the runs
+replayed with the appearances they recorded, the frames of the two cameras in the order of media
+time with the second camera from a second behind to three ahead of the first (read as files, the
+streams reach the reid stage out of step, and by how much changes from run to run), each value
+scored by the mean over those skews of min(precision, recall).
+
 Run (after tools/bench_reid.py has made the runs):
     nice -n 10 python tools/bench_reid_tune.py
+    nice -n 10 python tools/bench_reid_tune.py --lag --cases highway highway_small indoor
 """
 
 from __future__ import annotations
@@ -218,11 +225,83 @@ def variants() -> dict:
             "gauss_lab_fine": _variant(window="gauss:0.6", space="lab", hue_bins=16, value_bins=8)}
 
 
+def replay_skewed(case: bench.Case, cams: list[dict], skew: float) -> dict:
+    """The global_id each track last had, replaying the run's frames through a Linker with its
+    defaults, each camera's frame with the embeddings recorded after it (as the stage takes them), in
+    the order of media time with the second camera `skew` seconds ahead of the first (files decode
+    at their own pace: the stage sees one camera ahead of the other, by a second or more)."""
+    linker = Linker(list(case.views), window_s=60.0, threshold=0.5, margin=0.1)
+    sizes = {name: (w, h) for name, (_, _, w, h) in case.views.items()}
+    second = list(case.views)[1]
+    items, latest = [], {}
+    for m in cams:
+        if m.get("type") == "frame":
+            items.append((m, []))
+            latest[m["stream"]] = items[-1][1]
+        elif m.get("type") == "embedding" and m.get("name") == "reid" and m["stream"] in latest:
+            latest[m["stream"]].append(m)
+    items.sort(key=lambda item: item[0]["pts"] - (skew if item[0]["stream"] == second else 0.0))
+    gids = {}
+    for frame, embeddings in items:
+        t, stream = float(frame["pts"]), frame["stream"]
+        linker.tick(stream, t)
+        ids = [o for o in frame["objects"] if o["id"] >= 0]
+        for o in ids:
+            linker.seen(stream, o["id"], t, o["box"], sizes[stream])
+        for e in embeddings:
+            linker.embedded(stream, e["object"]["id"], np.asarray(e["vector"], np.float32), e["attempts"], t)
+        linker.sweep(t)
+        for o in ids:
+            gids[(stream, o["id"])] = linker.global_id(stream, o["id"])
+    return gids
+
+
+#: PLACE_LAG_S values and skews (seconds the second camera is ahead) of `--lag`
+LAGS, SKEWS = (0.0, 0.1, 0.25, 0.5, 1.0), (-1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 3.0)
+
+
+def choose_lag(folder: Path, cases: list[str]) -> None:
+    """Leave-one-case-out over PLACE_LAG_S: each case's runs replayed with the recorded appearances
+    at each skew; a value's merit on a case is the mean over the skews of min(precision, recall).
+    Prints each value's figures and, per case held out, the value the other cases choose (the first
+    of equals) and its figures there."""
+    default = links.PLACE_LAG_S
+    data = {}
+    for name in cases:
+        case = bench.CASES[name]
+        reference, cams = bench.run_case(case, folder, reuse=True)
+        data[name] = (case, reference, cams)
+    table = {}
+    try:
+        for lag in LAGS:
+            links.PLACE_LAG_S = lag
+            for name, (case, reference, cams) in data.items():
+                found = [bench.score_case(case, reference, cams, gids=replay_skewed(case, cams, s)) for s in SKEWS]
+                p, r = [f["precision"] or 0.0 for f in found], [f["recall"] or 0.0 for f in found]
+                table[(lag, name)] = (float(np.mean([min(a, b) for a, b in zip(p, r)])), float(np.mean(p)),
+                                      float(np.mean(r)), " ".join(f"{a}/{b}" for a, b in zip(p, r)))
+                print(f"| {lag} | {name} | {table[(lag, name)][0]:.3f} | {table[(lag, name)][1]:.3f} | "
+                      f"{table[(lag, name)][2]:.3f} | {table[(lag, name)][3]} |")
+    finally:
+        links.PLACE_LAG_S = default
+    for held in cases + ["(none: every case)"]:
+        train = [c for c in cases if c != held]
+        best = max(LAGS, key=lambda lag: float(np.mean([table[(lag, c)][0] for c in train])))
+        for c in [held] if held in cases else cases:
+            print(f"| {held} | {best} | {c} | {table[(best, c)][0]:.3f} | {table[(best, c)][1]:.3f} | "
+                  f"{table[(best, c)][2]:.3f} |")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", type=Path, default=Path(tempfile.gettempdir()) / "streamlens_bench_reid")
     parser.add_argument("--cases", nargs="*", default=list(bench.CASES), choices=list(bench.CASES))
+    parser.add_argument("--lag", action="store_true", help="only choose PLACE_LAG_S by leave-one-case-out over "
+                        "the runs replayed at several skews between the cameras (printed, not written)")
     args = parser.parse_args(argv)
+    if args.lag:
+        choose_lag(args.folder, args.cases)
+        return 0
     grid = [dict(zip(("threshold", "margin", "by_place", "continuing", "lag"), v))
             for v in itertools.product((0.5, 0.6), (0.1, 0.15), (False, True), (False, True), (0.0, 1.0))]
     describe = variants()
