@@ -310,13 +310,26 @@ def test_redis_is_shared_between_two_pipeline_processes(tmp_path, colour_model):
             import json, streamlens
             with streamlens.Pipeline.from_yaml({str(path)!r}) as pipe:
                 assert pipe.run().exit_code == 0
-                print(json.dumps(pipe.secondary_stats()["colour"]))
+                stats = pipe.secondary_stats()
+                print(json.dumps({{**stats["colour"], "redis_errors": stats["cache"]["errors"]}}))
             """)
-        runs = [json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                                          check=True, timeout=300).stdout.splitlines()[-1]) for _ in range(2)]
+
+        def one_run() -> dict:
+            done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                                  timeout=300)
+            return json.loads(done.stdout.splitlines()[-1])
+
+        first = one_run()
+        second, errors = one_run(), first["redis_errors"]
+        # a round trip slower than the cache's 50 ms socket timeout (a loaded machine) is a miss or a
+        # dropped put, counted as an error: only then is another process run, up to twice
+        for _ in range(2):
+            errors += second["redis_errors"]
+            if second["cached"] or not errors:
+                break
+            second = one_run()
     finally:
         server.stop()
-    first, second = runs
     assert first["computed"] > 0 and first["cached"] == 0
     assert second["cached"] > 0 and second["computed"] < first["computed"]
 
