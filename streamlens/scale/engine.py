@@ -200,7 +200,7 @@ class EngineRun:
         self._changes.put(("floor", level))
 
     def _apply_changes(self) -> None:
-        """On the run's loop: the streams added and removed since its last tick."""
+        """On the run's loop: the streams added and removed since its last tick, and the overload floor."""
         while not self._changes.empty():
             what, value = self._changes.get()
             if what == "floor":

@@ -240,7 +240,7 @@ class BudgetController:
                         batching=self.batching_rung)
 
     def hold_floor(self, level: int) -> None:
-        """Apply at least `level` rungs from now on (the others engines' highest, ladder.py); this
+        """Apply at least `level` rungs from now on (the other engines' highest, ladder.py); this
         controller's own rung, which it still climbs and comes down on its own evidence, is unchanged."""
         self.floor = max(0, int(level))
         self._share_fairly()
