@@ -188,7 +188,7 @@ def _variant(window: str = "tent", shrink: float = 0.0, space: str = "hsv", hue_
         size = n * stripes * dim_s
         counts = np.zeros(size, np.float64)
         for position, bins, circular, offset, wt in parts:
-            low, high, share = appearance._soft_bins(position, bins, circular)
+            low, high, share = appearance.soft_bins(position, bins, circular)
             where = block + offset
             counts += np.bincount((where + low).ravel(), (wt * (1.0 - share)).ravel(), size)
             counts += np.bincount((where + high).ravel(), (wt * share).ravel(), size)

@@ -78,7 +78,7 @@ def clip_boxes(boxes: np.ndarray, width: int, height: int) -> tuple[np.ndarray, 
     return rects, finite & (x2 > x1) & (y2 > y1)
 
 
-def _soft_bins(position: np.ndarray, bins: int, circular: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def soft_bins(position: np.ndarray, bins: int, circular: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For positions in bin units (0..bins), the lower bin, the upper bin and the upper's share."""
     base = np.floor(position - 0.5)
     share = (position - 0.5 - base).astype(np.float32)
@@ -116,7 +116,7 @@ def _histograms(crops: np.ndarray) -> np.ndarray:
     size = n * STRIPES * STRIPE_DIM
     counts = np.zeros(size, np.float64)
     for position, bins, circular, offset, weight in parts:
-        low, high, share = _soft_bins(position, bins, circular)
+        low, high, share = soft_bins(position, bins, circular)
         where = block + offset
         counts += np.bincount((where + low).ravel(), (weight * (1.0 - share)).ravel(), size)
         counts += np.bincount((where + high).ravel(), (weight * share).ravel(), size)
@@ -182,4 +182,4 @@ def similarity(a: np.ndarray, b: np.ndarray) -> np.ndarray | float:
     return an @ bn.T if bn.ndim == 2 else an @ bn
 
 
-__all__ = ["describe", "describe_crops", "similarity", "clip_boxes", "DIM", "DEGENERATE", "CROP_W", "CROP_H", "STRIPES"]
+__all__ = ["describe", "describe_crops", "similarity", "clip_boxes", "DIM", "DEGENERATE", "CROP_W", "CROP_H", "STRIPES", "soft_bins"]
