@@ -220,13 +220,21 @@ def sys_path_edits(tree: ast.AST) -> list[int]:
 
 
 def tool_imports(tree: ast.AST) -> list[tuple[str, int]]:
-    """(module, line) of every import, with `from m import name` as `m.name`."""
-    found = []
+    """(module, line) of every import, with `from m import name` as `m.name`, and every attribute read
+    of a name bound to a streamlens module there (`appearance.soft_bins` after `from streamlens.reid
+    import appearance`), as `module.attribute`."""
+    found, modules = [], {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(alias.name, node.lineno) for alias in node.names]
+            modules.update({alias.asname: alias.name for alias in node.names if alias.asname})
         elif isinstance(node, ast.ImportFrom) and not node.level:
             found += [(f"{node.module}.{alias.name}", node.lineno) for alias in node.names]
+            if node.module.split(".")[0] == "streamlens":
+                modules.update({alias.asname or alias.name: f"{node.module}.{alias.name}" for alias in node.names})
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+            found.append((f"{modules[node.value.id]}.{node.attr}", node.lineno))
     return found
 
 
