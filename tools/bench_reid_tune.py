@@ -87,9 +87,9 @@ def looks_of(case: bench.Case, folder: Path, cams: list[dict], variants: dict) -
 def replay(case: bench.Case, cams: list[dict], looks: dict, settings: dict) -> tuple[dict, dict]:
     """The global_id each track last had, and each track's appearance, replaying the run's frames
     and looks through a Linker with `settings`."""
-    links.PLACE_LAG_S = settings.get("lag", links.PLACE_LAG_S)
     linker = Linker(list(case.views), window_s=60.0, threshold=settings["threshold"],
-                    margin=settings["margin"], by_place=settings["by_place"], continuing=settings["continuing"])
+                    margin=settings["margin"], by_place=settings["by_place"], continuing=settings["continuing"],
+                    place_lag_s=settings.get("lag", links.PLACE_LAG_S))
     sizes = {name: (w, h) for name, (_, _, w, h) in case.views.items()}
     taken = defaultdict(int)
     vectors = {}
@@ -97,15 +97,7 @@ def replay(case: bench.Case, cams: list[dict], looks: dict, settings: dict) -> t
     for m in cams:
         kind = m.get("type")
         if kind == "frame":
-            t = float(m["pts"])
-            linker.tick(m["stream"], t)
-            for o in m["objects"]:
-                if o["id"] >= 0:
-                    linker.seen(m["stream"], o["id"], t, o["box"], sizes[m["stream"]])
-            linker.sweep(t)  # as the stage: sightings, appearances, sweep, then the global_ids
-            for o in m["objects"]:
-                if o["id"] >= 0:
-                    gids[(m["stream"], o["id"])] = linker.global_id(m["stream"], o["id"])
+            feed(linker, m, sizes, [], gids)
         elif kind == "embedding" and m.get("name") == "reid":
             key = (m["stream"], m["object"]["id"])
             rows = looks.get(key, [])
@@ -225,12 +217,27 @@ def variants() -> dict:
             "gauss_lab_fine": _variant(window="gauss:0.6", space="lab", hue_bins=16, value_bins=8)}
 
 
-def replay_skewed(case: bench.Case, cams: list[dict], skew: float) -> dict:
+def feed(linker: Linker, frame: dict, sizes: dict, embeddings: list[dict], gids: dict) -> None:
+    """One camera frame through `linker` as the reid stage takes it (its clock, its sightings, the
+    appearances recorded with it, the sweep), then each object's global_id into `gids`."""
+    t, stream = float(frame["pts"]), frame["stream"]
+    linker.tick(stream, t)
+    ids = [o for o in frame["objects"] if o["id"] >= 0]
+    for o in ids:
+        linker.seen(stream, o["id"], t, o["box"], sizes[stream])
+    for e in embeddings:
+        linker.embedded(stream, e["object"]["id"], np.asarray(e["vector"], np.float32), e["attempts"], t)
+    linker.sweep(t)
+    for o in ids:
+        gids[(stream, o["id"])] = linker.global_id(stream, o["id"])
+
+
+def replay_skewed(case: bench.Case, cams: list[dict], skew: float, lag: float = links.PLACE_LAG_S) -> dict:
     """The global_id each track last had, replaying the run's frames through a Linker with its
     defaults, each camera's frame with the embeddings recorded after it (as the stage takes them), in
     the order of media time with the second camera `skew` seconds ahead of the first (files decode
     at their own pace: the stage sees one camera ahead of the other, by a second or more)."""
-    linker = Linker(list(case.views), window_s=60.0, threshold=0.5, margin=0.1)
+    linker = Linker(list(case.views), window_s=60.0, threshold=0.5, margin=0.1, place_lag_s=lag)
     sizes = {name: (w, h) for name, (_, _, w, h) in case.views.items()}
     second = list(case.views)[1]
     items, latest = [], {}
@@ -243,16 +250,7 @@ def replay_skewed(case: bench.Case, cams: list[dict], skew: float) -> dict:
     items.sort(key=lambda item: item[0]["pts"] - (skew if item[0]["stream"] == second else 0.0))
     gids = {}
     for frame, embeddings in items:
-        t, stream = float(frame["pts"]), frame["stream"]
-        linker.tick(stream, t)
-        ids = [o for o in frame["objects"] if o["id"] >= 0]
-        for o in ids:
-            linker.seen(stream, o["id"], t, o["box"], sizes[stream])
-        for e in embeddings:
-            linker.embedded(stream, e["object"]["id"], np.asarray(e["vector"], np.float32), e["attempts"], t)
-        linker.sweep(t)
-        for o in ids:
-            gids[(stream, o["id"])] = linker.global_id(stream, o["id"])
+        feed(linker, frame, sizes, embeddings, gids)
     return gids
 
 
@@ -265,25 +263,20 @@ def choose_lag(folder: Path, cases: list[str]) -> None:
     at each skew; a value's merit on a case is the mean over the skews of min(precision, recall).
     Prints each value's figures and, per case held out, the value the other cases choose (the first
     of equals) and its figures there."""
-    default = links.PLACE_LAG_S
     data = {}
     for name in cases:
         case = bench.CASES[name]
         reference, cams = bench.run_case(case, folder, reuse=True)
         data[name] = (case, reference, cams)
     table = {}
-    try:
-        for lag in LAGS:
-            links.PLACE_LAG_S = lag
-            for name, (case, reference, cams) in data.items():
-                found = [bench.score_case(case, reference, cams, gids=replay_skewed(case, cams, s)) for s in SKEWS]
-                p, r = [f["precision"] or 0.0 for f in found], [f["recall"] or 0.0 for f in found]
-                table[(lag, name)] = (float(np.mean([min(a, b) for a, b in zip(p, r)])), float(np.mean(p)),
-                                      float(np.mean(r)), " ".join(f"{a}/{b}" for a, b in zip(p, r)))
-                print(f"| {lag} | {name} | {table[(lag, name)][0]:.3f} | {table[(lag, name)][1]:.3f} | "
-                      f"{table[(lag, name)][2]:.3f} | {table[(lag, name)][3]} |")
-    finally:
-        links.PLACE_LAG_S = default
+    for lag in LAGS:
+        for name, (case, reference, cams) in data.items():
+            found = [bench.score_case(case, reference, cams, gids=replay_skewed(case, cams, s, lag)) for s in SKEWS]
+            p, r = [f["precision"] or 0.0 for f in found], [f["recall"] or 0.0 for f in found]
+            table[(lag, name)] = (float(np.mean([min(a, b) for a, b in zip(p, r)])), float(np.mean(p)),
+                                  float(np.mean(r)), " ".join(f"{a}/{b}" for a, b in zip(p, r)))
+            print(f"| {lag} | {name} | {table[(lag, name)][0]:.3f} | {table[(lag, name)][1]:.3f} | "
+                  f"{table[(lag, name)][2]:.3f} | {table[(lag, name)][3]} |")
     for held in cases + ["(none: every case)"]:
         train = [c for c in cases if c != held]
         best = max(LAGS, key=lambda lag: float(np.mean([table[(lag, c)][0] for c in train])))

@@ -155,9 +155,10 @@ class Linker:
     whole group (the stage chooses it: `reid.clock`)."""
 
     def __init__(self, streams: list[str], *, window_s: float, threshold: float, margin: float,
-                 by_place: bool = True, continuing: bool = True):
+                 by_place: bool = True, continuing: bool = True, place_lag_s: float = PLACE_LAG_S):
         self.streams = list(streams)
         self.window_s, self.threshold, self.margin = window_s, threshold, margin
+        self.place_lag_s = place_lag_s
         self.by_place, self.continuing = by_place, continuing
         self.transits = Transits()
         self._next_forget = -math.inf  # when the next walk over the kept tracks forgets the old
@@ -242,13 +243,23 @@ class Linker:
         return any(other.global_id == mine.global_id for stream, tracks in self._tracks.items()
                    if stream != mine.stream for other in tracks.values())
 
-    def _free(self, other: _Track, mine: _Track) -> bool:
+    def _pieces(self) -> dict[str, dict[int, list[_Track]]]:
+        """Each camera's tracks by global_id, made by one walk over the kept tracks: `_free` and
+        `_superseded` look a candidate's pieces up there instead of walking every track again."""
+        out: dict[str, dict[int, list[_Track]]] = {}
+        for stream, tracks in self._tracks.items():
+            by_id = out[stream] = {}
+            for known in tracks.values():
+                by_id.setdefault(known.global_id, []).append(known)
+        return out
+
+    @staticmethod
+    def _free(other: _Track, mine: _Track, pieces: dict) -> bool:
         """Whether `mine` may take `other`'s global_id: the latest other track of `mine`'s camera
-        that carries it (if any) was lost before `mine` came, and at most `CONTINUE_S` before (the
-        tracker broke one object's track in two there). One object is one track of a camera at a
-        time, and an object that left a camera long ago is not taken up again there."""
-        latest = max((t.last for t in self._tracks[mine.stream].values()
-                      if t is not mine and t.global_id == other.global_id), default=None)
+        that carries it (if any; `pieces`: `_pieces()`) was lost before `mine` came, and at most
+        `CONTINUE_S` before (the tracker broke one object's track in two there). One object is one
+        track of a camera at a time, and an object that left a camera long ago is not taken up again there."""
+        latest = max((t.last for t in pieces[mine.stream].get(other.global_id, ()) if t is not mine), default=None)
         return latest is None or 0.0 < mine.first - latest <= CONTINUE_S
 
     def _band(self, source: str, target: str) -> tuple[float, float] | None:
@@ -256,7 +267,7 @@ class Linker:
 
     def _candidates(self, mine: _Track) -> list[tuple[float, _Track, float, bool]]:
         """(similarity, track, gap, whether the pair's transit band applied) per candidate."""
-        out = []
+        out, pieces = [], self._pieces()
         me = self._centred(mine.vector)
         here = mine.trail[0][1:] if mine.trail else None
         for other_stream, tracks in self._tracks.items():
@@ -264,7 +275,7 @@ class Linker:
                 continue
             band = self._band(other_stream, mine.stream)
             for other in tracks.values():
-                if other.vector is None or other.first >= mine.first or not self._free(other, mine):
+                if other.vector is None or other.first >= mine.first or not self._free(other, mine, pieces):
                     continue
                 gap = mine.first - other.last
                 if gap > self.window_s or (band is not None and not band[0] <= gap <= band[1]):
@@ -312,12 +323,12 @@ class Linker:
                 if known.global_id == old:
                     known.global_id = new
 
-    def _superseded(self, other: _Track, t: float) -> bool:
+    @staticmethod
+    def _superseded(other: _Track, t: float, pieces: dict) -> bool:
         """Whether a later track of `other`'s camera, first seen before time `t`, carries its global_id
         (the object was found again there: where it is at `t` is that later track's place, not
-        `other`'s carried on)."""
-        return any(known.global_id == other.global_id and other.last < known.first < t
-                   for known in self._tracks[other.stream].values())
+        `other`'s carried on; `pieces`: `_pieces()`)."""
+        return any(other.last < known.first < t for known in pieces[other.stream].get(other.global_id, ()))
 
     def _shown(self, kept: int, dropped: int) -> int:
         """The pairs of tracks of two cameras that would show one global_id if `kept` were kept and
@@ -335,7 +346,7 @@ class Linker:
 
     def _settle(self) -> None:
         """Try the link by place of each new track once every other camera's clock is at most
-        `PLACE_LAG_S` behind its first sighting (streams reach the stage at their own pace), and
+        `place_lag_s` behind its first sighting (streams reach the stage at their own pace), and
         once more, with the lone hand-over, when every other camera's clock has reached it (whether
         an object was alone cannot be told from a camera that has not shown that moment yet)."""
         for key, mine in list(self._pending.items()):
@@ -343,7 +354,7 @@ class Linker:
                 del self._pending[key]  # forgotten
                 continue
             behind = min((self._now.get(s, -np.inf) for s in self.streams if s != mine.stream), default=np.inf)
-            if behind < mine.first - PLACE_LAG_S:
+            if behind < mine.first - self.place_lag_s:
                 continue
             whole = behind >= mine.first
             if whole:
@@ -358,16 +369,16 @@ class Linker:
         here = mine.trail[0][1:] if mine.trail else None
         if here is None:
             return
-        fits = []
+        fits, pieces = [], self._pieces()
         for other_stream, tracks in self._tracks.items():
             if other_stream == mine.stream:
                 continue
             band = self._band(other_stream, mine.stream)
             longest = band[1] if band is not None else CONTINUE_S
             for other in tracks.values():
-                if other.first >= mine.first or not other.trail or not self._free(other, mine):
+                if other.first >= mine.first or not other.trail or not self._free(other, mine, pieces):
                     continue
-                if mine.first - other.last > longest or self._superseded(other, mine.first):
+                if mine.first - other.last > longest or self._superseded(other, mine.first, pieces):
                     continue
                 fit = self.places.fits(other.stream, other.where(mine.first), mine.stream, here)
                 if fit is not None and fit <= 1.0:
@@ -393,7 +404,7 @@ class Linker:
             return
         found = _one_per_object([(0.0, o) for stream, tracks in self._tracks.items() if stream != mine.stream
                                  for o in tracks.values() if o.first < mine.first and o.last >= around])
-        if len(found) != 1 or not self._free(found[0][1], mine):
+        if len(found) != 1 or not self._free(found[0][1], mine, self._pieces()):
             return
         other = found[0][1]
         there, here = other.where(mine.first), mine.at(mine.first)
@@ -410,12 +421,15 @@ class Linker:
         if mine.box is None or not mine.trail:
             return
         here = mine.trail[0][1:]
-        fits = []
+        fits, pieces = [], None  # made at the first candidate in time (most new tracks have none)
         for other in self._tracks[mine.stream].values():
             if other is mine or other.box is None or not other.trail or other.last >= mine.first:
                 continue
             gap = mine.first - other.last
-            if gap > CONTINUE_S or not self._free(other, mine) or self._superseded(other, mine.first):
+            if gap > CONTINUE_S:
+                continue
+            pieces = pieces or self._pieces()
+            if not self._free(other, mine, pieces) or self._superseded(other, mine.first, pieces):
                 continue
             px, py = other.where(mine.first)
             half_w = 0.5 * max(other.box[2] - other.box[0], mine.box[2] - mine.box[0])
