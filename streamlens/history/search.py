@@ -90,7 +90,7 @@ def similar(db: sqlite3.Connection, vector: np.ndarray, name: str, limit: int, *
             skip_stream: str | None = None) -> list[dict[str, Any]]:
     """The `limit` kept tracks most like `vector` by embedding `name` (cosine similarity, best first),
     among the newest `most` of that name and dimension; `exclude`: tracks' keys left out (the query's
-    own); `skip_stream`: a stream whose tracks are left out. Each: `{"stream", "id", "score",
+    own); `skip_stream`: a stream whose tracks are not scanned (the newest `most` are of the others). Each: `{"stream", "id", "score",
     "first_ts", "last_ts", "label", "global_id", "event", "key"}` (`event`: the id of the event that
     holds its snapshot, or None)."""
     query = unit(vector)
@@ -98,13 +98,9 @@ def similar(db: sqlite3.Connection, vector: np.ndarray, name: str, limit: int, *
     if query is None or limit == 0:
         return []
     left_out = {exclude} if isinstance(exclude, int) else set(exclude or ())
-    if skip_stream is not None:
-        left_out.update(k for (k,) in db.execute(
-            "SELECT t.id FROM tracks t JOIN vectors v ON v.track = t.id WHERE t.stream = ? AND v.name = ? "
-            "AND v.dim = ? ORDER BY v.ts DESC LIMIT ?", (skip_stream, name, query.size, most)))
     left_out_keys = np.fromiter(left_out, np.int64, len(left_out))
     best_keys, best_scores = np.empty(0, np.int64), np.empty(0, np.float32)
-    for keys, matrix in tracks.vectors(db, name, query.size, most, CHUNK):
+    for keys, matrix in tracks.vectors(db, name, query.size, most, CHUNK, skip_stream):
         norms = np.linalg.norm(matrix, axis=1)  # float16 rounding: each row renormalised
         scores = (matrix @ query) / np.where(norms > 0, norms, 1.0)
         if left_out_keys.size:
@@ -122,7 +118,7 @@ def similar(db: sqlite3.Connection, vector: np.ndarray, name: str, limit: int, *
 def linked(db: sqlite3.Connection, row: dict[str, Any], vector: np.ndarray, most: int = MAX_LINKED) -> list[dict]:
     """The tracks of `row`'s run that share its `global_id` (`reid.across` joined them: the same
     object) and have a vector of its name and length, other streams first, then by score; each with
-    `score`. None without a global_id."""
+    `score`. Empty without a global_id."""
     query = unit(vector)
     if row.get("global_id") is None or query is None:
         return []

@@ -145,11 +145,17 @@ def find(db: sqlite3.Connection, stream: str, track: int, name: str | None,
     return row, _vector(found[10])
 
 
-def vectors(db: sqlite3.Connection, name: str, dim: int, most: int, chunk: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """The newest `most` vectors by `name` of `dim` numbers, `chunk` rows at a time: (track keys,
-    float32 matrix of the vectors)."""
-    cursor = db.execute("SELECT track, vector FROM vectors WHERE name = ? AND dim = ? ORDER BY ts DESC LIMIT ?",
-                        (name, dim, most))
+def vectors(db: sqlite3.Connection, name: str, dim: int, most: int, chunk: int,
+            skip_stream: str | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The newest `most` vectors by `name` of `dim` numbers (of tracks of other streams than
+    `skip_stream`, when given), `chunk` rows at a time: (track keys, float32 matrix of the vectors)."""
+    if skip_stream is None:
+        cursor = db.execute("SELECT track, vector FROM vectors WHERE name = ? AND dim = ? ORDER BY ts DESC LIMIT ?",
+                            (name, dim, most))
+    else:
+        cursor = db.execute("SELECT v.track, v.vector FROM vectors v JOIN tracks t ON t.id = v.track "
+                            "WHERE v.name = ? AND v.dim = ? AND t.stream != ? ORDER BY v.ts DESC LIMIT ?",
+                            (name, dim, skip_stream, most))
     while rows := cursor.fetchmany(chunk):
         keys = np.fromiter((k for k, _ in rows), np.int64, len(rows))
         matrix = np.frombuffer(b"".join(v for _, v in rows), "<f2").reshape(len(rows), dim).astype(np.float32)
