@@ -21,6 +21,7 @@ import ctypes.util
 import functools
 import logging
 import threading
+import time
 
 log = logging.getLogger("streamlens")
 
@@ -47,18 +48,34 @@ def trim() -> bool:
     return bool(function(0)) if function is not None else False
 
 
+_lock = threading.Lock()
+_due: float | None = None  # when the pending trim runs (time.monotonic()); None: none pending
+
+
 def trim_soon(delay_s: float = DELAY_S) -> None:
-    """`trim()` on a timer thread `delay_s` from now (never on the caller's thread: it walks the
-    heaps, a few milliseconds that a frame should not wait)."""
+    """`trim()` on a thread of its own `delay_s` from now (never on the caller's thread: it walks the
+    heaps, a few milliseconds that a frame should not wait). Calls while one is pending move it to
+    `delay_s` after the latest: a hundred streams removed at once make one trim, after the last of
+    them has let go, not a hundred threads."""
+    global _due
     if _malloc_trim() is None:
         return
-    timer = threading.Timer(delay_s, _trim_logged)
-    timer.daemon = True
-    timer.name = "memory-trim"
-    timer.start()
+    with _lock:
+        start = _due is None
+        _due = time.monotonic() + delay_s
+    if start:
+        threading.Thread(target=_trim_when_due, name="memory-trim", daemon=True).start()
 
 
-def _trim_logged() -> None:
+def _trim_when_due() -> None:
+    global _due
+    while True:
+        with _lock:
+            wait = _due - time.monotonic()
+            if wait <= 0:
+                _due = None
+                break
+        time.sleep(wait)
     log.debug("memory: free heap pages given back: %s", trim())
 
 

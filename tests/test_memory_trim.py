@@ -37,3 +37,20 @@ def test_frames_freed_in_the_heap_go_back_to_the_system():
     assert figures["given"] is True
     # 59 frames of 2.6 MiB were free in the heap: most of them leave resident memory
     assert figures["held"] - figures["after"] > 100, figures
+
+
+@pytest.mark.skipif(_malloc_trim() is None, reason="the C library has no malloc_trim (not glibc)")
+def test_streams_ending_together_make_one_trim_after_the_last():
+    """A hundred streams removed at once: one waiting thread, not a hundred; it trims once, after the
+    last request's delay (here long enough that the test reads it before it runs)."""
+    import threading
+
+    from streamlens import memory
+
+    def trimmers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "memory-trim"]
+
+    already = len(trimmers())
+    for _ in range(100):
+        memory.trim_soon(30.0)
+    assert len(trimmers()) - already <= 1 and memory._due is not None
