@@ -41,6 +41,16 @@ def hand_over(link: Linker, t0: float, x: float, a_track: int, b_track: int) -> 
     return walk(link, t0, 10, {("a", a_track): (x, 50.0, 0.0, 100.0), ("b", b_track): (x, -50.0, 0.0, 100.0)})
 
 
+def taught() -> tuple[Linker, float]:
+    """A linker that has seen the lone hand-overs of `COLUMNS` (it knows where the cameras meet), and
+    the time of the last."""
+    link = linker()
+    t = 0.0
+    for k, x in enumerate(COLUMNS):
+        t = hand_over(link, t + 5.0, x, 10 + k, 20 + k)
+    return link, t
+
+
 def test_a_track_broken_in_two_keeps_its_global_id_and_a_stranger_does_not_take_it():
     link = linker()
     t = walk(link, 0.0, 5, {("a", 1): (10.0, 50.0, 100.0, 0.0), ("a", 9): (80.0, 20.0, 0.0, 0.0)})
@@ -74,10 +84,7 @@ def test_a_lone_object_is_handed_over_and_teaches_where_the_cameras_meet():
 
 
 def test_two_objects_that_fit_alike_are_not_told_apart():
-    link = linker()
-    t = 0.0
-    for k, x in enumerate(COLUMNS):
-        t = hand_over(link, t + 5.0, x, 10 + k, 20 + k)
+    link, t = taught()
     walk(link, t + 5.0, 10, {("a", 30): (48.0, 50.0, 0.0, 100.0), ("a", 31): (52.0, 50.0, 0.0, 100.0),
                              ("b", 40): (50.0, -50.0, 0.0, 100.0)})
     assert link.global_id("b", 40) not in (link.global_id("a", 30), link.global_id("a", 31))
@@ -85,10 +92,7 @@ def test_two_objects_that_fit_alike_are_not_told_apart():
 
 def test_a_link_by_place_waits_for_the_other_cameras_clock():
     """Streams reach the stage at their own pace: camera "b" a second ahead of camera "a"."""
-    link = linker()
-    t = 0.0
-    for k, x in enumerate(COLUMNS):
-        t = hand_over(link, t + 5.0, x, 10 + k, 20 + k)
+    link, t = taught()
     start = t + 5.0
     walk(link, start, 5, {("a", 30): (20.0, 0.0, 0.0, 0.0)})  # a parked car: "a" is never alone again
     # camera "b" has reached start + 1.2 s, camera "a" only start + 0.4 s
@@ -112,10 +116,7 @@ def test_a_link_made_after_a_track_is_gone_shows_on_the_other_cameras_later_fram
     """Camera "b" runs ahead: its new track has come and gone before camera "a" shows the moment it
     came in. Its frames are published with its own global_id, so the link makes the track of "a"
     that is still in view take that global_id, not the other way round (which would show on no frame)."""
-    link = linker()
-    t = 0.0
-    for k, x in enumerate(COLUMNS):
-        t = hand_over(link, t + 5.0, x, 10 + k, 20 + k)
+    link, t = taught()
     start = t + 5.0
     walk(link, start, 5, {("a", 30): (20.0, 0.0, 0.0, 0.0)})  # a parked car: "a" is never alone again
     # in "b", track 40 comes in at start + 1.0 and is lost after 0.2 s; "b" goes on to start + 1.5
