@@ -114,17 +114,23 @@ def spread(values: list[float]) -> dict:
             "max": round(float(ordered[-1]), 2)}
 
 
-def score_stream(frames, pts, boxes, ref: Reference) -> dict:
+def score_stream(frames, pts, boxes, ref: Reference, counts: list | None = None) -> dict:
     """F1, precision, recall and the new-object waits of one stream's received frames (`frames`:
-    stream indices, `pts`, `boxes`: per message `[x1, y1, x2, y2, cls]` rows), see the module docs."""
+    stream indices, `pts`, `boxes`: per message `[x1, y1, x2, y2, cls]` rows), see the module docs.
+    `counts`, when given, gets per message `(matched, delivered, reference)` boxes, or None for a
+    message of no clip frame (a timeline adds them up by window without matching again)."""
     clips = clip_frames(pts, ref.pts)
     tp = shown = wanted = scored = 0
     hits: dict[int, tuple[int, set]] = {}  # stream frame -> (clip frame, reference rows matched)
     for g, c, found in zip(frames, clips, boxes):
         if c < 0:
+            if counts is not None:
+                counts.append(None)
             continue
         xyxy, cls = _rows(found)
         pairs = match_frame(xyxy, cls, ref.boxes(c), ref.classes(c))
+        if counts is not None:
+            counts.append((len(pairs), len(xyxy), len(ref.boxes(c))))
         tp += len(pairs)
         shown += len(xyxy)
         wanted += len(ref.boxes(c))

@@ -158,10 +158,10 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
             methods.add(method)
             per_stream[name]["detection_delay_ms"] = {**spread(found), "n": len(found), "method": method}
         if reference is not None and n:
-            picked = np.flatnonzero(inside)
+            picked, counts = np.flatnonzero(inside), []
             per_stream[name]["accuracy"] = score_stream(frames.tolist(), [s["pts"][i] for i in picked],
-                                                        [s["boxes"][i] for i in picked], reference)
-            _add_windows(windows, ts, picked, frames, s, start, reference)
+                                                        [s["boxes"][i] for i in picked], reference, counts)
+            _add_windows(windows, ts[picked] - start, counts, lat, [s["det"][i] for i in picked] if "det" in s else None)
     kept = [per_stream.get(name, {"kept": 0.0})["kept"] for name in stream_names(k)] if k else [0.0]
     out = {"frames": received, "kept": round(received / spans, 4) if spans else 0.0,
            "kept_min": min(kept), "kept_max": max(kept), "kept_spread": round(max(kept) - min(kept), 4),
@@ -191,24 +191,22 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
 WINDOW_S = 5.0
 
 
-def _add_windows(windows: dict, ts, picked, frames, s: dict, start: float, reference) -> None:
-    """Adds one stream's received frames in the window to `windows` (see `measure`'s timeline)."""
-    det = s.get("det")
+def _add_windows(windows: dict, since_start, counts: list, latencies, det: list | None) -> None:
+    """Adds one stream's received frames in the window to `windows` (see `measure`'s timeline): per
+    frame its seconds since the window's start, its boxes' counts (`score_stream`'s `counts`), its
+    latency and the frame its detections are of."""
     seen: set = set()  # a keyframe's detections count once, in the window they first reached the subscriber
-    slot = ((ts[picked] - start) // WINDOW_S).astype(int)
-    for w in np.unique(slot):
-        mine = picked[slot == w]
-        sc = score_stream(frames[slot == w].tolist(), [s["pts"][i] for i in mine], [s["boxes"][i] for i in mine],
-                          reference)
-        acc = windows.setdefault(int(w), [0, 0, 0, 0, 0, []])
-        acc[0] += sc["tp"]
-        acc[1] += sc["delivered"]
-        acc[2] += sc["reference"]
-        acc[3] += sc["frames"]
-        new = {det[i] for i in mine if det[i] is not None} - seen if det is not None else set()
-        seen |= new
-        acc[4] += len(new)
-        acc[5].extend((np.asarray(s["recv"], np.float64)[mine] - ts[mine]) * 1000.0)
+    for k, (when, count, ms) in enumerate(zip(since_start, counts, latencies)):
+        acc = windows.setdefault(int(when // WINDOW_S), [0, 0, 0, 0, 0, []])
+        if count is not None:
+            acc[0] += count[0]
+            acc[1] += count[1]
+            acc[2] += count[2]
+            acc[3] += 1
+        if det is not None and det[k] is not None and det[k] not in seen:
+            seen.add(det[k])
+            acc[4] += 1
+        acc[5].append(ms)
 
 
 class TrialFailed(Exception):
