@@ -214,3 +214,18 @@ def test_a_detector_that_cannot_run_is_one_line_and_no_trial_runs(tmp_path):
     report = json.loads(out.read_text())
     assert report["trials"] == [] and "junk.onnx" in report["reference"]["error"]
     assert "Ultralytics cannot load" in report["baseline"]["skipped"]
+
+
+def test_staggered_copies_run_through_the_pipeline_and_the_hold_baseline(tmp_path):
+    """`--stagger` reaches both: copy 1 of 2 begins half the sample in (`sources[].start_s`), and every
+    stream of each is scored against the clip."""
+    out = tmp_path / "bench.json"
+    done = streamlens("bench", QUICKSTART, "--stagger", "--streams", "2", "--seconds", "2", "--warmup", "0.5",
+                      "--decode-seconds", "0", "--no-baseline", "--reference-cache", str(tmp_path / "cache"),
+                      "--out", str(out), timeout=180)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["stagger_s"] == 10.0  # the sample: 300 frames at 30 fps
+    for trial in report["trials"] + report["hold"]:
+        assert trial["status"] == "ok" and set(trial["streams"]) == {"s0", "s1"}, trial
+        assert all(s["accuracy"]["frames"] > 0 and s["accuracy"]["unmapped"] == 0 for s in trial["streams"].values())

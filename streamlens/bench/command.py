@@ -293,6 +293,11 @@ def _run(args) -> int:
         info = video_info(video)
     except Exception as e:  # noqa: BLE001 - an unreadable video is one line
         raise ConfigError([f"{video}: not a video FFmpeg can read ({e})"]) from None
+    stagger = 0.0  # checked before anything runs
+    if args.stagger:
+        if not (info.get("frames") and info.get("fps")):
+            raise ConfigError([f"{video}: --stagger needs a clip that states its frames and rate"])
+        stagger = info["frames"] / info["fps"]
     out = sys.stdout
     mvs = config.tracker.motion == "mv"
     print(f"streamlens bench: {args.pipeline} on {video} ({info['width']}x{info['height']} {info['codec']}, "
@@ -353,11 +358,6 @@ def _run(args) -> int:
 
     trials: list[dict] = []
     hold: list[dict] | None = None if args.no_hold else []
-    stagger = 0.0
-    if args.stagger:
-        if not (info.get("frames") and info.get("fps")):
-            raise ConfigError([f"{video}: --stagger needs a clip that states its frames and rate"])
-        stagger = info["frames"] / info["fps"]
     document["stagger_s"] = stagger
     search = StreamSearch(curve_plan(args.streams) if args.curve else args.streams)
     while (k := search.next()) is not None:
