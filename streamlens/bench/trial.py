@@ -161,7 +161,8 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
             picked, counts = np.flatnonzero(inside), []
             per_stream[name]["accuracy"] = score_stream(frames.tolist(), [s["pts"][i] for i in picked],
                                                         [s["boxes"][i] for i in picked], reference, counts)
-            _add_windows(windows, ts[picked] - start, counts, lat, [s["det"][i] for i in picked] if "det" in s else None)
+            det = [s["det"][i] for i in picked] if "det" in s else None
+            _add_windows(windows, ts[picked] - start, counts, lat, det)
     kept = [per_stream.get(name, {"kept": 0.0})["kept"] for name in stream_names(k)] if k else [0.0]
     out = {"frames": received, "kept": round(received / spans, 4) if spans else 0.0,
            "kept_min": min(kept), "kept_max": max(kept), "kept_spread": round(max(kept) - min(kept), 4),
@@ -171,10 +172,11 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
     if reference is not None:
         scored = {name: st["accuracy"] for name, st in per_stream.items() if "accuracy" in st}
         out["accuracy"] = combine(scored)
-        out["timeline"] = [{"from_s": w * WINDOW_S, "f1": round(2 * tp / (shown + wanted), 4) if shown + wanted else None,
+        out["timeline"] = [{"from_s": w * WINDOW_S,
+                            "f1": round(2 * tp / (shown + wanted), 4) if shown + wanted else None,
                             "frames": n, "detected": round(d / n, 4) if n else None,
-                            "p95_ms": _percentiles(np.asarray(lat))["p95"]}
-                           for w, (tp, shown, wanted, n, d, lat) in sorted(windows.items())]
+                            "p95_ms": _percentiles(np.asarray(ms))["p95"]}
+                           for w, (tp, shown, wanted, n, d, ms) in sorted(windows.items())]
         if any(name not in scored for name in stream_names(k)):
             out["accuracy"]["f1_min"] = 0.0  # a stream that delivered nothing in the window
     out["detection_delay_ms"] = ({**spread(delays), "n": len(delays), "method": " + ".join(sorted(methods))}

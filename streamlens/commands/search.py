@@ -94,7 +94,8 @@ def run(args) -> int:
     except sqlite3.Error as e:
         raise _bad(f"{path}: not a readable history file ({e})") from None
     keys = ("stream", "id", "score", "label", "global_id", "first_ts", "last_ts", "event", "snapshot_path", "linked")
-    rows = [{"rank": i, **{k: r.get(k, False) if k == "linked" else r[k] for k in keys}} for i, r in enumerate(results, 1)]
+    rows = [{"rank": i, **{k: r[k] for k in keys if k != "linked"}, "linked": r.get("linked", False)}
+            for i, r in enumerate(results, 1)]
     if args.json:
         print(json.dumps({"query": query, "name": name, "ignored": ignored, "results": rows}))
         return 0

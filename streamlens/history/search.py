@@ -90,9 +90,9 @@ def similar(db: sqlite3.Connection, vector: np.ndarray, name: str, limit: int, *
             skip_stream: str | None = None) -> list[dict[str, Any]]:
     """The `limit` kept tracks most like `vector` by embedding `name` (cosine similarity, best first),
     among the newest `most` of that name and dimension; `exclude`: tracks' keys left out (the query's
-    own); `skip_stream`: a stream whose tracks are not scanned (the newest `most` are of the others). Each: `{"stream", "id", "score",
-    "first_ts", "last_ts", "label", "global_id", "event", "key"}` (`event`: the id of the event that
-    holds its snapshot, or None)."""
+    own); `skip_stream`: a stream whose tracks are not scanned (the newest `most` are of the others).
+    Each: `{"stream", "id", "score", "first_ts", "last_ts", "label", "global_id", "event", "key"}`
+    (`event`: the id of the event that holds its snapshot, or None)."""
     query = unit(vector)
     limit = max(0, min(int(limit), MAX_LIMIT))
     if query is None or limit == 0:

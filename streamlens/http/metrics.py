@@ -157,9 +157,9 @@ class Collector:
             for reason, n in reasons.items():
                 refused.add_metric([where, reason], n)
         yield refused
-        sink_lost = CounterMetricFamily("streamlens_sink_dropped",
-                                        "Messages a sink could not deliver (a slow push consumer, a server away, a full "
-                                        "queue), by the sink's entry in the pipeline file", labels=["sink"])
+        sink_lost = CounterMetricFamily(
+            "streamlens_sink_dropped", "Messages a sink could not deliver (a slow push consumer, a server away, "
+            "a full queue), by the sink's entry in the pipeline file", labels=["sink"])
         for where, n in self.pipeline.sink_losses().items():
             sink_lost.add_metric([where], n)
         yield sink_lost

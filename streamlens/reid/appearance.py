@@ -182,4 +182,5 @@ def similarity(a: np.ndarray, b: np.ndarray) -> np.ndarray | float:
     return an @ bn.T if bn.ndim == 2 else an @ bn
 
 
-__all__ = ["describe", "describe_crops", "similarity", "clip_boxes", "DIM", "DEGENERATE", "CROP_W", "CROP_H", "STRIPES", "soft_bins"]
+__all__ = ["describe", "describe_crops", "similarity", "clip_boxes", "soft_bins", "DIM", "DEGENERATE", "CROP_W",
+           "CROP_H", "STRIPES"]

@@ -126,5 +126,5 @@ def supervised(config: PipelineConfig) -> bool:
     return worker_count(config) > 1 or config.runtime.cluster is not None
 
 
-__all__ = ["ladder_floors", "restart_delay", "worker_count", "deal", "placement_units", "detector_on_gpu", "supervised", "RESTART_DELAY_S", "RESTART_MAX_S",
-           "HEALTHY_RUN_S", "END_WAIT_S"]
+__all__ = ["ladder_floors", "restart_delay", "worker_count", "deal", "placement_units", "detector_on_gpu", "supervised",
+           "RESTART_DELAY_S", "RESTART_MAX_S", "HEALTHY_RUN_S", "END_WAIT_S"]
