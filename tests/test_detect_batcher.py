@@ -282,6 +282,26 @@ def test_a_model_that_runs_one_frame_a_call_gets_its_keyframes_one_at_a_time(tmp
     assert waiting.start_in_s() == math.inf  # the fifth has no place
 
 
+def test_before_the_detector_is_timed_only_a_keyframe_alone_is_promised_in_time(tmp_path):
+    """`expected_s` says when a live keyframe's detections would be back, and the engine lets the
+    keyframe wait for them only if that is within the budget. Before the detector has timed a batch
+    (a start, when every live stream's first frame is a keyframe) that said 0 for every keyframe, so
+    each waited, one after another; now only a keyframe with the detector to itself is (0.0), one
+    with others ahead of it is not (inf), and once timed the estimate counts the queue."""
+    from streamlens.detect.onnx import OnnxDetector
+    from streamlens.graph.schedule.detect_worker import DetectWorker
+
+    from .cell_detector import build_cell_detector
+
+    detector = OnnxDetector(build_cell_detector(tmp_path), resize="resize", conf=0.5)
+    worker = DetectWorker(detector, lambda done: True, max_batch=4, max_wait_ms=0, budget_ms=33)
+    assert worker.expected_s() == 0.0  # idle: the keyframe would be the only one
+    worker.submit(Frame("cam", 0, 0.0, time.time(), np.zeros((48, 64, 3), np.uint8)))
+    assert worker.expected_s() == math.inf  # untimed, with one ahead: no promise
+    worker.batcher.observe(1, 10.0)  # timed: 10 ms a keyframe
+    assert worker.expected_s() == pytest.approx(0.020)  # the one ahead and itself
+
+
 def test_a_camera_and_a_live_file_get_one_keyframe_a_call_from_a_model_of_batch_one(monkeypatch, tmp_path, camera):
     """The runtime's own path: a real RTSP camera (decoded in its worker process) and a live file,
     the tests' cell model (onnx backend, fixed batch 1) made as slow as YOLOX-Nano on a CPU core

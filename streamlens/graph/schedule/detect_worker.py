@@ -96,9 +96,14 @@ class DetectWorker:
 
     def expected_s(self) -> float:
         """Seconds until the detections of a keyframe submitted now would be back: the keyframes
-        ahead of it and itself, at the detector's learnt speed (0.0 until it has timed a batch)."""
-        cost = self.batcher.cost
-        return cost.estimate(self._jobs.depth() + self._busy + 1) / 1000 if cost.known else 0.0
+        ahead of it and itself, at the detector's learnt speed. Until it has timed a batch: 0.0 for
+        a keyframe that has the detector to itself, `math.inf` for one with others ahead of it (at
+        a start every live stream's first frame is a keyframe: waited for one after another, the
+        twentieth came back 0.2-0.4 s late, and every frame of its stream behind it)."""
+        cost, ahead = self.batcher.cost, self._jobs.depth() + self._busy
+        if not cost.known:
+            return math.inf if ahead else 0.0
+        return cost.estimate(ahead + 1) / 1000
 
     def unit_s(self) -> float:
         """Seconds the detector takes for one keyframe alone, at its learnt speed (`math.inf` until
