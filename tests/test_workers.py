@@ -463,3 +463,55 @@ def test_by_default_a_file_of_several_streams_runs_one_engine_per_core_one_per_t
     assert not supervised(config(1)) and supervised(config(2))
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     assert worker_count(config(8)) == 1 and not supervised(config(8))
+
+
+def test_the_engines_of_a_run_start_their_streams_together(tmp_path):
+    """Built one after another, the first engine's streams ran while the next still loaded its model
+    and were late behind that load; now each built engine waits, and the supervisor starts their
+    streams once every engine is built. The debug log shows it in its causal order: each engine's
+    "built" line is written before it tells the supervisor, whose "start" lines come after both."""
+    path = files_pipeline(tmp_path, 2, f"[{{type: jsonl, path: {tmp_path}/r.jsonl}}]")
+    proc = subprocess.run([sys.executable, "-m", "streamlens", "run", "--debug", str(path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+
+    def where(text: str) -> int:
+        found = [i for i, line in enumerate(lines) if text in line]
+        assert found, f"no line with {text!r} in:\n{proc.stderr[-3000:]}"
+        return found[0]
+
+    built = [where(f"engine {i} built; its streams wait for the other engines") for i in (0, 1)]
+    started = [where(f"engine {i} built as every engine is: its streams start") for i in (0, 1)]
+    assert max(built) < min(started)
+    assert {k: len(v) for k, v in by_stream(read_jsonl(tmp_path / "r.jsonl")).items()} == \
+        {"cam1": 300, "cam2": 100, "third": 300}
+
+
+def test_a_built_engine_waits_for_go_and_a_stop_lets_it_end(tmp_path):
+    """An engine told to start together calls its `on_ready` once built, before any stream of its
+    starts, and publishes nothing until `go`; a stop while it waits ends the run without a frame."""
+    from streamlens.config import parse_pipeline
+    from streamlens.scale.engine import EngineRun, EngineSpec
+
+    tree = {"sources": [{"uri": str(SAMPLE)}], "detector": {"backend": "motion"},
+            "sinks": [{"type": "jsonl", "path": str(tmp_path / "r.jsonl")}]}
+    for ending in ("go", "stop"):
+        config = parse_pipeline(tree, tmp_path / "p.yaml")
+        engine = EngineRun(EngineSpec(0, config, ["cam1"], start_together=True))
+        ready, published_at_ready, result = threading.Event(), [], []
+
+        def on_ready(engine=engine, ready=ready, published_at_ready=published_at_ready) -> None:
+            published_at_ready.append(engine.snapshot().stats["cam1"].frames)
+            ready.set()
+
+        thread = threading.Thread(target=lambda e=engine, r=on_ready, out=result: out.append(e.run(on_ready=r)))
+        thread.start()
+        assert ready.wait(60), "the engine never said it was built"
+        time.sleep(0.5)  # were its stream started, it would publish meanwhile
+        assert engine.snapshot().stats["cam1"].frames == 0 and published_at_ready == [0]
+        engine.go() if ending == "go" else engine.stop()
+        thread.join(120)
+        assert not thread.is_alive() and result[0][0] == "report", result
+        frames = sum(1 for m in read_jsonl(tmp_path / "r.jsonl") if m["type"] == "frame")
+        assert frames == (300 if ending == "go" else 0), (ending, frames)

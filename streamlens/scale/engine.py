@@ -49,6 +49,8 @@ log = logging.getLogger("streamlens.scale")
 ADDED_SLOTS = 256
 #: how often an engine process sends its figures to the supervisor
 SNAPSHOT_EVERY_S = 0.5
+#: how long a built engine waits for the others before it starts its streams anyway, seconds
+START_WAIT_S = 15.0
 
 
 @dataclass
@@ -71,6 +73,9 @@ class EngineSpec:
     #: where this engine answers the supervisor's live page about its frames (scale/preview.py;
     #: None: the run serves no page)
     preview: str | None = None
+    #: built, it tells the supervisor ("ready") and starts its streams only on "go" (`START_WAIT_S`
+    #: at most): the engines of a run start together (see `EngineRun.run`)
+    start_together: bool = False
 
 
 @dataclass
@@ -147,9 +152,16 @@ class EngineRun:
         self._stopped = threading.Event()  # stop() before the pipeline was built
         self._changes = changes if changes is not None else queue.SimpleQueue()  # in order
         self._refused: dict[str, str] = {}
+        self._go = threading.Event()  # the supervisor's "go" (or a stop) after this engine said "ready"
 
-    def run(self, on_tick=None) -> tuple[str, object]:
-        """("report", RunReport) once the run has ended, or ("failed", line) if it could not start."""
+    def run(self, on_tick=None, on_ready=None) -> tuple[str, object]:
+        """("report", RunReport) once the run has ended, or ("failed", line) if it could not start.
+
+        With `spec.start_together`, once built it calls `on_ready` and waits for `go()` (or a
+        stop, or `START_WAIT_S`) before its streams start. Built one after another, the engines
+        of a run had each started its streams while the next was still loading its model: the
+        first engine's frames were late behind that load (highway K=20 on two engines: the second
+        started 0.7 s after the first, whose streams' p95 read 84-660 ms in the first second)."""
         from ..graph.run.pipeline import Pipeline
 
         spec = self.spec
@@ -165,7 +177,15 @@ class EngineRun:
                 if on_tick is not None:
                     on_tick(pipeline)
 
-            return "report", self._pipeline.run(on_tick=tick)
+            def built() -> None:
+                if spec.start_together and on_ready is not None:
+                    log.debug("engine %d built; its streams wait for the other engines", spec.index)
+                    on_ready()
+                    if not self._go.wait(START_WAIT_S):
+                        log.warning("engine %d: the other engines were not built within %g s; starting its "
+                                    "streams", spec.index, START_WAIT_S)
+
+            return "report", self._pipeline.run(on_tick=tick, on_built=built)
         except StreamlensError as e:
             return "failed", str(e)
 
@@ -220,13 +240,19 @@ class EngineRun:
                 if what == "add":
                     self._refused[name] = line
 
+    def go(self) -> None:
+        """Every engine of the run is built: start the streams (see `run`)."""
+        self._go.set()
+
     def stop(self) -> None:
         self._stopped.set()
+        self._go.set()
         if self._pipeline is not None:
             self._pipeline.stop()
 
     def abort(self) -> None:
         self._stopped.set()
+        self._go.set()
         if self._pipeline is not None:
             self._pipeline.abort()
 
@@ -247,7 +273,7 @@ def engine_main(spec: EngineSpec, orders, up, marks) -> None:
             if snapshot is not None:
                 up.send(("snapshot", snapshot))
 
-    up.send(engine.run(on_tick=tick))
+    up.send(engine.run(on_tick=tick, on_ready=lambda: up.send(("ready", None))))
 
 
 def _obey(orders, engine: EngineRun) -> None:
@@ -261,6 +287,8 @@ def _obey(orders, engine: EngineRun) -> None:
             engine.stop()
         elif order == "abort":
             engine.abort()
+        elif order == "go":
+            engine.go()
         elif isinstance(order, tuple) and order[0] == "add":
             engine.add(order[1])
         elif isinstance(order, tuple) and order[0] == "remove":

@@ -1,6 +1,7 @@
 """When the supervisor starts engines: how many (`worker_count`, `supervised`), which streams each
-runs (`deal`), how long after a death it starts one again (`restart_delay`), and the overload rung
-each must hold while they share a machine (`ladder_floors`)."""
+runs (`deal`), how long after a death it starts one again (`restart_delay`), when the engines built
+start their streams (`to_start`), and the overload rung each must hold while they share a machine
+(`ladder_floors`)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,24 @@ def ladder_floors(rungs: dict[int, tuple[str, int]]) -> dict[int, int]:
     return {engine: max((level for other, (where, level) in rungs.items() if other != engine and where == host),
                         default=0)
             for engine, (host, _) in rungs.items()}
+
+
+def to_start(engines: dict[int, str], starting: bool) -> list[int]:
+    """The engines to tell "go" now (engine.py `EngineSpec.start_together`): `engines` maps each
+    engine to its state ("built": it said "ready" and waits; "loading": running, not built yet;
+    "going": its streams run; "ended": not running). While the run is `starting` (no engine told
+    yet), the built ones go together once none is loading; after that, one built goes at once (an
+    engine started again after a death does not wait for the others).
+
+    Example:
+        >>> to_start({0: "built", 1: "loading"}, starting=True), to_start({0: "built", 1: "ended"}, True)
+        ([], [0])
+        >>> to_start({0: "going", 1: "built"}, starting=False)
+        [1]
+    """
+    if starting and "loading" in engines.values():
+        return []
+    return [engine for engine, state in engines.items() if state == "built"]
 
 
 def worker_count(config: PipelineConfig) -> int:

@@ -72,7 +72,7 @@ from .changes import SupervisedChanges
 from .figures import merge_counters, merge_losses, merge_secondary
 from .engine_config import engine_config
 from .forwarder import Forwarder
-from .policy import END_WAIT_S, deal, ladder_floors, restart_delay, supervised, worker_count
+from .policy import END_WAIT_S, deal, ladder_floors, restart_delay, supervised, to_start, worker_count
 from .preview import EnginePreviews
 from .processes import Processes
 
@@ -112,6 +112,8 @@ class _Engine:
     restarts: int = 0
     restart_delay: float = 0.0  # the last wait before a restart (0: none yet, or reset)
     floor: int = 0  # the overload rung it was last told to hold at least (`_share_ladder`)
+    loading: bool = False  # started, and has not said "ready" yet (`_start_line`)
+    built: bool = False  # it said "ready" and waits for "go"
 
 
 class Supervisor(SupervisedChanges):
@@ -124,6 +126,7 @@ class Supervisor(SupervisedChanges):
         self.config = config
         self.controller = None  # each engine has its own: see control_of() and the report
         self.restarts = 0
+        self._starting = True  # no engine has been told "go" yet (`_start_line`)
         self.http_port: int | None = None
         #: the live page's view of the engines' frames (preview.py), made when the page is served
         self.preview: EnginePreviews | None = None
@@ -294,8 +297,10 @@ class Supervisor(SupervisedChanges):
             spec.preview = self._launcher.sink_endpoint(engine.index, "preview")
             if not self._launcher.remote:  # an ipc file: known before it is bound (an actor's: in its snapshot)
                 self._preview_at[engine.index] = spec.preview
+        spec.start_together = not self._launcher.remote  # an actor starts when placed
         engine.restart_at = None
-        engine.floor = 0  # a new process holds none
+        engine.floor, engine.built = 0, False  # a new process holds none
+        engine.loading = spec.start_together
         engine.started_at = time.monotonic()
         self._launcher.start(engine, spec)
         engine.running = True
@@ -318,6 +323,9 @@ class Supervisor(SupervisedChanges):
                 self.stop()  # an engine that cannot start ends the run, as one process would
             elif kind == "gone":
                 self._gone(engine, value)
+            elif kind == "ready":
+                engine.built = True
+        self._start_line()
         self._share_ladder()
         for where, forwarder in self._forwarders.items():
             if forwarder.error is not None and self._error is None:
@@ -333,6 +341,17 @@ class Supervisor(SupervisedChanges):
                 except OSError as error:  # no processes or file descriptors left now: try again later
                     engine.running = False
                     self._schedule_restart(engine, f"could not be started again: {error}")
+
+    def _start_line(self) -> None:
+        """The engines of a run start their streams together (engine.py `EngineRun.run`): "go" to
+        those built once every engine running is; one started again later goes at once."""
+        states = {e.index: "built" if e.built else "ended" if not e.running else "loading" if e.loading else "going"
+                  for e in self._engines}
+        going, together = to_start(states, self._starting), self._starting
+        for engine in (e for e in self._engines if e.index in going):
+            log.debug("engine %d built%s: its streams start", engine.index, " as every engine is" * together)
+            engine.built = engine.loading = self._starting = False
+            self._launcher.tell(engine, "go")
 
     def _connect(self, engine: _Engine) -> None:
         """An actor's sinks listen where its snapshot says: the forwarders join them there (and the

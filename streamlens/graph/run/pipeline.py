@@ -237,20 +237,24 @@ class Pipeline(RunFigures):
     # -- running ------------------------------------------------------------------------------
 
     def run(self, on_tick: Callable[[Pipeline], None] | None = None, tick_s: float = 0.25,
-            stats_every_s: float = 1.0) -> RunReport:
+            stats_every_s: float = 1.0, on_built: Callable[[], None] | None = None) -> RunReport:
         """Run to the end of every stream, a stop, or an error. Raises `StreamlensError` when a
-        node cannot be built (nothing has run then); otherwise returns a `RunReport`."""
+        node cannot be built (nothing has run then); otherwise returns a `RunReport`. `on_built` is
+        called once everything is built (sources open, the detector loaded, sinks open) and before
+        any thread starts: an engine of several waits there for the others (scale/engine.py)."""
         if self._ran:
             raise StreamlensError("a Pipeline runs once; build a new one")
         self._ran = True
         try:
-            return self._run(on_tick, tick_s, stats_every_s)
+            return self._run(on_tick, tick_s, stats_every_s, on_built)
         finally:
             self._finished.set()
 
-    def _run(self, on_tick, tick_s: float, stats_every_s: float) -> RunReport:
+    def _run(self, on_tick, tick_s: float, stats_every_s: float, on_built=None) -> RunReport:
         started = time.monotonic()
         detector, sinks, http = self._build()
+        if on_built is not None:  # it waits, and does not raise
+            on_built()
         threads = self._threads
         try:
             with live_switch_interval(any(s.live for s in self.config.sources)):
