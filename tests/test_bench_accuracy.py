@@ -219,6 +219,10 @@ def test_a_trial_has_a_timeline_of_f1_and_frames_detected_by_five_seconds():
     trial = measure(records, k=1, warmup=0.0, seconds=20.0, reference=ref)
     assert [(w["from_s"], w["f1"], w["frames"], w["detected"]) for w in trial["timeline"]] == [
         (0.0, 1.0, 5, 0.2), (5.0, 0.0, 5, 0.2), (10.0, 0.0, 2, 0.0)]  # each detection once, where it first came
+    # `--timeline-s 4`: the same frames by 4 s
+    trial = measure(records, k=1, warmup=0.0, seconds=20.0, reference=ref, window_s=4.0)
+    assert [(w["from_s"], w["f1"], w["frames"], w["detected"]) for w in trial["timeline"]] == [
+        (0.0, 1.0, 4, 0.25), (4.0, 0.25, 4, 0.25), (8.0, 0.0, 4, 0.0)]  # one right box in four
 
 
 def test_staggered_copies_begin_through_the_clip():

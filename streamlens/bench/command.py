@@ -36,7 +36,9 @@ same video, and prints a table; everything measured goes to `--out` as JSON.
   not against itself). Each stream's received
   frames in the window are scored: F1 (a stream's worst F1 is what `--min-f1` judges), how many
   frames a new object waits for its first box, and the detection delay, from a keyframe becoming
-  available to the first result carrying its detections.
+  available to the first result carrying its detections. The JSON's `timeline` gives F1, the
+  frames detected and the p95 over every stream by `--timeline-s` seconds (default 5) from the
+  window's start: with `--warmup 0` and 1 s, what a start costs second by second.
 - The plain baseline (`streamlens.bench.hold`, `--no-hold` skips it): K paced copies decoded on
   threads, one loop detecting the newest frame of each stream in turn and publishing every frame
   at once with its stream's last boxes; measured, scored and judged as a trial is.
@@ -109,6 +111,9 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--stagger", action="store_true",
                    help="copy i of K begins i/K of the clip's length in (independent cameras: keyframes and scenes "
                         "out of step); default: every copy from the start, all in step")
+    p.add_argument("--timeline-s", type=_positive(float), default=None, metavar="S",
+                   help="the timeline's step in the JSON: F1, frames detected and p95 every S seconds "
+                        "(default 5; 1 shows a start's first seconds)")
     p.add_argument("--reference-detector", metavar="FILE",
                    help="score against this pipeline file's detector on every frame instead of the pipeline's own "
                         "(e.g. FP32 onnxruntime for a BF16 OpenVINO arm)")
@@ -367,7 +372,8 @@ def _run(args) -> int:
                               min_kept=args.min_kept, min_f1=args.min_f1, reference=reference,
                               sink_options=sink_options, workers=args.workers, debug=args.debug,
                               curve=args.curve, max_spread=args.max_spread, source_keys=source_keys,
-                              fps=info["fps"] if args.curve else None, stagger_s=stagger)
+                              fps=info["fps"] if args.curve else None, stagger_s=stagger,
+                              timeline_s=args.timeline_s)
         except TrialFailed as e:
             print(f"streamlens bench: error: {e}", file=sys.stderr, flush=True)
             trial = {"k": k, "status": "error", "error": str(e), "passed": False}
@@ -384,7 +390,8 @@ def _run(args) -> int:
             try:
                 held = run_hold_trial(args.pipeline, video, k, warmup=args.warmup, seconds=args.seconds,
                                       budget_ms=budget, min_kept=args.min_kept, min_f1=args.min_f1,
-                                      reference=reference, debug=args.debug, stagger_s=stagger)
+                                      reference=reference, debug=args.debug, stagger_s=stagger,
+                                      timeline_s=args.timeline_s)
             except TrialFailed as e:
                 print(f"streamlens bench: error: hold baseline: {e}", file=sys.stderr, flush=True)
                 held = {"k": k, "status": "error", "error": str(e), "passed": False}

@@ -113,7 +113,8 @@ def _late_estimate(stats: dict | None) -> dict | None:
     return {q: round(sum(part[q] for part in parts), 2) for q in ("p50", "p95")}
 
 
-def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None, fps: float | None = None) -> dict:
+def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None, fps: float | None = None,
+            window_s: float | None = None) -> dict:
     """kept, latency and keyframe rate in the measured window, from the subscriber's records
     (`{stream: {"frame": [...], "ts": [...], "recv": [...], "key": [...]}}`; see the module docs).
     Kept is the frames received over the span of frame numbers received in the window or, with
@@ -121,7 +122,8 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
     the frames the stream had in the window (`fps` x `seconds`): a stream that delivered one frame
     kept one of them, not all.
     With a `Reference` (and records holding `pts`, `boxes` and `det`, as the listener writes them)
-    also the accuracy of each stream and of all (`streamlens.bench.accuracy`)."""
+    also the accuracy of each stream and of all (`streamlens.bench.accuracy`), and a `timeline` of
+    every `window_s` seconds (default `WINDOW_S`)."""
     firsts = [s["ts"][0] for s in streams.values() if s["ts"]]
     if not firsts:
         return {"frames": 0, "kept": 0.0, "kept_min": 0.0, "kept_max": 0.0, "kept_spread": 0.0,
@@ -162,7 +164,7 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
             per_stream[name]["accuracy"] = score_stream(frames.tolist(), [s["pts"][i] for i in picked],
                                                         [s["boxes"][i] for i in picked], reference, counts)
             det = [s["det"][i] for i in picked] if "det" in s else None
-            _add_windows(windows, ts[picked] - start, counts, lat, det)
+            _add_windows(windows, ts[picked] - start, counts, lat, det, window_s or WINDOW_S)
     kept = [per_stream.get(name, {"kept": 0.0})["kept"] for name in stream_names(k)] if k else [0.0]
     out = {"frames": received, "kept": round(received / spans, 4) if spans else 0.0,
            "kept_min": min(kept), "kept_max": max(kept), "kept_spread": round(max(kept) - min(kept), 4),
@@ -172,7 +174,7 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
     if reference is not None:
         scored = {name: st["accuracy"] for name, st in per_stream.items() if "accuracy" in st}
         out["accuracy"] = combine(scored)
-        out["timeline"] = [{"from_s": w * WINDOW_S,
+        out["timeline"] = [{"from_s": round(w * (window_s or WINDOW_S), 3),
                             "f1": round(2 * tp / (shown + wanted), 4) if shown + wanted else None,
                             "frames": n, "detected": round(d / n, 4) if n else None,
                             "p95_ms": _percentiles(np.asarray(ms))["p95"]}
@@ -189,17 +191,18 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
     return out
 
 
-#: the timeline's step: F1, the share of frames detected and the p95 over every stream, by WINDOW_S seconds
+#: the timeline's step by default (`--timeline-s`): F1, the share of frames detected and the p95 over every
+#: stream, by WINDOW_S seconds
 WINDOW_S = 5.0
 
 
-def _add_windows(windows: dict, since_start, counts: list, latencies, det: list | None) -> None:
+def _add_windows(windows: dict, since_start, counts: list, latencies, det: list | None, window_s: float) -> None:
     """Adds one stream's received frames in the window to `windows` (see `measure`'s timeline): per
     frame its seconds since the window's start, its boxes' counts (`score_stream`'s `counts`), its
     latency and the frame its detections are of."""
     seen: set = set()  # a keyframe's detections count once, in the window they first reached the subscriber
     for k, (when, count, ms) in enumerate(zip(since_start, counts, latencies)):
-        acc = windows.setdefault(int(when // WINDOW_S), [0, 0, 0, 0, 0, []])
+        acc = windows.setdefault(int(when // window_s), [0, 0, 0, 0, 0, []])
         if count is not None:
             acc[0] += count[0]
             acc[1] += count[1]
@@ -299,9 +302,9 @@ def passes(trial: dict, budget_ms: float, min_kept: float, min_f1: float, *, cur
 
 
 def _result(k: int, heard: dict, report: dict, warmup: float, seconds: float, reference,
-            fps: float | None = None) -> dict:
+            fps: float | None = None, window_s: float | None = None) -> dict:
     result = {"k": k, "status": "ok", "error": None}
-    result.update(measure(heard["streams"], k, warmup, seconds, reference, fps))
+    result.update(measure(heard["streams"], k, warmup, seconds, reference, fps, window_s))
     result["lost_on_zmq"] = sum(s.get("lost", 0) for s in heard["streams"].values())
     result["subscriber"] = {"ended": heard.get("ended"), "timed_out": heard.get("timed_out"),
                             "skipped": heard.get("skipped")}
@@ -328,22 +331,23 @@ def run_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds: floa
               min_kept: float, min_f1: float = 0.0, reference=None, sink_options: dict | None = None,
               workers: int | None = None, debug: bool = False, curve: bool = False,
               max_spread: float = 0.10, source_keys: dict | None = None, fps: float | None = None,
-              stagger_s: float = 0.0) -> dict:
-    """Run one trial with `k` streams; its figures as a dict (see `measure`, which takes `fps`), with `passed`.
+              stagger_s: float = 0.0, timeline_s: float | None = None) -> dict:
+    """Run one trial with `k` streams; its figures as a dict (see `measure`, which takes `fps` and
+    `timeline_s` as `window_s`), with `passed`.
     Raises `TrialFailed` when the pipeline process fails; KeyboardInterrupt ends both children."""
     overrides = trial_overrides(video, k, "{endpoint}", sink_options, workers, source_keys, stagger_s)
     command = [sys.executable, "-m", "streamlens.bench.runner", str(pipeline), "--overrides", json.dumps(overrides),
                "--warmup", str(warmup), "--seconds", str(seconds), "--startup-s", str(STARTUP_S)]
     report, heard = _run_with_listener(k, command + (["--debug"] if debug else []), "pipeline",
                                        STARTUP_S + warmup + seconds + DRAIN_S)
-    result = _result(k, heard, report, warmup, seconds, reference, fps)
+    result = _result(k, heard, report, warmup, seconds, reference, fps, timeline_s)
     result["passed"] = passes(result, budget_ms, min_kept, min_f1, curve=curve, max_spread=max_spread)
     return result
 
 
 def run_hold_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds: float, budget_ms: float,
                    min_kept: float, min_f1: float = 0.0, reference=None, debug: bool = False,
-                   stagger_s: float = 0.0) -> dict:
+                   stagger_s: float = 0.0, timeline_s: float | None = None) -> dict:
     """The plain baseline (`streamlens.bench.hold`) with `k` streams, measured and judged as a trial
     is. Raises `TrialFailed` when it does not run."""
     command = [sys.executable, "-m", "streamlens.bench.hold", str(pipeline), "--video", str(video),
@@ -351,7 +355,7 @@ def run_hold_trial(pipeline: str, video: str, k: int, *, warmup: float, seconds:
                "--seconds", str(seconds), "--subscribers", str(len(TOPICS)), "--stagger", str(stagger_s)]
     report, heard = _run_with_listener(k, command + (["--debug"] if debug else []), "hold baseline",
                                        STARTUP_S + warmup + seconds + DRAIN_S)
-    result = _result(k, heard, report, warmup, seconds, reference)
+    result = _result(k, heard, report, warmup, seconds, reference, window_s=timeline_s)
     # it has no keyframes to be late or to give their place: every frame goes out at once
     result["late_keyframes"] = result["displaced_keyframes"] = None
     result["passed"] = passes(result, budget_ms, min_kept, min_f1)
