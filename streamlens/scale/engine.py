@@ -10,11 +10,13 @@ figures, the last `seq` published per stream, and where its zmq sinks listen.
 An engine is a process of this machine (`engine_main`, started with `multiprocessing`'s spawn)
 or a Ray actor (ray.py). A process speaks over two one-way pipes:
 
-    supervisor -> engine:  "stop" (finish what was decoded)   "abort" (at once)
+    supervisor -> engine:  "go" (every engine is built: start the streams)
+                           "stop" (finish what was decoded)   "abort" (at once)
                            ("add", SourceConfig)  ("remove", name): a stream added or removed
                            ("floor", level): apply at least this rung of the overload ladder
                            (the other engines of this machine have climbed it; graph/overload/ladder.py)
-    engine -> supervisor:  ("snapshot", Snapshot) about twice a second
+    engine -> supervisor:  ("ready", None) once built (sources open, model loaded, sinks open)
+                           ("snapshot", Snapshot) about twice a second
                            ("report", RunReport) when the run has ended
                            ("failed", line)       when it could not start
 
