@@ -199,25 +199,6 @@ def test_min_interval_and_the_controllers_stretch_bound_how_often_a_stream_is_de
     assert all(b - a == 4 for a, b in zip(keys["a"], keys["a"][1:]))
 
 
-def test_sooner_share_tells_whether_wider_intervals_would_spare_the_detector():
-    """One stream and an idle detector: every keyframe comes as soon as `min_interval` allows, so
-    any stretch would hold all of them back (share 1). Twelve streams and a detector that takes two
-    frame periods a keyframe: each stream waits about 24 frames for its turn, longer than x4 of
-    `min_interval` 2 allows, so no stretch up to x4 would hold any back (share 0): it would free
-    the detector of nothing. Only keyframes taken on their schedule count (not first frames)."""
-    one = KeyframeChooser(interval=6, min_interval=2)
-    simulate(one, {"a": signals()}, frames=60)
-    end = 60 * PERIOD
-    assert one.sooner_share(1.5, window_s=end, now=end) == 1.0
-    assert one.sooner_share(1.0, window_s=end, now=end) == 0.0  # as configured: none sooner than itself
-    many = KeyframeChooser(interval=6, min_interval=2)
-    simulate(many, {f"s{i}": signals() for i in range(12)}, frames=240, detect_frames=2)
-    end = 240 * PERIOD
-    assert many.sooner_share(4.0, window_s=end / 2, now=end) == 0.0  # the second half: turns settled
-    assert many.sooner_share(16.0, window_s=end, now=end) == 1.0  # 32 frames apart: every one sooner
-    assert many.sooner_share(4.0, window_s=end, now=end + 2 * end) is None  # none in the window
-
-
 def test_adaptive_intervals_stretch_for_a_scene_where_keyframes_find_nothing_new():
     def calm(tick):  # every keyframe result: nothing started, nothing lost
         return signals(births=0, losses=0, keyframe=tick // 3)

@@ -47,32 +47,6 @@ def test_the_order_of_steps_is_keyframes_then_batching_then_frames_for_every_str
     assert all(c.state(name)["shed_fraction"] == 1 / 3 for name in streams)
 
 
-def test_wider_intervals_that_would_spare_the_detector_nothing_are_taken_at_once():
-    """Past capacity every stream waits longer for its turn than even x4 of its fewest frames between
-    keyframes (a real shared schedule, twelve streams, a detector of two frame periods a keyframe):
-    widening the intervals would spare the detector nothing, and a rung a second for each took 4 s
-    before any frame was shed (highway K=20). They are then taken in one step, in their order;
-    where keyframes come as soon as allowed (one stream) each is a step of its own."""
-    from .test_keyframe_choice import PERIOD, signals, simulate
-
-    def chooser_of(streams: int, detect_frames: int):
-        chooser = KeyframeChooser(interval=6, min_interval=2)
-        simulate(chooser, {f"s{i}": signals() for i in range(streams)}, frames=240, detect_frames=detect_frames)
-        end = 240 * PERIOD
-        return lambda stretch, window_s: chooser.sooner_share(stretch, window_s=end / 2, now=end)
-
-    busy, idle = chooser_of(12, 2), chooser_of(1, 1)
-    for sooner, climbed in ((busy, ["keyframes no longer wait", "keyframe intervals x4 at once (no keyframe came "
-                                    "sooner)", "dropping 1 in 8", "dropping 1 in 4"]),
-                            (idle, ["keyframes no longer wait", "keyframe intervals x1.5", "keyframe intervals x2",
-                                    "keyframe intervals x3"])):
-        clock = Clock()
-        c = BudgetController(33, ["a", "b"], max_stretch=4, clock=clock, keyframe_wait=True)
-        c.attach([], batches=False, sooner=sooner)
-        assert feed(c, clock, {"a": 50, "b": 50}, seconds=4) == climbed
-    assert c.level == 4 and c.stretch == 3.0
-
-
 def test_frames_lost_in_the_engine_make_shedding_jump_to_the_share_that_carries_the_load():
     clock = Clock()
     c = BudgetController(33, ["a", "b"], max_stretch=1, clock=clock)

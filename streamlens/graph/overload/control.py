@@ -38,8 +38,6 @@ published its result. Two parts hold it:
    frames until its detections are back;
 1. widen the keyframe intervals of every live stream (x1.5, x2, x3, x4 ... up to `max_stretch`):
    less detector work, the cheapest thing to give up, since the tracker carries objects between;
-   all at once when fewer than `UNBOUND_SHARE` of the shared schedule's keyframes came sooner than
-   the widest intervals allow (the detector, busy with the others, spares nothing by them);
 2. batch for throughput: the detector fills its batches up to `max_batch` instead of cutting them
    short to keep each keyframe's latency (keyframes then come back later; frames do not wait).
    Not a rung for a detector that runs one keyframe a call (a model exported with a fixed batch of
@@ -60,10 +58,14 @@ published its result. Two parts hold it:
    keyframes undecoded, in its decode worker or on its own thread (`Shedder`, counted as shed);
    other sources go on dropping 9 in 10.
 
-Once it has climbed a rung, every live stream keeps about the same share (`fair_shares`): a
+Once it has climbed a rung, the share is the same for every stream only in what each keeps: a
 stream that lost more of its frames otherwise (too old for the engine or from its source, a full
-queue) is shed less, one that lost fewer more, over `FAIR_WINDOWS`; on the keyframe rungs the
-streams that kept more than the median are shed down to it.
+queue: which thread the scheduler serves first decides where those fall, and chance does the rest)
+is shed less, one that lost fewer is shed more, so that every live stream keeps about the same
+share (`fair_shares`): what a stream kept beyond the median share over the last ten seconds
+(`FAIR_WINDOWS`, counted in frames) it gives up over the next two, and a stream that kept less is
+shed less than the rung's share. On the keyframe rungs, where the rung sheds nothing, the streams
+that kept more are shed down to the median.
 
 Every frame it drops is counted (`shed`, part of `dropped`) in stats, metrics and the summary.
 When that p95 has stayed under 60% of the budget, without losing more than that tail, for
@@ -137,13 +139,14 @@ MIN_SAMPLES = 21
 HISTORY_WINDOWS = 5
 #: a second whose p95 is over budget, or that lost more than `TAIL_SHARE` of its frames, is
 #: overload only if, over this many windows (or since the last step, where that is later), more
-#: than that share missed the budget: one stall (a thread not scheduled for a tenth of a second)
-#: makes a burst of frames late but is not a load that shedding answers (indoor K=48 climbed on
-#: single seconds' p95 of 34-40 ms; tools/results/overload.md)
+#: than that share missed the budget: one stall (a thread not scheduled for a tenth of a second, a
+#: collection) makes a burst of frames late or lost but is not a load that shedding would answer,
+#: and a rung taken for each such second was kept for seconds (at indoor K=48 the controller
+#: climbed on single seconds' p95 of 34-40 ms between seconds of 8-25 ms, and came down a rung in
+#: 15 s; tools/results/overload.md). A load is still answered at once when more than three times
+#: that share of a second's frames are late, and within this many seconds when more than that share
+#: of each second's are
 EVIDENCE_WINDOWS = 3
-#: wider keyframe intervals free the detector of nothing when fewer than this share of its keyframes
-#: came sooner than the widest allows: the rungs are then taken at once (`_step_up`)
-UNBOUND_SHARE = 0.1
 #: fair shares weigh what each stream kept over this many windows (about ten seconds), so that
 #: what chance took from a stream over that long is made up for
 FAIR_WINDOWS = 10
@@ -205,7 +208,6 @@ class BudgetController:
         self.room_steps = 0
         #: the rung the other engines of this machine have climbed (`hold_floor`, ladder.py)
         self.floor = 0
-        self._sooner = None  # see `attach`
 
     @property
     def stretch(self) -> float:
@@ -261,12 +263,11 @@ class BudgetController:
         found = self.shedders.get(stream)
         return found if found is not None else self.add(stream)
 
-    def attach(self, sources, batches: bool = True, sooner=None) -> None:
+    def attach(self, sources, batches: bool = True) -> None:
         """Each source with a shedder here thins its own decoding for it where it can (`Shedder.attach`);
         `batches`: whether the detector runs more than one keyframe a call (False: the ladder has no
-        "batching for throughput" rung); `sooner(stretch, window_s)`: the shared schedule's
-        `KeyframeChooser.sooner_share` (None: no such schedule)."""
-        self.batching_rung, self._sooner = batches, sooner
+        "batching for throughput" rung)."""
+        self.batching_rung = batches
         for source in sources:
             if source.name in self.shedders:
                 self.shedders[source.name].attach(source)
@@ -431,13 +432,6 @@ class BudgetController:
         if self._wait_rung and self.wait:
             self.wait = False
             return "keyframes no longer wait"
-        if self._stretch_index + 1 < len(self.stretches) and self._sooner is not None:
-            # a detector that no stream gets sooner than the widest intervals would let it is not
-            # spared by them (highway K=20: they took 4 s to climb and shed nothing)
-            share = self._sooner(self.stretches[-1], EVIDENCE_WINDOWS * self.window_s)
-            if share is not None and share < UNBOUND_SHARE:
-                self._stretch_index = len(self.stretches) - 1
-                return f"keyframe intervals x{self.stretch:g} at once (no keyframe came sooner)"
         if self._stretch_index + 1 < len(self.stretches):
             self._stretch_index += 1
             return f"keyframe intervals x{self.stretch:g}"

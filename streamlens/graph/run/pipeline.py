@@ -417,8 +417,7 @@ class Pipeline(RunFigures):
         offsets = stagger_offsets(cfg.keyframes.interval, len(streams))
         lanes = [self._join(stream, offset) for stream, offset in zip(streams, offsets)]
         if self.controller:  # a rung for batching only if batches can grow
-            self.controller.attach([], DetectWorker.per_call(detector, cfg.detector.max_batch) > 1,
-                                   self._chooser.sooner_share if self._chooser is not None else None)
+            self.controller.attach([], DetectWorker.per_call(detector, cfg.detector.max_batch) > 1)
         self._losses = Losses(self.streams, self._inbox)
         self._reporter = StatsReporter(
             self.streams, self._out, self._losses, capped={s.name for s in cfg.sources if s.max_fps},

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,8 +27,6 @@ STALL_PERIODS = 3.0
 #: detector would start still counts against the frame in hand (frames of several cameras come in
 #: bursts a few milliseconds wide; waiting that long for a better one costs the detector little)
 ARRIVAL_SLACK = 0.25
-#: keyframes taken on their schedule remembered for `sooner_share`
-SPACINGS_KEPT = 2048
 #: a frame takes the place of a keyframe still waiting in the detector's queue when
 #: it is worth at least this many times what that keyframe was worth when taken (twice: a keyframe
 #: taken when due gives its place to a calm stream that has waited two intervals, and two streams
@@ -145,7 +142,6 @@ class KeyframeChooser:
         #: a factor on every stream's interval: the budget controller's, set by the engine (see the class docs)
         self.stretch = 1.0
         self._streams: dict[str, _Shared] = {}
-        self._spacings: deque[tuple[float, int]] = deque(maxlen=SPACINGS_KEPT)  # (when taken, frames apart)
 
     def add(self, name: str, period_s: float) -> None:
         """A live stream, and the time between its frames (seconds)."""
@@ -207,8 +203,6 @@ class KeyframeChooser:
                 reason = "interval" if s.since + 1 >= s.results.current * self.stretch else "spare"
         if reason:
             s.taken_worth = worth if reason in ("interval", "spare") else math.inf
-            if reason in ("interval", "spare"):
-                self._spacings.append((now, s.since + 1))
             s.taken_since, s.since, s.in_flight, s.overdue = s.since or 0, 0, True, False
             return reason
         s.since += 1
@@ -228,26 +222,11 @@ class KeyframeChooser:
         except RuntimeError:  # the streams changed while it looked
             return True
 
-    def _floor(self, s: _Shared, stretch: float | None = None) -> float:
-        """The fewest frames between two of a stream's keyframes (scene cuts aside), at the
-        controller's stretch (or at `stretch`)."""
-        stretch = self.stretch if stretch is None else stretch
-        if stretch <= 1.0:
+    def _floor(self, s: _Shared) -> float:
+        """The fewest frames between two of a stream's keyframes (scene cuts aside)."""
+        if self.stretch <= 1.0:
             return self.min_interval
-        return max(2, round(self.min_interval * stretch))
-
-    def sooner_share(self, stretch: float, window_s: float, now: float | None = None) -> float | None:
-        """Of the keyframes taken on their schedule in the last `window_s` seconds, the share that
-        came sooner after their stream's one before than intervals stretched by `stretch` would
-        allow (None: none was taken). Near 0, stretching that far frees the detector of nothing:
-        the streams already wait longer than that for their turn, the detector busy with the others
-        (budget controller, graph/overload/control.py). Read from another thread."""
-        since = (time.monotonic() if now is None else now) - window_s
-        recent = [frames for when, frames in list(self._spacings) if when > since]
-        if not recent:
-            return None
-        floor = self._floor(None, stretch)
-        return sum(1 for frames in recent if frames < floor) / len(recent)
+        return max(2, round(self.min_interval * self.stretch))
 
     def _room(self, name: str, worth: float, now: float, start_in_s: float, unit_s: float) -> bool:
         """Whether the detector may take the stream's frame now: every other stream expected by the
