@@ -162,8 +162,10 @@ class EngineRun:
         With `spec.start_together`, once built it calls `on_ready` and waits for `go()` (or a
         stop, or `START_WAIT_S`) before its streams start. Built one after another, the engines
         of a run had each started its streams while the next was still loading its model: the
-        first engine's frames were late behind that load (highway K=20 on two engines: the second
-        started 0.7 s after the first, whose streams' p95 read 84-660 ms in the first second)."""
+        first engine's frames were late behind that load (highway K=20 on two engines, copies in
+        step: the second started 0.7 s after the first, and the first second's p95 read 190-260 ms;
+        54-73 ms started together, first keyframes no longer waited for in a row (detect_worker.py);
+        tools/results/capacity.md)."""
         from ..graph.run.pipeline import Pipeline
 
         spec = self.spec

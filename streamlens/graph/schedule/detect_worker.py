@@ -98,8 +98,8 @@ class DetectWorker:
         """Seconds until the detections of a keyframe submitted now would be back: the keyframes
         ahead of it and itself, at the detector's learnt speed. Until it has timed a batch: 0.0 for
         a keyframe that has the detector to itself, `math.inf` for one with others ahead of it (at
-        a start every live stream's first frame is a keyframe: waited for one after another, the
-        twentieth came back 0.2-0.4 s late, and every frame of its stream behind it)."""
+        a start every live stream's first frame is a keyframe: each was waited for behind all those
+        before it, and every frame of its stream behind it)."""
         cost, ahead = self.batcher.cost, self._jobs.depth() + self._busy
         if not cost.known:
             return math.inf if ahead else 0.0
