@@ -133,9 +133,10 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
                 "detection_delay_ms": None}
     start = min(firsts) + warmup
     end = start + seconds
+    window_s = window_s or WINDOW_S
     per_stream, latencies, received, spans, keys, delays, methods = {}, [], 0, 0, 0, [], set()
     detected = 0
-    windows: dict[int, list[int]] = {}  # 5 s window -> [tp, delivered, reference, frames, detected]
+    windows: dict[int, list] = {}  # window -> [tp, delivered, reference, frames, detected, latencies]
     for name, s in streams.items():
         ts = np.asarray(s["ts"], dtype=np.float64)
         inside = (ts >= start) & (ts < end)
@@ -164,7 +165,7 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
             per_stream[name]["accuracy"] = score_stream(frames.tolist(), [s["pts"][i] for i in picked],
                                                         [s["boxes"][i] for i in picked], reference, counts)
             det = [s["det"][i] for i in picked] if "det" in s else None
-            _add_windows(windows, ts[picked] - start, counts, lat, det, window_s or WINDOW_S)
+            _add_windows(windows, ts[picked] - start, counts, lat, det, window_s)
     kept = [per_stream.get(name, {"kept": 0.0})["kept"] for name in stream_names(k)] if k else [0.0]
     out = {"frames": received, "kept": round(received / spans, 4) if spans else 0.0,
            "kept_min": min(kept), "kept_max": max(kept), "kept_spread": round(max(kept) - min(kept), 4),
@@ -174,7 +175,7 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
     if reference is not None:
         scored = {name: st["accuracy"] for name, st in per_stream.items() if "accuracy" in st}
         out["accuracy"] = combine(scored)
-        out["timeline"] = [{"from_s": round(w * (window_s or WINDOW_S), 3),
+        out["timeline"] = [{"from_s": round(w * window_s, 3),
                             "f1": round(2 * tp / (shown + wanted), 4) if shown + wanted else None,
                             "frames": n, "detected": round(d / n, 4) if n else None,
                             "p95_ms": _percentiles(np.asarray(ms))["p95"]}

@@ -1,5 +1,6 @@
-"""The secondary models' figures of a run over several engines: each engine reports its own
-(`Pipeline.secondary_stats`, in its snapshot), and the supervisor shows them as one run's.
+"""The secondary models' figures and the sinks' losses of a run over several engines: each engine
+reports its own (`Pipeline.secondary_stats`, `sink_losses`, in its snapshot), and the supervisor
+shows them as one run's (`merge_secondary`, `merge_losses` after `losses_as_filed`).
 
 Counters add up; a flag (`available`) holds where it holds in every engine; the rates and means are
 made again from the sums (a hit rate from hits and misses, `ms_per_crop` and `batch_mean` weighted
@@ -20,6 +21,8 @@ Example:
 """
 
 from __future__ import annotations
+
+import re
 
 #: figures made again from the sums, not added
 _MADE = {"hit_rate", "attempts_per_track", "batch_mean", "ms_per_crop"}
@@ -110,4 +113,24 @@ def merge_losses(parts: list[dict[str, int]], keep_zero: bool = False) -> dict[s
     return total
 
 
-__all__ = ["merge_secondary", "merge_counters", "merge_losses"]
+def losses_as_filed(losses: dict[str, int], sink_types: list[str]) -> dict[str, int]:
+    """An engine's sink losses (by its own sinks' entries) under the pipeline file's entries
+    (`sink_types`: the file's sinks' types, in order): an engine's leg of a sink the supervisor
+    writes (a zmq push to it, `sinks[1] (zmq)`) counts for that sink (`sinks[1] (jsonl)`); an
+    engine's inner sinks (the `seq` marks, named but not filed) count for none.
+
+    Example:
+        >>> losses_as_filed({"sinks[1] (zmq)": 4, "seq-mark sink": 0, "sinks[0] (video)": 1}, ["video", "jsonl"])
+        {'sinks[1] (jsonl)': 4, 'sinks[0] (video)': 1}
+    """
+    out: dict[str, int] = {}
+    for key, n in losses.items():
+        found = re.match(r"sinks\[(\d+)\]", key)
+        if found and int(found.group(1)) < len(sink_types):
+            index = int(found.group(1))
+            where = f"sinks[{index}] ({sink_types[index]})"
+            out[where] = out.get(where, 0) + n
+    return out
+
+
+__all__ = ["merge_secondary", "merge_counters", "merge_losses", "losses_as_filed"]

@@ -55,7 +55,6 @@ engines; forwarder.py joins their outputs.
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import tempfile
 import threading
@@ -69,7 +68,7 @@ from ..frame import StreamEnd
 from ..graph.run.stats import RunReport, StreamStats
 from .engine import EngineSpec, Snapshot
 from .changes import SupervisedChanges
-from .figures import merge_counters, merge_losses, merge_secondary
+from .figures import losses_as_filed, merge_counters, merge_losses, merge_secondary
 from .engine_config import engine_config
 from .forwarder import Forwarder
 from .policy import END_WAIT_S, deal, ladder_floors, restart_delay, supervised, to_start, worker_count
@@ -112,8 +111,9 @@ class _Engine:
     restarts: int = 0
     restart_delay: float = 0.0  # the last wait before a restart (0: none yet, or reset)
     floor: int = 0  # the overload rung it was last told to hold at least (`_share_ladder`)
-    loading: bool = False  # started, and has not said "ready" yet (`_start_line`)
-    built: bool = False  # it said "ready" and waits for "go"
+    #: while running: "loading" (not built yet), "built" (it said "ready" and waits for "go") or
+    #: "going" (its streams run; an actor's from the start); see `_start_line`
+    start: str = "going"
 
 
 class Supervisor(SupervisedChanges):
@@ -192,19 +192,14 @@ class Supervisor(SupervisedChanges):
         """Messages each sink could not deliver so far: the engines' (from their last snapshots: an
         engine started again counts from zero) and each forwarder's here, added up by the sink's entry."""
         parts = [self._as_filed(e.snapshot.sink_losses) for e in self._engines if e.snapshot is not None]
-        parts.append({f"{where} ({f.sink.type})": f.dropped for where, f in self._forwarders.items()})
-        return merge_losses(parts, keep_zero=True)
+        return merge_losses(parts + [self._forwarder_losses()], keep_zero=True)
+
+    def _forwarder_losses(self) -> dict[str, int]:
+        """What each sink's forwarder here could not deliver, by the sink's entry."""
+        return {f"{where} ({f.sink.type})": f.dropped for where, f in self._forwarders.items()}
 
     def _as_filed(self, losses: dict[str, int]) -> dict[str, int]:
-        """An engine's sink losses under the pipeline file's entries: its leg of a sink written here
-        (a zmq push to this process) counts for that sink; its own inner sinks (the `seq` marks) for none."""
-        out: dict[str, int] = {}
-        for key, n in losses.items():
-            found = re.match(r"sinks\[(\d+)\]", key)
-            if found and int(found.group(1)) < len(self.config.sinks):
-                where = f"sinks[{found.group(1)}] ({self.config.sinks[int(found.group(1))].type})"
-                out[where] = out.get(where, 0) + n
-        return out
+        return losses_as_filed(losses, [sink.type for sink in self.config.sinks])
 
     def secondary_stats(self) -> dict:
         """The secondary models' figures of every engine as one run's (figures.py), from each
@@ -299,8 +294,8 @@ class Supervisor(SupervisedChanges):
                 self._preview_at[engine.index] = spec.preview
         spec.start_together = not self._launcher.remote  # an actor starts when placed
         engine.restart_at = None
-        engine.floor, engine.built = 0, False  # a new process holds none
-        engine.loading = spec.start_together
+        engine.floor = 0  # a new process holds none
+        engine.start = "loading" if spec.start_together else "going"
         engine.started_at = time.monotonic()
         self._launcher.start(engine, spec)
         engine.running = True
@@ -324,7 +319,7 @@ class Supervisor(SupervisedChanges):
             elif kind == "gone":
                 self._gone(engine, value)
             elif kind == "ready":
-                engine.built = True
+                engine.start = "built"
         self._start_line()
         self._share_ladder()
         for where, forwarder in self._forwarders.items():
@@ -345,13 +340,14 @@ class Supervisor(SupervisedChanges):
     def _start_line(self) -> None:
         """The engines of a run start their streams together (engine.py `EngineRun.run`): "go" to
         those built once every engine running is; one started again later goes at once."""
-        states = {e.index: "built" if e.built else "ended" if not e.running else "loading" if e.loading else "going"
-                  for e in self._engines}
-        going, together = to_start(states, self._starting), self._starting
-        for engine in (e for e in self._engines if e.index in going):
-            log.debug("engine %d built%s: its streams start", engine.index, " as every engine is" * together)
-            engine.built = engine.loading = self._starting = False
-            self._launcher.tell(engine, "go")
+        going = to_start({e.index: e.start if e.running else "ended" for e in self._engines}, self._starting)
+        for engine in self._engines:
+            if engine.index in going:
+                log.debug("engine %d built%s: its streams start", engine.index,
+                          " as every engine is" if self._starting else "")
+                engine.start = "going"
+                self._launcher.tell(engine, "go")
+        self._starting = self._starting and not going
 
     def _connect(self, engine: _Engine) -> None:
         """An actor's sinks listen where its snapshot says: the forwarders join them there (and the
@@ -471,8 +467,7 @@ class Supervisor(SupervisedChanges):
         natural = all(e.report is not None and e.report.status == "done" for e in self._engines)
         status = "failed" if error else "interrupted" if self._stopping and not natural else "done"
         actions = [f"engine {e.index}: {a}" for e in self._engines if e.report for a in e.report.control_actions]
-        losses = merge_losses([self._as_filed(r.sink_losses) for r in reports] +  # in the engines, and each forwarder
-                              [{f"{where} ({f.sink.type})": f.dropped} for where, f in self._forwarders.items()])
+        losses = merge_losses([self._as_filed(r.sink_losses) for r in reports] + [self._forwarder_losses()])
         return RunReport(status, error, wall_s, list(self.stats.values()), actions,
                          max((r.control_level for r in reports), default=0), sum(r.control_steps for r in reports),
                          losses)
