@@ -203,6 +203,8 @@ sinks: [{{type: zmq, endpoint: 'tcp://127.0.0.1:{port}', hwm: 100000}}]
         assert proc.wait(60) == 130
         stderr = proc.stderr.read()
         assert "engine 1 (cam2) died (killed by signal 9); restarting it in 1 s (restart 1)" in stderr, stderr
+        # started again, it was told to go at once, not left to its own wait for engines long built
+        assert "were not built within" not in stderr, stderr
         assert not [p for p in (first, *after) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     finally:
         proc.kill()
@@ -515,3 +517,22 @@ def test_a_built_engine_waits_for_go_and_a_stop_lets_it_end(tmp_path):
         assert not thread.is_alive() and result[0][0] == "report", result
         frames = sum(1 for m in read_jsonl(tmp_path / "r.jsonl") if m["type"] == "frame")
         assert frames == (300 if ending == "go" else 0), (ending, frames)
+
+
+def test_an_engine_never_told_to_go_starts_its_streams_after_its_wait(tmp_path, monkeypatch, caplog):
+    """A supervisor that never answers (an engine of the run stuck loading) holds a built engine
+    back `START_WAIT_S` at most: then it starts its streams, says so, and delivers every frame."""
+    from streamlens.config import parse_pipeline
+    from streamlens.scale import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "START_WAIT_S", 0.2)
+    tree = {"sources": [{"uri": str(SAMPLE)}], "detector": {"backend": "motion"},
+            "sinks": [{"type": "jsonl", "path": str(tmp_path / "r.jsonl")}]}
+    engine = engine_module.EngineRun(engine_module.EngineSpec(0, parse_pipeline(tree, tmp_path / "p.yaml"), ["cam1"],
+                                                              start_together=True))
+    ready = []
+    with caplog.at_level("WARNING", logger="streamlens.scale"):
+        kind, report = engine.run(on_ready=lambda: ready.append(True))
+    assert kind == "report" and report.status == "done" and ready == [True]
+    assert "engine 0: the other engines were not built within 0.2 s; starting its streams" in caplog.text
+    assert sum(1 for m in read_jsonl(tmp_path / "r.jsonl") if m["type"] == "frame") == 300
