@@ -48,7 +48,7 @@ high there: on a keyframe, the detector's boxes with the ids of the tracks they 
   keyframe (blur, a passing occluder, a score just under the threshold), where it would otherwise be
   gone for a whole interval. Whatever `coast_s`, a lost track is followed by motion for
   `FOLLOW_LOST_S`, and waits `lost_s` to be found again with its id.
-A track whose box is no longer visible ends: less than `MIN_VISIBLE` of its area inside the frame,
+A track whose box is no longer visible ends: less than `tracks.MIN_VISIBLE` of its area in the frame,
 or less than `MIN_BOX_PX` wide or high there (it drove out of the picture, or motion carried it
 out). `confidence` and the class (`class_id`, `class_name`) are those of the last detection matched,
 the track's label (`data[TRACK_CLASS_ID]`, `data[TRACK_CLASS_NAME]`) the class its detections scored
@@ -88,7 +88,7 @@ import supervision as sv
 
 from ..config.tracker import COAST_S, LOST_S, LOW_SCORE
 from ..frame import TRACK_CLASS_ID, TRACK_CLASS_NAME, Frame, empty_detections
-from .base import MIN_BOX_PX, Tracker, clip_to_frame, confident, untracked, weak_mask
+from .base import Tracker, clip_to_frame, confident, untracked, weak_mask
 from .history import FrameHistory, FrameStep, Replay
 from .keyframe_objects import keyframe_objects
 from .labels import LabelVotes
@@ -98,6 +98,7 @@ from . import association
 from .association import Found, match_stages, without_duplicates
 from .matching import box_iou, buffered_iou
 from .motion import MotionModel, build_motion
+from .motion.scale import MotionScale
 from . import reassoc
 from .tracks import CONFIRMED, LOST, REMOVED, TENTATIVE, TrackTable
 
@@ -133,10 +134,6 @@ BLIND_BUFFER_PER_S = 0.25
 FOLLOW_LOST_S = 0.4
 #: how far back a late keyframe result may re-anchor the tracks
 HISTORY_S = 2.0
-#: a track ends when less than this share of its box's area is inside the frame: the object is
-#: mostly out of the picture (across one edge: its centre has left it), and the rest of its box is
-#: the tracker's guess, which a detector that sees only the visible part cannot confirm
-MIN_VISIBLE = 0.5
 #: the longest step between two frames that is still one stretch of video, in frame times: a
 #: decoder skipping a few damaged frames, a frame-rate cap; beyond it, a gap (see the module's docs)
 MAX_STEP_FRAMES = 10
@@ -193,6 +190,8 @@ class KeyframeTracker(Tracker):
         self.follow_s = max(coast_s, FOLLOW_LOST_S)
         self._horizon = max(self.follow_s, MAX_STEP_FRAMES / self.fps)
         self.kalman = BoxKalmanFilter()
+        #: the factor the motion model's measurements are taken at, learned on keyframes (`learns_scale`)
+        self.scale = MotionScale()
         #: lost tracks found again by motion and, with `appearance` and pixels, by look (reassoc.py)
         self.reassoc = reassoc.Reassociation(self.kalman, appearance)
         warm_up()  # the compiled per-frame steps, ready before the first frame
@@ -353,6 +352,10 @@ class KeyframeTracker(Tracker):
         everyone = bool(shown.all())
         visible = slice(None) if everyone else np.flatnonzero(shown)
         estimate = self.motion.measure(previous.record, step.record, xywh_to_xyxy(means[visible, :4]), untracked)
+        measured = np.full_like(tracks.travel, np.nan)  # as measured (before the scale)
+        measured[visible] = estimate.shift
+        if self.motion.learns_scale:
+            estimate.rescale(self.scale.gain)
         if everyone:
             delta, noise = estimate.deltas(means[:, 2:4]), estimate.noise
         else:
@@ -369,27 +372,18 @@ class KeyframeTracker(Tracker):
                            *self.kalman.move(means, tracks.covs, delta, dt, noise, self._horizon),
                            tracks.class_ids, tracks.class_names, tracks.seen_ids, tracks.seen_names,
                            tracks.scores, tracks.hits, tracks.born,
-                           tracks.last_seen, tracks.motion_quality.copy())
+                           tracks.last_seen, tracks.motion_quality.copy(), tracks.anchor)
         if camera is not None:  # every track moves with the picture, measured or not (BoT-SORT's CMC)
             moved.means[:, :2] += camera
+        stepped = np.where(shown[:, None], moved.means[:, :2] - means[:, :2], np.nan)
+        moved.travel = self.scale.travelled(tracks.travel, measured, stepped)
         quality = estimate.quality
         decayed = moved.motion_quality[visible] * (math.exp(-dt / self.lost_s) if self.lost_s > 0 else 0.0)
         moved.motion_quality[visible] = np.where(np.isfinite(quality), np.minimum(quality, 1.0), decayed)
-        moved = self._without_invisible(moved)
+        moved = moved.in_view(*self._frame_size)
         if untracked:
             self._note_motion(moved, estimate.untracked_motion)
         return moved
-
-    def _without_invisible(self, tracks: TrackTable) -> TrackTable:
-        """`tracks` without those whose box is no longer visible in the frame (see the module's docs)."""
-        width, height = self._frame_size
-        if width <= 1 or height <= 1 or len(tracks) == 0:
-            return tracks
-        means = tracks.means
-        centre, half = means[:, :2], means[:, 2:4] / 2
-        seen = np.minimum(centre + half, (width, height)) - np.maximum(centre - half, 0.0)  # the part inside
-        visible = (seen >= MIN_BOX_PX).all(axis=1) & (seen.prod(axis=1) >= MIN_VISIBLE * means[:, 2] * means[:, 3])
-        return tracks if visible.all() else tracks.select(visible)
 
     def _note_motion(self, tracks: TrackTable, untracked_motion: float) -> None:
         confirmed = tracks.states == CONFIRMED
@@ -453,7 +447,7 @@ class KeyframeTracker(Tracker):
         born = self._start(found, new, now, first_keyframe)
         shown = np.full(len(found.scores), -1, np.int64)  # per detection, its track's id
         shown[cols], shown[new] = tracks.ids[rows], born.ids
-        tracks = self._without_invisible(without_duplicates(tracks.select(states != REMOVED).append(born)))
+        tracks = without_duplicates(tracks.select(states != REMOVED).append(born)).in_view(*self._frame_size)
         self.labels.keep(tracks.ids)
         self.reassoc.keep(tracks.ids)
         self.signals.births, self.signals.losses = len(born), int(missed.sum())
@@ -466,6 +460,10 @@ class KeyframeTracker(Tracker):
         """Correct matched tracks with their detections."""
         if len(rows) == 0:
             return
+        centres = self.scale.anchors(found.boxes[cols], *self._frame_size)
+        if self.motion.learns_scale:
+            self.scale.learn(tracks.travel[rows], centres - tracks.anchor[rows])
+        tracks.anchor[rows], tracks.travel[rows] = centres, 0.0
         tracks.means[rows], tracks.covs[rows] = self.kalman.update(
             tracks.means[rows], tracks.covs[rows], xyxy_to_xywh(found.boxes[cols]))
         tracks.states[rows] = CONFIRMED
@@ -483,6 +481,7 @@ class KeyframeTracker(Tracker):
         tracks.means[rows], tracks.covs[rows] = self.kalman.update(tracks.means[rows], tracks.covs[rows],
                                                                    xyxy_to_xywh(boxes))
         tracks.motion_quality[rows] = 1.0
+        tracks.anchor[rows], tracks.travel[rows] = self.scale.anchors(boxes, *self._frame_size), 0.0
 
     def _start(self, found: Found, cols: np.ndarray, now: float, confirmed: bool) -> TrackTable:
         """New tracks from the detections at `cols`."""
@@ -496,5 +495,6 @@ class KeyframeTracker(Tracker):
                           class_names=found.class_names[cols], seen_ids=found.class_ids[cols],
                           seen_names=found.class_names[cols], scores=found.scores[cols].astype(np.float32),
                           hits=np.ones(count, np.int64), born=np.full(count, now), last_seen=np.full(count, now),
-                          motion_quality=np.ones(count))
+                          motion_quality=np.ones(count),
+                          anchor=self.scale.anchors(found.boxes[cols], *self._frame_size))
 

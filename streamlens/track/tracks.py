@@ -18,10 +18,17 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
 
 import numpy as np
+
+from ..frame import MIN_BOX_PX
+
+#: a track ends when less than this share of its box's area is inside the frame: the object is
+#: mostly out of the picture (across one edge: its centre has left it), and the rest of its box is
+#: the tracker's guess, which a detector that sees only the visible part cannot confirm
+MIN_VISIBLE = 0.5
 
 
 class TrackState(IntEnum):
@@ -62,6 +69,16 @@ class TrackTable:
     last_seen: np.ndarray
     #: how well motion between keyframes followed the track, 0 to 1 (1 right after a keyframe)
     motion_quality: np.ndarray
+    #: `(N, 2)`: the centre of the track's last detection, and the motion measured since it (NaN once
+    #: a frame went unmeasured): what `motion.scale.MotionScale` learns from. Zeros when not given.
+    anchor: np.ndarray = field(default=None)
+    travel: np.ndarray = field(default=None)
+
+    def __post_init__(self):
+        if self.anchor is None:
+            self.anchor = np.zeros((len(self.ids), 2))
+        if self.travel is None:
+            self.travel = np.zeros((len(self.ids), 2))
 
     @classmethod
     def empty(cls) -> TrackTable:
@@ -84,6 +101,18 @@ class TrackTable:
     def append(self, other: TrackTable) -> TrackTable:
         """This table with the rows of `other` after its own."""
         return TrackTable(*(np.concatenate([getattr(self, name), getattr(other, name)]) for name in _COLUMNS))
+
+    def in_view(self, width: int, height: int) -> TrackTable:
+        """This table without the tracks whose box is no longer visible in a `width` x `height`
+        frame: less than `MIN_VISIBLE` of its area inside it, or less than `MIN_BOX_PX` wide or high
+        there (see tracker.py). A frame of unknown size (0 x 0) keeps every track."""
+        if width <= 1 or height <= 1 or len(self) == 0:
+            return self
+        centre, half = self.means[:, :2], self.means[:, 2:4] / 2
+        seen = np.minimum(centre + half, (width, height)) - np.maximum(centre - half, 0.0)  # the part inside
+        area = self.means[:, 2] * self.means[:, 3]
+        visible = (seen >= MIN_BOX_PX).all(axis=1) & (seen.prod(axis=1) >= MIN_VISIBLE * area)
+        return self if visible.all() else self.select(visible)
 
     def coasting(self, now: float, coast_s: float) -> np.ndarray:
         """A mask of the lost tracks still shown at time `now`: lost for at most `coast_s`, and for

@@ -57,6 +57,12 @@ class MotionEstimate:
         return cls(shift=np.full((count, 2), np.nan), growth=np.full(count, np.nan), noise=np.ones(count),
                    quality=np.full(count, np.nan))
 
+    def rescale(self, gain: float) -> None:
+        """Multiply what was measured of the boxes' and the camera's motion by `gain` (see `scale.py`)."""
+        if gain != 1.0:
+            self.shift = self.shift * gain
+            self.camera = self.camera * gain
+
     def deltas(self, sizes: np.ndarray) -> np.ndarray:
         """The measured change of each box's `(cx, cy, w, h)` given its `(w, h)` `sizes` `(N, 2)`;
         NaN where not measured."""
@@ -70,6 +76,9 @@ class MotionModel:
     name: str = ""
     #: whether the model measures anything from the frames (False: boxes move by prediction alone)
     sees_pixels: bool = True
+    #: whether what it measures may overstate motion by a stream's own factor, which the tracker then
+    #: learns from its keyframes (`scale.MotionScale`)
+    learns_scale: bool = False
 
     def observe(self, frame: Frame) -> object | None:
         """What to keep of `frame` to measure motion into and out of it later."""

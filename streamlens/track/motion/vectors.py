@@ -80,6 +80,7 @@ class MotionVectors(MotionModel):
     """Boxes follow the median of the decoder's motion vectors inside them."""
 
     name = "mv"
+    learns_scale = True  # blocks predicted from two or three frames back read as one (scale.py)
 
     def __init__(self, untracked: bool = False):
         #: measure `untracked_motion` too (for an adaptive keyframe schedule)
