@@ -151,7 +151,7 @@ def test_each_box_moves_by_the_median_of_exactly_the_vectors_inside_it():
     field.sort()
     boxes = rng.uniform([-30, -30, 0, 0], [600, 340, 0, 0], (40, 4))
     boxes[:, 2:] = boxes[:, :2] + rng.uniform(0.5, 120, (40, 2))
-    shift, quality = box_motion(field.start, field.motion, field.column, boxes, 1.0, 1, 1.0)
+    shift, quality, _ = box_motion(field.start, field.motion, field.column, boxes, 1.0, 1, 1.0)
     for box, got, share in zip(boxes, shift, quality):
         inside = ((vectors[:, 0] >= box[0]) & (vectors[:, 0] < box[2])
                   & (vectors[:, 1] >= box[1]) & (vectors[:, 1] < box[3]))
@@ -167,6 +167,31 @@ def test_each_box_moves_by_the_median_of_exactly_the_vectors_inside_it():
     moving = np.hypot(*(vectors[:, 2:] - [1.0, 0.0]).T) >= 2.0
     share = moving_outside(field.start, field.motion, 1, boxes, 0.0, np.array([1.0, 0.0]), 2.0)
     assert share == pytest.approx(moving[outside].mean(), abs=1e-6)
+
+
+def test_a_box_grows_as_its_vectors_spread_out_and_blocks_from_two_frames_back_do_not_make_it_grow():
+    """An object coming closer: each 8x8 block of it moves 3 px right plus 4% of its distance from
+    the object's centre (it grows by 1.02 a frame); one block in four was predicted from two frames
+    back, so its vector reads twice its motion."""
+    from streamlens.frame import Frame
+    from streamlens.track.motion import MotionVectors
+
+    centre = np.array([148.0, 148.0])
+    starts = np.array([(x, y) for x in range(104, 196, 8) for y in range(104, 196, 8)], float)
+    motion = np.array([3.0, 0.0]) + 0.02 * (starts - centre)
+    motion[::4] *= 2.0
+    background = np.array([(x, y, 0.0, 0.0) for x in range(4, 320, 8) for y in range(4, 300, 8)
+                           if not (100 <= x < 200 and 100 <= y < 200)])
+    vectors = np.vstack([np.column_stack([starts + motion, motion]), background]).astype(np.float32)
+    model = MotionVectors()
+    frame = Frame("cam1", 1, None, 0.0, np.zeros((300, 320, 3), np.uint8), motion_vectors=vectors)
+    estimate = model.measure(None, model.observe(frame), np.array([[100.0, 100.0, 196.0, 196.0]]))
+    assert estimate.growth[0] == pytest.approx(1.02, abs=0.004)
+    assert estimate.shift[0] == pytest.approx([3.0, 0.0], abs=0.5)
+    rigid = np.column_stack([starts + [3.0, 0.0], np.tile([3.0, 0.0], (len(starts), 1))]).astype(np.float32)
+    still = Frame("cam1", 1, None, 0.0, np.zeros((300, 320, 3), np.uint8), motion_vectors=rigid)
+    box = np.array([[100.0, 100.0, 196.0, 196.0]])
+    assert model.measure(None, model.observe(still), box).growth[0] == pytest.approx(1.0)  # moved, kept its size
 
 
 def test_the_compiled_reading_of_ffmpeg_vectors_is_the_arithmetic_written_out(clips):

@@ -13,7 +13,7 @@ Example:
     >>> starts = np.array([[10.0, 10.0], [12.0, 11.0], [50.0, 50.0]], np.float32)
     >>> motion = np.array([[2.0, 0.0], [4.0, 1.0], [9.0, 9.0]], np.float32)
     >>> columns = starts[:, 0].astype(np.int16)
-    >>> shift, quality = box_motion(starts, motion, columns, np.array([[0.0, 0.0, 20.0, 20.0]]), 1.0, 2, 256.0)
+    >>> shift, quality, growth = box_motion(starts, motion, columns, np.array([[0.0, 0.0, 20.0, 20.0]]), 1.0, 2, 256.0)
     >>> shift.tolist(), quality.tolist()  # two vectors in a box of 400 px^2: 2 of 1.56 blocks
     ([[3.0, 0.5]], [1.0])
 """
@@ -60,17 +60,23 @@ def order_vectors(start, motion):
 
 
 @njit(**_JIT)
-def box_motion(start, motion, columns, boxes, keep, min_vectors, block_area):
+def box_motion(start, motion, columns, boxes, keep, min_vectors, block_area, inlier_px=1.0, max_growth=1.25):
     """Per box `(B, 4)` (x1, y1, x2, y2): the median motion `(B, 2)` of the vectors whose `start`
     `(N, 2)` lies in its central part (`keep` of its width and height around its centre), NaN where
-    fewer than `min_vectors` do, and the quality `(B,)`: those vectors over the blocks of `block_area`
-    square pixels that part holds (at most 1). `columns` `(N,)` is each start's x truncated to whole
-    pixels, ascending (the vectors are ordered by it)."""
+    fewer than `min_vectors` do, the quality `(B,)`: those vectors over the blocks of `block_area`
+    square pixels that part holds (at most 1), and the growth `(B,)`: how far the vectors that moved
+    with the median (within `inlier_px`) spread out (> 1) or drew together, the ratio of their mean
+    distance from their centre after and before, within `max_growth` either way (NaN where fewer than
+    `min_vectors`, or at least 3, moved so, or they lie too close together to tell). `columns` `(N,)`
+    is each start's x truncated to whole pixels, ascending (the vectors are ordered by it)."""
     count = boxes.shape[0]
     shift = np.full((count, 2), np.nan)
     quality = np.zeros(count)
+    growth = np.full(count, np.nan)
     dx = np.empty(len(columns), np.float64)
     dy = np.empty(len(columns), np.float64)
+    sx = np.empty(len(columns), np.float64)
+    sy = np.empty(len(columns), np.float64)
     for b in range(count):
         cx, cy = (boxes[b, 0] + boxes[b, 2]) / 2, (boxes[b, 1] + boxes[b, 3]) / 2
         half_w, half_h = (boxes[b, 2] - boxes[b, 0]) * keep / 2, (boxes[b, 3] - boxes[b, 1]) * keep / 2
@@ -85,12 +91,42 @@ def box_motion(start, motion, columns, boxes, keep, min_vectors, block_area):
                 if x >= x1 and x < x2 and y >= y1 and y < y2:
                     dx[k] = motion[i, 0]
                     dy[k] = motion[i, 1]
+                    sx[k] = x
+                    sy[k] = y
                     k += 1
         quality[b] = min(1.0, k / max(1.0, (x2 - x1) * (y2 - y1) / block_area))
         if k >= max(min_vectors, 1):
-            shift[b, 0] = np.median(dx[:k])
-            shift[b, 1] = np.median(dy[:k])
-    return shift, quality
+            mx, my = np.median(dx[:k]), np.median(dy[:k])
+            shift[b, 0] = mx
+            shift[b, 1] = my
+            growth[b] = _spread(sx, sy, dx, dy, k, mx, my, inlier_px, max(min_vectors, 3), max_growth)
+    return shift, quality, growth
+
+
+@njit(**_JIT)
+def _spread(sx, sy, dx, dy, k, mx, my, inlier_px, least, max_growth):
+    """For `box_motion`: the growth of the first `k` vectors (starts `sx`, `sy`, motion `dx`, `dy`)
+    that moved within `inlier_px` of the median (`mx`, `my`)."""
+    n = 0
+    cx0 = cy0 = cx1 = cy1 = 0.0
+    for j in range(k):
+        if abs(dx[j] - mx) <= inlier_px and abs(dy[j] - my) <= inlier_px:
+            n += 1
+            cx0 += sx[j]
+            cy0 += sy[j]
+            cx1 += sx[j] + dx[j]
+            cy1 += sy[j] + dy[j]
+    if n < least:
+        return np.nan
+    cx0, cy0, cx1, cy1 = cx0 / n, cy0 / n, cx1 / n, cy1 / n
+    before = after = 0.0
+    for j in range(k):
+        if abs(dx[j] - mx) <= inlier_px and abs(dy[j] - my) <= inlier_px:
+            before += math.hypot(sx[j] - cx0, sy[j] - cy0)
+            after += math.hypot(sx[j] + dx[j] - cx1, sy[j] + dy[j] - cy1)
+    if before / n <= 1.0:
+        return np.nan
+    return min(max_growth, max(1.0 / max_growth, after / before))
 
 
 @njit(**_JIT)
@@ -186,7 +222,7 @@ def warm_up() -> None:
     _warm = True
     start, _, _ = order_vectors(np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32))
     boxes = np.array([[0.0, 0.0, 1.0, 1.0]])
-    box_motion(start, start, np.zeros(1, np.int16), boxes, 0.5, 2, 256.0)
+    box_motion(start, start, np.zeros(1, np.int16), boxes, 0.5, 2, 256.0, 1.0, 1.25)
     moving_outside(start, start, 1, boxes, 0.1, sample_median(start, 1), 1.0)
     kalman_move(np.ones((1, 8)), np.ones((1, 3, 4)), np.zeros((1, 4)), 0.1, 0.1, np.ones(1), 1.0, 1.0, 1.0)
     from ..sources import motion_vectors

@@ -9,10 +9,15 @@ were dropped between two the tracker sees (`max_fps`), the motion is multiplied 
 A box moves by the median motion of the vectors whose blocks came from its central part on the
 previous frame (a box's rim is often background). The encoder chose each vector to compress well,
 not to follow the object, so single vectors lie (flat areas, blocks predicted from two or three
-frames back); the median of many does not. Vectors say nothing of scale: a box keeps the size the
-Kalman filter predicts. A frame without vectors (an I-frame, or a source that does not export them)
-or a box with fewer than `MIN_VECTORS` falls back to the Kalman prediction. The median is fused with
-the box's predicted motion by their uncertainties (`NOISE`, see `BoxKalmanFilter.move`).
+frames back); the median of many does not. It grows or shrinks as the vectors that moved with that
+median spread out or draw together (`INLIER_PX`, `MAX_GROWTH`; a box with too few keeps the size
+the Kalman filter predicts). A frame without vectors (an I-frame, or a source that does not export
+them) or a box with fewer than `MIN_VECTORS` falls back to the Kalman prediction. The measurement is
+fused with the box's predicted motion by their uncertainties (`NOISE`, see `BoxKalmanFilter.move`).
+An encoder with several reference frames makes the vectors of a steady share of blocks read two or
+three frames' motion as one (FFmpeg does not say which reference a block used): the tracker
+learns, per stream, the factor its keyframes show and takes the shifts at it (`learns_scale`,
+`scale.py`).
 
 The median of the whole frame's vectors (an even sample of about `UNTRACKED_SAMPLE`) is the camera's
 motion (`MotionEstimate.camera`: the background fills most of a frame); the tracker moves every track
@@ -52,6 +57,12 @@ BLOCK_AREA = 256.0
 MIN_BACKGROUND_MOTION = 1.0
 #: about how many vectors (of some 3,600 on a 720p frame) measure `untracked_motion`
 UNTRACKED_SAMPLE = 1024
+#: a box's growth is measured on the vectors within this many source pixels of its median motion
+#: (those that moved with the object: a vector from a block two frames back, or from the background,
+#: would read as a spread); 4 quarter pixels, the vectors' precision
+INLIER_PX = 1.0
+#: a box may grow or shrink by at most this factor from one frame to the next (as with `flow`)
+MAX_GROWTH = 1.25
 #: the standard deviation of a box's median vector, source pixels: vectors are quarter-pixel precise
 #: but chosen to compress, block by block, and some point two or three frames back. Measured on the
 #: highway clip: 1 to 5 px agree about equally with the detector; above 3 a new object's box (whose
@@ -110,15 +121,15 @@ class MotionVectors(MotionModel):
         if current.column is None:  # a field made elsewhere: order it by whole pixel columns now
             current.sort()
         boxes = np.ascontiguousarray(boxes, dtype=np.float64)
-        shift, quality = box_motion(current.start, current.motion, current.column, boxes, INNER, MIN_VECTORS,
-                                    BLOCK_AREA)
+        shift, quality, growth = box_motion(current.start, current.motion, current.column, boxes, INNER,
+                                            MIN_VECTORS, BLOCK_AREA, INLIER_PX, MAX_GROWTH)
         if frames > 1:
             shift *= frames
         # the camera's motion and the untracked share: an even sample of about UNTRACKED_SAMPLE vectors
         step = max(1, len(current.start) // UNTRACKED_SAMPLE)
         if current.camera is None:  # the same for every box: kept for a replay over this frame
             current.camera = sample_median(current.motion, step)
-        estimate = MotionEstimate(shift=shift, growth=np.full(len(boxes), np.nan), noise=np.full(len(boxes), NOISE),
+        estimate = MotionEstimate(shift=shift, growth=growth, noise=np.full(len(boxes), NOISE),
                                   quality=quality, camera=current.camera * frames)
         if self.untracked and untracked:
             estimate.untracked_motion = moving_share(current.start, current.motion, boxes, MIN_BACKGROUND_MOTION,
