@@ -5,10 +5,9 @@ The decoder's motion vectors (`motion: mv`) do not say which reference frame a b
 frames (x264's default `ref=3`; many software encoders) predicts some blocks from two or three
 frames back, and their vectors read two or three frames' motion as one. The median of a box's
 vectors is robust to a few of them, not to a steady share: on the shared highway clip (x264,
-`ref=3`) the vectors summed over ten frames carried a box 12% further than the detector saw it
-move; the same clip encoded with one reference frame, 0.5% (tools/results/tracking.md). A box
-that moves 12% too far is off by a fifth of its width after a second of a fast vehicle, and the
-tracker's boxes between keyframes drift off their objects.
+`ref=3`) the boxes ran 12-17% ahead of the detector's between keyframes and were off fast cars
+within half a second; the factor learned there is 0.87, on the same clip encoded with one reference
+frame 1.005 (tools/results/mv_encoders.md).
 
 Each keyframe tells how far the stream's objects really moved: a track matched on two keyframes
 moved from the first detection to the second, and the tracker summed what the model measured in
