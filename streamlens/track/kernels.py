@@ -13,9 +13,12 @@ Example:
     >>> starts = np.array([[10.0, 10.0], [12.0, 11.0], [50.0, 50.0]], np.float32)
     >>> motion = np.array([[2.0, 0.0], [4.0, 1.0], [9.0, 9.0]], np.float32)
     >>> columns = starts[:, 0].astype(np.int16)
-    >>> shift, quality, growth = box_motion(starts, motion, columns, np.array([[0.0, 0.0, 20.0, 20.0]]), 1.0, 2, 256.0)
+    >>> box = np.array([[0.0, 0.0, 20.0, 20.0]])
+    >>> shift, quality, growth = box_motion(starts, motion, columns, box, 1.0, 2, 256.0)
     >>> shift.tolist(), quality.tolist()  # two vectors in a box of 400 px^2: 2 of 1.56 blocks
     ([[3.0, 0.5]], [1.0])
+    >>> growth.tolist()                   # two vectors are too few to tell a growth
+    [nan]
 """
 
 from __future__ import annotations

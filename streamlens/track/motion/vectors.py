@@ -125,6 +125,7 @@ class MotionVectors(MotionModel):
                                             MIN_VECTORS, BLOCK_AREA, INLIER_PX, MAX_GROWTH)
         if frames > 1:
             shift *= frames
+            growth **= frames
         # the camera's motion and the untracked share: an even sample of about UNTRACKED_SAMPLE vectors
         step = max(1, len(current.start) // UNTRACKED_SAMPLE)
         if current.camera is None:  # the same for every box: kept for a replay over this frame
