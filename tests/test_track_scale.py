@@ -87,3 +87,29 @@ def test_boxes_cut_by_the_frames_edge_teach_nothing():
     assert tracker.scale.matches < 3 * 9           # the three objects' first matches, from the edge, left out
     first, _ = play(MotionVectors(), reads=1.25, frames=INTERVAL + 1, start=-20.0)
     assert first.scale.matches == 0
+
+
+def test_a_streams_stats_say_the_factor_its_mv_tracker_learned(tmp_path):
+    """The shipped sample through a pipeline, the motion detector boxing what moves: with `mv` every
+    `stats` message carries the stream's `motion_scale`; with `kalman` (nothing learned) none does."""
+    import streamlens
+
+    from .test_pipeline_run import write_pipeline
+    from .test_runtime_trust import SAMPLE, Collect
+
+    for motion in ("mv", "kalman"):
+        path = write_pipeline(tmp_path, f"""
+sources: [{{name: cam1, uri: {SAMPLE}}}]
+detector: {{backend: motion}}
+keyframes: {{interval: 10}}
+tracker: {{motion: {motion}}}
+""")
+        sink = Collect()
+        report = streamlens.Pipeline.from_yaml(path, sinks=[sink]).run(stats_every_s=0.05)
+        assert report.exit_code == 0
+        stats = [m for m in sink.messages if m["type"] == "stats"]
+        assert stats
+        if motion == "mv":
+            assert all(0.5 <= m.get("motion_scale", 0) <= 1.5 for m in stats), [(m["frames"], m.get("motion_scale")) for m in stats]
+        else:
+            assert not any("motion_scale" in m for m in stats)

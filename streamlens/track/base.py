@@ -78,6 +78,8 @@ class Tracker:
     catching_up = False
     #: late updates not applied because they were older than the tracker's history
     stale_updates = 0
+    #: the factor its motion model's shifts are taken at, where it learns one (`motion.scale`), else None
+    motion_scale: float | None = None
 
     def prepare(self, frame: Frame) -> None:
         """Work ahead on `frame` alone, on any thread; the default does nothing."""

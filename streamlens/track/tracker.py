@@ -190,8 +190,7 @@ class KeyframeTracker(Tracker):
         self.follow_s = max(coast_s, FOLLOW_LOST_S)
         self._horizon = max(self.follow_s, MAX_STEP_FRAMES / self.fps)
         self.kalman = BoxKalmanFilter()
-        #: the factor the motion model's measurements are taken at, learned on keyframes (`learns_scale`)
-        self.scale = MotionScale()
+        self.scale = MotionScale(self.motion.learns_scale)  # the factor its shifts are taken at
         #: lost tracks found again by motion and, with `appearance` and pixels, by look (reassoc.py)
         self.reassoc = reassoc.Reassociation(self.kalman, appearance)
         warm_up()  # the compiled per-frame steps, ready before the first frame
@@ -282,6 +281,11 @@ class KeyframeTracker(Tracker):
         latest = self._history.latest
         return self.objects_of(self.tracks, latest.time if latest else 0.0)
 
+    @property
+    def motion_scale(self) -> float | None:
+        """The factor its motion model's shifts are taken at, where it learns one (`mv`), else None."""
+        return self.scale.gain if self.scale.enabled else None
+
     def held_boxes(self) -> np.ndarray:
         """Every track's box now (tentative, confirmed and lost alike), in source pixels."""
         return xywh_to_xyxy(self.tracks.means[:, :4]).astype(np.float32, copy=False)
@@ -354,8 +358,7 @@ class KeyframeTracker(Tracker):
         estimate = self.motion.measure(previous.record, step.record, xywh_to_xyxy(means[visible, :4]), untracked)
         measured = np.full_like(tracks.travel, np.nan)  # as measured (before the scale)
         measured[visible] = estimate.shift
-        if self.motion.learns_scale:
-            estimate.rescale(self.scale.gain)
+        estimate.rescale(self.scale.gain)
         if everyone:
             delta, noise = estimate.deltas(means[:, 2:4]), estimate.noise
         else:
@@ -388,8 +391,7 @@ class KeyframeTracker(Tracker):
     def _note_motion(self, tracks: TrackTable, untracked_motion: float) -> None:
         confirmed = tracks.states == CONFIRMED
         self.signals.confidence = float(tracks.motion_quality[confirmed].mean()) if confirmed.any() else 1.0
-        self.signals.untracked_motion = untracked_motion
-        self.signals.tracks = int(confirmed.sum())
+        self.signals.untracked_motion, self.signals.tracks = untracked_motion, int(confirmed.sum())
 
     # -- association on keyframes ------------------------------------------------------------------
 
@@ -461,13 +463,11 @@ class KeyframeTracker(Tracker):
         if len(rows) == 0:
             return
         centres = self.scale.anchors(found.boxes[cols], *self._frame_size)
-        if self.motion.learns_scale:
-            self.scale.learn(tracks.travel[rows], centres - tracks.anchor[rows])
+        self.scale.learn(tracks.travel[rows], centres - tracks.anchor[rows])
         tracks.anchor[rows], tracks.travel[rows] = centres, 0.0
         tracks.means[rows], tracks.covs[rows] = self.kalman.update(
             tracks.means[rows], tracks.covs[rows], xyxy_to_xywh(found.boxes[cols]))
-        tracks.states[rows] = CONFIRMED
-        tracks.scores[rows] = found.scores[cols]
+        tracks.states[rows], tracks.scores[rows] = CONFIRMED, found.scores[cols]
         tracks.seen_ids[rows], tracks.seen_names[rows] = found.class_ids[cols], found.class_names[cols]
         tracks.class_ids[rows], tracks.class_names[rows] = self.labels.vote(
             tracks.ids[rows], found.class_ids[cols], found.class_names[cols], found.scores[cols])

@@ -83,6 +83,8 @@ class StatsReporter:
         controller = self.controller
         for name in names:
             stream = self.streams[name]
+            if stream.lane is not None:  # a float the engine thread writes, read as it is now
+                stream.stats.motion_scale = stream.lane.tracker.motion_scale
             values = stream.stats.report(self.queue_depth(name))
             if controller is not None and name in controller.shedders:
                 values["control"] = controller.state(name)

@@ -64,6 +64,8 @@ class StreamStats:
     #: `analytics.clips`: clips lost (not written, or never recorded), and why the last one was
     clips_lost: int = 0
     clip_loss: str | None = None
+    #: the factor the stream's tracker takes its motion vectors at (`mv`: track/motion/scale.py), else None
+    motion_scale: float | None = None
     #: how the stream ended (end, truncated, stopped, error) and what went wrong, once it has
     reason: str | None = None
     detail: str | None = None
@@ -213,7 +215,8 @@ class StreamStats:
                 "queue_depth": queue_depth, "dropped": self.dropped, "shed": self.shed, "lost": dict(self.lost),
                 "late_keyframes": self.late_keyframes, "deferred_keyframes": self.deferred_keyframes,
                 "displaced_keyframes": self.displaced_keyframes, "discarded_detections": self.discarded_detections,
-                "clips_lost": self.clips_lost}
+                "clips_lost": self.clips_lost,
+                **({} if self.motion_scale is None else {"motion_scale": round(self.motion_scale, 3)})}
 
     @property
     def fps(self) -> float:

@@ -56,7 +56,9 @@ LOW, HIGH = 0.5, 1.5
 class MotionScale:
     """The factor between the motion measured on a stream and the motion its keyframes show."""
 
-    def __init__(self):
+    def __init__(self, enabled: bool = True):
+        #: False: `learn` does nothing and the factor stays 1 (a motion model that does not learn one)
+        self.enabled = enabled
         self._ratios: deque[float] = deque(maxlen=MATCHES)
         #: the factor now (1 until matches say otherwise)
         self.gain = 1.0
@@ -86,6 +88,8 @@ class MotionScale:
         """Add matched tracks: what the model measured since each one's last detection, `travel`
         `(M, 2)` (NaN rows: a frame without a measurement, not counted), and how far its detections
         moved, `moved` `(M, 2)`, in source pixels."""
+        if not self.enabled:
+            return
         travel = np.asarray(travel, np.float64).reshape(-1, 2)
         moved = np.asarray(moved, np.float64).reshape(-1, 2)
         squared = (travel * travel).sum(axis=1)
