@@ -38,14 +38,14 @@ from streamlens.bench.harness import RESULTS, VIDEOS, need
 from streamlens.bench.reference import reference_for
 from streamlens.config import DetectorConfig
 from streamlens.frame import Frame
-from streamlens.sources.motion_vectors import frame_motion_vectors
+from streamlens.sources.motion_vectors import ReferenceDistance, frame_motion_vectors
 from streamlens.track import KeyframeTracker
 from streamlens.track.motion import MotionVectors
 
 MODEL = harness.YOLOX_NANO / "yolox_nano.onnx"
 VEHICLES = ["car", "truck", "bus", "motorcycle"]
-#: name: (source clip, x264's settings for a re-encode (x264 preset medium, crf 23) or None for the
-#: file as shared, classes)
+#: name: (source clip, x264's settings for a re-encode (preset medium unless they say, crf 23) or None
+#: for the file as shared, classes[, the part of the picture re-encoded: x, y, w, h])
 CLIPS = {
     "highway_720p30.mp4": ("highway_720p30.mp4", None, VEHICLES),
     "highway_1080p30.mp4": ("highway_1080p30.mp4", None, VEHICLES),
@@ -55,6 +55,11 @@ CLIPS = {
     "highway_320x240 ref=3": ("highway_320x240.avi", "ref=3:bframes=0", VEHICLES),
     "person_indoor ref=3": ("person_indoor_768x432.mp4", "ref=3:bframes=0", ["person"]),
     "person_indoor ref=1": ("person_indoor_768x432.mp4", "ref=1:bframes=0", ["person"]),
+    # the top and the bottom half of the highway clip as tools/bench_reid.py makes its two cameras:
+    # x264 preset veryfast (one reference frame, B-frames)
+    "highway_720p30 top veryfast": ("highway_720p30.mp4", "preset=veryfast:keyint=30", VEHICLES, (0, 0, 1280, 360)),
+    "highway_720p30 bottom veryfast": ("highway_720p30.mp4", "preset=veryfast:keyint=30", VEHICLES,
+                                        (0, 360, 1280, 360)),
 }
 
 
@@ -83,7 +88,7 @@ ARMS = {"plain": PlainVectors, "scale": ScaledVectors, "scale+growth": MotionVec
 
 def encoded(name: str, cache: Path) -> Path:
     """The clip `name` as a file: the shared one, or its re-encode (made once into `cache`)."""
-    source, options, _ = CLIPS[name]
+    source, options, _, *crop = CLIPS[name]
     shared = need(VIDEOS / source)
     if options is None:
         return shared
@@ -93,11 +98,17 @@ def encoded(name: str, cache: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     with av.open(str(shared)) as inp, av.open(str(path) + ".part", "w", format="mp4") as out:
         src = inp.streams.video[0]
+        x, y, width, height = crop[0] if crop else (0, 0, src.codec_context.width, src.codec_context.height)
         stream = out.add_stream("libx264", rate=src.average_rate)
-        stream.width, stream.height, stream.pix_fmt = src.codec_context.width, src.codec_context.height, "yuv420p"
-        stream.options = {"preset": "medium", "crf": "23", "x264-params": options}
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        settings = dict(p.split("=") for p in options.split(":"))
+        preset = settings.pop("preset", "medium")
+        params = ":".join(f"{k}={v}" for k, v in settings.items())
+        stream.options = {"preset": preset, "crf": "23", "x264-params": params}
         for index, frame in enumerate(inp.decode(src)):
-            picture = frame.reformat(format="yuv420p")
+            image = frame.to_ndarray(format="rgb24")[y:y + height, x:x + width]
+            picture = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
+            picture = picture.reformat(format="yuv420p")
             picture.pts, picture.time_base = index, Fraction(1) / src.average_rate
             out.mux(stream.encode(picture))
         out.mux(stream.encode())
@@ -111,11 +122,14 @@ def vectors_of(path: Path) -> tuple[list, tuple[int, int], float]:
         stream = container.streams.video[0]
         stream.codec_context.options = {"flags2": "+export_mvs"}
         fps = float(stream.average_rate or 30)
-        vectors = [frame_motion_vectors(frame) for frame in container.decode(stream)]
+        anchors = ReferenceDistance()  # B-frames: how many frames back their past reference is, as sources do
+        vectors = [frame_motion_vectors(frame, anchors.step(frame.pict_type, index))
+                   for index, frame in enumerate(container.decode(stream))]
         return vectors, (stream.codec_context.width, stream.codec_context.height), fps
 
 
-def track(arm: str, vectors: list, size: tuple[int, int], fps: float, ref, interval: int) -> tuple[dict[int, list[int]], float]:
+def track(arm: str, vectors: list, size: tuple[int, int], fps: float, ref,
+          interval: int) -> tuple[dict[int, list[int]], float]:
     """Per distance from the last keyframe: [matched, shown + wanted] over the clip; the learned factor."""
     tracker = KeyframeTracker(ARMS[arm](), fps)
     blank = np.broadcast_to(np.zeros((1, 1, 3), np.uint8), (size[1], size[0], 3))
