@@ -69,8 +69,9 @@ class TrackTable:
     last_seen: np.ndarray
     #: how well motion between keyframes followed the track, 0 to 1 (1 right after a keyframe)
     motion_quality: np.ndarray
-    #: `(N, 2)`: the centre of the track's last detection, and the motion measured since it (NaN once
-    #: a frame went unmeasured): what `motion.scale.MotionScale` learns from. Zeros when not given.
+    #: `(N, 2)`: the centre of the track's last detection (NaN: it was at the frame's edge), and the
+    #: motion measured since it (NaN once the track was only predicted): what `motion.scale.MotionScale`
+    #: learns from. Zeros when not given.
     anchor: np.ndarray = field(default=None)
     travel: np.ndarray = field(default=None)
 

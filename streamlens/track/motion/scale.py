@@ -1,4 +1,5 @@
-"""How far a stream's measured motion overstates what its objects moved, learned from its keyframes.
+"""How far a stream's measured motion overstates (or understates) what its objects moved, learned from
+its keyframes.
 
 The decoder's motion vectors (`motion: mv`) do not say which reference frame a block came from
 (FFmpeg exports only whether it was a past or a future one). An encoder with several reference
@@ -16,8 +17,9 @@ one, over the measured one's length); `MotionScale` keeps the median of the stre
 `MATCHES`, drawn towards 1 while there are few (a median of `n` counts `n / (n + PRIOR_MATCHES)`),
 and the tracker multiplies every later measurement by it. The median, not a mean: a match whose
 box slipped off its object between keyframes (a walker's box left on the floor) says nothing of
-the encoder. A stream whose encoder uses one reference frame learns a factor near 1 and keeps its
-boxes as they were.
+the encoder. A stream whose encoder uses one reference frame and no B-frames learns a factor near 1
+and keeps its boxes as they were; with B-frames the vectors tend to read short (their distance to the
+reference is a guess, `sources.motion_vectors.ReferenceDistance`) and the factor is above 1.
 
 Example:
     >>> scale = MotionScale()
@@ -86,8 +88,8 @@ class MotionScale:
 
     def learn(self, travel: np.ndarray, moved: np.ndarray) -> None:
         """Add matched tracks: what the model measured since each one's last detection, `travel`
-        `(M, 2)` (NaN rows: a frame without a measurement, not counted), and how far its detections
-        moved, `moved` `(M, 2)`, in source pixels."""
+        `(M, 2)`, and how far its detections moved, `moved` `(M, 2)`, in source pixels. A NaN row of
+        either (a track only predicted for a while; a detection at the frame's edge) is not counted."""
         if not self.enabled:
             return
         travel = np.asarray(travel, np.float64).reshape(-1, 2)
