@@ -9,6 +9,7 @@ exactly that), and the detector's boxes come every tenth frame.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import supervision as sv
 
 from streamlens.frame import Frame
@@ -64,11 +65,15 @@ def play(model, reads: float, frames: int = 110, start: float = 60.0) -> tuple[K
     return tracker, errors
 
 
-def test_vectors_that_read_a_quarter_too_far_are_learned_and_the_boxes_stay_on_their_objects():
-    learned, with_scale = play(MotionVectors(), reads=1.25)
-    plain, without = play(UnlearnedVectors(), reads=1.25)
-    assert 0.8 <= learned.scale.gain < 0.88       # the truth is 0.8; the prior still holds a little of 1
-    assert plain.scale.gain == 1.0
+@pytest.mark.parametrize("reads,truth", [(1.25, 0.8), (0.75, 4 / 3)])
+def test_vectors_that_read_too_far_or_too_short_are_learned_and_the_boxes_stay_on_their_objects(reads, truth):
+    """1.25: an encoder with several reference frames; 0.75: B-frames whose blocks come from nearer
+    than the source divides by."""
+    learned, with_scale = play(MotionVectors(), reads=reads)
+    plain, without = play(UnlearnedVectors(), reads=reads)
+    # the prior still holds a little of 1
+    assert min(truth, 1.0) <= learned.scale.gain <= max(truth, 1.0) and abs(learned.scale.gain - truth) < 0.1
+    assert plain.scale.gain == 1.0 and plain.motion_scale is None and learned.motion_scale == learned.scale.gain
     late = slice(len(with_scale) // 2, None)       # once some keyframes have been matched
     assert max(with_scale[late]) < 0.5 * max(without[late])
     assert max(without[late]) > 5.0                # the unlearned boxes drift several pixels a second
