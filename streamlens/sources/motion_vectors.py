@@ -21,6 +21,8 @@ from numba import njit
 
 #: FFmpeg's AVPictureType of the frames later ones are predicted from: I, P, SI, SP
 ANCHOR_PICTURES = (1, 2, 5, 6)
+#: FFmpeg's AVPictureType of a B-frame
+B_PICTURE = 3
 #: the record PyAV's `MotionVectors.to_ndarray()` gives (FFmpeg's AVMotionVector)
 MV_DTYPE = np.dtype({"names": ["source", "w", "h", "src_x", "src_y", "dst_x", "dst_y", "flags", "motion_x",
                                "motion_y", "motion_scale"],
@@ -30,15 +32,33 @@ MV_DTYPE = np.dtype({"names": ["source", "w", "h", "src_x", "src_y", "dst_x", "d
 
 def frame_motion_vectors(frame, distance: int = 1) -> np.ndarray | None:
     """A decoded `av.VideoFrame`'s `MOTION_VECTORS` side data in `Frame.motion_vectors`' layout, or
-    None (an I-frame, or a decoder opened without `flags2=+export_mvs`). `distance`: see
-    `ReferenceDistance`. The frame's side data cannot be read again afterwards (see
-    `release_side_data`)."""
+    None (an I-frame, a decoder opened without `flags2=+export_mvs`, or a B-frame whose every vector
+    is zero: see `carries_motion`). `distance`: see `ReferenceDistance`. The frame's side data cannot
+    be read again afterwards (see `release_side_data`)."""
     container = frame.side_data
     side_data = container.get("MOTION_VECTORS")
-    vectors = None if side_data is None else vectors_from_side_data(side_data.to_ndarray(), distance)
+    raw = None if side_data is None else side_data.to_ndarray()
+    vectors = None if raw is None or not carries_motion(raw, frame.pict_type) else vectors_from_side_data(raw, distance)
     del side_data
     release_side_data(frame, container)
     return vectors
+
+
+def carries_motion(raw: np.ndarray, pict_type: int) -> bool:
+    """Whether a frame's vectors (FFmpeg's records, `raw`) say anything of motion: False for a
+    B-frame whose every vector, past and future, is exactly zero. FFmpeg's MPEG-4 Part 2 decoder
+    exports its B-frames so whatever moved (a moving square drawn and encoded with B-frames: every
+    vector of every B-frame zero, some moving on the P-frames; tests/test_track_motion.py), and
+    taken as measured they would stop every box on two frames in three; as a frame without vectors
+    the tracker carries the boxes by their velocity. (A B-frame where nothing moved says no more
+    than its neighbours.)
+
+    Example:
+        >>> raw = np.zeros(2, [("motion_x", "i4"), ("motion_y", "i4")])
+        >>> carries_motion(raw, 3), carries_motion(raw, 2)   # a B-frame, a P-frame
+        (False, True)
+    """
+    return int(pict_type) != B_PICTURE or bool(raw["motion_x"].any() or raw["motion_y"].any())
 
 
 def release_side_data(frame, container) -> bool:
