@@ -90,3 +90,45 @@ class FrameHistory:
 
     def __len__(self) -> int:
         return len(self._steps)
+
+
+class StreamClock:
+    """The seconds between a stream's frames, and whether the stream broke between two (see
+    tracker.py's docs): what the time stamps (`pts`) say when they move forward by a plausible step
+    (up to `max_step_frames` frame times for each frame numbered in between), else what
+    `Frame.clock` says, never less than the frame numbers account for; a break where time stamps
+    go back or the step is longer than `lost_s` (or `max_step_frames` frame times, if longer).
+
+    Example:
+        >>> from types import SimpleNamespace as F
+        >>> clock = StreamClock(fps=10, lost_s=1.0, max_step_frames=10)
+        >>> clock.step(None, F(index=0, pts=5.0, clock=0.0))
+        (0.0, False)
+        >>> clock.step(0, F(index=1, pts=5.25, clock=0.3))   # the time stamps' step
+        (0.25, False)
+        >>> clock.step(1, F(index=2, pts=0.0, clock=0.5))    # time stamps went back: a break
+        (0.2, True)
+    """
+
+    def __init__(self, fps: float, lost_s: float, max_step_frames: int):
+        self.fps, self.lost_s, self.max_step_frames = fps, lost_s, max_step_frames
+        self._pts: float | None = None
+        self._clock = 0.0
+
+    def step(self, previous: int | None, frame) -> tuple[float, bool]:
+        """Seconds from the frame numbered `previous` (None: `frame` is the stream's first, 0.0) to
+        `frame`, and whether the stream broke between them; `frame` is then the last one seen."""
+        dt, broke = 0.0, False
+        if previous is not None:
+            by_index = max(1, frame.index - previous) / self.fps
+            stamped, restarted = None, False
+            if frame.pts is not None and self._pts is not None:
+                moved = frame.pts - self._pts
+                if 0 < moved <= self.max_step_frames * by_index:
+                    stamped = moved
+                restarted = moved < 0
+            dt = stamped if stamped is not None else max(by_index, frame.clock - self._clock)
+            broke = restarted or dt > max(self.lost_s, self.max_step_frames / self.fps)
+        self._pts, self._clock = frame.pts, frame.clock
+        return dt, broke
+

@@ -89,7 +89,7 @@ import supervision as sv
 from ..config.tracker import COAST_S, LOST_S, LOW_SCORE
 from ..frame import TRACK_CLASS_ID, TRACK_CLASS_NAME, Frame, empty_detections
 from .base import Tracker, clip_to_frame, confident, untracked, weak_mask
-from .history import FrameHistory, FrameStep, Replay
+from .history import FrameHistory, FrameStep, Replay, StreamClock
 from .keyframe_objects import keyframe_objects
 from .labels import LabelVotes
 from .kalman import BoxKalmanFilter, xywh_to_xyxy, xyxy_to_xywh
@@ -202,8 +202,7 @@ class KeyframeTracker(Tracker):
         self._history = FrameHistory(max_frames=math.ceil(history_s * self.fps) + 1)
         self._replay: Replay | None = None  # a late keyframe's replay not finished yet
         self._next_id = 1
-        self._last_pts: float | None = None
-        self._last_clock = 0.0
+        self._clock = StreamClock(self.fps, lost_s, MAX_STEP_FRAMES)  # the time between its frames
         self._last_corrected: int | None = None
         self._frame_size = (0, 0)
 
@@ -313,26 +312,11 @@ class KeyframeTracker(Tracker):
         frame.observed = None  # kept in the history from here
         previous = self._history.latest
         step = FrameStep(frame.index, 0.0, record, self.tracks)
+        elapsed, step.cut = self._clock.step(None if previous is None else previous.index, frame)
         if previous is not None:
-            elapsed, step.cut = self._elapsed(previous, frame)
             step.time = previous.time + elapsed
             self.tracks = step.tracks = self._move(self.tracks, previous, step)
-        self._last_pts, self._last_clock = frame.pts, frame.clock
         self._history.append(step)
-
-    def _elapsed(self, previous: FrameStep, frame: Frame) -> tuple[float, bool]:
-        """Seconds from the previous frame to `frame`, and whether the stream broke between them (see
-        the module's docs)."""
-        by_index = max(1, frame.index - previous.index) / self.fps
-        dt, restarted = None, False
-        if frame.pts is not None and self._last_pts is not None:
-            moved = frame.pts - self._last_pts
-            if 0 < moved <= MAX_STEP_FRAMES * by_index:
-                dt = moved
-            restarted = moved < 0
-        if dt is None:
-            dt = max(by_index, frame.clock - self._last_clock)
-        return dt, restarted or dt > max(self.lost_s, MAX_STEP_FRAMES / self.fps)
 
     def _move(self, tracks: TrackTable, previous: FrameStep, step: FrameStep, untracked: bool = True) -> TrackTable:
         """The tracks one frame later (from `previous` to `step`): predicted by the Kalman filter,
@@ -356,8 +340,7 @@ class KeyframeTracker(Tracker):
         everyone = bool(shown.all())
         visible = slice(None) if everyone else np.flatnonzero(shown)
         estimate = self.motion.measure(previous.record, step.record, xywh_to_xyxy(means[visible, :4]), untracked)
-        measured = np.full_like(tracks.travel, np.nan)  # as measured (before the scale)
-        measured[visible] = estimate.shift
+        measured = estimate.shift  # as measured, before the stream's factor
         estimate.rescale(self.scale.gain)
         if everyone:
             delta, noise = estimate.deltas(means[:, 2:4]), estimate.noise
@@ -375,11 +358,11 @@ class KeyframeTracker(Tracker):
                            *self.kalman.move(means, tracks.covs, delta, dt, noise, self._horizon),
                            tracks.class_ids, tracks.class_names, tracks.seen_ids, tracks.seen_names,
                            tracks.scores, tracks.hits, tracks.born,
-                           tracks.last_seen, tracks.motion_quality.copy(), tracks.anchor)
+                           tracks.last_seen, tracks.motion_quality.copy(), tracks.anchor, tracks.travel)
         if camera is not None:  # every track moves with the picture, measured or not (BoT-SORT's CMC)
             moved.means[:, :2] += camera
-        stepped = np.where(shown[:, None], moved.means[:, :2] - means[:, :2], np.nan)
-        moved.travel = self.scale.travelled(tracks.travel, measured, stepped)
+        if self.scale.enabled:  # the motion since each track's last detection, for the factor
+            moved.travel = self.scale.travelled(tracks.travel, visible, measured, moved.means[:, :2] - means[:, :2])
         quality = estimate.quality
         decayed = moved.motion_quality[visible] * (math.exp(-dt / self.lost_s) if self.lost_s > 0 else 0.0)
         moved.motion_quality[visible] = np.where(np.isfinite(quality), np.minimum(quality, 1.0), decayed)
@@ -391,7 +374,8 @@ class KeyframeTracker(Tracker):
     def _note_motion(self, tracks: TrackTable, untracked_motion: float) -> None:
         confirmed = tracks.states == CONFIRMED
         self.signals.confidence = float(tracks.motion_quality[confirmed].mean()) if confirmed.any() else 1.0
-        self.signals.untracked_motion, self.signals.tracks = untracked_motion, int(confirmed.sum())
+        self.signals.untracked_motion = untracked_motion
+        self.signals.tracks = int(confirmed.sum())
 
     # -- association on keyframes ------------------------------------------------------------------
 
@@ -467,7 +451,8 @@ class KeyframeTracker(Tracker):
         tracks.anchor[rows], tracks.travel[rows] = centres, 0.0
         tracks.means[rows], tracks.covs[rows] = self.kalman.update(
             tracks.means[rows], tracks.covs[rows], xyxy_to_xywh(found.boxes[cols]))
-        tracks.states[rows], tracks.scores[rows] = CONFIRMED, found.scores[cols]
+        tracks.states[rows] = CONFIRMED
+        tracks.scores[rows] = found.scores[cols]
         tracks.seen_ids[rows], tracks.seen_names[rows] = found.class_ids[cols], found.class_names[cols]
         tracks.class_ids[rows], tracks.class_names[rows] = self.labels.vote(
             tracks.ids[rows], found.class_ids[cols], found.class_names[cols], found.scores[cols])

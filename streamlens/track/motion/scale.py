@@ -6,9 +6,9 @@ The decoder's motion vectors (`motion: mv`) do not say which reference frame a b
 frames (x264's default `ref=3`; many software encoders) predicts some blocks from two or three
 frames back, and their vectors read two or three frames' motion as one. The median of a box's
 vectors is robust to a few of them, not to a steady share: on the shared highway clip (x264,
-`ref=3`) the boxes ran 12-17% ahead of the detector's between keyframes and were off fast cars
-within half a second; the factor learned there is 0.87, on the same clip encoded with one reference
-frame 1.005 (tools/results/mv_encoders.md).
+`ref=3`) the vectors read about 15% too far, and at 20 frames from a keyframe the boxes agreed with
+the detector's at F1 0.44; the factor learned there is 0.87 (F1 0.63), on the same clip encoded with
+one reference frame 1.005 (tools/results/mv_encoders.md).
 
 Each keyframe tells how far the stream's objects really moved: a track matched on two keyframes
 moved from the first detection to the second, and the tracker summed what the model measured in
@@ -67,13 +67,17 @@ class MotionScale:
         #: matches that counted
         self.matches = 0
 
-    def travelled(self, travel: np.ndarray, measured: np.ndarray, stepped: np.ndarray) -> np.ndarray:
-        """Each track's `travel` `(N, 2)` one frame on: plus what was `measured` `(N, 2)`, as the
-        model measured it; where that is NaN (a frame without vectors, such as an I-frame, or a
-        box with too few) plus the step the track took, `stepped` `(N, 2)`, in the model's units (its
-        prediction over the gain: evidence of nothing, it keeps the sum going). NaN rows of both
-        (a track only predicted, lost long) make its travel NaN until its next detection."""
-        return travel + np.where(np.isfinite(measured), measured, stepped / self.gain)
+    def travelled(self, travel: np.ndarray, visible, measured: np.ndarray, stepped: np.ndarray) -> np.ndarray:
+        """Each track's `travel` `(N, 2)` one frame on. The tracks at `visible` (a slice or indices)
+        were measured: `measured` `(V, 2)`, as the model measured them, NaN where it could not (a
+        frame without vectors, such as an I-frame, or a box with too few); there, and for the
+        tracks not measured at all, each adds the step it took, `stepped` `(N, 2)`, over the factor
+        (its prediction in the model's units: evidence of nothing, it keeps the sum going); a track
+        only predicted (not in `visible`: lost past following) has its travel made NaN until its
+        next detection."""
+        step = np.full_like(travel, np.nan)
+        step[visible] = np.where(np.isfinite(measured), measured, stepped[visible] / self.gain)
+        return travel + step
 
     @staticmethod
     def anchors(boxes: np.ndarray, width: int, height: int) -> np.ndarray:
