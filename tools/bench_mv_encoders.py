@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from fractions import Fraction
 import tempfile
 from pathlib import Path
@@ -38,7 +39,7 @@ from streamlens.bench.harness import RESULTS, VIDEOS, need
 from streamlens.bench.reference import reference_for
 from streamlens.config import DetectorConfig
 from streamlens.frame import Frame
-from streamlens.sources.motion_vectors import ReferenceDistance, frame_motion_vectors
+from streamlens.sources.file import FileSource
 from streamlens.track import KeyframeTracker
 from streamlens.track.motion import MotionVectors
 
@@ -63,17 +64,6 @@ CLIPS = {
 }
 
 
-class PlainVectors(MotionVectors):
-    """The model before issue 47: no learned factor, no growth."""
-
-    learns_scale = False
-
-    def measure(self, previous, current, boxes, untracked=True):
-        estimate = super().measure(previous, current, boxes, untracked)
-        estimate.growth[:] = np.nan
-        return estimate
-
-
 class ScaledVectors(MotionVectors):
     """The learned factor, no growth."""
 
@@ -81,6 +71,12 @@ class ScaledVectors(MotionVectors):
         estimate = super().measure(previous, current, boxes, untracked)
         estimate.growth[:] = np.nan
         return estimate
+
+
+class PlainVectors(ScaledVectors):
+    """The model before issue 47: no learned factor, no growth."""
+
+    learns_scale = False
 
 
 ARMS = {"plain": PlainVectors, "scale": ScaledVectors, "scale+growth": MotionVectors}
@@ -117,15 +113,14 @@ def encoded(name: str, cache: Path) -> Path:
 
 
 def vectors_of(path: Path) -> tuple[list, tuple[int, int], float]:
-    """Every frame's motion vectors, the clip's size and frame rate."""
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        stream.codec_context.options = {"flags2": "+export_mvs"}
-        fps = float(stream.average_rate or 30)
-        anchors = ReferenceDistance()  # B-frames: how many frames back their past reference is, as sources do
-        vectors = [frame_motion_vectors(frame, anchors.step(frame.pict_type, index))
-                   for index, frame in enumerate(container.decode(stream))]
-        return vectors, (stream.codec_context.width, stream.codec_context.height), fps
+    """Every frame's motion vectors as a file source reads them (B-frames at their reference's
+    distance), the clip's size and frame rate."""
+    vectors, size = [], (0, 0)
+    with FileSource("clip", path, export_mvs=True) as source:
+        for frame in source.frames(threading.Event()):
+            vectors.append(frame.motion_vectors)
+            size = (frame.width, frame.height)
+    return vectors, size, source.fps or 30.0
 
 
 def track(arm: str, vectors: list, size: tuple[int, int], fps: float, ref,
