@@ -100,7 +100,7 @@ def read(path: Path) -> tuple[collections.Counter, int, int]:
 
 def record(pid: int, seconds: float, rate: int, out: Path, gil: bool) -> None:
     subprocess.run(["py-spy", "record", "-p", str(pid), "--duration", str(int(seconds)), "--rate", str(rate),
-                    "--format", "raw", "--nonblocking", "-o", str(out)] + (["--gil"] if gil else []),
+                    "--format", "raw", "--nonblocking", "--subprocesses", "-o", str(out)] + (["--gil"] if gil else []),
                    check=True, capture_output=True, text=True)
 
 
