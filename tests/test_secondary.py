@@ -426,23 +426,43 @@ def build_slow_model(path, steps: int = 12, side: int = 1536):
     return path
 
 
-def test_a_slow_secondary_model_holds_no_frame_back(tmp_path):
-    """A model that takes seconds per batch: every frame is still published, in order, with the same
-    boxes as a run without it; the run ends without waiting for looks still on their way. (What it
-    costs live is measured by tools/bench_secondary.py, not timed here.)"""
+def test_a_slow_secondary_model_holds_no_camera_frame_back(tmp_path):
+    """A model that takes seconds per batch, on the sample played as a camera: every frame is
+    published, in order, none held for the model (`waited_s` 0), and the run ends without waiting
+    for looks still on their way. (What it costs live is measured by tools/bench_secondary.py, not
+    timed here.)"""
     model = build_slow_model(tmp_path / "slow.onnx")
-    runs = {}
-    for name, secondary in (("slow", f"[{{name: colour, kind: classify, model: {model}, min_size: 8}}]"),
-                            ("none", "[]")):
+    path = pipeline(tmp_path, f"[{{name: colour, kind: classify, model: {model}, min_size: 8}}]", loops=", live: true")
+    with streamlens.Pipeline.from_yaml(path) as pipe:
+        report = pipe.run()
+        stats = pipe.secondary_stats()["colour"]
+    assert report.exit_code == 0, report.error
+    frames = [m for m in read(tmp_path) if m["type"] == "frame"]
+    assert [m["seq"] for m in frames] == list(range(300))
+    assert stats["waited_s"] == 0 and stats["tracks"] > 0
+
+
+def test_a_file_gets_every_answer_on_its_keyframe_the_same_on_every_run(tmp_path, colour_model):
+    """A file read as a file waits for its answers as for its detections: each embedding is published
+    with the keyframe whose crop it answers (never a later frame), nothing is dropped, and two runs
+    give the same embeddings on the same frames."""
+    runs = []
+    for name in ("first", "second"):
         folder = tmp_path / name
         folder.mkdir()
-        with streamlens.Pipeline.from_yaml(pipeline(folder, secondary)) as pipe:
-            report = pipe.run()
-        assert report.exit_code == 0, report.error
-        runs[name] = [(m["seq"], [(o["id"], o["box"]) for o in m["objects"]]) for m in read(folder)
-                      if m["type"] == "frame"]
-    assert len(runs["slow"]) == 300 and [seq for seq, _ in runs["slow"]] == list(range(300))
-    assert runs["slow"] == runs["none"]
+        path = pipeline(folder, f"[{{name: look, kind: embed, model: {colour_model}, min_size: 8, every_s: 0.5, "
+                                "max_attempts: 20, max_wait_ms: 50}]")
+        with streamlens.Pipeline.from_yaml(path) as pipe:
+            assert pipe.run().exit_code == 0
+            stats = pipe.secondary_stats()["look"]
+        lines = read(folder)
+        keyframes = {m["frame"] for m in lines if m["type"] == "frame" and m["keyframe"]}
+        found = [(m["frame"], m["object"]["id"], m["attempts"], np.round(m["vector"], 5).tolist())
+                 for m in lines if m["type"] == "embedding"]
+        assert len(found) > 20 and {frame for frame, *_ in found} <= keyframes
+        assert stats["dropped"] == 0 and stats["calls"] == stats["computed"] + stats["cached"]
+        runs.append(found)
+    assert runs[0] == runs[1]
 
 
 def test_an_ultralytics_classification_model_runs_as_a_secondary_model(tmp_path):

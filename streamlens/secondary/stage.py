@@ -18,10 +18,17 @@ same crop in every pipeline, whatever its tracking did before) go to one worker 
 which batches each model's crops of every stream, up to `max_batch` within `max_wait_ms`, looks
 their outputs up in the cache by the crops' pixel hash (`runtime.cache`), runs the model on the
 rest and stores what it computed. Entries that name the same model, input size and padding share
-one run per crop (one backbone, several heads: each reads its own `output`). A crop the worker
-cannot take (its queue full) is dropped, counted, and its track may be looked at again later.
+one run per crop (one backbone, several heads: each reads its own `output`). A camera's crop the
+worker cannot take (its queue full) is dropped, counted, and its track may be looked at again later.
 
-Answers come back to the engine's thread and apply to their track from the next frame it
+A file read as a file (its stream not `live`) is held back for its answers as it is for its
+detections: its crops wait for room in the queue instead of being dropped, and the result of a
+keyframe that offered crops waits until every one is answered (the worker runs what it holds at
+once, without waiting out `max_wait_ms`), so each answer applies on that very keyframe: the same
+frames, attributes and `embedding` messages on every run and machine (`waited_s`: how long files
+waited). A camera is never held back.
+
+A camera's answers come back to the engine's thread and apply to their track from the next frame it
 publishes (`process`, the first result stage: graph/publish/stages.py): a `classify` entry's answer is
 the score-weighted vote over its looks (each look votes for its top label with that label's
 probability; the label with the most weight wins, its score the mean of its probabilities) and
@@ -39,6 +46,7 @@ Example:
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field, replace
@@ -52,8 +60,10 @@ from .cache import cached_outputs
 from .model import CropModel
 from .worker import LastSeen, WorkerStage
 
-#: crops waiting for the worker, at most (beyond: dropped and counted)
+#: crops waiting for the worker, at most (beyond: a camera's are dropped and counted, a file waits)
 QUEUE_SIZE = 256
+#: how long a file waits for the worker between looks at its health (seconds)
+WAIT_STEP_S = 0.5
 
 
 def detector_boxes(tracked: np.ndarray, found: np.ndarray, min_iou: float = 0.5) -> list:
@@ -193,10 +203,11 @@ class SecondaryStage(WorkerStage):
     name = "secondary"
     offers = True
 
-    def __init__(self, entries: list, cache=None, models: dict | None = None):
+    def __init__(self, entries: list, cache=None, models: dict | None = None, streams=None):
         """`models`: entries' models already made, by the entry's index (the `reid` section's:
-        streamlens/reid/model.py); the others are loaded here."""
-        super().__init__(cache, QUEUE_SIZE)
+        streamlens/reid/model.py); the others are loaded here. `streams`: the run's `StreamSet`
+        (files are held back for their answers; None: every stream is taken for a camera)."""
+        super().__init__(cache, QUEUE_SIZE, streams)
         models_made = models or {}
         groups: dict[tuple, _Group] = {}
         models: dict[tuple, CropModel] = {}
@@ -224,6 +235,10 @@ class SecondaryStage(WorkerStage):
         self._sightings: dict[str, dict[int, int]] = defaultdict(dict)  # stream -> track -> keyframes seen on
         self._now: dict[str, float] = {}
         self._embedding_seq: dict[str, int] = defaultdict(int)
+        self._open: dict[str, int] = defaultdict(int)  # stream -> crops offered and not yet taken back
+        self._answered = threading.Condition()  # the worker tells that it has put answers in `_done`
+        self._flush = threading.Event()  # a file waits: the worker runs what it holds at once
+        self.waited_s = 0.0  # how long files' results waited for their answers
         # the answers in `_done[stream]`: (track, group, heads, outputs)
 
     # -- the engine's thread ------------------------------------------------------------------
@@ -263,12 +278,10 @@ class SecondaryStage(WorkerStage):
                 part = crop(frame.image, box, group.padding)
                 if part is None:
                     continue
-                try:
-                    self._inbox.put_nowait((group, _Job(frame.stream, track, tuple(wanted), part.copy(),
-                                                        time.perf_counter())))
-                except queue.Full:
+                if not self._put((group, _Job(frame.stream, track, tuple(wanted), part.copy(), time.perf_counter()))):
                     group.dropped += 1
                     continue
+                self._open[frame.stream] += 1
                 area = (box[2] - box[0]) * (box[3] - box[1])
                 for j in wanted:
                     look = mine[group.heads[j].name]
@@ -289,8 +302,11 @@ class SecondaryStage(WorkerStage):
         looks = self._looks[stream]
         changed: dict[tuple[int, str], _Head] = {}
         done = self._done[stream]
+        if self._open[stream] > len(done) and not self._live(stream):
+            self._wait_answers(stream)
         while done:
             track, group, heads, outputs = done.popleft()
+            self._open[stream] -= 1
             mine = looks.get(track)
             if mine is None:
                 continue
@@ -320,6 +336,41 @@ class SecondaryStage(WorkerStage):
             self._sightings[stream].pop(track, None)
         return result, messages + [self._embedding(result, track, head) for (track, _), head in changed.items()]
 
+    def _put(self, item) -> bool:
+        """`item` into the worker's queue: a camera's only if there is room, a file's once there is
+        (False: not taken, the worker has stopped)."""
+        if self._live(item[1].stream):
+            try:
+                self._inbox.put_nowait(item)
+                return True
+            except queue.Full:
+                return False
+        while not self._stop.is_set() and self.error is None:
+            self._flush.set()
+            try:
+                self._inbox.put(item, timeout=WAIT_STEP_S)
+                return True
+            except queue.Full:
+                if not self._thread.is_alive():
+                    return False
+        return False
+
+    def _wait_answers(self, stream: str) -> None:
+        """Hold a file's result until the worker has answered every crop of its stream."""
+        started = time.perf_counter()
+        done = self._done[stream]
+
+        def answered() -> bool:
+            return len(done) >= self._open[stream] or self.error is not None or self._stop.is_set()
+
+        with self._answered:
+            while True:
+                self._flush.set()
+                if self._answered.wait_for(answered, WAIT_STEP_S) or not self._thread.is_alive():
+                    break  # answered, or nothing will answer (not started, or stopped)
+        self.waited_s += time.perf_counter() - started
+        self.check()
+
     def embedding(self, stream: str, track: int, name: str | None = None) -> np.ndarray | None:
         """The embedding kept for `track` of `stream` by entry `name` (default: the first embed
         entry), None when it has none yet. Call it on the engine's thread (a sink's write)."""
@@ -334,6 +385,7 @@ class SecondaryStage(WorkerStage):
         self._looks.pop(stream, None)
         self._sightings.pop(stream, None)
         self._done.pop(stream, None)
+        self._open.pop(stream, None)
 
     def _embedding(self, result: FrameResult, track: int, head: _Head) -> Embedding:
         stream = result.frame.stream
@@ -344,7 +396,8 @@ class SecondaryStage(WorkerStage):
 
     def stats(self) -> dict:
         """Per entry: looks answered, tracks looked at, looks per track; per model: crops computed
-        and found in the cache, mean batch size, ms per computed crop, crops dropped."""
+        and found in the cache, mean batch size, ms per computed crop, crops dropped (cameras' only),
+        seconds files waited for their answers."""
         out = {}
         for group, head in self.heads:
             batches = group.batches[-200:]
@@ -356,23 +409,27 @@ class SecondaryStage(WorkerStage):
                 if group.cached + group.computed else None,
                 "batch_mean": round(sum(batches) / len(batches), 2) if batches else None,
                 "ms_per_crop": round(group.ms / group.computed, 3) if group.computed else None,
-                "dropped": group.dropped,
+                "dropped": group.dropped, "waited_s": round(self.waited_s, 3),
             }
         return out
 
     # -- the worker's thread ------------------------------------------------------------------
 
     def _work(self) -> None:
-        self._gather()
+        flush = self._flush.is_set()  # a file waits: every batch is due
+        self._gather(flush)
         for group in self.groups:
-            if group.jobs and (len(group.jobs) >= group.max_batch
-                               or time.perf_counter() - group.jobs[0].queued >= group.max_wait_s):
+            while group.jobs and (flush or len(group.jobs) >= group.max_batch
+                                  or time.perf_counter() - group.jobs[0].queued >= group.max_wait_s):
                 self._run_batch(group)
+        if flush and self._inbox.empty():
+            self._flush.clear()  # a file that waits still sets it again
 
-    def _gather(self) -> None:
-        """Move crops from the inbox to their groups, waiting at most until a batch is due."""
+    def _gather(self, flush: bool = False) -> None:
+        """Move crops from the inbox to their groups, waiting at most until a batch is due (`flush`:
+        not at all)."""
         due = [g.jobs[0].queued + g.max_wait_s for g in self.groups if g.jobs]
-        wait = max(0.0, min(due) - time.perf_counter()) if due else 0.1
+        wait = 0.0 if flush else max(0.0, min(due) - time.perf_counter()) if due else 0.1
         try:
             group, job = self._inbox.get(timeout=wait) if wait > 0 else self._inbox.get_nowait()
         except queue.Empty:
@@ -403,8 +460,10 @@ class SecondaryStage(WorkerStage):
             group.batches.append(len(todo))
             del group.batches[:-1000]
         group.cached += len(jobs) - len(todo)
-        for job, out in zip(jobs, outputs):
-            self._done[job.stream].append((job.track, group, job.heads, out))
+        with self._answered:
+            for job, out in zip(jobs, outputs):
+                self._done[job.stream].append((job.track, group, job.heads, out))
+            self._answered.notify_all()
 
 
 __all__ = ["SecondaryStage", "read_labels"]

@@ -2,7 +2,8 @@
 (streamlens/secondary/stage.py) and SAM's masks (streamlens/segment/stage.py).
 
 - `WorkerStage`: one worker thread fed by a bounded inbox (what does not fit is the stage's to drop
-  and count), its answers handed back per stream (`_done[stream]`, taken on the engine's thread),
+  and count, for a camera: a file's stream waits, `_live`), its answers handed back per stream
+  (`_done[stream]`, taken on the engine's thread),
   and an error it raises handed to the engine's thread, which raises it on its next result
   (`check()`), so the run ends with it. `close()` stops the worker (work still waiting is dropped)
   and closes the stage's cache.
@@ -68,14 +69,17 @@ class WorkerStage(Stage):
     """A result stage with one worker thread of its own (see the module's docstring). A subclass
     names its thread (`name`) and gives `_work()`, one turn of the worker: take what waits in
     `_inbox` (waiting at most a fraction of a second, so that `close()` is heard) and put the answers
-    in `_done[stream]`. `cache`: a `MemoryCache` / `RedisCache` (None: none), closed with the stage."""
+    in `_done[stream]`. `cache`: a `MemoryCache` / `RedisCache` (None: none), closed with the stage;
+    `streams`: the run's `StreamSet` (graph/run/stream.py), which tells files from cameras (None:
+    every stream is taken for a camera)."""
 
     name = "worker"
     #: how long `close()` waits for the worker to finish what it is doing
     close_timeout_s = 5.0
 
-    def __init__(self, cache=None, inbox_size: int = 1):
+    def __init__(self, cache=None, inbox_size: int = 1, streams=None):
         self.cache = cache
+        self.streams = streams
         self._inbox: queue.Queue = queue.Queue(inbox_size)
         self._done: dict[str, deque] = defaultdict(deque)  # stream -> answers, taken on the engine's thread
         self._stop = threading.Event()
@@ -85,6 +89,13 @@ class WorkerStage(Stage):
 
     def start(self) -> None:
         self._thread.start()
+
+    def _live(self, stream: str) -> bool:
+        """Whether `stream` is a camera (or played as one): never held back for this stage's answers."""
+        if self.streams is None:
+            return True
+        found = self.streams.get(stream)
+        return found is None or found.live
 
     def check(self) -> None:
         """On the engine's thread: raise what the worker raised, if it did."""

@@ -95,10 +95,9 @@ class SegmentStage(WorkerStage):
     def __init__(self, cfg, cache=None, sam=None, streams=None):
         sam = sam if sam is not None else load_sam(cfg.model, cfg.decoder, device=cfg.device, threads=cfg.threads,
                                                    runtime=cfg.runtime, bf16=cfg.bf16)
-        super().__init__(cache if cfg.cache else None, 1)
+        super().__init__(cache if cfg.cache else None, 1, streams)
         self.cfg = cfg
         self.sam = sam
-        self.streams = streams
         self.slots = JobSlots()
         self._asked: dict[str, dict[int, int]] = defaultdict(dict)  # stream -> track -> the step of its last job
         self._step: dict[str, tuple[int, float, int]] = {}  # stream -> (step, pts of its last keyframe, steps begun)
@@ -151,12 +150,6 @@ class SegmentStage(WorkerStage):
                             len(cameras), self.encode_s_at_start, demand, self.cfg.every_s, demand,
                             self.cfg.every_s)
         super().start()
-
-    def _live(self, stream: str) -> bool:
-        if self.streams is None:
-            return True
-        found = self.streams.get(stream)
-        return found is None or found.live
 
     # -- the engine's thread ------------------------------------------------------------------
 

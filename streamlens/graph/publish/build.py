@@ -107,7 +107,8 @@ def build_stages(cfg, detector, streams, built: list) -> Stages:
             made[len(entries)] = reid_model(reid)
             entries.append(reid_entry(reid))
         cache = cfg.runtime.cache
-        stages.secondary = SecondaryStage(entries, build_cache(cache.items, cache.redis, cache.ttl_s), made)
+        stages.secondary = SecondaryStage(entries, build_cache(cache.items, cache.redis, cache.ttl_s), made,
+                                           streams=streams)
         built.append(stages.secondary)
     seg = cfg.segment
     if seg is not None and seg.model is not None:
