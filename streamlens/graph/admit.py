@@ -6,7 +6,9 @@ on that stream's own thread so that its work overlaps the engine's and the other
 1. a live frame already too old to be published within the budget (its source fell behind) goes
    no further (`Lane.too_old`, counted as `stale`), and the budget controller may shed the frame
    (counted as `shed`);
-2. what the keyframe schedule asks (`frame.scheduled`; the engine decides). A file (and a live
+2. a file of a `reid.across` group waits for its turn in the group's merge by media time
+   (graph/order.py `MediaOrder`: the group's results reach the linker in one order on every run);
+3. what the keyframe schedule asks (`frame.scheduled`; the engine decides). A file (and a live
    stream with its own schedule) asks its scheduler,
    which reads the stream's tracking signals as they were when the lane last had no keyframe with
    the detector: while one is there, its result is not in the signals yet, and asking for another
@@ -15,9 +17,9 @@ on that stream's own thread so that its work overlaps the engine's and the other
    those after exactly that frame and its keyframes are the same on every run (its decoding still
    runs a frame ahead of the engine). A live stream of the shared schedule only marks scene cuts
    here; the engine chooses its keyframes (graph/schedule/chooser.py `KeyframeChooser`);
-3. a keyframe's detector input made ahead, when the detector runs on an accelerator
+4. a keyframe's detector input made ahead, when the detector runs on an accelerator
    (`Detector.prepare_ahead`);
-4. the tracker's per-frame work made ahead (`Tracker.prepare`: the motion model's observation).
+5. the tracker's per-frame work made ahead (`Tracker.prepare`: the motion model's observation).
 
 The engine owns the lane; admission reads only what the engine publishes of it, `Lane.view` (a
 read-only `LaneView`: keyframes in flight, a copy of the tracker's signals, the budget
@@ -125,6 +127,8 @@ class Admission:
             return False
         if self.shed is not None and self.shed():
             return False
+        if self.lane.order is not None:  # a file of a reid group: the group's frames by media time
+            self.lane.order.take_turn(frame, self.stopped)
         if self._cuts_only:
             frame.scene_cut = self.schedule.is_cut(frame.grey_sample(thumbnail_step(frame.width)))
         else:

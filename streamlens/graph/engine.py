@@ -56,6 +56,7 @@ from ..frame import EndOfStream, Frame, FrameResult, MediaClock, StreamEnd
 from ..track import Tracker
 from ..track.base import confident
 from .channel import Channel, ChannelClosed, get_any
+from .order import MediaOrder
 from .schedule.chooser import KeyframeChooser
 from .schedule.detect_worker import Detected, DetectWorker, KeyframeQueue
 from .schedule.regions import build_planner
@@ -161,6 +162,8 @@ class Lane:
     in_order: bool = False
     published_index: int = -1
     turn: threading.Condition = field(default_factory=threading.Condition)
+    #: files of a `reid.across` group: their merge by media time (graph/order.py), else None
+    order: MediaOrder | None = None
     #: the stream's media time (the one clock of the stream: its results carry it, `FrameResult.media_s`)
     clock: MediaClock = field(default_factory=MediaClock)
     #: the budget controller's factor on the keyframe intervals (live streams)
@@ -467,6 +470,8 @@ class Engine:
                                      media_s=lane.clock(head)))
             lane.seq += 1
             lane.publish_view()  # the tracker's signals after this frame
+            if lane.order is not None:
+                lane.order.published(lane.name)
             if lane.in_order:
                 with lane.turn:
                     lane.published_index = head.index
@@ -476,6 +481,8 @@ class Engine:
         with lane.turn:
             lane.open = False
             lane.turn.notify_all()
+        if lane.order is not None:
+            lane.order.ended(lane.name)
         if self.chooser is not None:
             self.chooser.remove(lane.name)
         lane.ready.clear()

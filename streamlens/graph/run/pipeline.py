@@ -58,6 +58,7 @@ from ...http.server import MetricsServer
 from ...sinks import Sink, build_sink
 from ...track import weak_floor
 from ..channel import Channel, Credits, file_credits
+from ..order import media_orders
 from ..engine import Control, DetectWorker, Engine, Lane, Mail, engine_mailbox
 from ..overload.control import BudgetController
 from ..publish.build import Stages, build_stages
@@ -108,6 +109,7 @@ class Pipeline(RunFigures):
         self._mail = engine_mailbox(self._inbox)  # work posted to the engine thread (the controller's rung, stats)
         self._engine_thread: threading.Thread | None = None
         self._credits = Credits(file_credits(longest_gap(config.keyframes), config.detector.max_batch))
+        self._orders = media_orders(config)  # files of a reid group: by media time (graph/order.py)
         self._opening: list[Sink] = []  # sinks whose open() may wait (for subscribers): stop() ends it
         self.http_port: int | None = None  # where /metrics and /healthz listen, once running
         #: the live page's view of the run (streamlens/http/preview.py), when `runtime.http.page` is on
@@ -212,7 +214,8 @@ class Pipeline(RunFigures):
 
     def _join(self, stream: Stream, offset: int) -> Lane:
         return stream.join(self.config, shared=self._chooser is not None, offset=offset, prepare=self._prepare,
-                           controller=self.controller, seq=self._first_seq.get(stream.name, 0))
+                           controller=self.controller, seq=self._first_seq.get(stream.name, 0),
+                           order=self._orders.get(stream.name))
 
     def abort(self) -> None:
         """Immediate stop: frames not yet processed are dropped, a detector batch in hand is not

@@ -79,16 +79,20 @@ class Stream:
         self.source = built
         return built
 
-    def join(self, cfg: PipelineConfig, *, shared: bool, offset: int, prepare, controller, seq: int = 0) -> Lane:
+    def join(self, cfg: PipelineConfig, *, shared: bool, offset: int, prepare, controller, seq: int = 0,
+             order=None) -> Lane:
         """Make its lane (its tracker at the stream's rate, its `seq` from `seq`), its keyframe schedule
         (`shared`: a live stream only tells scene cuts, the engine chooses; otherwise its own
         scheduler at `offset`), its admission (`prepare`: the detector's input made ahead, or None)
-        and, when `controller` watches live streams, its shedder. Returns the lane."""
+        and, when `controller` watches live streams, its shedder; `order`: its reid group's
+        `MediaOrder` (graph/order.py), None for most streams. Returns the lane."""
         src, fps = self.config, self.source.fps
         tracker = build_tracker(cfg.tracker, fps, detector_conf=cfg.detector.conf, adaptive=cfg.keyframes.adaptive)
         self.lane = Lane(src.name, tracker, src.live, longest_gap(cfg.keyframes),
                          max_staleness_s=src.max_staleness_ms / 1000 if src.max_staleness_ms else None,
-                         period_s=1 / (fps or 30.0), seq=seq)
+                         period_s=1 / (fps or 30.0), seq=seq, order=order)
+        if order is not None:
+            order.joined(src.name)
         if controller is not None and src.live:
             self.shedder = controller.shedder(src.name)
             self.shedder.attach(self.source)
