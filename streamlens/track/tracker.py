@@ -111,7 +111,11 @@ HIGH_SCORE = 0.3
 #: a confident detection left over starts a track only at or above this score
 NEW_TRACK_SCORE = 0.5
 #: the least overlap (IoU; for tentative tracks weighted by the detection's score) for each stage
-#: of matching (`association.match_stages`)
+#: of matching (`association.match_stages`). A tentative track's (ByteTrack's 0.3, made for tracks
+#: started at NEW_TRACK_SCORE or more) is read against the score that may start a track: with a
+#: lower `new_track_score` (the detector's `conf`), it is lowered in proportion, so that a box at
+#: that score needs the overlap one at NEW_TRACK_SCORE needs (else the boxes of an object the
+#: detector scores near 0.3 could never confirm its track, and it took a new id on every keyframe)
 MATCH_IOU = 0.2
 LOW_MATCH_IOU = 0.5
 TENTATIVE_MATCH_IOU = 0.3
@@ -181,8 +185,9 @@ class KeyframeTracker(Tracker):
         self.fps = fps if fps and fps > 0 else DEFAULT_FPS
         self.high_score, self.low_score, self.new_track_score = high_score, low_score, new_track_score
         self.match_iou, self.low_match_iou = match_iou, low_match_iou
-        if tentative_match_iou is None:
+        if tentative_match_iou is None:  # read against the score that may start a track (see TENTATIVE_MATCH_IOU)
             tentative_match_iou = TENTATIVE_MATCH_IOU if self.motion.sees_pixels else BLIND_TENTATIVE_MATCH_IOU
+            tentative_match_iou *= min(1.0, new_track_score / NEW_TRACK_SCORE)
         self.tentative_match_iou = tentative_match_iou
         self.lost_s = lost_s
         self.coast_s = coast_s
