@@ -102,9 +102,8 @@ def write(found: dict) -> None:
                     f"{cell('by_track', 'top1')} | {cell('others', 'top3')} | {cell('similarity', 'top3')} | "
                     f"{f['ms_per_search']} |")
     text = harness.header("Search by example across two cameras") + f"""
-Load average {found['load_average']:.2f} when it ended (the machine was shared with another
-engineer's one-hour soak test): the milliseconds are upper bounds; the ranks do not depend on speed,
-but the runs' tracks do a little (adaptive keyframes follow the load).
+Load average {found['load_average']:.2f} when it ended (a loaded machine gives higher milliseconds); the
+ranks do not depend on speed, nor do the file-mode runs' tracks and links ([reid.md](reid.md)).
 
 The cases are tools/bench_reid.py's ([reid.md](reid.md)): two views of one clip, two sources of one
 pipeline with `reid: {{across: [...], clock: media}}` (the weight-free descriptor) and
