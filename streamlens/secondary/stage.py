@@ -346,11 +346,11 @@ class SecondaryStage(WorkerStage):
             except queue.Full:
                 return False
         while not self._stop.is_set() and self.error is None:
-            self._flush.set()
             try:
                 self._inbox.put(item, timeout=WAIT_STEP_S)
                 return True
             except queue.Full:
+                self._flush.set()  # full: the worker runs what it holds now
                 if not self._thread.is_alive():
                     return False
         return False
