@@ -442,6 +442,21 @@ def test_a_slow_secondary_model_holds_no_camera_frame_back(tmp_path):
     assert stats["waited_s"] == 0 and stats["tracks"] > 0
 
 
+def test_a_file_waits_for_room_in_a_full_queue_and_loses_no_crop(tmp_path, colour_model, monkeypatch):
+    """The worker's queue cut to one crop: a file's keyframe offers several, so each waits for room
+    instead of being dropped, and every one is answered."""
+    import streamlens.secondary.stage as stage_module
+
+    monkeypatch.setattr(stage_module, "QUEUE_SIZE", 1)
+    path = pipeline(tmp_path, f"[{{name: look, kind: embed, model: {colour_model}, min_size: 8, every_s: 0.2, "
+                              "max_attempts: 20}]")
+    with streamlens.Pipeline.from_yaml(path) as pipe:
+        assert pipe.run().exit_code == 0
+        stats = pipe.secondary_stats()["look"]
+    assert stats["computed"] + stats["cached"] > 30
+    assert stats["dropped"] == 0 and stats["calls"] == stats["computed"] + stats["cached"]
+
+
 def test_a_file_gets_every_answer_on_its_keyframe_the_same_on_every_run(tmp_path, colour_model):
     """A file read as a file waits for its answers as for its detections: each embedding is published
     with the keyframe whose crop it answers (never a later frame), nothing is dropped, and two runs
