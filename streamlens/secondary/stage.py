@@ -58,12 +58,10 @@ from ..frame import Embedding, FrameResult, track_labels
 from ..track.matching import box_iou
 from .cache import cached_outputs
 from .model import CropModel
-from .worker import LastSeen, WorkerStage
+from .worker import WAIT_STEP_S, LastSeen, WorkerStage
 
 #: crops waiting for the worker, at most (beyond: a camera's are dropped and counted, a file waits)
 QUEUE_SIZE = 256
-#: how long a file waits for the worker between looks at its health (seconds)
-WAIT_STEP_S = 0.5
 
 
 def detector_boxes(tracked: np.ndarray, found: np.ndarray, min_iou: float = 0.5) -> list:
@@ -235,10 +233,8 @@ class SecondaryStage(WorkerStage):
         self._sightings: dict[str, dict[int, int]] = defaultdict(dict)  # stream -> track -> keyframes seen on
         self._now: dict[str, float] = {}
         self._embedding_seq: dict[str, int] = defaultdict(int)
-        self._open: dict[str, int] = defaultdict(int)  # stream -> crops offered and not yet taken back
         self._answered = threading.Condition()  # the worker tells that it has put answers in `_done`
         self._flush = threading.Event()  # a file waits: the worker runs what it holds at once
-        self.waited_s = 0.0  # how long files' results waited for their answers
         # the answers in `_done[stream]`: (track, group, heads, outputs)
 
     # -- the engine's thread ------------------------------------------------------------------
@@ -302,8 +298,7 @@ class SecondaryStage(WorkerStage):
         looks = self._looks[stream]
         changed: dict[tuple[int, str], _Head] = {}
         done = self._done[stream]
-        if self._open[stream] > len(done) and not self._live(stream):
-            self._wait_answers(stream)
+        self.hold_for_answers(stream, self._wait_answered, self._flush.set)
         while done:
             track, group, heads, outputs = done.popleft()
             self._open[stream] -= 1
@@ -355,21 +350,10 @@ class SecondaryStage(WorkerStage):
                     return False
         return False
 
-    def _wait_answers(self, stream: str) -> None:
-        """Hold a file's result until the worker has answered every crop of its stream."""
-        started = time.perf_counter()
-        done = self._done[stream]
-
-        def answered() -> bool:
-            return len(done) >= self._open[stream] or self.error is not None or self._stop.is_set()
-
+    def _wait_answered(self, predicate, timeout: float) -> bool:
+        """Wait until `predicate()`, at most `timeout` s, woken as the worker puts answers in `_done`."""
         with self._answered:
-            while True:
-                self._flush.set()
-                if self._answered.wait_for(answered, WAIT_STEP_S) or not self._thread.is_alive():
-                    break  # answered, or nothing will answer (not started, or stopped)
-        self.waited_s += time.perf_counter() - started
-        self.check()
+            return self._answered.wait_for(predicate, timeout)
 
     def embedding(self, stream: str, track: int, name: str | None = None) -> np.ndarray | None:
         """The embedding kept for `track` of `stream` by entry `name` (default: the first embed

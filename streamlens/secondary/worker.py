@@ -3,7 +3,8 @@
 
 - `WorkerStage`: one worker thread fed by a bounded inbox (what does not fit is the stage's to drop
   and count, for a camera: a file's stream waits, `_live`), its answers handed back per stream
-  (`_done[stream]`, taken on the engine's thread),
+  (`_done[stream]`, taken on the engine's thread; `_open[stream]` counts the jobs not yet taken back,
+  and `hold_for_answers` holds a file's result until every one has come, `waited_s` in all),
   and an error it raises handed to the engine's thread, which raises it on its next result
   (`check()`), so the run ends with it. `close()` stops the worker (work still waiting is dropped)
   and closes the stage's cache.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections import defaultdict, deque
 
 from ..graph.publish.stage import Stage
@@ -34,6 +36,8 @@ log = logging.getLogger("streamlens")
 FORGET_AFTER_S = 30.0
 #: how often (media seconds) a stream's tracks long unseen are looked for
 SWEEP_EVERY_S = 1.0
+#: how long a file's result waits for the worker between looks at its health (seconds)
+WAIT_STEP_S = 0.5
 
 
 class LastSeen:
@@ -86,6 +90,8 @@ class WorkerStage(Stage):
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self.error: BaseException | None = None
         self.foreign = 0  # cached values that were not outputs this stage's models can read
+        self._open: dict[str, int] = defaultdict(int)  # stream -> jobs offered and not yet taken back
+        self.waited_s = 0.0  # how long files' results waited for their answers
 
     def start(self) -> None:
         self._thread.start()
@@ -96,6 +102,27 @@ class WorkerStage(Stage):
             return True
         found = self.streams.get(stream)
         return found is None or found.live
+
+    def hold_for_answers(self, stream: str, wait_for, hurry=None) -> None:
+        """On the engine's thread: when `stream` is a file with jobs not yet answered, hold its result
+        until every one is (`wait_for(predicate, timeout)`: waits on what the worker signals when it
+        answers; `hurry()`: tells the worker to run what it holds now). Ends too when the worker has
+        stopped or failed (then raises what it raised)."""
+        done = self._done[stream]
+        if self._open[stream] <= len(done) or self._live(stream):
+            return
+        started = time.perf_counter()
+
+        def answered() -> bool:
+            return len(done) >= self._open[stream] or self.error is not None or self._stop.is_set()
+
+        while True:
+            if hurry is not None:
+                hurry()
+            if wait_for(answered, WAIT_STEP_S) or not self._thread.is_alive():
+                break  # answered, or nothing will answer (not started, or stopped)
+        self.waited_s += time.perf_counter() - started
+        self.check()
 
     def check(self) -> None:
         """On the engine's thread: raise what the worker raised, if it did."""
@@ -122,4 +149,4 @@ class WorkerStage(Stage):
         raise NotImplementedError
 
 
-__all__ = ["WorkerStage", "LastSeen", "FORGET_AFTER_S"]
+__all__ = ["WorkerStage", "LastSeen", "FORGET_AFTER_S", "WAIT_STEP_S"]

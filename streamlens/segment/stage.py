@@ -77,8 +77,6 @@ MAX_EMBEDDING_BYTES = 64 << 20
 #: a live track not published for this long (seconds of its stream's time) is gone: a job whose
 #: tracks are all gone is dropped unencoded
 GONE_AFTER_S = 1.0
-#: how long a file's result waits for the worker between looks at its health (seconds)
-WAIT_STEP_S = 0.5
 
 
 class SegmentStage(WorkerStage):
@@ -102,7 +100,6 @@ class SegmentStage(WorkerStage):
         self._asked: dict[str, dict[int, int]] = defaultdict(dict)  # stream -> track -> the step of its last job
         self._step: dict[str, tuple[int, float, int]] = {}  # stream -> (step, pts of its last keyframe, steps begun)
         self._waiting: dict[str, dict[int, float]] = defaultdict(dict)  # stream -> track -> waits since (monotonic)
-        self._open: dict[str, int] = defaultdict(int)  # stream -> jobs offered and not yet taken back
         # written on the engine's thread, read by the worker's: when each track was last published
         # (the stream's time) and the stream's newest time; a stream not in `_seen` has ended
         self._seen: dict[str, dict[int, float]] = {}
@@ -125,7 +122,6 @@ class SegmentStage(WorkerStage):
         self.replaced = 0  # jobs a newer keyframe of their stream replaced before the worker came to them
         self.applied = 0
         self.late = 0
-        self.waited_s = 0.0  # how long files' results waited for their masks
         self.lag_frames: list[int] = []
         self.lag_s: list[float] = []
         self.encode_s_at_start: float | None = None
@@ -218,8 +214,7 @@ class SegmentStage(WorkerStage):
         self.check()
         stream = result.frame.stream
         done = self._done[stream]
-        if self._open[stream] > len(done) and not self._live(stream):
-            self._wait_answers(stream)
+        self.hold_for_answers(stream, self.slots.wait_for)
         while done:
             job, masks = done.popleft()
             self._open[stream] -= 1
@@ -239,20 +234,6 @@ class SegmentStage(WorkerStage):
         self._published[stream] = result.frame.index
         self._see(result)
         return self.book.attach(result), messages
-
-    def _wait_answers(self, stream: str) -> None:
-        """Hold a file's result until the worker has answered every job of its stream."""
-        started = time.perf_counter()
-        done = self._done[stream]
-
-        def answered() -> bool:
-            return len(done) >= self._open[stream] or self.error is not None or self._stop.is_set()
-
-        while not self.slots.wait_for(answered, WAIT_STEP_S):
-            if not self._thread.is_alive():
-                break  # not started, or stopped: nothing will answer
-        self.waited_s += time.perf_counter() - started
-        self.check()
 
     def _see(self, result: FrameResult) -> None:
         det = result.detections
