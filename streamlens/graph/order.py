@@ -15,9 +15,12 @@ A stream of the group that has not joined, or has ended, is not waited for. A wa
 stream is stopped.
 
 Example:
-    >>> order = MediaOrder(["a", "b"])
-    >>> order.rank("b"), order.rank("x")
-    (1, None)
+    >>> import numpy as np
+    >>> order, going = MediaOrder(["a", "b"]), threading.Event()
+    >>> order.joined("a"), order.joined("b"), order.ended("b")   # b ended: a is not held for it
+    (None, None, None)
+    >>> order.take_turn(Frame("a", 0, 0.0, 0.0, np.zeros((2, 2, 3), np.uint8)), going)
+    >>> order.published("a")
 """
 
 from __future__ import annotations
@@ -43,10 +46,6 @@ class MediaOrder:
         self._unpublished: dict[str, int] = {}  # stream -> frames admitted and not yet published
         self._clocks: dict[str, MediaClock] = {}
 
-    def rank(self, stream: str) -> int | None:
-        """The stream's place in the group (None: not of the group)."""
-        return self._rank.get(stream)
-
     def joined(self, stream: str) -> None:
         """A stream of the group starts (again): its frames are waited for from now on."""
         with self._cond:
@@ -62,6 +61,7 @@ class MediaOrder:
         with self._cond:
             if stream not in self._open:
                 return
+            # its media time as the lane's clock reads it (a frame without pts: its number)
             mine = (self._clocks[stream].at(frame.pts, frame.index), self._rank[stream])
             self._waiting[stream] = mine
             self._cond.notify_all()
