@@ -207,6 +207,8 @@ def test_a_bench_run_scores_both_the_pipeline_and_the_hold_baseline(tmp_path):
         assert run["detection_delay_ms"]["n"] > 0
     assert report["hold"][0]["detection_delay_ms"]["method"] == "detected_frame"
     assert "hold_max_streams" in report["answers"]
+    # the subscriber kept the controller's state from the run's stats messages
+    assert any("rung" in w for w in report["trials"][0]["timeline"])
 
 
 def test_a_trial_has_a_timeline_of_f1_and_frames_detected_by_five_seconds():
@@ -231,3 +233,22 @@ def test_staggered_copies_begin_through_the_clip():
     sources = trial_overrides("clip.mp4", 4, "tcp://127.0.0.1:1", stagger_s=30.0)["sources"]
     assert [s.get("start_s", 0.0) for s in sources] == [0.0, 7.5, 15.0, 22.5]
     assert all("start_s" not in s for s in trial_overrides("clip.mp4", 4, "tcp://127.0.0.1:1")["sources"])
+
+
+def test_the_timeline_says_which_rung_the_controller_was_on():
+    # two streams, 4 s, one frame a second; their `stats` messages as the listener keeps them
+    n = 4
+    records = {name: {"frame": list(range(n)), "ts": [float(i) for i in range(n)], "recv": [i + 0.01 for i in range(n)],
+                      "key": [0] * n, "pts": [i / 10 for i in range(n)], "boxes": [[A]] * n, "det": [None] * n}
+               for name in ("s0", "s1")}
+    records["s0"]["control"] = [[0.5, 0, 0.0, False], [1.5, 5, 0.0, False], [2.5, 6, 0.125, False],
+                                [3.5, 11, 0.9, True]]
+    records["s1"]["control"] = [[1.6, 4, 0.0, False], [2.6, 6, 0.25, False]]  # none in its last second
+    trial = measure(records, k=2, warmup=0.0, seconds=4.0, reference=ref_of(*[[A]] * n), window_s=1.0)
+    assert [(w["rung"], w["shed"], w["keyframes_only"]) for w in trial["timeline"]] == [
+        (0, 0.0, False), (5, 0.0, False), (6, 0.188, False), (11, 0.9, True)]
+    # records without them (an older listener's): the timeline as before
+    for r in records.values():
+        del r["control"]
+    assert all("rung" not in w for w in measure(records, k=2, warmup=0.0, seconds=4.0, reference=ref_of(*[[A]] * n),
+                                                 window_s=1.0)["timeline"])

@@ -6,8 +6,9 @@ the stream, the frame index, its `pts`, the frame's `ts` (when the frame became 
 wall clock at receipt (`time.time()`, taken before the payload is decoded), whether it was a
 keyframe, its boxes as `[x1, y1, x2, y2, cls]` rows (the bench scores them against detecting every
 frame) and its `detected_frame` when the message has one (else None). It
-keeps each stream's last `stats` message and its `eos`, and counts messages lost on the way (gaps
-in `seq`). It ends when every expected stream has sent its `eos`, at `--deadline-s`, or on SIGTERM
+keeps each stream's last `stats` message and its `eos`, the budget controller's state from every
+`stats` message (`control`: `[receipt, rung, share shed, keyframes only]`, once a second), and
+counts messages lost on the way (gaps in `seq`). It ends when every expected stream has sent its `eos`, at `--deadline-s`, or on SIGTERM
 or SIGINT, and then writes everything as one JSON object to `--out` (the bench's trial reads it).
 
 It connects before the pipeline binds (ZeroMQ retries the connection), and the bench gives the sink
@@ -49,7 +50,7 @@ def listen(endpoint: str, streams: list[str], deadline_s: float) -> dict:
         sock.subscribe(prefix)
     sock.connect(endpoint)
     data = {name: {"frame": [], "pts": [], "ts": [], "recv": [], "key": [], "boxes": [], "det": [], "lost": 0,
-                   "stats": None, "eos": None}
+                   "stats": None, "eos": None, "control": []}
             for name in streams}
     next_seq: dict[str, int] = {}
     ended: set[str] = set()
@@ -91,6 +92,10 @@ def listen(endpoint: str, streams: list[str], deadline_s: float) -> dict:
                 entry["det"].append(message.get("detected_frame"))
             elif kind == "stats":
                 entry["stats"] = message
+                control = message.get("control")
+                if isinstance(control, dict):  # the rung this stream was on, as its engine applied it
+                    entry["control"].append([received, control.get("level"), control.get("shed_fraction"),
+                                             bool(control.get("keyframes_only"))])
             elif kind == "eos":
                 entry["eos"] = message
                 ended.add(stream)

@@ -123,7 +123,8 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
     kept one of them, not all.
     With a `Reference` (and records holding `pts`, `boxes` and `det`, as the listener writes them)
     also the accuracy of each stream and of all (`streamlens.bench.accuracy`), and a `timeline` of
-    every `window_s` seconds (default `WINDOW_S`)."""
+    every `window_s` seconds (default `WINDOW_S`), with the budget controller's rung where the
+    records hold the streams' `control` (`_control_windows`)."""
     firsts = [s["ts"][0] for s in streams.values() if s["ts"]]
     if not firsts:
         return {"frames": 0, "kept": 0.0, "kept_min": 0.0, "kept_max": 0.0, "kept_spread": 0.0,
@@ -175,10 +176,11 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
     if reference is not None:
         scored = {name: st["accuracy"] for name, st in per_stream.items() if "accuracy" in st}
         out["accuracy"] = combine(scored)
+        rungs = _control_windows(streams, start, window_s)
         out["timeline"] = [{"from_s": round(w * window_s, 3),
                             "f1": round(2 * tp / (shown + wanted), 4) if shown + wanted else None,
                             "frames": n, "detected": round(d / n, 4) if n else None,
-                            "p95_ms": _percentiles(np.asarray(ms))["p95"]}
+                            "p95_ms": _percentiles(np.asarray(ms))["p95"], **rungs.get(w, {})}
                            for w, (tp, shown, wanted, n, d, ms) in sorted(windows.items())]
         if any(name not in scored for name in stream_names(k)):
             out["accuracy"]["f1_min"] = 0.0  # a stream that delivered nothing in the window
@@ -213,6 +215,25 @@ def _add_windows(windows: dict, since_start, counts: list, latencies, det: list 
             seen.add(det[k])
             acc[4] += 1
         acc[5].append(ms)
+
+
+def _control_windows(streams: dict, start: float, window_s: float) -> dict[int, dict]:
+    """Per timeline window, what the budget controller did, from the `control` records the listener
+    kept of each stream's `stats` messages (`[receipt, rung, share shed, keyframes only]`) received
+    in it: `rung`, the highest rung any stream was on (0: none climbed), `shed`, the mean share of
+    frames shed over those messages, `keyframes_only` whether any stream decoded keyframes only.
+    Windows without such a message get nothing."""
+    found: dict[int, list] = {}
+    for s in streams.values():
+        for received, rung, shed, only in s.get("control") or ():
+            if received < start or rung is None:
+                continue
+            acc = found.setdefault(int((received - start) // window_s), [0, [], False])
+            acc[0] = max(acc[0], int(rung))
+            acc[1].append(float(shed or 0.0))
+            acc[2] = acc[2] or bool(only)
+    return {w: {"rung": rung, "shed": round(sum(shed) / len(shed), 3), "keyframes_only": only}
+            for w, (rung, shed, only) in found.items()}
 
 
 class TrialFailed(Exception):
