@@ -65,6 +65,7 @@ from typing import Any, Callable
 from ..config import PipelineConfig, SourceConfig, preflight_problems
 from ..errors import ConfigError
 from ..frame import StreamEnd
+from ..graph.run.process import release_heap, settle_heap
 from ..graph.run.stats import RunReport, StreamStats
 from .engine import EngineSpec, Snapshot
 from .changes import SupervisedChanges
@@ -272,6 +273,8 @@ class Supervisor(SupervisedChanges):
                 self.preview.close()
             self._launcher.close()
             shutil.rmtree(self._dir, ignore_errors=True)
+            if not self._starting:  # what `_start_line` froze is the collector's again
+                release_heap()
         return self._report(time.monotonic() - started)
 
     @property
@@ -341,6 +344,8 @@ class Supervisor(SupervisedChanges):
         """The engines of a run start their streams together (engine.py `EngineRun.run`): "go" to
         those built once every engine running is; one started again later goes at once."""
         going = to_start({e.index: e.start if e.running else "ended" for e in self._engines}, self._starting)
+        if going and self._starting:  # built: what the run adds is what the collector should look at
+            settle_heap()
         for engine in self._engines:
             if engine.index in going:
                 log.debug("engine %d built%s: its streams start", engine.index,
