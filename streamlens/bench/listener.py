@@ -8,8 +8,9 @@ keyframe, its boxes as `[x1, y1, x2, y2, cls]` rows (the bench scores them again
 frame) and its `detected_frame` when the message has one (else None). It
 keeps each stream's last `stats` message and its `eos`, the budget controller's state from every
 `stats` message (`control`: `[receipt, rung, share shed, keyframes only]`, once a second), and
-counts messages lost on the way (gaps in `seq`). It ends when every expected stream has sent its `eos`, at `--deadline-s`, or on SIGTERM
-or SIGINT, and then writes everything as one JSON object to `--out` (the bench's trial reads it).
+counts messages lost on the way (gaps in `seq`). It ends when every expected stream has sent its
+`eos`, at `--deadline-s`, or on SIGTERM or SIGINT, and then writes everything as one JSON object
+to `--out` (the bench's trial reads it).
 
 It connects before the pipeline binds (ZeroMQ retries the connection), and the bench gives the sink
 `wait_subscribers`, so no message is lost to ZeroMQ's slow-joiner effect.
