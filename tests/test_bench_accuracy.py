@@ -207,7 +207,8 @@ def test_a_bench_run_scores_both_the_pipeline_and_the_hold_baseline(tmp_path):
         assert run["detection_delay_ms"]["n"] > 0
     assert report["hold"][0]["detection_delay_ms"]["method"] == "detected_frame"
     assert "hold_max_streams" in report["answers"]
-    # the subscriber kept the controller's state from the run's stats messages
+    # the subscriber kept the controller's state from the run's stats messages (whatever the machine's
+    # pace: each stream's last `stats`, published before its `eos`, comes after the window's start)
     assert any("rung" in w for w in report["trials"][0]["timeline"])
 
 
