@@ -8,7 +8,9 @@ of the shared 720p clip (the default `runtime.workers`: one engine per core), on
 `--warmup` seconds, every thread's CPU time is read from /proc twice, `--seconds` apart; py-spy
 names the threads (`source-*` decodes its stream, `detector`, `engine`); /metrics gives the frames
 published meanwhile, /api/stats each stream's keyframes detected a second and its rung at the end. CPU time is
-what the kernel counted, so it is exact whatever else runs; the frames a second are not.
+what the kernel counted, so it is exact whatever else runs; the frames a second are not. So is
+each thread's time runnable but waiting for a core (the second field of /proc/PID/task/TID/schedstat):
+for the detector, over its keyframes, it says how much of a keyframe's time was the cores being busy.
 
     python tools/profile_threads.py [--streams 10,12,16] [--seconds 20]   # writes tools/results/profile_threads.md
 """
@@ -46,8 +48,9 @@ def processes(root: int) -> list[int]:
     return [root] + [int(pid) for pid in found]
 
 
-def cpu_by_thread(pids: list[int]) -> dict[int, float]:
-    """Each thread's CPU seconds so far (utime + stime of /proc/PID/task/TID/stat)."""
+def cpu_by_thread(pids: list[int]) -> dict[int, tuple[float, float]]:
+    """Each thread's CPU seconds so far (utime + stime of /proc/PID/task/TID/stat) and its seconds
+    runnable but waiting for a core (schedstat's run delay; 0.0 where the kernel keeps none)."""
     ticks = os.sysconf("SC_CLK_TCK")
     found = {}
     for pid in pids:
@@ -56,7 +59,11 @@ def cpu_by_thread(pids: list[int]) -> dict[int, float]:
                 fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            found[int(task.name)] = (int(fields[11]) + int(fields[12])) / ticks
+            try:
+                waited = int((task / "schedstat").read_text().split()[1]) / 1e9
+            except (OSError, IndexError, ValueError):
+                waited = 0.0
+            found[int(task.name)] = ((int(fields[11]) + int(fields[12])) / ticks, waited)
     return found
 
 
@@ -103,10 +110,12 @@ def profile(k: int, warmup: float, seconds: float) -> dict:
         after, wall = cpu_by_thread(pids), time.monotonic() - started
         frames = metric(http, "streamlens_frames_total") - frames0
         standing, detected_per_s = rungs(http)
-    cores = collections.Counter()
-    for tid, used in after.items():
-        cores[group_of(names.get(tid, ""))] += (used - before.get(tid, used)) / wall
-    return {"k": k, "cores": cores, "fps": frames / wall, "detected_per_s": detected_per_s,
+    cores, waits = collections.Counter(), collections.Counter()
+    for tid, (used, waited) in after.items():
+        group = group_of(names.get(tid, ""))
+        cores[group] += (used - before.get(tid, (used, waited))[0]) / wall
+        waits[group] += (waited - before.get(tid, (used, waited))[1]) / wall
+    return {"k": k, "cores": cores, "waits": waits, "fps": frames / wall, "detected_per_s": detected_per_s,
             "detected_share": detected_per_s * wall / frames if frames else 0.0, "rungs": standing}
 
 
@@ -127,18 +136,22 @@ def main() -> int:
         shares = " | ".join(f"{f['cores'][g]:.2f} ({f['cores'][g] / total:.0%})" for g in GROUPS)
         per_frame = 1000 * f["cores"][GROUPS[0]] / f["fps"] if f["fps"] else float("nan")
         per_detection = 1000 * f["cores"][GROUPS[1]] / f["detected_per_s"] if f["detected_per_s"] else float("nan")
+        waited = 1000 * f["waits"][GROUPS[1]] / f["detected_per_s"] if f["detected_per_s"] else float("nan")
+        decode_waited = 1000 * f["waits"][GROUPS[0]] / f["fps"] if f["fps"] else float("nan")
         standing = "; ".join(f"{n}: {rung}" for rung, n in sorted(f["rungs"].items()))
         rows.append(f"| {f['k']} | {total:.2f} | {shares} | {f['fps']:.0f} | {f['detected_share']:.1%} | "
-                    f"{per_frame:.2f} | {per_detection:.1f} | {standing} |")
+                    f"{per_frame:.2f} | {per_detection:.1f} | {waited:.1f} | {decode_waited:.2f} | {standing} |")
     text = header(f"Where each core's time goes at {args.streams} live 720p highway streams",
                   more=[f"Measured {args.seconds:g} s per K after {args.warmup:g} s of warm-up; CPU time from /proc."])
     text += f"""
 `pipelines/highway_yolox.yaml`'s settings (YOLOX-Nano at 416x256, one onnxruntime thread per engine,
 `mv` tracker, adaptive keyframes 5 to 15) on K live, looping copies of `{VIDEO.name}`, one zmq sink, the
 default engines (one per core). Cores: CPU seconds a second, by thread group (its share of the run's).
+Waiting: the detector's thread's time runnable but not on a core, per keyframe detected, and the
+source threads' per frame published (schedstat's run delay).
 
-| K | cores | {' | '.join(GROUPS)} | frames/s | detector's share of frames | decode ms a frame | detector ms a keyframe | streams on each rung at the end |
-|---|---|---|---|---|---|---|---|---|---|---|
+| K | cores | {' | '.join(GROUPS)} | frames/s | detector's share of frames | decode ms a frame | detector ms a keyframe | detector waiting for a core, ms a keyframe | decoding waiting for a core, ms a frame | streams on each rung at the end |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 """
     write_page(args.out, text, keep="## Notes")
