@@ -430,15 +430,19 @@ def test_a_slow_secondary_model_holds_no_camera_frame_back(tmp_path):
     """A model that takes seconds per batch, on the sample played as a camera: every frame is
     published, in order, none held for the model (`waited_s` 0), and the run ends without waiting
     for looks still on their way. (What it costs live is measured by tools/bench_secondary.py, not
-    timed here.)"""
+    timed here.) A camera a second behind its clock skips to catch up, and so does a file played as
+    one: on a machine loaded by other work (CI once lost the sample's last three frames so), that is
+    the source's doing, not the model's, and counted; so every frame is published or counted lost,
+    and a frame the model held would show in `waited_s` or out of order."""
     model = build_slow_model(tmp_path / "slow.onnx")
     path = pipeline(tmp_path, f"[{{name: colour, kind: classify, model: {model}, min_size: 8}}]", loops=", live: true")
     with streamlens.Pipeline.from_yaml(path) as pipe:
         report = pipe.run()
         stats = pipe.secondary_stats()["colour"]
     assert report.exit_code == 0, report.error
-    frames = [m for m in read(tmp_path) if m["type"] == "frame"]
-    assert [m["seq"] for m in frames] == list(range(300))
+    seqs = [m["seq"] for m in read(tmp_path) if m["type"] == "frame"]
+    lost = sum(n for cause, n in report.streams[0].lost.items() if cause != "corrupt")
+    assert seqs == sorted(set(seqs)) and seqs[0] == 0 and len(seqs) + lost == 300, (len(seqs), report.streams[0].lost)
     assert stats["waited_s"] == 0 and stats["tracks"] > 0
 
 
