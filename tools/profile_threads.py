@@ -112,11 +112,16 @@ def profile(k: int, warmup: float, seconds: float) -> dict:
         standing, detected_per_s = rungs(http)
     cores, waits = collections.Counter(), collections.Counter()
     for tid, (used, waited) in after.items():
-        group = group_of(names.get(tid, ""))
-        cores[group] += (used - before.get(tid, (used, waited))[0]) / wall
-        waits[group] += (waited - before.get(tid, (used, waited))[1]) / wall
+        group, (used0, waited0) = group_of(names.get(tid, "")), before.get(tid, (used, waited))
+        cores[group] += (used - used0) / wall
+        waits[group] += (waited - waited0) / wall
     return {"k": k, "cores": cores, "waits": waits, "fps": frames / wall, "detected_per_s": detected_per_s,
             "detected_share": detected_per_s * wall / frames if frames else 0.0, "rungs": standing}
+
+
+def ms_each(seconds_per_s: float, count_per_s: float) -> float:
+    """Milliseconds of a thread group's time per item (frame, keyframe); NaN without any item."""
+    return 1000 * seconds_per_s / count_per_s if count_per_s else float("nan")
 
 
 def main() -> int:
@@ -134,10 +139,8 @@ def main() -> int:
     for f in found:
         total = sum(f["cores"].values())
         shares = " | ".join(f"{f['cores'][g]:.2f} ({f['cores'][g] / total:.0%})" for g in GROUPS)
-        per_frame = 1000 * f["cores"][GROUPS[0]] / f["fps"] if f["fps"] else float("nan")
-        per_detection = 1000 * f["cores"][GROUPS[1]] / f["detected_per_s"] if f["detected_per_s"] else float("nan")
-        waited = 1000 * f["waits"][GROUPS[1]] / f["detected_per_s"] if f["detected_per_s"] else float("nan")
-        decode_waited = 1000 * f["waits"][GROUPS[0]] / f["fps"] if f["fps"] else float("nan")
+        per_frame, decode_waited = (ms_each(f[kind][GROUPS[0]], f["fps"]) for kind in ("cores", "waits"))
+        per_detection, waited = (ms_each(f[kind][GROUPS[1]], f["detected_per_s"]) for kind in ("cores", "waits"))
         standing = "; ".join(f"{n}: {rung}" for rung, n in sorted(f["rungs"].items()))
         rows.append(f"| {f['k']} | {total:.2f} | {shares} | {f['fps']:.0f} | {f['detected_share']:.1%} | "
                     f"{per_frame:.2f} | {per_detection:.1f} | {waited:.1f} | {decode_waited:.2f} | {standing} |")
