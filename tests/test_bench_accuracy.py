@@ -208,7 +208,7 @@ def test_a_bench_run_scores_both_the_pipeline_and_the_hold_baseline(tmp_path):
     assert report["hold"][0]["detection_delay_ms"]["method"] == "detected_frame"
     assert "hold_max_streams" in report["answers"]
     # the subscriber kept the controller's state from the run's stats messages (whatever the machine's
-    # pace: each stream's last `stats`, published before its `eos`, comes after the window's start)
+    # pace: each stream's last `stats`, published before its `eos`, counts in the timeline's last window)
     assert any("rung" in w for w in report["trials"][0]["timeline"])
 
 
@@ -237,19 +237,23 @@ def test_staggered_copies_begin_through_the_clip():
 
 
 def test_the_timeline_says_which_rung_the_controller_was_on():
-    # two streams, 4 s, one frame a second; their `stats` messages as the listener keeps them
-    n = 4
+    # two streams measured 4 s, one frame a second for the first 3 (none delivered in the last); their
+    # `stats` messages as the listener keeps them
+    n = 3
     records = {name: {"frame": list(range(n)), "ts": [float(i) for i in range(n)], "recv": [i + 0.01 for i in range(n)],
                       "key": [0] * n, "pts": [i / 10 for i in range(n)], "boxes": [[A]] * n, "det": [None] * n}
                for name in ("s0", "s1")}
     records["s0"]["control"] = [[0.5, 0, 0.0, False], [1.5, 5, 0.0, False], [2.5, 6, 0.125, False],
                                 [3.5, 11, 0.9, True]]
-    records["s1"]["control"] = [[1.6, 4, 0.0, False], [2.6, 6, 0.25, False]]  # none in its last second
-    trial = measure(records, k=2, warmup=0.0, seconds=4.0, reference=ref_of(*[[A]] * n), window_s=1.0)
-    assert [(w["rung"], w["shed"], w["keyframes_only"]) for w in trial["timeline"]] == [
-        (0, 0.0, False), (5, 0.0, False), (6, 0.188, False), (11, 0.9, True)]
+    # s1 sent none in the last second; its last, before its eos, came after the measured 4 s
+    records["s1"]["control"] = [[1.6, 4, 0.0, False], [2.6, 6, 0.25, False], [4.3, 12, 0.5, False]]
+    trial = measure(records, k=2, warmup=0.0, seconds=4.0, reference=ref_of(*[[A]] * 4), window_s=1.0)
+    assert [(w["from_s"], w["frames"], w["rung"], w["shed"], w["keyframes_only"]) for w in trial["timeline"]] == [
+        (0.0, 2, 0, 0.0, False), (1.0, 2, 5, 0.0, False), (2.0, 2, 6, 0.188, False), (3.0, 0, 12, 0.7, True)]
+    assert trial["timeline"][-1]["f1"] is None  # nothing delivered there: where the controller stood, and at the end
     # records without them (an older listener's): the timeline as before
     for r in records.values():
         del r["control"]
-    assert all("rung" not in w for w in measure(records, k=2, warmup=0.0, seconds=4.0, reference=ref_of(*[[A]] * n),
-                                                 window_s=1.0)["timeline"])
+    assert [("rung" in w, w["frames"]) for w in measure(records, k=2, warmup=0.0, seconds=4.0,
+                                                        reference=ref_of(*[[A]] * 4), window_s=1.0)["timeline"]] == [
+        (False, 2)] * 3

@@ -39,8 +39,9 @@ same video, and prints a table; everything measured goes to `--out` as JSON.
   available to the first result carrying its detections. The JSON's `timeline` gives F1, the
   frames detected and the p95 over every stream by `--timeline-s` seconds (default 5) from the
   window's start, and the budget controller's highest rung (`rung`), the mean share shed (`shed`)
-  and whether keyframes only were decoded, from the streams' `stats` messages: with `--warmup 0`
-  and 1 s, what a start costs second by second and what the controller did about it.
+  and whether keyframes only were decoded, from the streams' `stats` messages (a window where no
+  frame was delivered still shows them; the state the run ended on counts in its last window): with
+  `--warmup 0` and 1 s, what a start costs second by second and what the controller did about it.
 - The plain baseline (`streamlens.bench.hold`, `--no-hold` skips it): K paced copies decoded on
   threads, one loop detecting the newest frame of each stream in turn and publishing every frame
   at once with its stream's last boxes; measured, scored and judged as a trial is.

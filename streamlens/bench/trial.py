@@ -42,6 +42,7 @@ kept less the worst's), whatever it lost and whatever its F1.
 from __future__ import annotations
 
 import json
+import math
 import signal
 import socket
 import subprocess
@@ -176,12 +177,14 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
     if reference is not None:
         scored = {name: st["accuracy"] for name, st in per_stream.items() if "accuracy" in st}
         out["accuracy"] = combine(scored)
-        rungs = _control_windows(streams, start, window_s)
+        rungs = _control_windows(streams, start, end, window_s)
+        none = [0, 0, 0, 0, 0, []]  # a window where nothing was delivered but the controller said where it stood
         out["timeline"] = [{"from_s": round(w * window_s, 3),
                             "f1": round(2 * tp / (shown + wanted), 4) if shown + wanted else None,
                             "frames": n, "detected": round(d / n, 4) if n else None,
                             "p95_ms": _percentiles(np.asarray(ms))["p95"], **rungs.get(w, {})}
-                           for w, (tp, shown, wanted, n, d, ms) in sorted(windows.items())]
+                           for w in sorted(windows.keys() | rungs.keys())
+                           for tp, shown, wanted, n, d, ms in [windows.get(w, none)]]
         if any(name not in scored for name in stream_names(k)):
             out["accuracy"]["f1_min"] = 0.0  # a stream that delivered nothing in the window
     out["detection_delay_ms"] = ({**spread(delays), "n": len(delays), "method": " + ".join(sorted(methods))}
@@ -217,18 +220,21 @@ def _add_windows(windows: dict, since_start, counts: list, latencies, det: list 
         acc[5].append(ms)
 
 
-def _control_windows(streams: dict, start: float, window_s: float) -> dict[int, dict]:
+def _control_windows(streams: dict, start: float, end: float, window_s: float) -> dict[int, dict]:
     """Per timeline window, what the budget controller did, from the `control` records the listener
     kept of each stream's `stats` messages (`[receipt, rung, share shed, keyframes only]`) received
     in it: `rung`, the highest rung any stream was on (0: none climbed), `shed`, the mean share of
     frames shed over those messages, `keyframes_only` whether any stream decoded keyframes only.
-    Windows without such a message get nothing."""
+    A message received after the measured `end` (each stream's last, sent before its `eos`, when
+    the run stops) counts in the last window: where the controller stood at the end. Windows
+    without such a message get nothing."""
+    last = max(0, math.ceil((end - start) / window_s) - 1)
     found: dict[int, list] = {}
     for s in streams.values():
         for received, rung, shed, only in s.get("control") or ():
             if received < start or rung is None:
                 continue
-            acc = found.setdefault(int((received - start) // window_s), [0, [], False])
+            acc = found.setdefault(min(last, int((received - start) // window_s)), [0, [], False])
             acc[0] = max(acc[0], int(rung))
             acc[1].append(float(shed or 0.0))
             acc[2] = acc[2] or bool(only)
