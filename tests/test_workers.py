@@ -557,3 +557,22 @@ def test_the_supervisor_keeps_the_collector_off_what_it_built_while_the_engines_
     assert gc.get_freeze_count() == 0
     assert {k: len(v) for k, v in by_stream(read_jsonl(tmp_path / "r.jsonl")).items()} == \
         {"cam1": 300, "cam2": 100, "third": 300}
+
+
+def test_a_program_that_froze_its_own_heap_keeps_it_frozen_after_a_run(tmp_path):
+    """Python gives back frozen objects only all at once: a program embedding streamlens that froze
+    its own (`gc.freeze`, as pre-fork servers do) has them still frozen when the run ends."""
+    import gc
+
+    from streamlens.config import load_pipeline
+    from streamlens.scale.supervisor import Supervisor
+
+    gc.freeze()
+    try:
+        theirs = gc.get_freeze_count()
+        report = Supervisor(load_pipeline(files_pipeline(tmp_path, 2, f"[{{type: jsonl, path: {tmp_path}/r.jsonl}}]"))
+                            ).run()
+        assert report.status == "done", report.error
+        assert theirs > 0 and gc.get_freeze_count() > 0  # still frozen (less what reference counts freed meanwhile)
+    finally:
+        gc.unfreeze()

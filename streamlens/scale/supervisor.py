@@ -128,6 +128,7 @@ class Supervisor(SupervisedChanges):
         self.controller = None  # each engine has its own: see control_of() and the report
         self.restarts = 0
         self._starting = True  # no engine has been told "go" yet (`_start_line`)
+        self._thaw = False  # the heap frozen when the engines went is given back at the end (process.py)
         self.http_port: int | None = None
         #: the live page's view of the engines' frames (preview.py), made when the page is served
         self.preview: EnginePreviews | None = None
@@ -273,7 +274,7 @@ class Supervisor(SupervisedChanges):
                 self.preview.close()
             self._launcher.close()
             shutil.rmtree(self._dir, ignore_errors=True)
-            if not self._starting:  # what `_start_line` froze is the collector's again
+            if self._thaw:  # what `_start_line` froze is the collector's again
                 release_heap()
         return self._report(time.monotonic() - started)
 
@@ -345,7 +346,7 @@ class Supervisor(SupervisedChanges):
         those built once every engine running is; one started again later goes at once."""
         going = to_start({e.index: e.start if e.running else "ended" for e in self._engines}, self._starting)
         if going and self._starting:  # built: what the run adds is what the collector should look at
-            settle_heap()
+            self._thaw = settle_heap()
         for engine in self._engines:
             if engine.index in going:
                 log.debug("engine %d built%s: its streams start", engine.index,

@@ -80,21 +80,25 @@ class CycleCollector:
             gc.collect()
 
 
-def settle_heap() -> None:
+def settle_heap() -> bool:
     """Collect once, then keep every object made so far out of the cyclic collector's full passes
     (`gc.freeze`): the modules, the config, the sockets. A full pass holds the GIL while it walks
     every object the collector tracks, and the supervisor of several engines, whose forwarders
     hand each engine's results on to the subscribers, ran one every 2-3 s of 45-94 ms at indoor
     K=64 (every forwarded message waited), 2-14 ms once what was built is left out. Objects made
     later are collected as before; one frozen here that becomes garbage in a cycle is freed only
-    after `release_heap`, which the run calls at its end."""
+    after `release_heap`, which the run calls at its end. Returns whether the run is to give the
+    heap back: not when something else in the process (a program embedding streamlens) had
+    frozen objects already, since Python gives back only all of them at once."""
+    thaw = gc.get_freeze_count() == 0
     gc.collect()
     gc.freeze()
+    return thaw
 
 
 def release_heap() -> None:
     """Hand what `settle_heap` froze back to the cyclic collector (a process that runs pipelines one
-    after another would otherwise keep each finished run's cycles). Python freezes per process, not
-    per caller: what anything else in the process froze is handed back too, which costs collections
-    their time again, never an object."""
+    after another would otherwise keep each finished run's cycles); only where `settle_heap` said
+    so. Python unfreezes per process: anything frozen in it since is handed back too, which costs
+    collections their time again, never an object."""
     gc.unfreeze()
