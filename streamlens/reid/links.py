@@ -5,22 +5,26 @@ thread (the engine's), fed by the reid stage (streamlens/reid/stage.py). docs/re
   frame's size), numbered from 1 in the group. `tick` tells each camera's clock, frame by frame.
 - Links by appearance: each time its appearance is made anew (`embedded`: the mean of its looks,
   streamlens/reid/model.py), a track not yet linked, with at least `MIN_SAMPLES` looks, looks for the
-  track it continues: among the other cameras' tracks first seen before it, with an appearance,
-  whose global_id it may take (`_free`), last seen at most `window_s` before it first was, once the
-  pair of cameras has learned its transit times (streamlens/reid/transit.py) with a gap in the
-  learned band, and once it has learned where the cameras meet (streamlens/reid/places.py) at most
-  `PLACE_GATE` tolerances from that place. The most similar one is taken when its similarity is at
-  least `threshold` and beats the next candidate's by `margin`, and, while the pair has no band yet,
-  when the link is confident (below): the two tracks (and every track that had taken either's
-  global_id) share one global_id from then on (which one: below). A link is made once and kept.
+  track it continues among the other cameras' tracks first seen before it, with an appearance, whose
+  global_id it may take (`_free`), last seen at most `window_s` before it first was. It may link to
+  those that fit what the pair of cameras learned: once the pair has transit times
+  (streamlens/reid/transit.py), a gap in the learned band; once it knows where its cameras meet
+  (streamlens/reid/places.py), at most `PLACE_GATE` tolerances from that place. The most similar of
+  those is taken when its similarity is at least `threshold` and beats the next that fits by
+  `margin`, and, while the pair has no band yet, when it is confident (`CONFIDENT` over `threshold`,
+  twice the margin): the two tracks (and every track that had taken either's global_id) share one
+  global_id from then on (which one: below). A link is made once and kept.
+- What a pair learns comes from the most similar candidate of all, fitting or not, when it is
+  confident against every other candidate (once per track): were the band and places taught only
+  by the links they let in, a few wrong links early in a run would only ever be confirmed (a looped
+  camera had every vehicle linked to an earlier look-alike for minutes); a sure link outside what
+  was learned is not made, but teaches, and a few of them move the band to where they fall.
 - Similarity is the cosine of appearances centred on the group's mean appearance (a running mean
   over the last `MEAN_WINDOW` appearances made): what every object of these cameras shares (the road
   or floor around it, the light, the camera's colours) is taken out, so that what is left tells one
   object from another. Raw cosines of the weight-free descriptor crowd near 1 (0.95 to 0.99 for
   different cars of one road); centred, a random pair scores about 0. No link by appearance is made
   before `MIN_TRACKS` tracks have an appearance (the mean would not be one yet).
-- A confident link (`CONFIDENT` over `threshold`, twice the margin) teaches the pair's transit and
-  where the two cameras meet.
 - Links without appearance (`continuing`, `by_place`; fragments at the edge of a view are seldom
   looked at): a new track continues a track of its own camera lost at most `CONTINUE_S` before that,
   carried on at its speed, would be within half its box (`_continue`, which carries that speed on
@@ -103,6 +107,7 @@ class _Track:
     vector: np.ndarray | None = None
     samples: int = 0
     linked: bool = False
+    taught: bool = False  # its sure link taught the pair (once: its appearance is made anew many times)
     size: tuple = (0.0, 0.0)  # the camera's frame, pixels (0: boxes not told)
     box: tuple | None = None  # the last box, as fractions of the frame (x1, y1, x2, y2)
     trail: deque = field(default_factory=lambda: deque(maxlen=TRAIL))  # (t, cx, cy), at most every TRAIL_STEP_S
@@ -265,8 +270,9 @@ class Linker:
     def _band(self, source: str, target: str) -> tuple[float, float] | None:
         return self.transits.window(source, target)
 
-    def _candidates(self, mine: _Track) -> list[tuple[float, _Track, float, bool]]:
-        """(similarity, track, gap, whether the pair's transit band applied) per candidate."""
+    def _candidates(self, mine: _Track) -> list[tuple[float, _Track, float, bool, bool]]:
+        """(similarity, track, gap, whether the pair has a transit band, whether the track fits what
+        the pair learned: inside its band and where its cameras meet) per candidate within `window_s`."""
         out, pieces = [], self._pieces()
         me = self._centred(mine.vector)
         here = mine.trail[0][1:] if mine.trail else None
@@ -278,32 +284,42 @@ class Linker:
                 if other.vector is None or other.first >= mine.first or not self._free(other, mine, pieces):
                     continue
                 gap = mine.first - other.last
-                if gap > self.window_s or (band is not None and not band[0] <= gap <= band[1]):
+                if gap > self.window_s or other.vector.shape != me.shape:
                     continue
-                if self.by_place and here is not None and other.trail:
+                fits = band is None or band[0] <= gap <= band[1]
+                if fits and self.by_place and here is not None and other.trail:
                     fit = self.places.fits(other.stream, other.where(mine.first), mine.stream, here)
-                    if fit is not None and fit > PLACE_GATE:
-                        continue  # not where the pair's cameras meet
-                if other.vector.shape == me.shape:
-                    out.append((float(self._centred(other.vector) @ me), other, gap, band is not None))
+                    fits = fit is None or fit <= PLACE_GATE  # else not where the pair's cameras meet
+                out.append((float(self._centred(other.vector) @ me), other, gap, band is not None, fits))
         return out
 
     def _link(self, mine: _Track) -> bool:
-        found = self._candidates(mine)
+        """Teach the pair what a link sure against every candidate says (`CONFIDENT` over the
+        threshold, twice the margin over the next candidate, fitting what the pair learned or not:
+        learning only from the links its band and places let in, a few wrong ones learned first
+        would only ever be confirmed); then link the most similar candidate that fits what the pair
+        learned, when it is over the threshold and the margin over the next that fits, and the pair
+        has a transit band or the link is confident among those."""
+        found = sorted(self._candidates(mine), key=lambda c: -c[0])
         if not found:
             return False
-        found.sort(key=lambda c: -c[0])
-        best, other, gap, timed = found[0]
+        best, other, gap = found[0][:3]
         runner_up = found[1][0] if len(found) > 1 else -1.0
-        confident = best >= self.threshold + CONFIDENT and best - runner_up >= 2 * self.margin
-        if best < self.threshold or best - runner_up < self.margin or not (timed or confident):
-            return False
-        if confident:
+        if not mine.taught and best >= self.threshold + CONFIDENT and best - runner_up >= 2 * self.margin:
+            mine.taught = True
             self.confident += 1
             self.transits.learn(other.stream, mine.stream, gap)
             there, here = other.where(mine.first), mine.at(mine.first)
             if there is not None and here is not None:
                 self.places.learn(other.stream, there, mine.stream, here)
+        fitting = [c for c in found if c[4]]
+        if not fitting:
+            return False
+        best, other, _, timed, _ = fitting[0]
+        runner_up = fitting[1][0] if len(fitting) > 1 else -1.0
+        confident = best >= self.threshold + CONFIDENT and best - runner_up >= 2 * self.margin
+        if best < self.threshold or best - runner_up < self.margin or not (timed or confident):
+            return False
         self._join(mine, other)
         return True
 
@@ -458,7 +474,8 @@ class Linker:
                 del tracks[k]
 
     def figures(self) -> dict:
-        """Links made, confident links, tracks kept, and the transits learned."""
+        """Links made, confident candidates (each taught the transits and places, linked or not),
+        tracks kept, and the transits learned."""
         return {"links": self.links, "confident": self.confident, "by_place": self.placed,
                 "continued": self.continued, "tracks": sum(len(t) for t in self._tracks.values()),
                 "transits": self.transits.figures(), "places": self.places.figures()}
