@@ -75,8 +75,8 @@ CASES = {c.name: c for c in (
          tuple(VEHICLES), "road", "a road filmed from above; cars drive left to right, so the left and "
          "right halves share them (the top and bottom halves share none)"),
     Case("highway_loop", "highway_720p30.mp4", {"top": (0, 0, 1280, 360), "bottom": (0, 360, 1280, 360)},
-         tuple(VEHICLES), "highway", "`highway` played four times over (2 minutes), as the tests' RTSP "
-         "server loops it: a longer run, in which every vehicle comes back alike 30 s later; held out "
+         tuple(VEHICLES), "highway", "`highway` played four times over (2 minutes), as a looping camera "
+         "server plays a clip (the RTSP test loops its first 12 s): a longer run, in which every vehicle comes back alike 30 s later; held out "
          "with `highway`", loops=4),
     Case("indoor", "person_indoor_768x432.mp4", {"left": (0, 0, 384, 432), "right": (384, 0, 384, 432)},
          ("person",), "indoor", "one person at a time walks to a table; the left and right halves, "
