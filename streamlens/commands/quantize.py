@@ -75,7 +75,7 @@ def run(args) -> int:
         onnx.save(model, str(candidate))
         common = dict(conf=args.conf, threads=1, resize=args.resize)
         runners = {"onnxruntime FP32": OnnxDetector(args.model, **common),
-                   "OpenVINO FP32": OpenVinoDetector(args.model, **common),
+                   "OpenVINO FP32": OpenVinoDetector(args.model, half=False, **common),
                    "OpenVINO INT8": OpenVinoDetector(candidate, **common)}
         boxes = {name: [d.detect([f])[0] for f in validation] for name, d in runners.items()}
         f1 = detections_f1(boxes["OpenVINO INT8"], boxes["onnxruntime FP32"])

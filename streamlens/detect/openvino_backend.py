@@ -19,7 +19,10 @@ metadata, providers) over OpenVINO's `Core.compile_model`.
   it), and the CPU's own precision: BF16 where it computes it natively (AVX-512 BF16, as on AMD Zen 4
   and Intel from Cooper Lake, or AMX: `streamlens.cpu.has_bf16`), FP32 elsewhere; `detector.half:
   false` keeps FP32 everywhere (onnxruntime's boxes), `half: true` leaves the choice to OpenVINO
-  (BF16 where the CPU has it, FP16 on Intel GPUs). On a Xeon with AMX, YOLOX-Nano ran 1.2-1.4x faster
+  (BF16 where the CPU has it, FP16 on Intel GPUs). An INT8 model (`quantized`) keeps FP32 beside its
+  INT8 layers unless `half: true` asks otherwise: on a Xeon with AMX, OpenVINO 2026.4's CPU plugin
+  cannot compile the INT8 YOLOX-Nano that `streamlens quantize` writes in BF16 ("No suitable
+  implementations"), and does in FP32. On a Xeon with AMX, YOLOX-Nano ran 1.2-1.4x faster
   in BF16 than in FP32, its boxes agreeing with FP32's at F1 0.976-0.979; on an AMD EPYC with AVX-512
   BF16, 0.72x OpenVINO FP32's time and 0.85x onnxruntime's, boxes at F1 0.983 against FP32's
   (tools/results/detect_bf16.md). With
@@ -117,6 +120,12 @@ def read_model(core: ov.Core, path: Path) -> ov.Model:
         raise RuntimeError(openvino_error(e)) from None
 
 
+def quantized(model: ov.Model) -> bool:
+    """Whether `model` has INT8 layers: OpenVINO reads an ONNX model's QuantizeLinear and
+    DequantizeLinear pairs (`streamlens quantize` writes them) as FakeQuantize nodes."""
+    return any(op.get_type_name() == "FakeQuantize" for op in model.get_ops())
+
+
 def openvino_error(error: BaseException) -> str:
     """OpenVINO's message without its C++ frames ("Exception from src/...", "Check '...' failed at")."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
@@ -151,7 +160,7 @@ class OpenVinoSession:
         if self.device == "CPU":
             self.config["ENABLE_CPU_PINNING"] = False
             if half is None:  # the CPU's own precision where it has one (see the module's docs)
-                self.config["INFERENCE_PRECISION_HINT"] = "bf16" if has_bf16() else "f32"
+                self.config["INFERENCE_PRECISION_HINT"] = "bf16" if has_bf16() and not quantized(self.model) else "f32"
             elif not half:
                 self.config["INFERENCE_PRECISION_HINT"] = "f32"
             # half: OpenVINO's own choice (BF16 where the CPU has it, FP16 on Intel GPUs)
@@ -232,4 +241,4 @@ class OpenVinoDetector(OnnxDetector):
         return str(hint) if hint is not None else "auto"
 
 
-__all__ = ["OpenVinoDetector", "OpenVinoSession", "import_openvino", "openvino_device", "read_model"]
+__all__ = ["OpenVinoDetector", "OpenVinoSession", "import_openvino", "openvino_device", "quantized", "read_model"]
