@@ -566,6 +566,33 @@ def test_a_looping_file_with_start_s_begins_its_later_passes_at_the_start():
     assert [i for i, _, _ in looped] == list(range(60))  # numbers go on across the loop
 
 
+@pytest.mark.parametrize("decode", ["thread", "process"])
+def test_a_live_file_with_start_s_joins_at_the_next_keyframe_as_a_camera_does(decode):
+    """Played live, a file that begins part way in starts at its first keyframe at or after `start_s`
+    (the sample has one every second): nothing before it is decoded, so a copy started mid-group does
+    not decode the group's head in a burst a joining camera never makes."""
+    sample = Path(__file__).resolve().parents[1] / "samples" / "traffic.mp4"
+    whole = _pictures(FileSource("all", str(sample)), 300)
+    first_pts = whole[0][1]
+    live = _pictures(FileSource("live", str(sample), start_s=4.3, live=True, loop=True, decode=decode), 20)
+    begin = next(i for i, (_, pts, _) in enumerate(whole) if pts >= first_pts + 5.0 - 1e-3)  # the keyframe at 5 s
+    assert [pts for _, pts, _ in live] == [pts for _, pts, _ in whole[begin:begin + 20]]
+    assert [index for index, _, _ in live] == list(range(20))
+    assert all((a == b[2]).all() for (_, _, a), b in zip(live, whole[begin:begin + 20]))
+    # its clock starts at start_s: the keyframe 0.7 s after it is due 0.7 s after the start (so copies
+    # started out of step keep their keyframes out of step), whatever the machine's speed
+    started = time.monotonic()
+    joined = FileSource("joined", str(sample), start_s=4.3, live=True, loop=True, decode=decode)
+    stop = threading.Event()
+    first = next(iter(joined.frames(stop)))
+    stop.set()
+    joined.close()
+    assert time.monotonic() - started >= 0.7 - 0.01 and round(first.pts - first_pts, 3) == 5.0
+    # within the last group of pictures there is no keyframe to join at: it begins at start_s, as a file
+    late = _pictures(FileSource("late", str(sample), start_s=9.5, live=True, loop=True, decode=decode), 5)
+    assert late[0][1] == next(pts for _, pts, _ in whole if pts >= first_pts + 9.5 - 1e-3)
+
+
 def test_start_s_past_the_end_or_on_a_camera_is_one_clear_line(tmp_path):
     from streamlens.config import parse_pipeline
     from streamlens.errors import ConfigError

@@ -19,8 +19,9 @@ same video, and prints a table; everything measured goes to `--out` as JSON.
   and `frames` settings). Its detector, keyframes, tracker and runtime settings are used as they
   are, except that `runtime.mode` is always realtime and the `/metrics` server is off.
 - `--workers N` runs the pipeline over N engine processes (`runtime.workers`, streamlens/scale).
-- `--stagger`: copy i of K begins i/K of the clip's length in (`start_s`), as independent cameras
-  are out of step (their keyframes, scenes and traffic at different moments); without it every copy
+- `--stagger`: copy i of K begins i/K of the clip's length in (`start_s`; at the first keyframe
+  after that, as a camera joins a stream), as independent cameras are out of step (their
+  keyframes, scenes and traffic at different moments); without it every copy
   starts at the clip's first frame, the worst case: every stream's I-frame at the same instant.
 - `--curve` measures overload instead of capacity: every K of `--streams` is tried whatever the
   results, and a trial passes when its p95 is within the budget and every stream kept within
@@ -112,8 +113,8 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--min-f1", type=_fraction, default=0.85, metavar="F",
                    help="F1 against detecting every frame that every stream must reach to pass (default 0.85)")
     p.add_argument("--stagger", action="store_true",
-                   help="copy i of K begins i/K of the clip's length in (independent cameras: keyframes and scenes "
-                        "out of step); default: every copy from the start, all in step")
+                   help="copy i of K begins i/K of the clip's length in, at the keyframe after it (independent "
+                        "cameras: keyframes and scenes out of step); default: every copy from the start, all in step")
     p.add_argument("--timeline-s", type=_positive(float), default=None, metavar="S",
                    help="the timeline's step in the JSON: F1, frames detected and p95 every S seconds "
                         "(default 5; 1 shows a start's first seconds)")

@@ -355,7 +355,9 @@ class _LivePacer:
     decoder would skip to catch up.
 
     `schedule(media_time)` gives `(due on time.monotonic(), due on time.time())`: the clock is
-    anchored at the first frame, and a frame is due its media time after it. A live file that falls
+    anchored when the first frame comes, at media time 0, and a frame is due its media time after
+    that (a first frame later than 0, of a live file that joined at a keyframe after `start_s`,
+    waits for its time). A live file that falls
     behind its clock (decoding or the graph short of CPU) catches up as a camera does: `skip(media,
     keyframe)`, asked before each packet is decoded, skips packets once they are `BEHIND_S` late, up
     to a keyframe less than half that late (decode.py `CatchUp`, on the packets' media time), so that
@@ -364,10 +366,10 @@ class _LivePacer:
 
     Example:
         >>> pacer = _LivePacer(5.0)
-        >>> due0, _ = pacer.schedule(10.0)
-        >>> due1, _ = pacer.schedule(10.5)
-        >>> round(due1 - due0, 3)
-        0.5
+        >>> first, _ = pacer.schedule(0.7)   # joined 0.7 s after start_s
+        >>> later, _ = pacer.schedule(1.2)
+        >>> round(first - pacer.start, 3), round(later - first, 3)
+        (0.7, 0.5)
     """
 
     def __init__(self, max_lag: float):
@@ -388,11 +390,14 @@ class _LivePacer:
             offset = media_time - self.anchor_media
             if now - (self.anchor_monotonic + offset) <= self.max_lag:
                 return self.anchor_monotonic + offset, self.anchor_wall + offset
-        self.anchor_media = media_time
+            self.anchor_media = media_time
+        else:  # media time 0 is now: a first frame later than 0 (a file that joined late) waits for it
+            self.anchor_media = min(0.0, media_time)
         self.anchor_monotonic = now
         self.anchor_wall = time.time()
         self._catch_up.anchor(self.start)
-        return self.anchor_monotonic, self.anchor_wall
+        offset = media_time - self.anchor_media
+        return self.anchor_monotonic + offset, self.anchor_wall + offset
 
     def skip(self, media_time: float, keyframe: bool) -> bool:
         """Whether the packet at `media_time` is to be skipped, undecoded, to catch up (decode.py

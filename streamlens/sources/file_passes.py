@@ -156,6 +156,9 @@ class FilePasses:
         self._packets = 0  # packets the current pass read from the file
         self._skipped_end: float | None = None  # the latest time shown of the current pass's packets skipped
         self._corrupt = 0  # packets the current pass's decoder rejected
+        #: a live file's first pass with `start_s`: the time (the stream's seconds) before which packets
+        #: are passed over undecoded, until a keyframe at or after it (`_joining`); then None
+        self._join_from: float | None = None
 
     def close(self) -> None:
         if self.recorder is not None:
@@ -182,6 +185,7 @@ class FilePasses:
         self._skipped_pts: list[int] = []  # the pts of packets skipped whose frames are not numbered yet
         loop_offset = 0.0  # media time at which the current pass starts, for pacing across loops
         first_pass = True
+        join = spec.live  # a live file with `start_s` joins at the keyframe after it (`_joining`)
         while True:
             if self.container is None:
                 self.container = open_file(spec)
@@ -196,14 +200,20 @@ class FilePasses:
             self._check_size(stream.codec_context.width, stream.codec_context.height)
             self._record(stream)
             begin = self._seek_start(stream) if first_pass and spec.start_s > 0 else None
+            # a live file joins as a camera does, at a keyframe: nothing before it decoded
+            self._join_from = begin - frame_duration / 2 if begin is not None and join else None
             for frame, decode_ms in self._decode_pass(stream):
                 self._check_size(frame.width, frame.height)
                 pts = times.seconds(frame)
                 if begin is not None and pts < begin - frame_duration / 2:
-                    continue  # decoded from the keyframe before `start_s`, not delivered
+                    continue  # decoded from the keyframe before `start_s` (or, live, joined at), not delivered
                 if pass_first_pts is None:
                     pass_first_pts = pts
-                    self._media_base = (loop_offset, pts)
+                    # the pass's media time 0: its first frame's, or, where a live file joined at a
+                    # keyframe after `start_s`, `start_s` (its first frame is due that much later,
+                    # so the copies of a file started out of step keep their groups out of step)
+                    origin = begin if begin is not None and join else pts
+                    self._media_base = (loop_offset, origin)
                 pass_last_pts = pts
                 frame_index = self._number(frame.pts)
                 self._index += 1
@@ -213,7 +223,10 @@ class FilePasses:
                 started = time.perf_counter()
                 vectors = frame_motion_vectors(frame, distance) if spec.export_mvs else None
                 decode_ms += (time.perf_counter() - started) * 1000.0
-                yield Decoded(frame, frame_index, pts, loop_offset + pts - pass_first_pts, decode_ms, vectors)
+                yield Decoded(frame, frame_index, pts, loop_offset + pts - origin, decode_ms, vectors)
+            if pass_first_pts is None and self._join_from is not None:
+                join = False  # no keyframe after `start_s`: from the one before it after all, as a file
+                continue
             self._number(None)  # packets skipped after the last frame presented
             if not spec.loop:
                 self.incomplete = _shortfall(self._index, self._packets, spec.declared_frames, self.read_error)
@@ -229,7 +242,7 @@ class FilePasses:
             # undecoded still lasted as long, and the next one starts on time after it
             if self._skipped_end is not None:
                 pass_last_pts = max(pass_last_pts, self._skipped_end)
-            loop_offset += pass_last_pts - pass_first_pts + frame_duration
+            loop_offset += pass_last_pts - origin + frame_duration
             self._rewind()
 
     def _check_size(self, width: int, height: int) -> None:
@@ -281,6 +294,8 @@ class FilePasses:
                 self._packets += packet.size > 0 or packet.dts is not None
                 if self.recorder is not None:  # before any skipping: a clip keeps what the file holds
                     self.recorder.packet(packet)
+                if self._join_from is not None and self._joining(packet, stream):
+                    continue
                 if self.pace is not None and packet.size > 0 and (media := self._media(packet, stream)) is not None:
                     self.pace(media)
                 if self.thin is not None and packet.size > 0 and self.thin.skips(packet.is_keyframe,
@@ -331,6 +346,16 @@ class FilePasses:
             heapq.heappop(self._skipped_pts)
             self._index += 1
         return self._index
+
+    def _joining(self, packet: av.Packet, stream: av.video.stream.VideoStream) -> bool:
+        """Whether `packet` comes before the keyframe a live file joins at (`_join_from`): passed over
+        undecoded and unnumbered (frame numbers count from the first delivered). The first keyframe
+        at or after that time ends the joining."""
+        seconds = _seconds(packet, stream)
+        if packet.size > 0 and packet.is_keyframe and seconds is not None and seconds >= self._join_from:
+            self._join_from = None
+            return False
+        return True
 
     def _skips(self, packet: av.Packet, stream: av.video.stream.VideoStream) -> bool:
         """Whether `skip` skips this packet (never before the pass's first frame, or without a pts)."""
