@@ -79,7 +79,8 @@ def test_a_less_sure_link_is_made_inside_the_band_and_teaches_nothing():
         nonlocal t
         look = unit(rng.normal(size=DIM))
         appear(link, "a", 100 + int(t), t - 10.0, t - 9.0, unit(look + 0.85 * unit(rng.normal(size=DIM))))
-        appear(link, "a", 200 + int(t), t + 1.0 - offset, t + 1.0 - offset, unit(look + 0.7 * unit(rng.normal(size=DIM))))
+        near = unit(look + 0.7 * unit(rng.normal(size=DIM)))
+        appear(link, "a", 200 + int(t), t + 1.0 - offset, t + 1.0 - offset, near)
         ok = appear(link, "b", 300 + int(t), t + 1.0, t + 2.0, look)
         t += 20.0
         return ok

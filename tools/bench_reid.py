@@ -76,8 +76,8 @@ CASES = {c.name: c for c in (
          "right halves share them (the top and bottom halves share none)"),
     Case("highway_loop", "highway_720p30.mp4", {"top": (0, 0, 1280, 360), "bottom": (0, 360, 1280, 360)},
          tuple(VEHICLES), "highway", "`highway` played four times over (2 minutes), as a looping camera "
-         "server plays a clip (the RTSP test loops its first 12 s): a longer run, in which every vehicle comes back alike 30 s later; held out "
-         "with `highway`", loops=4),
+         "server plays a clip (the RTSP test loops its first 12 s): a longer run, in which every vehicle "
+         "comes back alike 30 s later; held out with `highway`", loops=4),
     Case("indoor", "person_indoor_768x432.mp4", {"left": (0, 0, 384, 432), "right": (384, 0, 384, 432)},
          ("person",), "indoor", "one person at a time walks to a table; the left and right halves, "
          "people instead of vehicles, 10 fps"),
@@ -347,8 +347,8 @@ linker's own work is bookkeeping per object and frame, well under these.
 
 **What it costs the live bench** (not measured by this tool: `streamlens bench` on highway_yolox.yaml's
 settings with and without `reid: {{}}`, K=10 live copies, 30 s from the streams' start, arms in turns, two
-rounds, 2026-12-05 10:42-10:45 UTC, quiet machine, the AMD EPYC above; scored against the same FP32
-detector on every frame, tools/results/capacity.md): worst-stream F1 0.845 and 0.851 with it
+rounds, 2026-12-05 10:42-10:45 UTC, quiet machine, the AMD EPYC (avx2, avx512f, avx512_vnni, avx512_bf16;
+no AMX); scored against the same FP32 detector on every frame, tools/results/capacity.md): worst-stream F1 0.845 and 0.851 with it
 against 0.844 and 0.856 without; 22.5-23.5% of frames detected against 23.4-26.2%; p95 15-16 ms
 against 17-18 ms; every frame kept in all four; 0.56 ms a crop, 1,670 crops in 30 s on one stream's
 engine. K=10 passed in one round of two either way: the largest K passing is the same with it.
