@@ -270,9 +270,9 @@ class Linker:
     def _band(self, source: str, target: str) -> tuple[float, float] | None:
         return self.transits.window(source, target)
 
-    def _candidates(self, mine: _Track) -> list[tuple[float, _Track, float, bool, bool]]:
-        """(similarity, track, gap, whether the pair has a transit band, whether the track fits what
-        the pair learned: inside its band and where its cameras meet) per candidate within `window_s`."""
+    def _candidates(self, mine: _Track) -> list[tuple[float, _Track, bool, bool]]:
+        """(similarity, track, whether the pair has a transit band, whether the track fits what the
+        pair learned: its gap inside the band, and where its cameras meet) per candidate within `window_s`."""
         out, pieces = [], self._pieces()
         me = self._centred(mine.vector)
         here = mine.trail[0][1:] if mine.trail else None
@@ -290,7 +290,7 @@ class Linker:
                 if fits and self.by_place and here is not None and other.trail:
                     fit = self.places.fits(other.stream, other.where(mine.first), mine.stream, here)
                     fits = fit is None or fit <= PLACE_GATE  # else not where the pair's cameras meet
-                out.append((float(self._centred(other.vector) @ me), other, gap, band is not None, fits))
+                out.append((float(self._centred(other.vector) @ me), other, band is not None, fits))
         return out
 
     def _link(self, mine: _Track) -> bool:
@@ -303,25 +303,37 @@ class Linker:
         found = sorted(self._candidates(mine), key=lambda c: -c[0])
         if not found:
             return False
-        best, other, gap = found[0][:3]
-        runner_up = found[1][0] if len(found) > 1 else -1.0
-        if not mine.taught and best >= self.threshold + CONFIDENT and best - runner_up >= 2 * self.margin:
+        best, runner_up = self._lead(found)
+        if not mine.taught and self._confident(best, runner_up):
             mine.taught = True
             self.confident += 1
-            self.transits.learn(other.stream, mine.stream, gap)
-            there, here = other.where(mine.first), mine.at(mine.first)
-            if there is not None and here is not None:
-                self.places.learn(other.stream, there, mine.stream, here)
-        fitting = [c for c in found if c[4]]
+            self._teach(found[0][1], mine)
+        fitting = [c for c in found if c[3]]
         if not fitting:
             return False
-        best, other, _, timed, _ = fitting[0]
-        runner_up = fitting[1][0] if len(fitting) > 1 else -1.0
-        confident = best >= self.threshold + CONFIDENT and best - runner_up >= 2 * self.margin
-        if best < self.threshold or best - runner_up < self.margin or not (timed or confident):
+        best, runner_up = self._lead(fitting)
+        other, timed = fitting[0][1], fitting[0][2]
+        if best < self.threshold or best - runner_up < self.margin or not (timed or self._confident(best, runner_up)):
             return False
         self._join(mine, other)
         return True
+
+    @staticmethod
+    def _lead(ranked: list) -> tuple[float, float]:
+        """The best similarity of `ranked` (best first) and the next one's (-1 for none)."""
+        return ranked[0][0], ranked[1][0] if len(ranked) > 1 else -1.0
+
+    def _confident(self, best: float, runner_up: float) -> bool:
+        """`CONFIDENT` over the threshold and twice the margin over the next candidate."""
+        return best >= self.threshold + CONFIDENT and best - runner_up >= 2 * self.margin
+
+    def _teach(self, other: _Track, mine: _Track) -> None:
+        """`mine` continues `other`: the pair's transit (the gap between them) and where its cameras
+        meet (where each was when `mine` came in)."""
+        self.transits.learn(other.stream, mine.stream, mine.first - other.last)
+        there, here = other.where(mine.first), mine.at(mine.first)
+        if there is not None and here is not None:
+            self.places.learn(other.stream, there, mine.stream, here)
 
     def _join(self, mine: _Track, other: _Track) -> None:
         """`mine` continues `other` (of another camera): the two are one object, and every track
@@ -423,10 +435,7 @@ class Linker:
         if len(found) != 1 or not self._free(found[0][1], mine, self._pieces()):
             return
         other = found[0][1]
-        there, here = other.where(mine.first), mine.at(mine.first)
-        self.transits.learn(other.stream, mine.stream, mine.first - other.last)
-        if there is not None and here is not None:
-            self.places.learn(other.stream, there, mine.stream, here)
+        self._teach(other, mine)
         self.alone += 1
         self._join(mine, other)
 

@@ -78,7 +78,7 @@ class ReidStage(Stage):
         return replace(message, body={**message.body, "object": {**obj, "global_id": gid}})
 
     def stats(self) -> dict:
-        """Links made (and of them confident), tracks kept, transit times learned per pair."""
+        """Links made, confident candidates (each taught its pair), tracks kept, transit times learned per pair."""
         return self.linker.figures()
 
 
