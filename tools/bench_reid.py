@@ -84,6 +84,11 @@ CASES = {c.name: c for c in (
 )}
 
 
+#: the cases that play their clip once: the replays' default (a looped clip's vehicles come back alike,
+#: which search and the constants' choice would read as look-alikes)
+ONE_PASS = [name for name, case in CASES.items() if case.loops == 1]
+
+
 def write_views(case: Case, folder: Path) -> dict[str, Path]:
     """Each view of `case` as an H.264 file in `folder` (kept between runs); for a case of more than
     one loop, also the whole clip so looped (`whole`), which the reference runs on."""

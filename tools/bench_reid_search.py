@@ -70,8 +70,8 @@ def measure(db: sqlite3.Connection, ident: dict) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", type=Path, default=Path(tempfile.gettempdir()) / "streamlens_bench_reid")
-    parser.add_argument("--cases", nargs="*", default=[c for c, case in bench.CASES.items() if case.loops == 1],
-                        choices=list(bench.CASES), help="default: every case but the looped (its vehicles come back alike)")
+    parser.add_argument("--cases", nargs="*", default=bench.ONE_PASS, choices=list(bench.CASES),
+                        help="default: every case but the looped (bench_reid.ONE_PASS)")
     parser.add_argument("--reuse", action="store_true", help="tools/bench_reid.py's runs, where their files are")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)

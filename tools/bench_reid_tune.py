@@ -288,8 +288,8 @@ def choose_lag(folder: Path, cases: list[str]) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", type=Path, default=Path(tempfile.gettempdir()) / "streamlens_bench_reid")
-    parser.add_argument("--cases", nargs="*", default=[c for c, case in bench.CASES.items() if case.loops == 1],
-                        choices=list(bench.CASES), help="default: every case but the looped (its vehicles come back alike)")
+    parser.add_argument("--cases", nargs="*", default=bench.ONE_PASS, choices=list(bench.CASES),
+                        help="default: every case but the looped (bench_reid.ONE_PASS)")
     parser.add_argument("--lag", action="store_true", help="only choose PLACE_LAG_S by leave-one-case-out over "
                         "the runs replayed at several skews between the cameras (printed, not written)")
     args = parser.parse_args(argv)
