@@ -56,6 +56,17 @@ def has_bf16(flags: dict[str, bool] | None = None) -> bool:
     return bool(flags) and any(flags.get(name) for name in BF16_FLAGS)
 
 
+def machine_idle() -> tuple[float, float] | None:
+    """The machine's CPU time so far, idle and in all, in clock ticks of every core (/proc/stat's
+    first line; I/O wait counts as idle); None where that cannot be read (not Linux)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            ticks = [int(n) for n in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (float(sum(ticks[3:5])), float(sum(ticks[:8]))) if len(ticks) >= 5 else None
+
+
 def usable_cores() -> int:
     """The CPU cores this process may run on (its affinity: a container's share), at least 1."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -67,4 +78,4 @@ def process_cpu_s() -> float:
     return times.user + times.system
 
 
-__all__ = ["BF16_FLAGS", "CPU_FLAGS", "cpu_flags", "has_bf16", "process_cpu_s", "usable_cores"]
+__all__ = ["BF16_FLAGS", "CPU_FLAGS", "cpu_flags", "has_bf16", "machine_idle", "process_cpu_s", "usable_cores"]

@@ -181,6 +181,31 @@ def test_a_live_file_decoded_on_its_thread_gives_up_its_share_undecoded(clip):
         assert np.array_equal(image, every[index]), index
 
 
+@pytest.mark.parametrize("where", ["thread", "process"])
+def test_shedding_by_whole_groups_skips_every_frame_of_a_group_keyframe_too(clip, where):
+    """The controller's answer to a load that comes in bursts (copies of one clip in step: every
+    stream's keyframe at once): half the groups decoded whole and half skipped whole, keyframe and
+    all, from the second group on (until the groups' length is known, at the second keyframe, a
+    worker drops half the frames it decodes, evenly), and two streams of different phases skip
+    different groups, so that at any time half the streams decode. Each picture kept is the
+    decoder's own; every frame skipped is counted."""
+    every = decode(clip, where=where)
+    kept_groups = []
+    for phase in (0.0, 0.5):
+        shedder = Shedder(phase)
+        shedder.fraction, shedder.whole_groups = 0.5, True
+        frames = decode(clip, shedder, where=where)
+        groups = [start for start in range(GOP, FRAMES, GOP) if start in frames]
+        for start in range(GOP, FRAMES, GOP):
+            assert {i for i in frames if start <= i < start + GOP} in (set(), set(range(start, start + GOP)))
+        assert len(groups) in (2, 3), groups  # half of the five after the first
+        assert shedder.dropped == FRAMES - len(frames)
+        for index, image in frames.items():
+            assert np.array_equal(image, every[index]), index
+        kept_groups.append(set(groups))
+    assert not kept_groups[0] & kept_groups[1], kept_groups
+
+
 def test_a_file_decoded_in_a_worker_process_is_thinned_there(clip):
     """The worker is told when its first message comes back, so the frames it decoded before may
     come; from the second group of pictures on, keyframes only, and every frame missing is shed."""

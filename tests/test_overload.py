@@ -147,6 +147,58 @@ def test_a_load_that_keeps_the_cpu_busy_keeps_its_rung_though_shedding():
     assert c.shed >= 2 / 3 and c.room_steps == 0
 
 
+class Machine:
+    """The machine's idle and all CPU time so far (cpu.py `machine_idle`) under the fake clock: two
+    cores, `idle` of them idle."""
+
+    def __init__(self, clock: Clock, idle: float):
+        self.clock, self.idle, self.times, self.last = clock, idle, (0.0, 0.0), 0.0
+
+    def __call__(self) -> tuple[float, float]:
+        seconds, self.last = self.clock.now - self.last, self.clock.now
+        self.times = (self.times[0] + 2 * seconds * self.idle, self.times[1] + 2 * seconds)
+        return self.times
+
+
+def test_frames_late_while_cores_idle_are_a_burst_shed_by_whole_groups_not_by_more_frames():
+    """Copies of one clip in step decode their keyframes at once: shedding each group's end left
+    that burst whole and idled the cores after it, so the frames stayed late and the controller
+    climbed on (highway K=21: to 3 in 4). Past the keyframe rungs, late frames with the process
+    under 90% of its most CPU and the machine's cores idle take no more shedding: every stream
+    sheds the rung's share by whole groups instead. Another program taking the idle cores is a load
+    again; and the way back to no overload ends the whole groups."""
+    clock = Clock()
+    cpu, machine = Cpu(clock, 1.0), Machine(clock, 0.02)
+    c = BudgetController(33, ["a", "b"], max_stretch=1, clock=clock, cpu=cpu, machine=machine)
+    feed(c, clock, {"a": 20, "b": 20}, {"a": 0, "b": 0}, seconds=4)
+    assert feed(c, clock, {"a": 40, "b": 40}, {"a": 0, "b": 0}) == ["batching for throughput"]
+    assert feed(c, clock, {"a": 40, "b": 40}, {"a": 4, "b": 4}) == ["dropping 1 in 8"]
+    assert not c.whole_groups and not c.shedders["a"].whole_groups
+    cpu.cores, machine.idle = 0.8, 0.3  # shedding idled the cores: yet the frames are late
+    feed(c, clock, {"a": 40, "b": 40}, {"a": 4, "b": 4}, seconds=3)  # the CPU is judged over 3 ticks
+    held = c.shed
+    assert feed(c, clock, {"a": 40, "b": 40}, {"a": 4, "b": 4}, seconds=6) == [None] * 6
+    assert c.shed == held and c.whole_groups
+    assert all(s.whole_groups and s.fraction == held for s in c.shedders.values())
+    machine.idle = 0.0  # another program takes the idle cores: a load shedding answers
+    feed(c, clock, {"a": 40, "b": 40}, {"a": 4, "b": 4}, seconds=4)
+    assert c.shed > held
+    actions = feed(c, clock, {"a": 5, "b": 5}, {"a": 4, "b": 4}, seconds=40)
+    assert actions[-1] is None and c.level == 0 and not c.whole_groups
+    assert not any(s.whole_groups or s.fraction for s in c.shedders.values())
+
+
+def test_a_process_that_keeps_its_cores_busy_sheds_more_though_the_machine_has_idle_cores():
+    """One engine's process held by its interpreter lock uses one core of two: the machine has one
+    idle, yet the process is at its most, a load that shedding answers."""
+    clock = Clock()
+    c = BudgetController(33, ["a"], max_stretch=1, clock=clock, cpu=Cpu(clock, 1.0), machine=Machine(clock, 0.5))
+    feed(c, clock, {"a": 20}, {"a": 0}, seconds=4)
+    feed(c, clock, {"a": 40}, {"a": 0})
+    actions = feed(c, clock, {"a": 40}, {"a": 40}, seconds=4)
+    assert actions[0] == "dropping 2 in 3" and "dropping 3 in 4" in actions and not c.whole_groups
+
+
 def test_steps_down_one_rung_at_a_time_in_the_reverse_order():
     clock = Clock()
     c = BudgetController(33, ["a", "b"], max_stretch=1.5, clock=clock, calm_s=2, keyframe_wait=True)

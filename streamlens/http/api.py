@@ -239,7 +239,8 @@ class Api:
             "detector": {"keyframes_per_s": round(keyframes / seconds, 2) if seconds > 0 else 0.0,
                          "detected_share": round(keyframes / frames, 4) if frames else 0.0, "detect_ms": detect},
             "control": None if controller is None else {"level": controller.level, "steps": controller.steps,
-                                                         "room_steps": controller.room_steps},
+                                                         "room_steps": controller.room_steps,
+                                                         "whole_groups": controller.whole_groups},
             "secondary": p.secondary_stats(), "segment": p.segment_stats(),
             "history": self.history.since(query_int(query, "history_since", 0))})
 

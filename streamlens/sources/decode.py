@@ -271,7 +271,9 @@ class DecodeShare:
     decoded and `drops()`, asked after each frame decoded, drops an even `1 - share` of them.
     Keyframes only is skipping after every keyframe, whatever the group. `skipped` counts every
     frame given up either way. Skipping ends at a keyframe: never in the middle of a group whose
-    start was skipped.
+    start was skipped. By whole groups (`by_groups`, the controller's answer to streams whose
+    keyframes come at once), `share` of the groups is decoded whole and the others skipped whole,
+    keyframe and all; `phase` staggers which groups each stream skips.
 
     A decoder may still hold pictures when the packets after them are skipped (B-frame
     reordering). `drain_due` is True for the first packet skipped after packets were decoded: what
@@ -293,6 +295,10 @@ class DecodeShare:
         >>> thin.share = 1.0                                  # every frame again from the next keyframe
         >>> [thin.skips(key) for key in (False, True, False)], thin.skipped
         ([True, False, False], 7)
+        >>> groups = DecodeShare()                            # by whole groups (of 2 packets here)
+        >>> groups.share = 0.5; groups.by_groups(True, phase=0.5)
+        >>> [groups.skips(key) for key in [True, False] * 4]
+        [False, False, False, False, True, True, False, False]
         >>> slow = DecodeShare()                              # groups of 300 packets at 30 fps: too long
         >>> slow.share = 0.5
         >>> [slow.skips(i % 300 == 0, i / 30) for i in range(601)].count(True)
@@ -317,16 +323,26 @@ class DecodeShare:
         #: prefix takes it up, so that a share that is not a whole number of a group's packets (0.35 of
         #: 10) is kept on average (3, then 4, ...), not rounded the same way in every group
         self._carry = 0.0
+        #: shed whole groups, keyframe and all (`share` of the groups decoded whole, the rest skipped,
+        #: `by_groups`), instead of each group's end
+        self.whole = False
+        self._groups = phase % 1.0  # whole groups' credit: `phase` staggers which groups streams skip
 
     def skips(self, keyframe: bool, seconds: float | None = None) -> bool:
         """Whether to skip the next packet undecoded (`seconds`: when it is shown, its pts)."""
         if keyframe:
+            first = self._since != 0
             self._learn_group(seconds)
-            self.thinning = False
+            if first:
+                self.thinning = self._skip_group()
+            if self.thinning:
+                self.skipped += 1
+                self.drain_due, self._decoded = self._decoded, False
+                return True
         elif self._since is not None:
             self._since += 1
         if not (keyframe or self.thinning) and self.share < 1.0:
-            self.thinning = self.share <= 0.0 or self._cut(seconds)
+            self.thinning = self.share <= 0.0 or (not self._whole_now and self._cut(seconds))
         if keyframe or not self.thinning:
             self.drain_due, self._decoded = False, True
             if seconds is not None and (self._latest is None or seconds > self._latest or keyframe):
@@ -334,6 +350,27 @@ class DecodeShare:
             return False
         self.skipped += 1
         self.drain_due, self._decoded = self._decoded, False
+        return True
+
+    def by_groups(self, whole: bool, phase: float) -> None:
+        """Shed whole groups (True) or each group's end from the next group on; a switch to whole
+        groups starts at `phase` (0 to 1: which groups this stream skips among streams in step)."""
+        if whole and not self.whole:
+            self._groups = phase % 1.0
+        self.whole = whole
+
+    @property
+    def _whole_now(self) -> bool:
+        return self.whole and self._group is not None and self.share > 0.0
+
+    def _skip_group(self) -> bool:
+        """At a group's first packet, in whole-group shedding: whether the whole group is skipped."""
+        if not self._whole_now or self.share >= 1.0:
+            return False
+        self._groups += self.share
+        if self._groups >= 1.0:
+            self._groups -= 1.0
+            return False
         return True
 
     def _cut(self, seconds: float | None) -> bool:

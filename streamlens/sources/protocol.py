@@ -69,10 +69,13 @@ class Clip(NamedTuple):
 
 
 class Thin(NamedTuple):
-    """Keep `share` of `session`'s frames from now on (see above)."""
+    """Keep `share` of `session`'s frames from now on (see above); `whole`: by whole groups of pictures,
+    from `phase` (decode.py `DecodeShare.by_groups`)."""
 
     session: int
     share: float
+    whole: bool = False
+    phase: float = 0.0
 
 
 class Clock(NamedTuple):

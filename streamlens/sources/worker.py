@@ -137,23 +137,24 @@ class FrameReady:
 class ThinLink:
     """A source's link between the budget controller and its decode worker's sessions:
     `follow(worker, session, event)`, called with each event the source polls (None too), tells the
-    session when `thin.decode_share` (a `Shedder`'s) changes (a new session starts with every
-    frame), and gives the shedder the frames the session gave up since the last event
-    (`Shedder.skipped_by_worker`); it returns that count (a camera numbers its frames counting them)."""
+    session when `thin.decode_share` or `thin.whole_groups` (a `Shedder`'s) change (a new session
+    starts with every frame, by groups' ends), and gives the shedder the frames the session gave up
+    since the last event (`Shedder.skipped_by_worker`); it returns that count (a camera numbers its
+    frames counting them)."""
 
     def __init__(self, thin):
         self.thin = thin
         self.session = None
-        self.told = 1.0  # the share the session was told
+        self.told = (1.0, False)  # the share the session was told, and whether by whole groups
         self.counted = 0  # what the session gave up, counted so far
 
     def follow(self, worker, session: int, event) -> int:
         if session != self.session:
-            self.session, self.told, self.counted = session, 1.0, 0
-        share = self.thin.decode_share
+            self.session, self.told, self.counted = session, (1.0, False), 0
+        share = (self.thin.decode_share, self.thin.whole_groups)
         if share != self.told:
             self.told = share
-            worker.thin(session, share)
+            worker.thin(session, *share, self.thin.phase)
         if isinstance(event, FrameReady):
             given_up = event.thinned
         elif isinstance(event, Ended):
@@ -267,8 +268,8 @@ class ProcessWorker:
     def clip(self, session: int, start_s: float, end_s: float, path: str, index: int = -1) -> None:
         self._send(Clip(session, start_s, end_s, path, index))
 
-    def thin(self, session: int, share: float) -> None:
-        self._send(Thin(session, share))
+    def thin(self, session: int, share: float, whole: bool = False, phase: float = 0.0) -> None:
+        self._send(Thin(session, share, whole, phase))
 
     def clock(self, session: int, start: float) -> None:
         self._send(Clock(session, start))
@@ -456,8 +457,8 @@ class ThreadWorker:
     def clip(self, session: int, start_s: float, end_s: float, path: str, index: int = -1) -> None:
         self._conn.send(Clip(session, start_s, end_s, path, index))
 
-    def thin(self, session: int, share: float) -> None:
-        self._conn.send(Thin(session, share))
+    def thin(self, session: int, share: float, whole: bool = False, phase: float = 0.0) -> None:
+        self._conn.send(Thin(session, share, whole, phase))
 
     def poll(self, timeout: float):
         if self._dead:

@@ -52,6 +52,7 @@ class _Control:
         if isinstance(message, Thin):
             if message.session == self.session:
                 self.thin.share = message.share
+                self.thin.by_groups(message.whole, message.phase)
         elif isinstance(message, Clock):
             if message.session == self.session:
                 self.clock_start = message.start

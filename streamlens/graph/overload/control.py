@@ -78,10 +78,10 @@ so a load at the edge does not see-saw; one that held halves the wait for the ne
 settling time and two windows (2.75 s by default; never more than `calm_s` as configured): a
 burst (cameras starting, a reconnect) can take the ladder to its top in a second or two, and a
 calm wait a rung kept the streams shedding for a minute after it had passed. A new overload (not
-a step down taken back) makes the first step down wait the whole `calm_s` again. While shedding
-with the process using much less CPU than it did lately, it steps down as when calm
-(graph/overload/room.py: the CPU that shedding freed is not being used, so what is late is not a
-load that shedding answers), and from a shedding rung as far as that room allows at once.
+a step down taken back) makes the first step down wait the whole `calm_s` again. Shedding reads
+the CPU (room.py): with the process using much less than lately, it steps down as when calm, as far
+as that room allows; past the keyframe rungs it sheds more only while the cores are busy: frames
+late with cores idle are a burst, shed by whole groups of pictures instead (`whole_groups`).
 
 Example:
     >>> t = [0.0]
@@ -163,8 +163,8 @@ class BudgetController:
     def __init__(self, budget_ms: float, streams: list[str], *, max_stretch: float = 4.0,
                  window_s: float = 1.0, calm_s: float = 5.0, settle_s: float = 0.75, keyframe_wait: bool = False,
                  wait_share: float = WAIT_SHARE, clock: Callable[[], float] = time.monotonic,
-                 cpu: Callable[[], float] | None = None):
-        """`cpu`: the CPU seconds the run's process has used so far (None: the room rule is off)."""
+                 cpu: Callable[[], float] | None = None, machine: Callable | None = None):
+        """`cpu`, `machine`: the process's CPU seconds so far, the machine's idle and all (room.py)."""
         self.budget_ms = float(budget_ms)
         self.stretches = tuple(s for s in STRETCHES if s <= max(1.0, max_stretch))
         self.window_s = window_s
@@ -203,7 +203,9 @@ class BudgetController:
         self._last_down: float | None = None
         self._last_step = float("-inf")
         self._lost: deque[tuple[float, int]] = deque()  # (tick, frames lost without its say since the last)
-        self._room = CpuRoom(cpu) if cpu is not None else None
+        self._room = CpuRoom(cpu, machine) if cpu is not None else None
+        #: shedding gives up whole groups of pictures, not their ends (a load that comes in bursts, see `tick`)
+        self.whole_groups = False
         #: steps down taken because the process had room while shedding (see `tick`)
         self.room_steps = 0
         #: the rung the other engines of this machine have climbed (`hold_floor`, ladder.py)
@@ -342,6 +344,9 @@ class BudgetController:
             self._last_down = None
             if self._last_up is not None and now - self._last_up < self.settle_s:
                 return None  # the last step has not had its time yet
+            if not self._keyframe_rungs_left and self._room is not None and not self._room.busy:
+                self.whole_groups = True  # late with cores idle: a burst (see the docs)
+                return self._share_fairly()
             self._last_up = self._last_step = now
             action = self._note(self._step_up(lost_share))
             self._share_fairly()
@@ -349,6 +354,7 @@ class BudgetController:
         self._share_fairly()
         if self.level == 0:
             self._calm_since = self._steady_since = None
+            self.whole_groups = False
             return None
         calm = room or (not over_now and (p95 is None or p95 < CALM_SHARE * self.budget_ms))
         if self._steady_since is None:
@@ -383,17 +389,18 @@ class BudgetController:
             self._history.setdefault(name, deque(maxlen=FAIR_WINDOWS)).append((counts[name], lost, shed))
 
     def _share_fairly(self) -> None:
-        """Every shedder's share from the rung's and what each stream kept (`fair_shares`), and
-        whether it decodes keyframes only: the rungs applied (own or the floor's)."""
+        """Every shedder's share from the rung's and what each stream kept (`fair_shares`; by whole
+        groups, the rung's alike), and its keyframes only: the rungs applied (own or the floor's)."""
         shedders, rungs = self.shedders, self.applied()
-        if rungs.level == 0:  # no overload: nothing is shed, whatever fell where
-            shares = dict.fromkeys(shedders, 0.0)
+        if rungs.level == 0 or self.whole_groups:  # none shed; or by whole groups, each stream alike
+            shares = dict.fromkeys(shedders, SHED_STEPS[rungs.shed_index] if rungs.level else 0.0)
         else:
             shares = fair_shares(SHED_STEPS[rungs.shed_index],
                                  {name: list(self._history.get(name, ())) for name in shedders})
         for name, share in shares.items():
             shedders[name].fraction = share
             shedders[name].keyframes_only = rungs.keyframes_only
+            shedders[name].whole_groups = self.whole_groups
 
     def _adjust_wait(self, worst_ms: float | None) -> None:
         """The hard limit follows the second's p95 (see the docs). No frame published for

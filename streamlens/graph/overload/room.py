@@ -10,6 +10,16 @@ whether the mean over the last `EVIDENCE` ticks is under `SHARE` of the most suc
 `WINDOWS` ticks (a start's burst counts, so a ladder climbed at the start is seen too); `keep(kept)`
 is how large a share of frames to keep next, stepping down at once as far as that room allows.
 
+`busy` is the other side: whether the process uses at least `BUSY` of that most, or the machine
+(`machine`: its idle and all CPU time so far, cpu.py `machine_idle`) has less than `1 - BUSY` of its
+cores idle, as under a load that more shedding would answer; the controller sheds more only then.
+Frames late with cores idle are a burst: copies of one clip in step decode every keyframe at once,
+and shedding each group's end (decode.py `DecodeShare`) kept every stream's start of group, the
+burst, and idled the cores after it, so the frames stayed late and the controller climbed on
+(highway K=21 on 2 cores: to 3 in 4 shed, p95 35 ms, worst stream F1 0.27-0.44). Then the controller
+holds its rung and sheds whole groups, keyframe and all, each stream at its own phase: a share of
+the streams skips each group, and the burst thins with the load (tools/results/capacity.md).
+
 Example:
     >>> t, used = [0.0], [0.0]
     >>> room = CpuRoom(lambda: used[0])
@@ -20,6 +30,8 @@ Example:
     ([False, False, False, False], [False, True, True, True])
     >>> round(room.keep(0.1), 2)
     0.4
+    >>> room.busy   # the machine not read: it may be another program that holds the cores
+    True
 """
 
 from __future__ import annotations
@@ -33,6 +45,8 @@ SHARE = 0.5
 EVIDENCE = 3
 #: ... the most taken over this many ticks
 WINDOWS = 60
+#: busy: the process uses at least this share of the most CPU it used lately
+BUSY = 0.9
 #: with room, a step down keeps at most this many times the frames kept now
 JUMP = 4.0
 
@@ -40,9 +54,10 @@ JUMP = 4.0
 class CpuRoom:
     """The room rule's measure (see the module's docstring)."""
 
-    def __init__(self, cpu: Callable[[], float]):
-        self.cpu = cpu
+    def __init__(self, cpu: Callable[[], float], machine: Callable[[], tuple[float, float] | None] | None = None):
+        self.cpu, self.machine = cpu, machine
         self._last: tuple[float, float] | None = None  # (tick, CPU seconds) at the last tick
+        self._idle: deque[tuple[float, float] | None] = deque(maxlen=EVIDENCE + 1)  # the machine's, tick by tick
         self._used: deque[float] = deque(maxlen=EVIDENCE)  # cores used over each of the last ticks
         self._means: deque[float] = deque(maxlen=WINDOWS)  # their means, tick by tick
 
@@ -50,6 +65,8 @@ class CpuRoom:
         """Read the CPU at tick `now`; whether, `shedding`, the process uses under `SHARE` of its most."""
         used, last = self.cpu(), self._last
         self._last = (now, used)
+        if self.machine is not None:
+            self._idle.append(self.machine())
         if last is None or now <= last[0]:
             return False
         self._used.append((used - last[1]) / (now - last[0]))
@@ -57,6 +74,16 @@ class CpuRoom:
             return False
         self._means.append(self._mean)
         return shedding and self._mean < SHARE * max(self._means)
+
+    @property
+    def busy(self) -> bool:
+        """Whether, over the last `EVIDENCE` ticks, the process used at least `BUSY` of the most it
+        used lately or the machine had under `1 - BUSY` of its cores idle (True until both measured)."""
+        if not self._means or self._mean >= BUSY * max(self._means):
+            return True
+        first, last = (self._idle[0], self._idle[-1]) if len(self._idle) > EVIDENCE else (None, None)
+        return first is None or last is None or last[1] <= first[1] or (
+            (last[0] - first[0]) / (last[1] - first[1]) < 1.0 - BUSY)
 
     def keep(self, kept: float) -> float:
         """The share of frames to keep next, from `kept` now: times the room the CPU shows (the most
@@ -68,4 +95,4 @@ class CpuRoom:
         return sum(self._used) / len(self._used)
 
 
-__all__ = ["CpuRoom", "EVIDENCE", "JUMP", "SHARE", "WINDOWS"]
+__all__ = ["BUSY", "CpuRoom", "EVIDENCE", "JUMP", "SHARE", "WINDOWS"]

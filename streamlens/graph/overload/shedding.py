@@ -108,10 +108,15 @@ class Shedder:
     """
 
     def __init__(self, phase: float = 0.0) -> None:
+        #: where its drops fall among streams shedding alike (0 to 1)
+        self.phase = phase % 1.0
         #: the share of the stream's frames to give up
         self.fraction = 0.0
         #: the ladder's last rung: decode the keyframes only, where the source can
         self.keyframes_only = False
+        #: a source that thins its decoding gives up whole groups of pictures, not their ends (the
+        #: controller's choice for a load that comes in bursts, control.py)
+        self.whole_groups = False
         self._credit = phase % 1.0
         self._after = 0  # frames dropped after decoding (`drop`)
         self._by_worker = 0  # frames its source's decode worker gave up
@@ -154,6 +159,7 @@ class Shedder:
         of each group of pictures past the share kept, and every packet but the keyframes on the
         last rung."""
         self._thin.share = 0.0 if self.keyframes_only else 1.0 - self.fraction
+        self._thin.by_groups(self.whole_groups, self.phase)
         return self._thin.skips(keyframe, seconds)
 
     def skipped_by_worker(self, count: int) -> None:

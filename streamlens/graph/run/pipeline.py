@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ...config import PipelineConfig, load_pipeline, preflight_problems
-from ...cpu import process_cpu_s
+from ...cpu import machine_idle, process_cpu_s
 from ...detect import build_detector
 from ...errors import ConfigError, StreamlensError
 from ...frame import FrameResult, StreamEnd
@@ -129,7 +129,8 @@ class Pipeline(RunFigures):
         live = [s.name for s in config.sources if s.live]
         #: the budget controller, for the live streams (None: none live, or `runtime.control: false`)
         self.controller = (BudgetController(config.runtime.budget_ms, live, max_stretch=config.runtime.max_stretch,
-                                            keyframe_wait=self._chooser is not None, cpu=process_cpu_s)
+                                            keyframe_wait=self._chooser is not None, cpu=process_cpu_s,
+                                            machine=machine_idle)
                            if live and config.runtime.control else None)
 
     @classmethod
