@@ -86,6 +86,20 @@ def test_past_capacity_the_detectors_share_shrinks_evenly_across_streams_and_no_
     assert controller.level == 0 and all(s.fraction == 0 for s in controller.shedders.values())
 
 
+def test_the_pace_says_how_far_apart_a_busy_detector_brings_each_streams_keyframes():
+    """Six streams due every 5 frames and a detector that takes 5 frame periods a keyframe: it
+    brings each stream a keyframe every 30 frames, six times the interval, the stretch it delivers
+    (graph/overload/control.py jumps its interval stretch that far at once). A detector with room
+    for every stream runs them sooner than due: under 1."""
+    busy = KeyframeChooser(interval=5)
+    assert busy.pace() is None
+    simulate(busy, {f"s{i}": signals() for i in range(6)}, frames=300, detect_frames=5)
+    assert busy.pace() == pytest.approx(6.0, abs=0.5)
+    idle = KeyframeChooser(interval=5)
+    simulate(idle, {n: signals() for n in "ab"}, frames=300)
+    assert idle.pace() <= 1.0
+
+
 def test_a_stream_whose_tracks_drift_is_served_more_but_the_calm_one_is_not_starved():
     keys = simulate(KeyframeChooser(interval=4), {"calm": signals(), "drift": signals(confidence=0.3)},
                     frames=200, detect_frames=2)

@@ -199,6 +199,27 @@ def test_a_process_that_keeps_its_cores_busy_sheds_more_though_the_machine_has_i
     assert actions[0] == "dropping 2 in 3" and "dropping 3 in 4" in actions and not c.whole_groups
 
 
+def test_a_detector_already_behind_its_schedule_takes_the_interval_stretches_it_delivers_at_once():
+    """A detector that brings each stream a keyframe every third interval (`pace` 3, chooser.py) frees
+    no core when the intervals stretch x1.5 or x2: it stays as busy as before. Over budget, the
+    first stretch goes to x3 at once, then the ladder goes on a rung a step; on schedule, a rung a
+    step from the first."""
+    for pace, first in ((3.0, ["keyframe intervals x3", "keyframe intervals x4", "batching for throughput",
+                               "dropping 1 in 8"]),
+                        (None, ["keyframe intervals x1.5", "keyframe intervals x2", "keyframe intervals x3",
+                                "keyframe intervals x4"])):
+        clock = Clock()
+        c = BudgetController(33, ["a", "b"], max_stretch=4, clock=clock)
+        actions = []
+        for _ in range(4):
+            for _ in range(32):
+                clock.now += 1 / 32
+                c.observe("a", 45.0)
+                c.observe("b", 45.0)
+            actions.append(c.tick({"a": 0, "b": 0}, pace=pace))
+        assert actions == first
+
+
 def test_steps_down_one_rung_at_a_time_in_the_reverse_order():
     clock = Clock()
     c = BudgetController(33, ["a", "b"], max_stretch=1.5, clock=clock, calm_s=2, keyframe_wait=True)

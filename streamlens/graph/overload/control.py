@@ -37,18 +37,18 @@ published its result. Two parts hold it:
    the detector keeps its pace: what is given up is the keyframe's own boxes and those of the
    frames until its detections are back;
 1. widen the keyframe intervals of every live stream (x1.5, x2, x3, x4 ... up to `max_stretch`):
-   less detector work, the cheapest thing to give up, since the tracker carries objects between;
+   less detector work, the cheapest thing to give up, since the tracker carries objects between.
+   A detector already behind its schedule (`pace`, chooser.py: it brings keyframes three intervals
+   apart) stays as busy under a smaller stretch, so the first step goes that far at once;
 2. batch for throughput: the detector fills its batches up to `max_batch` instead of cutting them
    short to keep each keyframe's latency (keyframes then come back later; frames do not wait).
-   Not a rung for a detector that runs one keyframe a call (a model exported with a fixed batch of
-   1, `attach`): it would change nothing and cost a second on the way up and a calm wait on the
-   way down;
+   Not a rung for a detector of one keyframe a call (`attach`): it would change nothing;
 3. drop frames: one share for every live stream alike (`SHED_STEPS`: 1 in 8, 1 in 4, 1 in 3,
    1 in 2, 2 in 3, 3 in 4, 5 in 6, 7 in 8, 9 in 10), before the frames cost the engine anything: a
    camera's decode worker skips the end of each group of pictures undecoded, so its decoding gives
-   way too; other frames are dropped after decoding, evenly spaced within each stream and
-   staggered between streams (`Shedder`). When frames were dropped outside
-   the controller in the last second, this rung does not climb one step at a time: it goes at once
+   way too; other frames are dropped after decoding, evenly spaced within each stream and staggered
+   between streams (`Shedder`). When frames were dropped outside the controller in the last
+   second, this rung does not climb one step at a time: it goes at once
    to the first share that would have carried that second's load (the frames published, over those
    published and dropped), so that the engine's own drops, which come in bursts, turn into even
    shedding within a tick or two. Keyframes keep their spacing in time (the schedules count the
@@ -58,14 +58,12 @@ published its result. Two parts hold it:
    keyframes undecoded, in its decode worker or on its own thread (`Shedder`, counted as shed);
    other sources go on dropping 9 in 10.
 
-Once it has climbed a rung, the share is the same for every stream only in what each keeps: a
-stream that lost more of its frames otherwise (too old for the engine or from its source, a full
-queue: which thread the scheduler serves first decides where those fall, and chance does the rest)
-is shed less, one that lost fewer is shed more, so that every live stream keeps about the same
-share (`fair_shares`): what a stream kept beyond the median share over the last ten seconds
-(`FAIR_WINDOWS`, counted in frames) it gives up over the next two, and a stream that kept less is
-shed less than the rung's share. On the keyframe rungs, where the rung sheds nothing, the streams
-that kept more are shed down to the median.
+Once it has climbed a rung, every live stream keeps about the same share of its frames
+(`fair_shares`): one that lost more otherwise (too old for the engine or from its source, a full
+queue: where those fall is the scheduler's doing and chance's) is shed less, one that lost fewer
+more: what a stream kept beyond the median share over the last ten seconds (`FAIR_WINDOWS`, in
+frames) it gives up over the next two. On the keyframe rungs, where the rung sheds nothing, the
+streams that kept more are shed down to the median; by whole groups, all shed the rung's share.
 
 Every frame it drops is counted (`shed`, part of `dropped`) in stats, metrics and the summary.
 When that p95 has stayed under 60% of the budget, without losing more than that tail, for
@@ -303,10 +301,10 @@ class BudgetController:
         late = lost + sum(1 for ms in every if ms > self.budget_ms)
         return late / (lost + len(every)) if late else 0.0
 
-    def tick(self, drops: dict[str, int], losses: dict[str, int] | None = None) -> str | None:
+    def tick(self, drops: dict[str, int], losses: dict | None = None, pace: float | None = None) -> str | None:
         """`drops`: each stream's frames lost so far that the controller answers (graph/run/losses.py
         `Losses.for_controller`); `losses`: every frame each lost so far but those shed, for fair
-        shares (None: `drops`)."""
+        shares (None: `drops`); `pace`: the stretch the detector delivers (chooser.py `pace`)."""
         now = self.clock()
         with self._lock:
             for samples in self._samples.values():
@@ -348,7 +346,7 @@ class BudgetController:
                 self.whole_groups = True  # late with cores idle: a burst (see the docs)
                 return self._share_fairly()
             self._last_up = self._last_step = now
-            action = self._note(self._step_up(lost_share))
+            action = self._note(self._step_up(lost_share, pace or 1.0))
             self._share_fairly()
             return action
         self._share_fairly()
@@ -422,12 +420,11 @@ class BudgetController:
             self.steps += 1
         return action
 
-    def _step_up(self, lost_share: float) -> str | None:
-        """One rung up; on the shedding rung, as far as `lost_share` (of the frames that reached
-        the engine, the share dropped there) says is needed. When the engine lost `ROUT_SHARE` of
-        the second's frames or more, the keyframe rungs are all taken at once (in their order:
-        what gives first is still the keyframes), so that frames are shed from the next tick on,
-        not after a rung a tick while nearly every frame is lost."""
+    def _step_up(self, lost_share: float, pace: float = 1.0) -> str | None:
+        """One rung up; a stretch as far as `pace` and shedding as far as `lost_share` (of the frames
+        that reached the engine, the share dropped there) say is needed. When the engine lost
+        `ROUT_SHARE` of the second's frames or more, the keyframe rungs are all taken at once (in
+        their order), so that frames are shed from the next tick on, not a rung a tick later."""
         if lost_share >= ROUT_SHARE and self._keyframe_rungs_left:
             self.wait = not self._wait_rung and self.wait
             self._stretch_index = len(self.stretches) - 1
@@ -439,8 +436,11 @@ class BudgetController:
         if self._wait_rung and self.wait:
             self.wait = False
             return "keyframes no longer wait"
-        if self._stretch_index + 1 < len(self.stretches):
-            self._stretch_index += 1
+        if self._stretch_index + 1 < len(self.stretches):  # at once as far as the detector lags (docs)
+            index = self._stretch_index + 1
+            while index + 1 < len(self.stretches) and self.stretches[index] < pace - 1e-9:
+                index += 1
+            self._stretch_index = index
             return f"keyframe intervals x{self.stretch:g}"
         if not self.throughput and self.batching_rung:
             self.throughput = True

@@ -347,7 +347,8 @@ class Pipeline(RunFigures):
         replaces one not yet applied), and the engine applies it on its thread before its next input."""
         control = self.controller
         if control is not None:
-            control.tick(*self._losses.for_controller(list(control.shedders)))
+            control.tick(*self._losses.for_controller(list(control.shedders)),
+                         pace=self._chooser.pace() if self._chooser is not None else None)
             rungs = control.applied()  # its own rungs, or the other engines' floor (overload/ladder.py)
             self._mail.put(Control(control.stretches[rungs.stretch_index], rungs.wait, rungs.throughput,
                                    control.wait_limit_s),

@@ -159,6 +159,13 @@ class KeyframeChooser:
         """How many times the stream went past its interval and waited for the detector."""
         return self._streams[name].deferred if name in self._streams else 0
 
+    def pace(self) -> float | None:
+        """How far apart the detector's keyframes come, over what the scene asks: each stream's last
+        two keyframes' frames apart over its interval, the mean over the streams (1.0: on schedule;
+        3.0: every third keyframe due, the stretch the detector delivers); None before any has two."""
+        gaps = [s.taken_since / s.results.current for s in list(self._streams.values()) if s.taken_since]
+        return sum(gaps) / len(gaps) if gaps else None
+
     def worth(self, name: str) -> float:
         """What detecting the stream's next frame is worth (see the class docs), by its signals at
         its last offer; inf before its first."""
