@@ -182,7 +182,7 @@ detector: {{backend: motion}}
     assert pipeline.controller is not None
     ticks, turns = [], []
     tick = pipeline.controller.tick
-    pipeline.controller.tick = lambda *args: ticks.append(None) or tick(*args)
+    pipeline.controller.tick = lambda *args, **kwargs: ticks.append(None) or tick(*args, **kwargs)
 
     def slow_turn(p) -> None:
         turns.append(len(ticks))
