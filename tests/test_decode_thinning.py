@@ -206,6 +206,17 @@ def test_shedding_by_whole_groups_skips_every_frame_of_a_group_keyframe_too(clip
     assert not kept_groups[0] & kept_groups[1], kept_groups
 
 
+def test_past_two_in_three_shed_whole_groups_give_way_to_each_groups_end(clip):
+    """Whole groups would leave a stream shedding 3 in 4 dark three groups in four (nine seconds in
+    ten at 9 in 10): past 2 in 3 every group keeps its start instead, as without whole groups."""
+    shedder = Shedder()
+    shedder.fraction, shedder.whole_groups = 0.75, True
+    frames = decode(clip, shedder)
+    for start in range(GOP, FRAMES, GOP):
+        group = sorted(i for i in frames if start <= i < start + GOP)
+        assert group and group == list(range(start, start + len(group))) and len(group) < GOP, group
+
+
 def test_a_file_decoded_in_a_worker_process_is_thinned_there(clip):
     """The worker is told when its first message comes back, so the frames it decoded before may
     come; from the second group of pictures on, keyframes only, and every frame missing is shed."""

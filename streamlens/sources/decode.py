@@ -254,6 +254,9 @@ class ClockCatchUp:
 #: undecoded when frames are shed; a longer one would show long gaps, and its frames are dropped
 #: after decoding instead, evenly
 PREFIX_MAX_GOP_S = 4.0
+#: the least share of groups decoded when shedding by whole groups: past it a stream would sit out
+#: more than two groups in a row (nine in ten: nine seconds dark), and each group's end goes instead
+WHOLE_MIN_SHARE = 1 / 3
 
 
 class DecodeShare:
@@ -273,7 +276,7 @@ class DecodeShare:
     frame given up either way. Skipping ends at a keyframe: never in the middle of a group whose
     start was skipped. By whole groups (`by_groups`, the controller's answer to streams whose
     keyframes come at once), `share` of the groups is decoded whole and the others skipped whole,
-    keyframe and all; `phase` staggers which groups each stream skips.
+    keyframe and all, down to `WHOLE_MIN_SHARE`; `phase` staggers which groups each stream skips.
 
     A decoder may still hold pictures when the packets after them are skipped (B-frame
     reordering). `drain_due` is True for the first packet skipped after packets were decoded: what
@@ -361,7 +364,7 @@ class DecodeShare:
 
     @property
     def _whole_now(self) -> bool:
-        return self.whole and self._group is not None and self.share > 0.0
+        return self.whole and self._group is not None and self.share >= WHOLE_MIN_SHARE - 1e-9
 
     def _skip_group(self) -> bool:
         """At a group's first packet, in whole-group shedding: whether the whole group is skipped."""
