@@ -253,7 +253,9 @@ def test_an_endpoint_refused_is_retried_then_failed_and_the_run_still_writes_eve
     assert f"webhook sink: {events} message(s) not delivered" in summary(report)
     tries = [r for r in caplog.records if "try " in r.getMessage()]
     assert "Connection refused" in tries[0].getMessage()
-    assert len(tries) - 2 * counts["failed"] in (0, 1)  # two tries each (one retry); at most one cut by close
+    # two tries each (one retry), and the one event left at close may have made one or both of its tries
+    # (its outcome came after close() had given it up: counted dropped)
+    assert len(tries) - 2 * counts["failed"] in (0, 1, 2)
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len([m for m in warned if "posting fails" in m]) == 1, warned
 
