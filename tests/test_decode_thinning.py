@@ -289,6 +289,36 @@ def sample_frames():
 
 
 @pytest.mark.parametrize("where", ["process", "thread"])
+def test_a_camera_shedding_by_whole_groups_skips_them_keyframe_and_all(camera, sample_frames, where):
+    """A real RTSP camera shedding half by whole groups: once its groups' length is known, its frames
+    come a whole group of pictures at a time, and the groups between are skipped from their keyframe
+    on; every picture is exactly the sample's."""
+    c = BudgetController(33, ["cam1"])
+    shedder = c.shedders["cam1"]
+    shedder.fraction, shedder.whole_groups = 0.5, True
+    source = LiveSource("cam1", camera.url("cam1"), transport="tcp", timeout_s=10, decode=where)
+    c.attach([source])
+    stop, shown = threading.Event(), []
+
+    def read():
+        for frame in source.frames(stop):
+            shown.append(sample_frames.get(frame.grey_sample(1).tobytes()))
+            if len(shown) >= 4 * SAMPLE_GOP:
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(60)
+    stop.set()
+    reader.join(5)
+    assert len(shown) >= 4 * SAMPLE_GOP and None not in shown, shown
+    later = shown[len(shown) // 2:]  # before the groups' length is known the worker drops evenly
+    jumps = [(a, b) for a, b in zip(later, later[1:]) if (b - a) % SAMPLE_FRAMES != 1]
+    assert jumps, later
+    assert all(b % SAMPLE_GOP == 0 and (b - a) % SAMPLE_FRAMES == SAMPLE_GOP + 1 for a, b in jumps), jumps
+
+
+@pytest.mark.parametrize("where", ["process", "thread"])
 def test_a_camera_on_the_last_rung_decodes_its_keyframes_only_in_its_decode_worker(camera, sample_frames, where):
     c = BudgetController(33, ["cam1"])
     shedder = c.shedders["cam1"]
