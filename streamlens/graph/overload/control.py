@@ -15,7 +15,7 @@ published its result. Two parts hold it:
   not by a load, and the p95 has room for a few late frames; dropped at the budget, six RTSP
   cameras the machine carried at half the budget lost 2-16 frames a trial to stalls. A wait
   longer than that is a load, and a p95 over budget makes the controller climb;
-- the ladder below, climbed by the controller once a second (`tick`): it looks at the live
+- the ladder (ladder.py), climbed by the controller once a second (`tick`): it looks at the live
   streams' last second (the p95 of every live stream's frames together, over at least
   `MIN_SAMPLES` of them: a stream's own p95 of the few frames a second it has while shedding is
   its slowest, and read so, one slow frame among a hundred was overload; and the frames dropped
@@ -28,35 +28,8 @@ published its result. Two parts hold it:
   that is the p95's 5%, not overload), and more than that share of the last `EVIDENCE_WINDOWS`
   seconds' frames, or of those since its last step, missed the budget too (published late or
   dropped: one stall makes a burst of frames late, not a load, each rung taken for one was kept
-  for seconds, and under a noisy scheduler they added up), climbs one rung, then gives the step
-  until the next tick (`settle_s`) to take effect:
-
-0. (live streams sharing one keyframe schedule, `keyframe_wait`) keyframes no longer wait for their
-   detections: each goes out by motion at once and its detections are applied when they come (the
-   frames since are replayed), so latency falls back to that of the frames between keyframes while
-   the detector keeps its pace: what is given up is the keyframe's own boxes and those of the
-   frames until its detections are back;
-1. widen the keyframe intervals of every live stream (x1.5, x2, x3, x4 ... up to `max_stretch`):
-   less detector work, the cheapest thing to give up, since the tracker carries objects between.
-   A detector already behind its schedule (`pace`, chooser.py: it brings keyframes three intervals
-   apart) stays as busy under a smaller stretch, so the first step goes that far at once;
-2. batch for throughput: the detector fills its batches up to `max_batch` instead of cutting them
-   short to keep each keyframe's latency (keyframes then come back later; frames do not wait).
-   Not a rung for a detector of one keyframe a call (`attach`): it would change nothing;
-3. drop frames: one share for every live stream alike (`SHED_STEPS`: 1 in 8, 1 in 4, 1 in 3,
-   1 in 2, 2 in 3, 3 in 4, 5 in 6, 7 in 8, 9 in 10), before the frames cost the engine anything: a
-   camera's decode worker skips the end of each group of pictures undecoded, so its decoding gives
-   way too; other frames are dropped after decoding, evenly spaced within each stream and staggered
-   between streams (`Shedder`). When frames were dropped outside the controller in the last
-   second, this rung does not climb one step at a time: it goes at once
-   to the first share that would have carried that second's load (the frames published, over those
-   published and dropped), so that the engine's own drops, which come in bursts, turn into even
-   shedding within a tick or two. Keyframes keep their spacing in time (the schedules count the
-   frames shed), so shedding costs frames, not detections;
-4. decode keyframes only (`keyframes_only`): past 9 in 10 the decoding itself is what the machine
-   cannot carry, so every live source that can (cameras, live files) skips every packet but its
-   keyframes undecoded, in its decode worker or on its own thread (`Shedder`, counted as shed);
-   other sources go on dropping 9 in 10.
+  for seconds, and under a noisy scheduler they added up), climbs one rung (ladder.py says what
+  each gives up, in order), then gives the step until the next tick (`settle_s`) to take effect.
 
 Once it has climbed a rung, every live stream keeps about the same share of its frames
 (`fair_shares`): one that lost more otherwise (too old for the engine or from its source, a full
@@ -161,7 +134,8 @@ class BudgetController:
     def __init__(self, budget_ms: float, streams: list[str], *, max_stretch: float = 4.0,
                  window_s: float = 1.0, calm_s: float = 5.0, settle_s: float = 0.75, keyframe_wait: bool = False,
                  wait_share: float = WAIT_SHARE, clock: Callable[[], float] = time.monotonic,
-                 cpu: Callable[[], float] | None = None, machine: Callable | None = None):
+                 cpu: Callable[[], float] | None = None,
+                 machine: Callable[[], tuple[float, float] | None] | None = None):
         """`cpu`, `machine`: the process's CPU seconds so far, the machine's idle and all (room.py)."""
         self.budget_ms = float(budget_ms)
         self.stretches = tuple(s for s in STRETCHES if s <= max(1.0, max_stretch))
@@ -301,7 +275,8 @@ class BudgetController:
         late = lost + sum(1 for ms in every if ms > self.budget_ms)
         return late / (lost + len(every)) if late else 0.0
 
-    def tick(self, drops: dict[str, int], losses: dict | None = None, pace: float | None = None) -> str | None:
+    def tick(self, drops: dict[str, int], losses: dict[str, int] | None = None,
+             pace: float | None = None) -> str | None:
         """`drops`: each stream's frames lost so far that the controller answers (graph/run/losses.py
         `Losses.for_controller`); `losses`: every frame each lost so far but those shed, for fair
         shares (None: `drops`); `pace`: the stretch the detector delivers (chooser.py `pace`)."""
@@ -344,7 +319,8 @@ class BudgetController:
                 return None  # the last step has not had its time yet
             if not self._keyframe_rungs_left and self._room is not None and not self._room.busy:
                 self.whole_groups = True  # late with cores idle: a burst (see the docs)
-                return self._share_fairly()
+                self._share_fairly()
+                return None
             self._last_up = self._last_step = now
             action = self._note(self._step_up(lost_share, pace or 1.0))
             self._share_fairly()

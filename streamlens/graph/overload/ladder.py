@@ -10,9 +10,37 @@ they apply), and an engine applies the higher of its own and that floor (`Rungs.
 shed alike, and each still climbs and comes down on its own evidence alone, so that two engines
 never hold each other up.
 
-The ladder is ordered (control.py): keyframes no longer wait, then each interval stretch, then
-batching for throughput, then each share shed, then keyframes only; a controller's state is always
-a prefix of it, so its rung count (`level`) says every part of it.
+The ladder, in the order the budget controller (control.py) climbs it; a controller's state is always
+a prefix of it, so its rung count (`level`) says every part of it:
+
+0. (live streams sharing one keyframe schedule, `keyframe_wait`) keyframes no longer wait for their
+   detections: each goes out by motion at once and its detections are applied when they come (the
+   frames since are replayed), so latency falls back to that of the frames between keyframes while
+   the detector keeps its pace: what is given up is the keyframe's own boxes and those of the
+   frames until its detections are back;
+1. widen the keyframe intervals of every live stream (x1.5, x2, x3, x4 ... up to `max_stretch`):
+   less detector work, the cheapest thing to give up, since the tracker carries objects between.
+   A detector already behind its schedule (`pace`, chooser.py: it brings keyframes three intervals
+   apart) stays as busy under a smaller stretch, so the first step goes that far at once;
+2. batch for throughput: the detector fills its batches up to `max_batch` instead of cutting them
+   short to keep each keyframe's latency (keyframes then come back later; frames do not wait).
+   Not a rung for a detector that runs one keyframe a call (a model exported with a fixed batch of
+   1, `BudgetController.attach`): it would change nothing and cost a second on the way up and a calm
+   wait on the way down;
+3. drop frames: one share for every live stream alike (`SHED_STEPS`: 1 in 8, 1 in 4, 1 in 3,
+   1 in 2, 2 in 3, 3 in 4, 5 in 6, 7 in 8, 9 in 10), before the frames cost the engine anything: a
+   camera's decode worker skips the end of each group of pictures undecoded, so its decoding gives
+   way too; other frames are dropped after decoding, evenly spaced within each stream and staggered
+   between streams (`Shedder`). When frames were dropped outside the controller in the last
+   second, this rung does not climb one step at a time: it goes at once
+   to the first share that would have carried that second's load (the frames published, over those
+   published and dropped), so that the engine's own drops, which come in bursts, turn into even
+   shedding within a tick or two. Keyframes keep their spacing in time (the schedules count the
+   frames shed), so shedding costs frames, not detections;
+4. decode keyframes only (`keyframes_only`): past 9 in 10 the decoding itself is what the machine
+   cannot carry, so every live source that can (cameras, live files) skips every packet but its
+   keyframes undecoded, in its decode worker or on its own thread (`Shedder`, counted as shed);
+   other sources go on dropping 9 in 10.
 
 Example:
     >>> Rungs.at(0, wait_rung=True, stretches=3, batching=False)
