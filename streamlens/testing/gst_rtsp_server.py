@@ -25,6 +25,9 @@ PIPELINE = ("( udpsrc address=127.0.0.1 port={port} caps=\"application/x-rtp,med
             "! rtph264depay ! rtph264pay name=pay0 pt=96 config-interval=-1 )")
 
 
+#: tries to prepare a mount's media before the server gives up
+PREPARE_TRIES = 3
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0, help="RTSP port on 127.0.0.1 (0: any free port)")
@@ -64,8 +67,11 @@ def main() -> int:
         # so that a client's DESCRIBE is answered at once, however often clients come and go.
         for name, factory in factories.items():
             _, url = GstRtsp.RTSPUrl.parse(f"rtsp://127.0.0.1:{server.get_bound_port()}/{name}")
-            media = factory.construct(url)
-            if media is None or not media.prepare(None):
+            for _ in range(PREPARE_TRIES):  # on a loaded machine a prepare can give up before the
+                media = factory.construct(url)  # publisher's first keyframe comes: try again
+                if media is not None and media.prepare(None):
+                    break
+            else:
                 print(f"cannot prepare /{name}: is its publisher sending?", file=sys.stderr, flush=True)
                 GLib.idle_add(loop.quit)
                 return
