@@ -26,7 +26,7 @@ detector's delay costs at a given share of frames detected.
 Nothing is timed: the figures do not depend on the machine's speed or load.
 
     python tools/bench_age.py                                    # prints the tables
-    python tools/bench_age.py --intervals 5,10,15 --delays 0,2,4 --out tools/results/age.md
+    python tools/bench_age.py --intervals 3,5,8,10,15 --out tools/results/age.md   # its results page
 """
 
 from __future__ import annotations
