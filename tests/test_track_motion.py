@@ -245,3 +245,42 @@ def test_the_compiled_reading_of_ffmpeg_vectors_is_the_arithmetic_written_out(cl
     for raw in records + [mixed]:
         for distance in (1, 2, 3):
             assert np.array_equal(vectors_from_side_data(raw, distance), written_out(raw, distance))
+
+
+def test_a_box_whose_blocks_lost_their_vectors_goes_on_at_its_speed_instead_of_stopping():
+    """A person walking right at 6 px a frame; after the second keyframe the encoder codes the person's
+    blocks without a vector from the past (intra, as it does for a fast or turning body): only three
+    blocks of the background seen through the person keep one, at zero. Those three must not stop the
+    box: it goes on at the speed its keyframes showed (before `MIN_COVERAGE` it fell 23 px behind)."""
+    import supervision as sv
+
+    from streamlens.frame import Frame
+    from streamlens.track.tracker import KeyframeTracker
+
+    background = [(x, y) for x in range(8, 640, 16) for y in range(8, 360, 16)]
+
+    def frame(index: int, left: float, person_vectors: bool) -> Frame:
+        rows = []
+        for x, y in background:
+            inside = left <= x < left + 60 and 100 <= y < 220
+            if inside and person_vectors:
+                rows.append((x, y, 6.0, 0.0))
+            elif not inside:
+                rows.append((x, y, 0.0, 0.0))
+        if not person_vectors:  # three blocks of the background seen through the person, standing still
+            rows += [(left + 30, 150, 0.0, 0.0), (left + 30, 166, 0.0, 0.0), (left + 22, 158, 0.0, 0.0)]
+        return Frame("cam1", index, index / 30, 0.0, np.zeros((360, 640, 3), np.uint8),
+                     motion_vectors=np.array(rows, np.float32))
+
+    def person(left: float) -> sv.Detections:
+        return sv.Detections(xyxy=np.array([[left, 100.0, left + 60, 220.0]]), confidence=np.array([0.9]),
+                             class_id=np.array([0]), data={"class_name": np.array(["person"])})
+
+    tracker = KeyframeTracker("mv", fps=30)
+    tracker.update(frame(0, 100, True), person(100))
+    for i in range(1, 6):
+        tracker.propagate(frame(i, 100 + 6 * i, True))
+    tracker.update(frame(6, 136, True), person(136))
+    for i in range(7, 13):
+        shown = tracker.propagate(frame(i, 100 + 6 * i, False))
+    assert shown.xyxy[0, 0] == pytest.approx(172, abs=6)  # 36 px on, not left standing at 136

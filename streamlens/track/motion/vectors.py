@@ -12,7 +12,9 @@ not to follow the object, so single vectors lie (flat areas, blocks predicted fr
 frames back); the median of many does not. It grows or shrinks as the vectors that moved with that
 median spread out or draw together (`INLIER_PX`, `MAX_GROWTH`; a box with too few keeps the size
 the Kalman filter predicts). A frame without vectors (an I-frame, or a source that does not export
-them) or a box with fewer than `MIN_VECTORS` falls back to the Kalman prediction. The measurement is
+them), a box with fewer than `MIN_VECTORS`, or one whose central part has vectors from the past for
+fewer than `MIN_COVERAGE` of its blocks (the rest coded without one: the few left are often the
+background seen through it) falls back to the Kalman prediction. The measurement is
 fused with the box's predicted motion by their uncertainties (`NOISE`, see `BoxKalmanFilter.move`).
 An encoder with several reference frames makes the vectors of a steady share of blocks read two or
 three frames' motion as one (FFmpeg does not say which reference a block used): the tracker
@@ -51,6 +53,12 @@ from .base import MotionEstimate, MotionModel, moving_share
 INNER = 0.6
 #: a box needs at least this many vectors to be measured
 MIN_VECTORS = 2
+#: ... and vectors for at least this share of the blocks of its central part: where an object moves
+#: fast, or turns, the encoder codes most of its blocks without a vector from the past (intra, or
+#: from a future frame in a B-frame), and the few left are often the background seen through it,
+#: whose zero motion would stop the box. Below it the box is not measured: the Kalman prediction
+#: carries it
+MIN_COVERAGE = 0.3
 #: blocks per square pixel expected in a box where every block is coded with a vector (16x16 blocks)
 BLOCK_AREA = 256.0
 #: how far (source pixels) a block outside every box must move to count as untracked motion
@@ -123,6 +131,9 @@ class MotionVectors(MotionModel):
         boxes = np.ascontiguousarray(boxes, dtype=np.float64)
         shift, quality, growth = box_motion(current.start, current.motion, current.column, boxes, INNER,
                                             MIN_VECTORS, BLOCK_AREA, INLIER_PX, MAX_GROWTH)
+        sparse = quality < MIN_COVERAGE
+        if sparse.any():
+            shift[sparse], growth[sparse] = np.nan, np.nan
         if frames > 1:
             shift *= frames
             growth **= frames
