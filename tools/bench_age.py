@@ -42,7 +42,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from streamlens.bench.accuracy import match_frame
-from streamlens.bench.harness import PIPELINES, header, need, shipped_file, write_page
+from streamlens.bench.harness import PIPELINES, VIDEOS, header, need, shipped_file, write_page
 from streamlens.bench.reference import cache_key, default_cache_dir, reference_for
 from streamlens.config import load_pipeline
 from streamlens.detect import build_detector
@@ -53,7 +53,12 @@ from streamlens.track.matching import box_iou
 
 #: the overlap at which the reference's boxes of two consecutive frames are one object (`perfect motion`)
 LINK_IOU = 0.3
-PIPELINE_NAMES = ("highway_yolox.yaml", "indoor_yolox.yaml")
+#: each shared clip with motion vectors, and the shipped pipeline whose detector and tracker it runs with
+CLIPS = {"highway_720p30.mp4": "highway_yolox.yaml", "person_indoor_768x432.mp4": "indoor_yolox.yaml",
+         "highway_1080p30.mp4": "highway_yolox.yaml", "highway_320x240.avi": "highway_yolox.yaml",
+         "road_topdown_640x360.avi": "highway_yolox.yaml"}
+#: the clips of the shipped pipelines themselves (the default)
+SHIPPED = ("highway_720p30.mp4", "person_indoor_768x432.mp4")
 ARMS = ("held", "tracker", "perfect motion")
 
 
@@ -61,9 +66,9 @@ class Clip:
     """One pass of a pipeline's clip: per frame, the detector's boxes down to the tracker's floor
     (the tracker's input), the decoder's motion vectors, and the reference (the boxes at `conf`)."""
 
-    def __init__(self, pipeline: Path, cache: Path):
+    def __init__(self, pipeline: Path, cache: Path, video: Path | None = None):
         self.cfg = load_pipeline(shipped_file(pipeline))
-        self.video = need(self.cfg.sources[0].uri)
+        self.video = need(video or self.cfg.sources[0].uri)
         self.reference = reference_for(self.cfg.detector, str(self.video), cache)
         floor = weak_floor(self.cfg.tracker)
         key = json.dumps({"reference": cache_key(self.cfg.detector, str(self.video)), "floor": floor}, sort_keys=True)
@@ -252,23 +257,70 @@ def tables(clip: Clip, name: str, intervals: list[int], delays: list[int]) -> li
     return lines + [""]
 
 
+def leave_one_out(clips: dict[str, Clip], intervals: dict[str, list[int]], knob: str) -> list[str]:
+    """`knob` (`module.NAME=v1,v2,...`, a constant of a module of `streamlens.track`) chosen by leaving one
+    clip out: the tracker's class-aware F1 (the mean over the clip's intervals) for every value on every
+    clip, and for each clip the value the other clips choose (the best mean over them) with its F1 there."""
+    import importlib
+
+    target, _, values = knob.partition("=")
+    where, _, name = target.rpartition(".")
+    module = importlib.import_module(f"streamlens.track.{where}")
+    kept, choices = getattr(module, name), [float(v) for v in values.split(",")]
+    table: dict[str, dict[float, float]] = {}
+    try:
+        for value in choices:
+            setattr(module, name, value)
+            for clip_name, clip in clips.items():
+                f1s = [Score.f1(run_arm(clip, "tracker", n).aware) for n in intervals[clip_name]]
+                table.setdefault(clip_name, {})[value] = float(np.mean(f1s))
+            print(f"{name}={value:g}: " + ", ".join(f"{c} {table[c][value]:.3f}" for c in clips), flush=True)
+    finally:
+        setattr(module, name, kept)
+    lines = [f"## `{name}` ({where}.py) chosen by leaving one clip out", "",
+             "The tracker's class-aware F1, the mean over each clip's intervals; `chosen without it`: the value "
+             f"whose mean over the other clips is best (shipped: {kept:g}).", "",
+             "| clip | " + " | ".join(f"{v:g}" for v in choices) + " | chosen without it | its F1 there |",
+             "|---|" + "---|" * (len(choices) + 2)]
+    for held in clips:
+        others = [c for c in clips if c != held]
+        best = max(choices, key=lambda v: np.mean([table[c][v] for c in others])) if others else kept
+        lines.append(f"| {held} | " + " | ".join(f"{table[held][v]:.3f}" for v in choices) +
+                     f" | {best:g} | {table[held][best]:.3f} |")
+    return lines + [""]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pipelines", default=",".join(PIPELINE_NAMES), help="shipped pipelines, comma-separated")
-    parser.add_argument("--intervals", default="5,10,15", help="keyframe intervals (frames), highway")
-    parser.add_argument("--indoor-intervals", default="3,6,9", help="keyframe intervals for the 10 fps indoor clip")
+    parser.add_argument("--clips", default=",".join(SHIPPED),
+                        help=f"clips of the shared data, comma-separated, or all ({', '.join(CLIPS)})")
+    parser.add_argument("--intervals", default="5,10,15", help="keyframe intervals (frames) of the 25-30 fps clips")
+    parser.add_argument("--slow-intervals", default="3,6,9", help="keyframe intervals of clips under 20 fps")
     parser.add_argument("--delays", default="0,1,2,3", help="frames between a keyframe and its detections ('' for none)")
+    parser.add_argument("--loko", default=None, metavar="MODULE.NAME=V1,V2",
+                        help="instead of the tables: a tracker constant chosen by leaving one clip out, e.g. "
+                             "motion.vectors.MIN_COVERAGE=0,0.2,0.4")
     parser.add_argument("--cache", type=Path, default=default_cache_dir())
     parser.add_argument("--out", type=Path, default=None, help="write the tables to this page as well")
     args = parser.parse_args(argv)
     args.cache.mkdir(parents=True, exist_ok=True)
     delays = [int(d) for d in args.delays.split(",") if d.strip()]
+    names = list(CLIPS) if args.clips == "all" else args.clips.split(",")
+    unknown = [n for n in names if n not in CLIPS]
+    if unknown:
+        raise SystemExit(f"bench_age: --clips: {', '.join(unknown)}: expected some of {', '.join(CLIPS)}, or all")
     text = [header("How boxes age between keyframes, and what motion could win back")]
-    for name in args.pipelines.split(","):
-        clip = Clip(PIPELINES / name, args.cache)
-        chosen = args.indoor_intervals if name.startswith("indoor") else args.intervals
-        print(f"{name}:", flush=True)
-        text += tables(clip, name, [int(x) for x in chosen.split(",")], delays)
+    clips, intervals = {}, {}
+    for name in names:
+        clips[name] = Clip(PIPELINES / CLIPS[name], args.cache, VIDEOS / name)
+        chosen = args.slow_intervals if clips[name].fps < 20 else args.intervals
+        intervals[name] = [int(x) for x in chosen.split(",")]
+    if args.loko:
+        text += leave_one_out(clips, intervals, args.loko)
+    else:
+        for name, clip in clips.items():
+            print(f"{name}:", flush=True)
+            text += tables(clip, CLIPS[name], intervals[name], delays)
     if args.out:
         write_page(args.out, "\n".join(text), keep="## Notes")
     else:
