@@ -23,10 +23,16 @@ late result, re-anchored on the keyframe and caught up by the frames' kept motio
 does when the detector's answer comes back after later frames went out by motion): what the
 detector's delay costs at a given share of frames detected.
 
+`--clips all` plays the other shared clips with motion vectors too (1080p and 320x240 highway, the
+top-down road: with the highway pipeline), and `--loko module.NAME=v1,v2,...` scores the tracker instead
+with a constant of `streamlens.track` at each value and chooses it by leaving one clip out (how
+`motion.vectors.MIN_COVERAGE` was chosen).
+
 Nothing is timed: the figures do not depend on the machine's speed or load.
 
     python tools/bench_age.py                                    # prints the tables
     python tools/bench_age.py --intervals 3,5,8,10,15 --out tools/results/age.md   # its results page
+    python tools/bench_age.py --clips all --loko motion.vectors.MIN_COVERAGE=0,0.1,0.2,0.3,0.4,0.5
 """
 
 from __future__ import annotations
