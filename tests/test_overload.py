@@ -359,6 +359,37 @@ def test_a_single_second_over_budget_stops_the_keyframes_waiting_but_costs_no_de
     assert second(0.1) == "keyframe intervals x1.5"  # two in a row: 7%
 
 
+def test_keyframes_a_user_lets_wait_longer_are_read_against_their_own_budget():
+    """`detector.budget_ms: 60` with the p95 held at 33: a fifth of the frames are keyframes published
+    with their own detections 50 ms after they became available (within their 60), the rest 10 ms. The
+    controller reads each keyframe against its own budget and keeps them waiting; read against the
+    frames' 33 ms, a fifth of the frames late, it stopped their waiting at once."""
+    streams = [f"cam{i}" for i in range(4)]
+
+    def run(own_budget_ms):
+        clock = Clock()
+        c = BudgetController(33, streams, max_stretch=4, clock=clock, keyframe_wait=True)
+        actions = []
+        for _ in range(6):
+            for k in range(30):
+                clock.now += 1 / 30
+                for name in streams:
+                    keyframe = k % 5 == 0
+                    c.observe(name, 50.0 if keyframe else 10.0, own_budget_ms if keyframe else None)
+            actions.append(c.tick(dict.fromkeys(streams, 0)))
+        return actions, c.wait
+
+    assert run(60.0) == ([None] * 6, True)
+    assert run(None)[0][0] == "keyframes no longer wait" and not run(None)[1]
+    # a keyframe over its own budget is late against it too: 70 ms of 60 reads as 38.5 of 33
+    clock = Clock()
+    c = BudgetController(33, ["cam"], max_stretch=4, clock=clock, keyframe_wait=True)
+    for _ in range(30):
+        clock.now += 1 / 30
+        c.observe("cam", 70.0, 60.0)
+    assert c.pooled_p95() == pytest.approx(38.5)
+
+
 def test_one_stream_of_a_few_frames_a_second_is_judged_on_its_last_21():
     """A single 8 fps camera: the p95 of one second's 8 frames is their slowest; over its last 21
     frames one slow frame is left out, two are not."""

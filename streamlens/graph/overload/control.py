@@ -246,7 +246,14 @@ class BudgetController:
             if source.name in self.shedders:
                 self.shedders[source.name].attach(source)
 
-    def observe(self, stream: str, ms: float) -> None:
+    def observe(self, stream: str, ms: float, own_budget_ms: float | None = None) -> None:
+        """A frame of `stream` published `ms` after it became available. `own_budget_ms`: the budget
+        that frame was held to, where it had one of its own (a keyframe published with its detections
+        waited for them up to `detector.budget_ms`): where it is the larger, the frame is read against
+        it (its `ms` in that budget's share), so that keyframes a user lets wait longer do not make
+        the controller stop their waiting."""
+        if own_budget_ms and self.budget_ms and own_budget_ms > self.budget_ms:
+            ms *= self.budget_ms / own_budget_ms
         samples = self._samples.get(stream)
         if samples is not None:
             with self._lock:

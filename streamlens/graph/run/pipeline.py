@@ -481,5 +481,6 @@ class Pipeline(RunFigures):
         the last sink to write it): its latency, posted to the stream's figures and the controller."""
         total_ms = (time.monotonic() - item.frame.clock) * 1000
         self.streams[item.frame.stream].stats.post_published(item, publish_ms, total_ms)
-        if self.controller is not None:
-            self.controller.observe(item.frame.stream, total_ms)
+        if self.controller is not None:  # a keyframe with its detections waited for them: its own budget
+            own = self.config.detector.budget_ms if item.keyframe else None
+            self.controller.observe(item.frame.stream, total_ms, own)
