@@ -63,14 +63,16 @@ def order_vectors(start, motion):
 
 
 @njit(**_JIT)
-def box_motion(start, motion, columns, boxes, keep, min_vectors, block_area, inlier_px=1.0, max_growth=1.25):
+def box_motion(start, motion, columns, boxes, keep, min_vectors, block_area, inlier_px=1.0, max_growth=1.25,
+               min_coverage=0.0):
     """Per box `(B, 4)` (x1, y1, x2, y2): the median motion `(B, 2)` of the vectors whose `start`
     `(N, 2)` lies in its central part (`keep` of its width and height around its centre), NaN where
-    fewer than `min_vectors` do, the quality `(B,)`: those vectors over the blocks of `block_area`
-    square pixels that part holds (at most 1), and the growth `(B,)`: how far the vectors that moved
-    with the median (within `inlier_px`) spread out (> 1) or drew together, the ratio of their mean
-    distance from their centre after and before, within `max_growth` either way (NaN where fewer than
-    `min_vectors`, or at least 3, moved so, or they lie too close together to tell). `columns` `(N,)`
+    fewer than `min_vectors` do or their quality is under `min_coverage`, the quality `(B,)`: those
+    vectors over the blocks of `block_area` square pixels that part holds (at most 1), and the growth
+    `(B,)`: how far the vectors that moved with the median (within `inlier_px`) spread out (> 1) or
+    drew together, the ratio of their mean distance from their centre after and before, within
+    `max_growth` either way (NaN where the median is, or where fewer than `min_vectors`, or at least
+    3, moved so, or they lie too close together to tell). `columns` `(N,)`
     is each start's x truncated to whole pixels, ascending (the vectors are ordered by it)."""
     count = boxes.shape[0]
     shift = np.full((count, 2), np.nan)
@@ -98,7 +100,7 @@ def box_motion(start, motion, columns, boxes, keep, min_vectors, block_area, inl
                     sy[k] = y
                     k += 1
         quality[b] = min(1.0, k / max(1.0, (x2 - x1) * (y2 - y1) / block_area))
-        if k >= max(min_vectors, 1):
+        if k >= max(min_vectors, 1) and quality[b] >= min_coverage:
             mx, my = np.median(dx[:k]), np.median(dy[:k])
             shift[b, 0] = mx
             shift[b, 1] = my
@@ -225,7 +227,7 @@ def warm_up() -> None:
     _warm = True
     start, _, _ = order_vectors(np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32))
     boxes = np.array([[0.0, 0.0, 1.0, 1.0]])
-    box_motion(start, start, np.zeros(1, np.int16), boxes, 0.5, 2, 256.0, 1.0, 1.25)
+    box_motion(start, start, np.zeros(1, np.int16), boxes, 0.5, 2, 256.0, 1.0, 1.25, 0.3)
     moving_outside(start, start, 1, boxes, 0.1, sample_median(start, 1), 1.0)
     kalman_move(np.ones((1, 8)), np.ones((1, 3, 4)), np.zeros((1, 4)), 0.1, 0.1, np.ones(1), 1.0, 1.0, 1.0)
     from ..sources import motion_vectors

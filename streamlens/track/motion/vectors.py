@@ -130,10 +130,7 @@ class MotionVectors(MotionModel):
             current.sort()
         boxes = np.ascontiguousarray(boxes, dtype=np.float64)
         shift, quality, growth = box_motion(current.start, current.motion, current.column, boxes, INNER,
-                                            MIN_VECTORS, BLOCK_AREA, INLIER_PX, MAX_GROWTH)
-        sparse = quality < MIN_COVERAGE
-        if sparse.any():
-            shift[sparse], growth[sparse] = np.nan, np.nan
+                                            MIN_VECTORS, BLOCK_AREA, INLIER_PX, MAX_GROWTH, MIN_COVERAGE)
         if frames > 1:
             shift *= frames
             growth **= frames
