@@ -15,7 +15,8 @@ from streamlens.bench.reference import Reference
 from .conftest import REPO
 
 
-def _tool():
+def _tool(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "tools"))  # it imports bench_track beside it, as when run
     spec = importlib.util.spec_from_file_location("bench_age", REPO / "tools" / "bench_age.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -24,7 +25,7 @@ def _tool():
 
 class _Clip(SimpleNamespace):
     def __len__(self) -> int:
-        return len(self.found)
+        return len(self.detections)
 
 
 def _clip(tool, boxes: list[list[list[float]]], classes: list[list[int]]) -> _Clip:
@@ -33,12 +34,12 @@ def _clip(tool, boxes: list[list[list[float]]], classes: list[list[int]]) -> _Cl
     found = [sv.Detections(xyxy=np.array(b, np.float32).reshape(-1, 4), confidence=np.full(len(b), 0.9, np.float32),
                            class_id=np.array(c, np.int64), data={"class_name": np.array(["x"] * len(b), object)})
              for b, c in zip(boxes, classes)]
-    return _Clip(reference=reference, found=found,
+    return _Clip(reference=reference, detections=found,
                  links=tool.link_objects([reference.boxes(i) for i in range(len(reference))]))
 
 
-def test_perfect_motion_follows_the_detector_drops_what_it_loses_and_keeps_the_keyframes_class():
-    tool = _tool()
+def test_perfect_motion_follows_the_detector_drops_what_it_loses_and_keeps_the_keyframes_class(monkeypatch):
+    tool = _tool(monkeypatch)
     car = [[0, 0, 20, 10], [4, 0, 24, 10], [8, 0, 28, 10], [12, 0, 32, 10]]  # 4 px a frame
     truck = [[100, 100, 140, 120]] * 2  # found on the first two frames only
     boxes = [[car[0], truck[0]], [car[1], truck[1]], [car[2]], [car[3]]]

@@ -47,14 +47,16 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from bench_track import ClipFrames, load_detections, save_detections  # a tool beside this one
+
 from streamlens.bench.accuracy import match_frame
 from streamlens.bench.harness import PIPELINES, VIDEOS, header, need, shipped_file, write_page
 from streamlens.bench.reference import cache_key, default_cache_dir, reference_for
 from streamlens.config import load_pipeline
 from streamlens.detect import build_detector
-from streamlens.frame import WEAK, Frame
 from streamlens.sources.file import FileSource
 from streamlens.track import build_tracker, weak_floor
+from streamlens.track.base import confident
 from streamlens.track.matching import box_iou
 
 #: the overlap at which the reference's boxes of two consecutive frames are one object (`perfect motion`)
@@ -68,9 +70,10 @@ SHIPPED = ("highway_720p30.mp4", "person_indoor_768x432.mp4")
 ARMS = ("held", "tracker", "perfect motion")
 
 
-class Clip:
+class Clip(ClipFrames):
     """One pass of a pipeline's clip: per frame, the detector's boxes down to the tracker's floor
-    (the tracker's input), the decoder's motion vectors, and the reference (the boxes at `conf`)."""
+    (`detections`, the tracker's input), the decoder's motion vectors, and the reference (the boxes at
+    `conf`); `frame(i)` as bench_track's clips give it."""
 
     def __init__(self, pipeline: Path, cache: Path, video: Path | None = None):
         self.cfg = load_pipeline(shipped_file(pipeline))
@@ -79,61 +82,26 @@ class Clip:
         floor = weak_floor(self.cfg.tracker)
         key = json.dumps({"reference": cache_key(self.cfg.detector, str(self.video)), "floor": floor}, sort_keys=True)
         cached = cache / f"age-{hashlib.sha1(key.encode()).hexdigest()[:16]}.npz"
-        self.found, self.vectors = self._decode(floor, cached)
-        if len(self.found) != len(self.reference):
-            raise SystemExit(f"bench_age: {self.video}: {len(self.found)} frames decoded, the reference has "
-                             f"{len(self.reference)} (a stale cache in {cache}?)")
-        self.links = link_objects([self.reference.boxes(i) for i in range(len(self.reference))])
-
-    def _decode(self, floor: float | None, cached: Path) -> tuple[list, list]:
         detector = None if cached.is_file() else build_detector(self.cfg.detector, weak_floor=floor)
         found, vectors = [], []
         with FileSource("age", self.video, export_mvs=True) as source:
-            self.fps = source.fps or 30.0
             for frame in source.frames(threading.Event()):
-                self.size = (frame.width, frame.height)
+                size = (frame.width, frame.height)
                 vectors.append(frame.motion_vectors)
                 if detector is not None:
                     frame.image  # noqa: B018 - the whole picture converted first, as the reference's
                     found.append(detector.detect([frame])[0])
+            fps = source.fps or 30.0
         if detector is None:
-            found = load_detections(cached)
+            found = load_detections(cached, self.cfg.detector.conf)
         else:
             detector.close()
             save_detections(cached, found)
-        return found, vectors
-
-    def __len__(self) -> int:
-        return len(self.found)
-
-    def frame(self, index: int) -> Frame:
-        """A frame without pixels (the tracker reads the motion vectors) but with the clip's size."""
-        width, height = self.size
-        blank = np.broadcast_to(np.zeros((1, 1, 3), np.uint8), (height, width, 3))
-        return Frame("age", index, index / self.fps, 0.0, blank, motion_vectors=self.vectors[index])
-
-
-def save_detections(path: Path, found: list) -> None:
-    rows = [np.column_stack([np.full(len(d), i), d.xyxy, d.confidence, d.class_id]) for i, d in enumerate(found)]
-    names = [str(n) for d in found for n in d.data["class_name"]]
-    weak = [bool(w) for d in found for w in d.data.get(WEAK, np.zeros(len(d), bool))]
-    np.savez(path, rows=np.concatenate(rows) if rows else np.empty((0, 7)), names=np.array(names, dtype=str),
-             weak=np.array(weak, bool), frames=len(found))
-
-
-def load_detections(path: Path) -> list:
-    import supervision as sv
-
-    data = np.load(path)
-    rows, names, weak = data["rows"], data["names"].astype(object), data["weak"]
-    out = []
-    for i in range(int(data["frames"])):
-        chosen = rows[:, 0] == i
-        d = sv.Detections(xyxy=rows[chosen, 1:5].astype(np.float32), confidence=rows[chosen, 5].astype(np.float32),
-                          class_id=rows[chosen, 6].astype(np.int64))
-        d.data["class_name"], d.data[WEAK] = names[chosen], weak[chosen]
-        out.append(d)
-    return out
+        super().__init__(found, [], vectors, size, fps)
+        if len(self) != len(self.reference):
+            raise SystemExit(f"bench_age: {self.video}: {len(self)} frames decoded, the reference has "
+                             f"{len(self.reference)} (a stale cache in {cache}?)")
+        self.links = link_objects([self.reference.boxes(i) for i in range(len(self.reference))])
 
 
 def link_objects(boxes: list[np.ndarray]) -> list[np.ndarray]:
@@ -191,26 +159,25 @@ def run_arm(clip: Clip, arm: str, interval: int, delay: int = 0) -> Score:
     """Score one arm over the clip with a keyframe every `interval` frames, its detections applied
     `delay` frames later (the tracker only)."""
     ref, score = clip.reference, Score()
-    tracker = build_tracker(clip.cfg.tracker, clip.fps, detector_conf=clip.cfg.detector.conf) if arm == "tracker" else None
-    confident = [~np.asarray(d.data.get(WEAK, np.zeros(len(d), bool)), bool) for d in clip.found]
+    tracker = None if arm != "tracker" else build_tracker(clip.cfg.tracker, clip.fps,
+                                                          detector_conf=clip.cfg.detector.conf)
     applied = None  # the keyframe whose detections the shown boxes carry
     for i in range(len(clip)):
         due = i - delay if (i - delay) >= 0 and (i - delay) % interval == 0 else None
         if tracker is not None:
             frame = clip.frame(i)
             if due == i:
-                shown = boxes_of(tracker.update(frame, clip.found[i]))
+                shown = boxes_of(tracker.update(frame, clip.detections[i]))
             else:
                 tracker.propagate(frame)
                 if due is not None:
-                    tracker.update(clip.frame(due), clip.found[due])
+                    tracker.update(clip.frame(due), clip.detections[due])
                 shown = boxes_of(tracker.objects())
             applied = due if due is not None else applied
         else:
             applied = i if i % interval == 0 else applied
             if arm == "held":
-                keep = confident[applied]
-                shown = (np.asarray(clip.found[applied].xyxy, np.float64)[keep], clip.found[applied].class_id[keep])
+                shown = boxes_of(confident(clip.detections[applied]))
             else:
                 shown = perfect_motion(clip, applied, i)
         if applied is None:
@@ -254,7 +221,8 @@ def tables(clip: Clip, name: str, intervals: list[int], delays: list[int]) -> li
         lines.append(f"| {arm} | " + " | ".join(f"{Score.f1(by_age[d]):.2f}" if d in by_age else "-"
                                                for d in range(top)) + " |")
     if delays:
-        lines += ["", "The tracker with each keyframe's detections applied D frames after its frame (class-aware F1):", "",
+        lines += ["", "The tracker with each keyframe's detections applied D frames after its frame "
+                  "(class-aware F1):", "",
                   "| keyframe every | " + " | ".join(f"D={d}" for d in delays) + " |", "|---|" + "---|" * len(delays)]
         for interval in intervals:
             row = [f"{Score.f1(run_arm(clip, 'tracker', interval, d).aware):.3f}" for d in delays]
@@ -302,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"clips of the shared data, comma-separated, or all ({', '.join(CLIPS)})")
     parser.add_argument("--intervals", default="5,10,15", help="keyframe intervals (frames) of the 25-30 fps clips")
     parser.add_argument("--slow-intervals", default="3,6,9", help="keyframe intervals of clips under 20 fps")
-    parser.add_argument("--delays", default="0,1,2,3", help="frames between a keyframe and its detections ('' for none)")
+    parser.add_argument("--delays", default="0,1,2,3",
+                        help="frames between a keyframe and its detections ('' for none)")
     parser.add_argument("--loko", default=None, metavar="MODULE.NAME=V1,V2",
                         help="instead of the tables: a tracker constant chosen by leaving one clip out, e.g. "
                              "motion.vectors.MIN_COVERAGE=0,0.2,0.4")

@@ -107,7 +107,7 @@ def load_clip(cache: Path) -> ClipFrames:
     key = f"{MODEL.stat().st_size}:{CLIP.stat().st_size}:{DETECTOR_CONF}:{LOW_SCORE}"
     key = hashlib.sha1(key.encode()).hexdigest()[:10]
     cached = cache / f"streamlens_bench_highway_{key}.npz"
-    detections = _load_detections(cached) if cached.is_file() else None
+    detections = load_detections(cached) if cached.is_file() else None
     detector = None if detections is not None else _detector()
     flow = SparseFlow()
     source = FileSource("highway", CLIP, export_mvs=True)
@@ -120,7 +120,7 @@ def load_clip(cache: Path) -> ClipFrames:
             vectors.append(frame.motion_vectors)
             size = (frame.width, frame.height)
     if detections is None:
-        _save_detections(cached, found)
+        save_detections(cached, found)
         detections = found
     return ClipFrames(detections, greys, vectors, size, source.fps or 30.0)
 
@@ -134,13 +134,14 @@ def _detector():
     return lambda frames: detector.detect(frames)[0]
 
 
-def _save_detections(path: Path, detections: list[sv.Detections]) -> None:
+def save_detections(path: Path, detections: list[sv.Detections]) -> None:
     rows = [np.column_stack([np.full(len(d), i), d.xyxy, d.confidence, d.class_id]) for i, d in enumerate(detections)]
     names = [n for d in detections for n in d.data["class_name"]]
     np.savez(path, rows=np.concatenate(rows), names=np.array(names, dtype=str), frames=len(detections))
 
 
-def _load_detections(path: Path) -> list[sv.Detections]:
+def load_detections(path: Path, conf: float = DETECTOR_CONF) -> list[sv.Detections]:
+    """Detections `save_detections` wrote, those under `conf` flagged weak (`frame.WEAK`)."""
     data = np.load(path)
     rows, names = data["rows"], data["names"].astype(object)
     out = []
@@ -149,7 +150,7 @@ def _load_detections(path: Path) -> list[sv.Detections]:
         d = sv.Detections(xyxy=rows[chosen, 1:5].astype(np.float32), confidence=rows[chosen, 5].astype(np.float32),
                           class_id=rows[chosen, 6].astype(np.int64))
         d.data["class_name"] = names[chosen]
-        d.data[WEAK] = d.confidence < DETECTOR_CONF
+        d.data[WEAK] = d.confidence < conf
         out.append(d)
     return out
 
