@@ -28,6 +28,7 @@ PIPELINE = ("( udpsrc address=127.0.0.1 port={port} caps=\"application/x-rtp,med
 #: tries to prepare a mount's media before the server gives up
 PREPARE_TRIES = 3
 
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0, help="RTSP port on 127.0.0.1 (0: any free port)")
@@ -67,8 +68,10 @@ def main() -> int:
         # so that a client's DESCRIBE is answered at once, however often clients come and go.
         for name, factory in factories.items():
             _, url = GstRtsp.RTSPUrl.parse(f"rtsp://127.0.0.1:{server.get_bound_port()}/{name}")
-            for _ in range(PREPARE_TRIES):  # on a loaded machine a prepare can give up before the
-                media = factory.construct(url)  # publisher's first keyframe comes: try again
+            # on a loaded machine a prepare can give up before the publisher's first keyframe
+            # comes: try again
+            for _ in range(PREPARE_TRIES):
+                media = factory.construct(url)
                 if media is not None and media.prepare(None):
                     break
             else:
