@@ -288,6 +288,23 @@ def sample_frames():
         return {f.grey_sample(1).tobytes(): f.index for f in source.frames(threading.Event())}
 
 
+def read_camera(source, take, timeout_s: float) -> None:
+    """Hand each frame of `source` to `take` on a thread of its own until `take` says enough (True),
+    for at most `timeout_s` seconds; then stop the source."""
+    stop = threading.Event()
+
+    def read():
+        for frame in source.frames(stop):
+            if take(frame):
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    stop.set()
+    reader.join(5)
+
+
 @pytest.mark.parametrize("where", ["process", "thread"])
 def test_a_camera_shedding_by_whole_groups_skips_them_keyframe_and_all(camera, sample_frames, where):
     """A real RTSP camera shedding half by whole groups: once its groups' length is known, its frames
@@ -298,19 +315,13 @@ def test_a_camera_shedding_by_whole_groups_skips_them_keyframe_and_all(camera, s
     shedder.fraction, shedder.whole_groups = 0.5, True
     source = LiveSource("cam1", camera.url("cam1"), transport="tcp", timeout_s=10, decode=where)
     c.attach([source])
-    stop, shown = threading.Event(), []
+    shown = []
 
-    def read():
-        for frame in source.frames(stop):
-            shown.append(sample_frames.get(frame.grey_sample(1).tobytes()))
-            if len(shown) >= 4 * SAMPLE_GOP:
-                return
+    def take(frame) -> bool:
+        shown.append(sample_frames.get(frame.grey_sample(1).tobytes()))
+        return len(shown) >= 4 * SAMPLE_GOP
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(60)
-    stop.set()
-    reader.join(5)
+    read_camera(source, take, timeout_s=60)
     assert len(shown) >= 4 * SAMPLE_GOP and None not in shown, shown
     later = shown[len(shown) // 2:]  # before the groups' length is known the worker drops evenly
     jumps = [(a, b) for a, b in zip(later, later[1:]) if (b - a) % SAMPLE_FRAMES != 1]
@@ -326,23 +337,17 @@ def test_a_camera_on_the_last_rung_decodes_its_keyframes_only_in_its_decode_work
     source = LiveSource("cam1", camera.url("cam1"), transport="tcp", timeout_s=10, decode=where)
     c.attach([source])
     assert source.thin is shedder
-    stop, frames = threading.Event(), []
+    frames = []
 
-    def read():
-        for frame in source.frames(stop):
-            frames.append((frame.index, frame.pts, sample_frames.get(frame.grey_sample(1).tobytes())))
-            if len(frames) == 4:  # down a rung: half of each group
-                shedder.fraction, shedder.keyframes_only = 0.5, False
-            if len(frames) == 4 + 2 * SAMPLE_GOP:  # every frame again, from the next keyframe
-                shedder.fraction = 0.0
-            if len(frames) >= 4 + 3 * SAMPLE_GOP + 10:
-                return
+    def take(frame) -> bool:
+        frames.append((frame.index, frame.pts, sample_frames.get(frame.grey_sample(1).tobytes())))
+        if len(frames) == 4:  # down a rung: half of each group
+            shedder.fraction, shedder.keyframes_only = 0.5, False
+        if len(frames) == 4 + 2 * SAMPLE_GOP:  # every frame again, from the next keyframe
+            shedder.fraction = 0.0
+        return len(frames) >= 4 + 3 * SAMPLE_GOP + 10
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(30)
-    stop.set()
-    reader.join(5)
+    read_camera(source, take, timeout_s=30)
     assert len(frames) >= 4 + 3 * SAMPLE_GOP + 10, f"{len(frames)} frames: {source.stats()}"
     thinned = frames[:4]
     # every picture is one of the sample's, exactly: on the last rung its keyframes only
