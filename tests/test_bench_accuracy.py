@@ -205,6 +205,7 @@ def test_a_bench_run_scores_both_the_pipeline_and_the_hold_baseline(tmp_path):
         assert 0.0 <= acc["f1"] <= 1.0 and acc["f1_min"] == run["streams"]["s0"]["accuracy"]["f1"]
         assert run["streams"]["s0"]["accuracy"]["frames"] == run["streams"]["s0"]["frames"]
         assert run["detection_delay_ms"]["n"] > 0
+        assert sum(r["frames"] for r in run["accuracy_by_age"]["rows"]) == run["streams"]["s0"]["accuracy"]["frames"]
     assert report["hold"][0]["detection_delay_ms"]["method"] == "detected_frame"
     assert "hold_max_streams" in report["answers"]
     # the subscriber kept the controller's state from the run's stats messages (whatever the machine's
@@ -226,6 +227,25 @@ def test_a_trial_has_a_timeline_of_f1_and_frames_detected_by_five_seconds():
     trial = measure(records, k=1, warmup=0.0, seconds=20.0, reference=ref, window_s=4.0)
     assert [(w["from_s"], w["f1"], w["frames"], w["detected"]) for w in trial["timeline"]] == [
         (0.0, 1.0, 4, 0.25), (4.0, 0.25, 4, 0.25), (8.0, 0.0, 4, 0.0)]  # one right box in four
+
+
+def test_a_trial_tells_f1_by_the_age_of_the_detections_each_frame_carries():
+    # one stream, 8 frames: none detected on frame 0, keyframe 1's detections on 1-4 (right, then drifting
+    # off), keyframe 4's come back late and first reach frame 6; a frame with nothing detected yet is `none`
+    n = 8
+    boxes = [[]] + [[A]] * 3 + [[B]] * 2 + [[A]] * 2
+    records = {"s0": {"frame": list(range(n)), "ts": [i / 10 for i in range(n)], "recv": [i / 10 + 0.01 for i in range(n)],
+                      "key": [0, 1, 0, 0, 0, 0, 0, 0], "pts": [i / 10 for i in range(n)], "boxes": boxes,
+                      "det": [None, 1, 1, 1, 1, 1, 4, 4]}}
+    trial = measure(records, k=1, warmup=0.0, seconds=1.0, reference=ref_of(*[[A]] * n))
+    ages = trial["accuracy_by_age"]
+    assert [(r["age"], r["frames"], r["f1"]) for r in ages["rows"]] == [
+        ("none", 1, 0.0), ("0", 1, 1.0), ("1", 1, 1.0), ("2", 2, 1.0), ("3", 2, 0.5), ("4", 1, 0.0)]
+    assert ages["mean_age"] == 2.14 and ages["mean_gap"] == 3.0  # ages 0 1 2 3 4 2 3 (15 / 7); keyframes 1, 4
+    assert abs(sum(r["share"] for r in ages["rows"]) - 1.0) < 1e-3
+    # without `detected_frame` (an older publisher) the ages are unknown: not reported
+    plain = {"s0": {k: v for k, v in records["s0"].items() if k != "det"}}
+    assert "accuracy_by_age" not in measure(plain, k=1, warmup=0.0, seconds=1.0, reference=ref_of(*[[A]] * n))
 
 
 def test_staggered_copies_begin_through_the_clip():

@@ -27,6 +27,12 @@ the `Reference` (the same detector on every frame of the clip):
   carry) every keyframe is timed, late ones included (`method: detected_frame`). Without it only
   keyframes published with their own detections (`keyframe: true`) can be timed
   (`method: keyframes in time`): keyframes that went out late are missing from it.
+- Age (`AgeTally`): a received frame's age is how many frames after the keyframe whose detections
+  its boxes carry it is (its `frame` less its `detected_frame`: 0 on a keyframe published with its
+  own detections); F1 by age, each age's share of the frames, the mean age, and the mean gap
+  between the keyframes whose detections reached the subscriber. What a load costs in F1 is read
+  there: the detector's share of frames sets the gaps, its delay and the spacing of its keyframes
+  add to the age (tools/results/age.md gives F1 by age for a file, where nothing is late).
 
 Example:
     >>> ref = Reference.from_frames([0.0, 0.1], [[[0, 0, 10, 10]], [[0, 0, 10, 10]]], [[2], [2]])
@@ -195,6 +201,65 @@ def detection_delays(frames, ts, recv, key, detected=None, start: float = -np.in
     return delays, "detected_frame" if have else "keyframes in time"
 
 
+#: the ages `AgeTally` reports F1 by: each bucket from its value up to the next one's
+AGE_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15)
+
+
+class AgeTally:
+    """F1 by the age of the detections each received frame carries (see the module docs), pooled
+    over streams: `add` one stream's scored frames, `report()` the figures.
+
+    Example:
+        >>> tally = AgeTally()      # keyframes 10 and 12; 12's detections came back on frame 13
+        >>> tally.add([10, 11, 12, 13], [10, 10, 10, 12], [(2, 2, 2), (1, 2, 2), (1, 2, 2), (2, 2, 2)])
+        >>> r = tally.report()      # counts: (boxes matched, delivered, in the reference)
+        >>> r["mean_age"], r["mean_gap"], [(row["age"], row["frames"], row["f1"]) for row in r["rows"]]
+        (1.0, 2.0, [('0', 1, 1.0), ('1', 2, 0.75), ('2', 1, 0.5)])
+    """
+
+    def __init__(self):
+        self._sums: dict[str, list[int]] = {}  # bucket -> [matched, delivered, reference, frames]
+        self._ages: list[int] = []
+        self._gaps: list[int] = []
+
+    def add(self, frames, detected, counts) -> None:
+        """One stream's scored frames in order: their indices, the `detected_frame` of each (None:
+        no detections yet) and `score_stream`'s `counts` (None for a frame not scored)."""
+        applied: list[int] = []
+        for frame, det, count in zip(frames, detected, counts):
+            if det is not None and (not applied or det > applied[-1]):
+                applied.append(det)
+            if count is None:
+                continue
+            age = None if det is None else max(0, frame - det)
+            label = "none" if age is None else self._bucket(age)
+            acc = self._sums.setdefault(label, [0, 0, 0, 0])
+            for i, value in enumerate((*count, 1)):
+                acc[i] += value
+            if age is not None:
+                self._ages.append(age)
+        self._gaps += [b - a for a, b in zip(applied, applied[1:])]
+
+    @staticmethod
+    def _bucket(age: int) -> str:
+        low = max(b for b in AGE_BUCKETS if b <= age)
+        higher = [b for b in AGE_BUCKETS if b > low]
+        if not higher:
+            return f"{low}+"
+        return str(low) if higher[0] == low + 1 else f"{low}-{higher[0] - 1}"
+
+    def report(self) -> dict:
+        frames = sum(acc[3] for acc in self._sums.values())
+        order = {str(b): i for i, b in enumerate(AGE_BUCKETS)}
+        rows = []
+        for label in sorted(self._sums, key=lambda k: (k != "none", order.get(k.split("-")[0].rstrip("+"), 99))):
+            tp, shown, wanted, n = self._sums[label]
+            rows.append({"age": label, "frames": n, "share": round(n / frames, 4) if frames else 0.0,
+                         "f1": round(2 * tp / (shown + wanted), 4) if shown + wanted else None})
+        return {"mean_age": round(float(np.mean(self._ages)), 2) if self._ages else None,
+                "mean_gap": round(float(np.mean(self._gaps)), 2) if self._gaps else None, "rows": rows}
+
+
 def combine(streams: dict[str, dict]) -> dict:
     """All streams' `score_stream` results together: F1 pooled over every scored frame, the worst
     stream's F1, and the new-object waits of every stream."""
@@ -228,5 +293,5 @@ def detections_f1(ours, theirs) -> float:
     return round(2 * tp / (shown + wanted), 4) if shown + wanted else 1.0
 
 
-__all__ = ["score_stream", "detections_f1", "new_object_waits", "detection_delays", "spread", "match_frame", "clip_frames", "combine",
+__all__ = ["AgeTally", "AGE_BUCKETS", "score_stream", "detections_f1", "new_object_waits", "detection_delays", "spread", "match_frame", "clip_frames", "combine",
            "reference_links", "MATCH_IOU"]

@@ -43,6 +43,9 @@ same video, and prints a table; everything measured goes to `--out` as JSON.
   and whether keyframes only were decoded, from the streams' `stats` messages (a window where no
   frame was delivered still shows them; the state the run ended on counts in its last window): with
   `--warmup 0` and 1 s, what a start costs second by second and what the controller did about it.
+  Its `accuracy_by_age` gives F1 by the age of the detections each received frame carries (frames
+  since the keyframe they are of; `none` before a stream's first), each age's share of the frames,
+  the mean age and the mean gap between keyframes whose detections arrived: where a load's F1 goes.
 - The plain baseline (`streamlens.bench.hold`, `--no-hold` skips it): K paced copies decoded on
   threads, one loop detecting the newest frame of each stream in turn and publishing every frame
   at once with its stream's last boxes; measured, scored and judged as a trial is.

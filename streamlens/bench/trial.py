@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from ..metrics import nearest_rank
-from .accuracy import combine, detection_delays, score_stream, spread
+from .accuracy import AgeTally, combine, detection_delays, score_stream, spread
 from .hold import copy_start
 from .listener import TOPICS
 from .runner import MARKER
@@ -138,6 +138,7 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
     window_s = window_s or WINDOW_S
     per_stream, latencies, received, spans, keys, delays, methods = {}, [], 0, 0, 0, [], set()
     detected = 0
+    ages = AgeTally()
     windows: dict[int, list] = {}  # window -> [tp, delivered, reference, frames, detected, latencies]
     for name, s in streams.items():
         ts = np.asarray(s["ts"], dtype=np.float64)
@@ -168,6 +169,8 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
                                                         [s["boxes"][i] for i in picked], reference, counts)
             det = [s["det"][i] for i in picked] if "det" in s else None
             _add_windows(windows, ts[picked] - start, counts, lat, det, window_s)
+            if det is not None:
+                ages.add(frames.tolist(), det, counts)
     kept = [per_stream.get(name, {"kept": 0.0})["kept"] for name in stream_names(k)] if k else [0.0]
     out = {"frames": received, "kept": round(received / spans, 4) if spans else 0.0,
            "kept_min": min(kept), "kept_max": max(kept), "kept_spread": round(max(kept) - min(kept), 4),
@@ -187,6 +190,8 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
                            for tp, shown, wanted, n, d, ms in [windows.get(w, none)]]
         if any(name not in scored for name in stream_names(k)):
             out["accuracy"]["f1_min"] = 0.0  # a stream that delivered nothing in the window
+        if methods == {"detected_frame"}:
+            out["accuracy_by_age"] = ages.report()
     out["detection_delay_ms"] = ({**spread(delays), "n": len(delays), "method": " + ".join(sorted(methods))}
                                  if methods else None)
     if methods == {"keyframes in time"}:
