@@ -234,8 +234,9 @@ def test_a_trial_tells_f1_by_the_age_of_the_detections_each_frame_carries():
     # off), keyframe 4's come back late and first reach frame 6; a frame with nothing detected yet is `none`
     n = 8
     boxes = [[]] + [[A]] * 3 + [[B]] * 2 + [[A]] * 2
-    records = {"s0": {"frame": list(range(n)), "ts": [i / 10 for i in range(n)], "recv": [i / 10 + 0.01 for i in range(n)],
-                      "key": [0, 1, 0, 0, 0, 0, 0, 0], "pts": [i / 10 for i in range(n)], "boxes": boxes,
+    times = [i / 10 for i in range(n)]
+    records = {"s0": {"frame": list(range(n)), "ts": times, "recv": [t + 0.01 for t in times],
+                      "key": [0, 1, 0, 0, 0, 0, 0, 0], "pts": times, "boxes": boxes,
                       "det": [None, 1, 1, 1, 1, 1, 4, 4]}}
     trial = measure(records, k=1, warmup=0.0, seconds=1.0, reference=ref_of(*[[A]] * n))
     ages = trial["accuracy_by_age"]
