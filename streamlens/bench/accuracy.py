@@ -43,6 +43,8 @@ Example:
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from ..metrics import nearest_rank
@@ -203,6 +205,9 @@ def detection_delays(frames, ts, recv, key, detected=None, start: float = -np.in
 
 #: the ages `AgeTally` reports F1 by: each bucket from its value up to the next one's
 AGE_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15)
+#: each bucket's name in the report, after `none` (no detections yet): "0", ..., "6-7", ..., "15+"
+AGE_LABELS = ("none",) + tuple(str(low) if high == low + 1 else f"{low}-{high - 1}"
+                               for low, high in zip(AGE_BUCKETS, AGE_BUCKETS[1:])) + (f"{AGE_BUCKETS[-1]}+",)
 
 
 class AgeTally:
@@ -218,46 +223,34 @@ class AgeTally:
     """
 
     def __init__(self):
-        self._sums: dict[str, list[int]] = {}  # bucket -> [matched, delivered, reference, frames]
-        self._ages: list[int] = []
-        self._gaps: list[int] = []
+        #: per `AGE_LABELS` row: boxes matched, delivered, in the reference, and frames
+        self._sums = np.zeros((len(AGE_LABELS), 4), np.int64)
+        self._age_total = 0
+        self._gap_total = self._gaps = 0
 
     def add(self, frames, detected, counts) -> None:
         """One stream's scored frames in order: their indices, the `detected_frame` of each (None:
         no detections yet) and `score_stream`'s `counts` (None for a frame not scored)."""
-        applied: list[int] = []
+        applied = None  # the newest keyframe whose detections reached this stream
         for frame, det, count in zip(frames, detected, counts):
-            if det is not None and (not applied or det > applied[-1]):
-                applied.append(det)
+            if det is not None and (applied is None or det > applied):
+                if applied is not None:
+                    self._gap_total, self._gaps = self._gap_total + det - applied, self._gaps + 1
+                applied = det
             if count is None:
                 continue
             age = None if det is None else max(0, frame - det)
-            label = "none" if age is None else self._bucket(age)
-            acc = self._sums.setdefault(label, [0, 0, 0, 0])
-            for i, value in enumerate((*count, 1)):
-                acc[i] += value
-            if age is not None:
-                self._ages.append(age)
-        self._gaps += [b - a for a, b in zip(applied, applied[1:])]
-
-    @staticmethod
-    def _bucket(age: int) -> str:
-        low = max(b for b in AGE_BUCKETS if b <= age)
-        higher = [b for b in AGE_BUCKETS if b > low]
-        if not higher:
-            return f"{low}+"
-        return str(low) if higher[0] == low + 1 else f"{low}-{higher[0] - 1}"
+            self._sums[0 if age is None else bisect.bisect_right(AGE_BUCKETS, age)] += (*count, 1)
+            self._age_total += age or 0
 
     def report(self) -> dict:
-        frames = sum(acc[3] for acc in self._sums.values())
-        order = {str(b): i for i, b in enumerate(AGE_BUCKETS)}
-        rows = []
-        for label in sorted(self._sums, key=lambda k: (k != "none", order.get(k.split("-")[0].rstrip("+"), 99))):
-            tp, shown, wanted, n = self._sums[label]
-            rows.append({"age": label, "frames": n, "share": round(n / frames, 4) if frames else 0.0,
-                         "f1": round(2 * tp / (shown + wanted), 4) if shown + wanted else None})
-        return {"mean_age": round(float(np.mean(self._ages)), 2) if self._ages else None,
-                "mean_gap": round(float(np.mean(self._gaps)), 2) if self._gaps else None, "rows": rows}
+        frames = int(self._sums[:, 3].sum())
+        aged = frames - int(self._sums[0, 3])
+        rows = [{"age": label, "frames": int(n), "share": round(n / frames, 4),
+                 "f1": round(2 * tp / (shown + wanted), 4) if shown + wanted else None}
+                for label, (tp, shown, wanted, n) in zip(AGE_LABELS, self._sums.tolist()) if n]
+        return {"mean_age": round(self._age_total / aged, 2) if aged else None,
+                "mean_gap": round(self._gap_total / self._gaps, 2) if self._gaps else None, "rows": rows}
 
 
 def combine(streams: dict[str, dict]) -> dict:
@@ -293,5 +286,5 @@ def detections_f1(ours, theirs) -> float:
     return round(2 * tp / (shown + wanted), 4) if shown + wanted else 1.0
 
 
-__all__ = ["AgeTally", "AGE_BUCKETS", "score_stream", "detections_f1", "new_object_waits", "detection_delays", "spread",
+__all__ = ["AgeTally", "AGE_BUCKETS", "AGE_LABELS", "score_stream", "detections_f1", "new_object_waits", "detection_delays", "spread",
            "match_frame", "clip_frames", "combine", "reference_links", "MATCH_IOU"]
