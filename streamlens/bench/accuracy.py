@@ -286,5 +286,5 @@ def detections_f1(ours, theirs) -> float:
     return round(2 * tp / (shown + wanted), 4) if shown + wanted else 1.0
 
 
-__all__ = ["AgeTally", "AGE_BUCKETS", "AGE_LABELS", "score_stream", "detections_f1", "new_object_waits", "detection_delays", "spread",
-           "match_frame", "clip_frames", "combine", "reference_links", "MATCH_IOU"]
+__all__ = ["AgeTally", "AGE_BUCKETS", "AGE_LABELS", "score_stream", "detections_f1", "new_object_waits",
+           "detection_delays", "spread", "match_frame", "clip_frames", "combine", "reference_links", "MATCH_IOU"]
