@@ -26,6 +26,12 @@ class LatencyHistogram:
         self.count = 0
         self.sum_ms = 0.0
 
+    def copy(self) -> LatencyHistogram:
+        """A copy that stays as it is while this one goes on counting."""
+        out = LatencyHistogram.__new__(LatencyHistogram)
+        out.bounds_ms, out.counts, out.count, out.sum_ms = self.bounds_ms, list(self.counts), self.count, self.sum_ms
+        return out
+
     def observe(self, ms: float) -> None:
         self.counts[bisect.bisect_left(self.bounds_ms, ms)] += 1
         self.count += 1

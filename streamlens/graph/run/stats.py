@@ -36,6 +36,8 @@ ENDED_STATES = ("ended", "truncated", "stopped", "removed", "error")
 #: the stages of a frame's latency, in order. `latency_ms` of a result has all but `publish` (which
 #: ends after the message has gone), and `total`: from the frame becoming available to the hand-off
 STAGES = ("decode", "queue", "batch", "detect", "track", "publish")
+#: the stages a published frame's own timings may hold, in the order of a `_window` row
+_FRAME_STAGES = ("decode", "queue", "track")
 
 
 @dataclass
@@ -73,7 +75,8 @@ class StreamStats:
     started: float | None = None
     ended: float | None = None
     _recent: deque = field(default_factory=lambda: deque(maxlen=64), repr=False)
-    #: (keyframe, stage timings, publish ms, end-to-end ms) of the most recent published frames
+    #: (keyframe, then ms: decode, queue, track (None where the frame has no such stage), publish,
+    #: end to end) of the most recent published frames: flat rows, cheap to copy to the supervisor
     _window: deque = field(default_factory=lambda: deque(maxlen=256), repr=False)
     #: (batch ms, detect ms) of the most recent keyframes back from the detector
     _detected: deque = field(default_factory=lambda: deque(maxlen=64), repr=False)
@@ -102,8 +105,8 @@ class StreamStats:
             out = copy.copy(self)
             out.lost = dict(self.lost)
             out._recent, out._window, out._detected = deque(self._recent), deque(self._window), deque(self._detected)
-            out.latency = copy.deepcopy(self.latency)
-            out.stages = copy.deepcopy(self.stages)
+            out.latency = self.latency.copy()
+            out.stages = {stage: histogram.copy() for stage, histogram in self.stages.items()}
         return out
 
     def __getstate__(self) -> dict:  # a snapshot crosses to the supervisor pickled: no lock, no posts
@@ -141,12 +144,13 @@ class StreamStats:
     def published(self, result: FrameResult, publish_ms: float, total_ms: float) -> None:
         """Every sink has published `result`, `publish_ms` after it was handed to them."""
         timings = result.frame.timings
+        row = (result.keyframe, *(timings.get(stage) for stage in _FRAME_STAGES), publish_ms, total_ms)
         with self._lock:
-            self._window.append((result.keyframe, timings, publish_ms, total_ms))
+            self._window.append(row)
             self.latency.observe(total_ms)
-            for stage in ("decode", "queue", "track"):
-                if stage in timings:
-                    self.stages[stage].observe(timings[stage])
+            for stage, ms in zip(_FRAME_STAGES, row[1:]):
+                if ms is not None:
+                    self.stages[stage].observe(ms)
             self.stages["publish"].observe(publish_ms)
 
     def detected(self, batch: float, detect: float) -> None:
@@ -191,7 +195,7 @@ class StreamStats:
         """p50, p95 and p99 end to end over the last 256 published frames."""
         with self._lock:
             window = list(self._window)
-        return percentiles([total for *_, total in window])
+        return percentiles([row[-1] for row in window])
 
     def report(self, queue_depth: int) -> dict:
         """The values of a `stats` message: counters, current rates, latency percentiles over the
@@ -202,15 +206,16 @@ class StreamStats:
 
     def _report(self, queue_depth: int) -> dict:
         window, detected = list(self._window), list(self._detected)
-        stages = {stage: percentiles([t[stage] for _, t, _, _ in window if stage in t])
+        columns = dict(zip(("keyframe", *_FRAME_STAGES, "publish"), zip(*window))) if window else {}
+        stages = {stage: percentiles([ms for ms in columns.get(stage, ()) if ms is not None])
                   for stage in ("decode", "queue")}
         stages["batch"] = percentiles([b for b, _ in detected])
         stages["detect"] = percentiles([d for _, d in detected])
-        stages["track"] = percentiles([t["track"] for _, t, _, _ in window if "track" in t])
-        stages["publish"] = percentiles([p for _, _, p, _ in window])
+        stages["track"] = percentiles([ms for ms in columns.get("track", ()) if ms is not None])
+        stages["publish"] = percentiles(list(columns.get("publish", ())))
         return {"ts": round(time.time(), 6), "state": self.state, "frames": self.frames,
                 "keyframes": self.keyframes, "fps": round(self.fps, 2),
-                "keyframe_rate": round(sum(k for k, *_ in window) / len(window), 4) if window else 0.0,
+                "keyframe_rate": round(sum(columns["keyframe"]) / len(window), 4) if window else 0.0,
                 "latency_ms": self.latency_percentiles(), "stages_ms": stages,
                 "queue_depth": queue_depth, "dropped": self.dropped, "shed": self.shed, "lost": dict(self.lost),
                 "late_keyframes": self.late_keyframes, "deferred_keyframes": self.deferred_keyframes,
