@@ -9,6 +9,7 @@ import sys
 
 import av
 import numpy as np
+import pytest
 
 import streamlens
 from streamlens.sources import motion_vectors
@@ -48,7 +49,11 @@ def test_a_frame_whose_vectors_were_read_is_freed_by_its_last_reference():
         gc.enable()
 
 
-def test_the_vectors_are_those_pyav_gives():
+@pytest.mark.parametrize("bytes_as_records", [None, False], ids=["own bytes", "PyAV's copy"])
+def test_the_vectors_are_those_pyav_gives(bytes_as_records, monkeypatch):
+    """Read from the side data's own bytes where their layout is FFmpeg's record (checked on the
+    first frame), or through PyAV's copy into records where it is not: the same vectors."""
+    monkeypatch.setattr(motion_vectors, "_BYTES_AS_RECORDS", bytes_as_records)
     container, frames = _decoded(export_mvs=True)
     for k, frame in enumerate(frames):
         side_data = frame.side_data.get("MOTION_VECTORS")
@@ -61,6 +66,7 @@ def test_the_vectors_are_those_pyav_gives():
         if k == 60:
             break
     container.close()
+    assert motion_vectors._BYTES_AS_RECORDS is (bytes_as_records is None)  # as checked, or as set
 
 
 def test_where_the_cycle_stays_the_engine_collects_it(tmp_path, monkeypatch):

@@ -195,6 +195,29 @@ def test_each_box_moves_by_the_median_of_exactly_the_vectors_inside_it():
     assert share == pytest.approx(moving[outside].mean(), abs=1e-6)
 
 
+def test_a_frame_observed_keeps_each_block_where_it_started_ordered_as_the_search_needs():
+    """The mv model's one-pass reading of a frame's vectors gives what slicing its rows and
+    ordering them gives: each block's start (x - dx, y - dy) and motion, float32, by whole-pixel
+    column, stably (blocks of one column keep the order they came in)."""
+    from streamlens.frame import Frame
+    from streamlens.track.kernels import order_vectors
+    from streamlens.track.motion import MotionVectors
+
+    rng = np.random.default_rng(5)
+    vectors = np.column_stack([rng.uniform(-10, 1290, 3900), rng.uniform(-10, 730, 3900),
+                               rng.normal(0, 6, (3900, 2))]).astype(np.float32)
+    vectors[::7, 0] = np.floor(vectors[::7, 0])  # whole-pixel starts, and blocks sharing a column
+    field = MotionVectors().observe(Frame("cam1", 3, None, 0.0, None, motion_vectors=vectors))
+    start, motion, column = order_vectors(np.ascontiguousarray(vectors[:, :2] - vectors[:, 2:4]),
+                                          np.ascontiguousarray(vectors[:, 2:4]))
+    for got, expected in ((field.start, start), (field.motion, motion), (field.column, column)):
+        assert got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
+    assert (np.diff(field.column) >= 0).all() and field.index == 3
+    empty = MotionVectors().observe(Frame("cam1", 4, None, 0.0, None))  # an I-frame: no vectors
+    assert empty.start.shape == (0, 2) and empty.column.shape == (0,)
+
+
 def test_a_box_grows_as_its_vectors_spread_out_and_blocks_from_two_frames_back_do_not_make_it_grow():
     """An object coming closer: each 8x8 block of it moves 3 px right plus 4% of its distance from
     the object's centre (it grows by 1.02 a frame); one block in four was predicted from two frames

@@ -63,6 +63,22 @@ def order_vectors(start, motion):
 
 
 @njit(**_JIT)
+def field_of(vectors):
+    """`Frame.motion_vectors` (`(N, 4)` x, y, dx, dy) as the mv model keeps them: each block's start
+    on the previous frame (x - dx, y - dy) and its motion, float32, ordered as by `order_vectors`:
+    `(start, motion, column)`. One pass instead of numpy's slices of the rows (about 50 us on a
+    720p frame's 3,900 blocks, more than the ordering)."""
+    n = len(vectors)
+    start = np.empty((n, 2), np.float32)
+    motion = np.empty((n, 2), np.float32)
+    for i in range(n):
+        start[i, 0] = vectors[i, 0] - vectors[i, 2]
+        start[i, 1] = vectors[i, 1] - vectors[i, 3]
+        motion[i, 0], motion[i, 1] = vectors[i, 2], vectors[i, 3]
+    return order_vectors(start, motion)
+
+
+@njit(**_JIT)
 def box_motion(start, motion, columns, boxes, keep, min_vectors, block_area, inlier_px=1.0, max_growth=1.25,
                min_coverage=0.0):
     """Per box `(B, 4)` (x1, y1, x2, y2): the median motion `(B, 2)` of the vectors whose `start`
@@ -225,7 +241,7 @@ def warm_up() -> None:
     if _warm:
         return
     _warm = True
-    start, _, _ = order_vectors(np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32))
+    start, _, _ = field_of(np.zeros((1, 4), np.float32))  # and order_vectors, which it calls
     boxes = np.array([[0.0, 0.0, 1.0, 1.0]])
     box_motion(start, start, np.zeros(1, np.int16), boxes, 0.5, 2, 256.0, 1.0, 1.25, 0.3)
     moving_outside(start, start, 1, boxes, 0.1, sample_median(start, 1), 1.0)

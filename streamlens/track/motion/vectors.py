@@ -46,7 +46,7 @@ import numpy as np
 
 from ...frame import Frame
 from ...sources.motion_vectors import vectors_from_side_data
-from ..kernels import box_motion, order_vectors, sample_median
+from ..kernels import box_motion, field_of, order_vectors, sample_median
 from .base import MotionEstimate, MotionModel, moving_share
 
 #: the central share of a box whose vectors count
@@ -111,9 +111,7 @@ class MotionVectors(MotionModel):
             vectors = np.empty((0, 4), np.float32)
         elif vectors.dtype.names:  # FFmpeg's raw records from a source that did not convert them
             vectors = vectors_from_side_data(vectors)
-        field = VectorField(frame.index, vectors[:, :2] - vectors[:, 2:4], np.ascontiguousarray(vectors[:, 2:4]))
-        field.sort()
-        return field
+        return VectorField(frame.index, *field_of(vectors))
 
     def measure(self, previous, current: VectorField | None, boxes: np.ndarray,
                 untracked: bool = True) -> MotionEstimate:
