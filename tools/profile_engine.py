@@ -41,6 +41,9 @@ from streamlens.testing.rtsp_server import free_port
 
 VIDEO = VIDEOS / "highway_720p30.mp4"
 MODEL = YOLOX_NANO
+#: the shared indoor clip (10 fps) and what `pipelines/indoor_yolox.yaml` changes for it (see `PIPELINE`)
+INDOOR_VIDEO = VIDEOS / "person_indoor_768x432.mp4"
+INDOOR = {"classes": "[person]", "interval": 3, "max_interval": 9}
 
 #: (stage, substrings of a sample's stack): the first stage whose substring a stack holds is its stage
 STAGES = [
@@ -64,8 +67,8 @@ WAITS = ("Condition.wait", "Event.wait", "sleep (", "select (", "poll (", "Threa
 PIPELINE = """sources:
 {sources}
 detector: {{backend: onnx, model: {model}/yolox_nano.onnx, names: {model}/coco_classes.txt, conf: 0.3,
-           resize: bucket, threads: 1, classes: [car, truck, bus, motorbike]}}
-keyframes: {{interval: 5, adaptive: true, max_interval: 15}}
+           resize: bucket, threads: 1, classes: {classes}}}
+keyframes: {{interval: {interval}, adaptive: true, max_interval: {max_interval}}}
 tracker: {{motion: mv}}
 sinks: [{{type: zmq, endpoint: "tcp://127.0.0.1:{zmq}"}}]
 runtime: {{http: {{port: {http}}}}}
@@ -105,15 +108,19 @@ def record(pid: int, seconds: float, rate: int, out: Path, gil: bool) -> None:
 
 
 @contextlib.contextmanager
-def highway_run(streams: int, tool: str, seconds_before: float = 1, code: Path | None = None):
+def highway_run(streams: int, tool: str, seconds_before: float = 1, code: Path | None = None, indoor: bool = False):
     """`streamlens run` of `PIPELINE` on `streams` live, looping copies of the clip, in a folder of its
     own: `(process, HTTP port, folder)` once it has published `seconds_before` seconds of every
     stream's frames; stopped with Ctrl-C as a user would, and its folder removed, at the end. `code`:
-    a checkout of streamlens to run instead of this one (first on PYTHONPATH)."""
+    a checkout of streamlens to run instead of this one (first on PYTHONPATH). `indoor`: the shared
+    indoor clip at `indoor_yolox.yaml`'s settings instead (`INDOOR`)."""
     folder = Path(tempfile.mkdtemp(prefix=f"{tool}-"))
     http = free_port()
-    sources = "\n".join(f"  - {{name: s{i}, uri: {VIDEO}, live: true, loop: true}}" for i in range(streams))
-    (folder / "p.yaml").write_text(PIPELINE.format(sources=sources, model=MODEL, zmq=free_port(), http=http))
+    video, settings = (INDOOR_VIDEO, INDOOR) if indoor else (
+        VIDEO, {"classes": "[car, truck, bus, motorbike]", "interval": 5, "max_interval": 15})
+    sources = "\n".join(f"  - {{name: s{i}, uri: {video}, live: true, loop: true}}" for i in range(streams))
+    (folder / "p.yaml").write_text(PIPELINE.format(sources=sources, model=MODEL, zmq=free_port(), http=http,
+                                                   **settings))
     env = None if code is None else dict(os.environ, PYTHONPATH=str(code))
     run = subprocess.Popen([sys.executable, "-m", "streamlens", "run", "-q", str(folder / "p.yaml")], cwd=code,
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)

@@ -1,10 +1,12 @@
 """Where each core's time goes at K live highway streams, by thread, on the default engines (issue
 47 point 1): decoding (the streams' source threads), the detector's thread, the engine's thread,
-and the rest; with the share of frames the detector saw and the rungs the budget controller stood
-on. Side by side for several K, in one run of the tool.
+the processes' main threads (the run's loop, the figures each engine sends the supervisor, the
+supervisor's), and the rest; with the share of frames the detector saw and the rungs the budget
+controller stood on. Side by side for several K, in one run of the tool.
 
 For each K: `streamlens run` of `pipelines/highway_yolox.yaml`'s settings on K live, looping copies
-of the shared 720p clip (the default `runtime.workers`: one engine per core), one zmq sink. After
+of the shared 720p clip (`--clip indoor`: `indoor_yolox.yaml`'s on the shared 10 fps indoor clip;
+the default `runtime.workers`: one engine per core), one zmq sink. After
 `--warmup` seconds, every thread's CPU time is read from /proc twice, `--seconds` apart; py-spy
 names the threads (`source-*` decodes its stream, `detector`, `engine`); /metrics gives the frames
 published meanwhile, /api/stats each stream's keyframes detected a second and its rung at the end. CPU time is
@@ -13,6 +15,7 @@ each thread's time runnable but waiting for a core (the second field of /proc/PI
 for the detector, over its keyframes, it says how much of a keyframe's time was the cores being busy.
 
     python tools/profile_threads.py [--streams 10,12,16] [--seconds 20]   # writes tools/results/profile_threads.md
+    python tools/profile_threads.py --clip indoor --streams 64 --out /tmp/indoor.md
 """
 
 from __future__ import annotations
@@ -29,17 +32,17 @@ import time
 import urllib.request
 from pathlib import Path
 
-from profile_engine import VIDEO, highway_run  # a tool beside this one (tools/ is the script's folder)
+from profile_engine import INDOOR_VIDEO, VIDEO, highway_run  # a tool beside this one (tools/ is the script's folder)
 
 from streamlens.bench.harness import RESULTS, YOLOX_NANO, header, need, write_page
 
-GROUPS = ("decoding (source threads)", "detector thread", "engine thread", "the rest")
+GROUPS = ("decoding (source threads)", "detector thread", "engine thread", "main threads", "the rest")
 
 
 def group_of(name: str) -> str:
     if name.startswith("source-"):
         return GROUPS[0]
-    return {"detector": GROUPS[1], "engine": GROUPS[2]}.get(name, GROUPS[3])
+    return {"detector": GROUPS[1], "engine": GROUPS[2], "MainThread": GROUPS[3]}.get(name, GROUPS[4])
 
 
 def processes(root: int) -> list[int]:
@@ -99,8 +102,8 @@ def rungs(port: int) -> tuple[collections.Counter, float]:
     return found, sum(s.get("keyframes_per_s") or 0.0 for s in streams.values())
 
 
-def profile(k: int, warmup: float, seconds: float) -> dict:
-    with highway_run(k, "profile_threads") as (run, http, _):
+def profile(k: int, warmup: float, seconds: float, indoor: bool = False) -> dict:
+    with highway_run(k, "profile_threads", indoor=indoor) as (run, http, _):
         time.sleep(warmup)
         pids = processes(run.pid)
         names = thread_names(pids)
@@ -129,12 +132,16 @@ def main() -> int:
     parser.add_argument("--streams", default="10,12,16")
     parser.add_argument("--warmup", type=float, default=10)
     parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--clip", choices=("highway", "indoor"), default="highway",
+                        help="the shared 720p30 highway clip (default) or the 10 fps indoor one")
     parser.add_argument("--out", type=Path, default=RESULTS / "profile_threads.md")
     args = parser.parse_args()
     if shutil.which("py-spy") is None:
         raise SystemExit("profile_threads: py-spy is not installed (pip install -e '.[profile]')")
-    need(VIDEO, YOLOX_NANO)
-    found = [profile(int(k), args.warmup, args.seconds) for k in args.streams.split(",")]
+    indoor = args.clip == "indoor"
+    video = INDOOR_VIDEO if indoor else VIDEO
+    need(video, YOLOX_NANO)
+    found = [profile(int(k), args.warmup, args.seconds, indoor) for k in args.streams.split(",")]
     rows = []
     for f in found:
         total = sum(f["cores"].values())
@@ -144,17 +151,18 @@ def main() -> int:
         standing = "; ".join(f"{n}: {rung}" for rung, n in sorted(f["rungs"].items()))
         rows.append(f"| {f['k']} | {total:.2f} | {shares} | {f['fps']:.0f} | {f['detected_share']:.1%} | "
                     f"{per_frame:.2f} | {per_detection:.1f} | {waited:.1f} | {decode_waited:.2f} | {standing} |")
-    text = header(f"Where each core's time goes at {args.streams} live 720p highway streams",
+    clip = "10 fps indoor" if indoor else "720p highway"
+    text = header(f"Where each core's time goes at {args.streams} live {clip} streams",
                   more=[f"Measured {args.seconds:g} s per K after {args.warmup:g} s of warm-up; CPU time from /proc."])
     text += f"""
-`pipelines/highway_yolox.yaml`'s settings (YOLOX-Nano at 416x256, one onnxruntime thread per engine,
-`mv` tracker, adaptive keyframes 5 to 15) on K live, looping copies of `{VIDEO.name}`, one zmq sink, the
-default engines (one per core). Cores: CPU seconds a second, by thread group (its share of the run's).
+`pipelines/{'indoor' if indoor else 'highway'}_yolox.yaml`'s settings (YOLOX-Nano at 416x256, one onnxruntime thread per
+engine, `mv` tracker, adaptive keyframes {'3 to 9' if indoor else '5 to 15'})
+on K live, looping copies of `{video.name}`, one zmq sink, the default engines (one per core). Cores: CPU seconds a second, by thread group (its share of the run's).
 Waiting: the detector's thread's time runnable but not on a core, per keyframe detected, and the
 source threads' per frame published (schedstat's run delay).
 
 | K | cores | {' | '.join(GROUPS)} | frames/s | detector's share of frames | decode ms a frame | detector ms a keyframe | detector waiting for a core, ms a keyframe | decoding waiting for a core, ms a frame | streams on each rung at the end |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 """
     write_page(args.out, text, keep="## Notes")
