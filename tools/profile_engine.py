@@ -41,7 +41,8 @@ from streamlens.testing.rtsp_server import free_port
 
 VIDEO = VIDEOS / "highway_720p30.mp4"
 MODEL = YOLOX_NANO
-#: the shared indoor clip (10 fps) and what `pipelines/indoor_yolox.yaml` changes for it (see `PIPELINE`)
+#: what `PIPELINE` takes of `pipelines/highway_yolox.yaml`, and of `indoor_yolox.yaml` for the shared indoor clip
+HIGHWAY = {"classes": "[car, truck, bus, motorbike]", "interval": 5, "max_interval": 15}
 INDOOR_VIDEO = VIDEOS / "person_indoor_768x432.mp4"
 INDOOR = {"classes": "[person]", "interval": 3, "max_interval": 9}
 
@@ -116,8 +117,7 @@ def highway_run(streams: int, tool: str, seconds_before: float = 1, code: Path |
     indoor clip at `indoor_yolox.yaml`'s settings instead (`INDOOR`)."""
     folder = Path(tempfile.mkdtemp(prefix=f"{tool}-"))
     http = free_port()
-    video, settings = (INDOOR_VIDEO, INDOOR) if indoor else (
-        VIDEO, {"classes": "[car, truck, bus, motorbike]", "interval": 5, "max_interval": 15})
+    video, settings = (INDOOR_VIDEO, INDOOR) if indoor else (VIDEO, HIGHWAY)
     sources = "\n".join(f"  - {{name: s{i}, uri: {video}, live: true, loop: true}}" for i in range(streams))
     (folder / "p.yaml").write_text(PIPELINE.format(sources=sources, model=MODEL, zmq=free_port(), http=http,
                                                    **settings))
