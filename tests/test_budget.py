@@ -148,6 +148,27 @@ def test_an_impossible_budget_loses_frames_and_every_one_is_counted(tmp_path):
     assert "budget controller:" in summary(report)
 
 
+@pytest.mark.parametrize("detector_budget", [None, 60])
+def test_a_keyframe_is_held_to_the_detectors_budget_only_where_the_file_sets_one(tmp_path, detector_budget):
+    """`runtime.budget_ms: 20`, and a live keyframe published with its detections 50 ms after its frame
+    became available: read against `detector.budget_ms: 60` where the file sets it (50 of 60 is 16.7 of
+    the frames' 20), and against the frames' 20 otherwise, not against the detector's default (33): where
+    every frame is a keyframe (the motion detector) the controller must still hold every frame to 20."""
+    from streamlens.detect.detections import empty_detections
+    from streamlens.frame import Frame, FrameResult
+
+    budget = "" if detector_budget is None else f"  budget_ms: {detector_budget}\n"
+    path = tmp_path / "p.yaml"
+    path.write_text(f"sources:\n  - {{name: cam0, uri: {SAMPLE}, live: true}}\ndetector:\n  backend: motion\n"
+                    f"{budget}runtime: {{budget_ms: 20}}\nsinks: []\n")
+    pipeline = streamlens.Pipeline.from_yaml(path)
+    frame = Frame("cam0", 0, 0.0, 0.0, np.zeros((4, 4, 3), np.uint8))
+    frame.clock = time.monotonic() - 0.050
+    pipeline._on_published(FrameResult(frame, 0, True, empty_detections()), 0.1)  # the sinks' hand-back
+    expected = 50.0 if detector_budget is None else 50.0 * 20 / detector_budget
+    assert pipeline.controller.pooled_p95() == pytest.approx(expected, abs=1.0)
+
+
 def test_results_and_stats_carry_latency_per_stage_and_percentiles(tmp_path):
     from streamlens.sinks.base import Sink
 

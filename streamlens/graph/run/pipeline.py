@@ -132,6 +132,11 @@ class Pipeline(RunFigures):
                                             keyframe_wait=self._chooser is not None, cpu=process_cpu_s,
                                             machine=machine_idle)
                            if live and config.runtime.control else None)
+        #: the budget a keyframe published with its detections is read against (`_on_published`): the
+        #: detector's, where the file sets one (a user who lets keyframes wait longer than the frames);
+        #: None: every frame against `runtime.budget_ms`, also where every frame is a keyframe
+        self._keyframe_budget_ms = (config.detector.budget_ms if "budget_ms" in config.detector.model_fields_set
+                                    else None)
 
     @classmethod
     def from_yaml(cls, path: str | Path, **kwargs) -> Pipeline:
@@ -482,5 +487,5 @@ class Pipeline(RunFigures):
         total_ms = (time.monotonic() - item.frame.clock) * 1000
         self.streams[item.frame.stream].stats.post_published(item, publish_ms, total_ms)
         if self.controller is not None:  # a keyframe with its detections waited for them: its own budget
-            own = self.config.detector.budget_ms if item.keyframe else None
+            own = self._keyframe_budget_ms if item.keyframe else None
             self.controller.observe(item.frame.stream, total_ms, own)
