@@ -164,13 +164,13 @@ def measure(streams: dict, k: int, warmup: float, seconds: float, reference=None
             methods.add(method)
             per_stream[name]["detection_delay_ms"] = {**spread(found), "n": len(found), "method": method}
         if reference is not None and n:
-            picked, counts = np.flatnonzero(inside), []
-            per_stream[name]["accuracy"] = score_stream(frames.tolist(), [s["pts"][i] for i in picked],
+            picked, counts, listed = np.flatnonzero(inside), [], frames.tolist()
+            per_stream[name]["accuracy"] = score_stream(listed, [s["pts"][i] for i in picked],
                                                         [s["boxes"][i] for i in picked], reference, counts)
             det = [s["det"][i] for i in picked] if "det" in s else None
             _add_windows(windows, ts[picked] - start, counts, lat, det, window_s)
             if det is not None:
-                ages.add(frames.tolist(), det, counts)
+                ages.add(listed, det, counts)
     kept = [per_stream.get(name, {"kept": 0.0})["kept"] for name in stream_names(k)] if k else [0.0]
     out = {"frames": received, "kept": round(received / spans, 4) if spans else 0.0,
            "kept_min": min(kept), "kept_max": max(kept), "kept_spread": round(max(kept) - min(kept), 4),

@@ -40,11 +40,7 @@ def frame_motion_vectors(frame, distance: int = 1) -> np.ndarray | None:
     vectors = None
     if side_data is not None:
         records = _record_bytes(side_data)
-        if records is None:  # through PyAV's copy into records, field by field
-            raw = side_data.to_ndarray()
-            if carries_motion(raw, frame.pict_type):
-                vectors = vectors_from_side_data(raw, distance)
-        elif int(frame.pict_type) != B_PICTURE or _any_motion(records):
+        if carries_motion(records, frame.pict_type):
             vectors = _past_vectors(records, int(distance))
         del records
     del side_data
@@ -56,38 +52,51 @@ def frame_motion_vectors(frame, distance: int = 1) -> np.ndarray | None:
 _BYTES_AS_RECORDS: bool | None = None
 
 
-def _record_bytes(side_data) -> np.ndarray | None:
-    """The side data's own bytes (no copy) where they are `MV_DTYPE` records, as PyAV's copy of
-    them into a record array would read them (checked on the first frame); else None. The copy
-    costs about as much as turning the records into vectors (37 us a 720p frame of 3,900 blocks)."""
+def _record_bytes(side_data) -> np.ndarray:
+    """The side data's records as `MV_DTYPE` bytes: its own bytes (no copy) where they are laid out
+    so, as PyAV's copy of them into a record array reads them (checked on the first frame), else
+    that copy (`_as_record_bytes`). The copy costs about as much as turning the records into vectors
+    (37 us a 720p frame of 3,900 blocks)."""
     global _BYTES_AS_RECORDS
     try:
         data = np.frombuffer(side_data, np.uint8)
     except (TypeError, ValueError):  # no buffer to read
-        return None
-    if len(data) % MV_DTYPE.itemsize:
-        return None
-    if _BYTES_AS_RECORDS is None:
-        raw = side_data.to_ndarray()
-        _BYTES_AS_RECORDS = raw.dtype == MV_DTYPE and raw.tobytes() == data.tobytes()
-    return data if _BYTES_AS_RECORDS else None
+        data = None
+    if data is not None and len(data) % MV_DTYPE.itemsize == 0:
+        if _BYTES_AS_RECORDS is None:
+            raw = side_data.to_ndarray()
+            _BYTES_AS_RECORDS = raw.dtype == MV_DTYPE and raw.tobytes() == data.tobytes()
+        if _BYTES_AS_RECORDS:
+            return data
+    return _as_record_bytes(side_data.to_ndarray())
 
 
-def carries_motion(raw: np.ndarray, pict_type: int) -> bool:
-    """Whether a frame's vectors (FFmpeg's records, `raw`) say anything of motion: False for a
-    B-frame whose every vector, past and future, is exactly zero. FFmpeg's MPEG-4 Part 2 decoder
-    exports its B-frames so whatever moved (a moving square drawn and encoded with B-frames: every
-    vector of every B-frame zero, some moving on the P-frames; tests/test_track_motion.py), and
+def _as_record_bytes(raw: np.ndarray) -> np.ndarray:
+    """FFmpeg's records as PyAV gives them (`to_ndarray()`) as contiguous `MV_DTYPE` bytes, copied
+    field by field where laid out otherwise."""
+    if raw.dtype != MV_DTYPE or not raw.flags.c_contiguous:
+        records = np.zeros(len(raw), MV_DTYPE)
+        for name in ("source", "dst_x", "dst_y", "motion_x", "motion_y", "motion_scale"):
+            records[name] = raw[name]
+        raw = records
+    return raw.view(np.uint8).reshape(-1)
+
+
+def carries_motion(records: np.ndarray, pict_type: int) -> bool:
+    """Whether a frame's vectors (FFmpeg's records, as `MV_DTYPE` bytes) say anything of motion:
+    False for a B-frame whose every vector, past and future, is exactly zero. FFmpeg's MPEG-4 Part 2
+    decoder exports its B-frames so whatever moved (a moving square drawn and encoded with B-frames:
+    every vector of every B-frame zero, some moving on the P-frames; tests/test_track_motion.py), and
     taken as measured they would stop every box on two frames in three; as a frame without vectors
     the tracker carries the boxes by their velocity. (A B-frame where nothing moved says no more
     than its neighbours.)
 
     Example:
-        >>> raw = np.zeros(2, [("motion_x", "i4"), ("motion_y", "i4")])
-        >>> carries_motion(raw, 3), carries_motion(raw, 2)   # a B-frame, a P-frame
+        >>> still = np.zeros(2, MV_DTYPE).view(np.uint8)   # two blocks, neither moved
+        >>> carries_motion(still, 3), carries_motion(still, 2)   # a B-frame, a P-frame
         (False, True)
     """
-    return int(pict_type) != B_PICTURE or bool(raw["motion_x"].any() or raw["motion_y"].any())
+    return int(pict_type) != B_PICTURE or _any_motion(records)
 
 
 def release_side_data(frame, container) -> bool:
@@ -164,12 +173,7 @@ def vectors_from_side_data(raw: np.ndarray, distance: int = 1) -> np.ndarray:
         >>> vectors_from_side_data(raw, distance=2).tolist()
         [[40.0, 24.0, 2.5, -0.5]]
     """
-    if raw.dtype != MV_DTYPE or not raw.flags.c_contiguous:  # records of another layout: copied by field
-        records = np.zeros(len(raw), MV_DTYPE)
-        for name in ("source", "dst_x", "dst_y", "motion_x", "motion_y", "motion_scale"):
-            records[name] = raw[name]
-        raw = records
-    return _past_vectors(raw.view(np.uint8).reshape(-1), int(distance))  # one pass over the bytes
+    return _past_vectors(_as_record_bytes(raw), int(distance))  # one pass over the bytes
 
 
 def warm_up() -> None:
@@ -178,11 +182,12 @@ def warm_up() -> None:
     machine (more with several workers starting at once), and a live stream's frames pile up
     behind it and come out too old. Called by the tracker's warm-up (track/kernels.py) and in the
     decode workers' forkserver before it forks any worker (preload.py)."""
-    vectors_from_side_data(np.zeros(1, MV_DTYPE))
-    shared = np.zeros(MV_DTYPE.itemsize, np.uint8)
+    copied = np.zeros(MV_DTYPE.itemsize, np.uint8)  # as PyAV's copy comes
+    shared = copied.copy()
     shared.flags.writeable = False  # as the side data's own bytes come (`_record_bytes`): compiled apart
-    _past_vectors(shared, 1)
-    _any_motion(shared)
+    for records in (copied, shared):
+        _past_vectors(records, 1)
+        _any_motion(records)
 
 
 class ReferenceDistance:
@@ -203,7 +208,7 @@ class ReferenceDistance:
 @njit(cache=True)
 def _any_motion(records):
     """Whether any of FFmpeg's `AVMotionVector` records (their bytes, as `_past_vectors` reads them)
-    moves at all (`carries_motion` on a B-frame)."""
+    moves at all (`carries_motion`)."""
     i32 = records.view(np.int32)
     for i in range(len(records) // 40):
         if i32[10 * i + 6] != 0 or i32[10 * i + 7] != 0:  # motion_x, motion_y

@@ -144,11 +144,11 @@ class StreamStats:
     def published(self, result: FrameResult, publish_ms: float, total_ms: float) -> None:
         """Every sink has published `result`, `publish_ms` after it was handed to them."""
         timings = result.frame.timings
-        row = (result.keyframe, *(timings.get(stage) for stage in _FRAME_STAGES), publish_ms, total_ms)
+        own = [timings.get(stage) for stage in _FRAME_STAGES]
         with self._lock:
-            self._window.append(row)
+            self._window.append((result.keyframe, *own, publish_ms, total_ms))
             self.latency.observe(total_ms)
-            for stage, ms in zip(_FRAME_STAGES, row[1:]):
+            for stage, ms in zip(_FRAME_STAGES, own):
                 if ms is not None:
                     self.stages[stage].observe(ms)
             self.stages["publish"].observe(publish_ms)
