@@ -233,6 +233,150 @@ def kalman_move(mean, cov, delta, dt, horizon, noise, position_noise, velocity_n
     return out_mean, out_cov
 
 
+# the track states as tracks.py numbers them (TrackState), for the kernels below
+_TENTATIVE, _CONFIRMED, _LOST = 0, 1, 2
+
+
+@njit(**_JIT)
+def _shown(state, missing, seen, keep_s):
+    """Whether a track in `state` is shown (or followed): tentative and confirmed ones are; a lost one
+    `missing` seconds is for at most `keep_s`, and no longer than it had been `seen` before."""
+    if state == _TENTATIVE or state == _CONFIRMED:
+        return True
+    return state == _LOST and missing <= min(keep_s, seen)
+
+
+@njit(**_JIT)
+def in_view_rows(means, width, height, min_px, min_visible):
+    """`TrackTable.in_view`'s mask for boxes `means[:, :4]` (cx, cy, w, h): at least `min_px` wide
+    and high inside a `width` x `height` frame, and at least `min_visible` of their area there
+    (False for a box that is not finite, as numpy's comparisons make it)."""
+    n = means.shape[0]
+    out = np.empty(n, np.bool_)
+    for i in range(n):
+        cx, cy, w, h = means[i, 0], means[i, 1], means[i, 2], means[i, 3]
+        if not (math.isfinite(cx) and math.isfinite(cy) and math.isfinite(w) and math.isfinite(h)):
+            out[i] = False
+            continue
+        half_w, half_h = w / 2, h / 2
+        seen_x = min(cx + half_w, width) - max(cx - half_w, 0.0)
+        seen_y = min(cy + half_h, height) - max(cy - half_h, 0.0)
+        out[i] = seen_x >= min_px and seen_y >= min_px and seen_x * seen_y >= min_visible * (w * h)
+    return out
+
+
+@njit(**_JIT)
+def shown_boxes(means, states, last_seen, born, now, coast_s, width, height, min_px):
+    """`KeyframeTracker.objects_of` in one pass: the boxes of `means` as corners, float32, clipped to
+    a `width` x `height` frame (none for a frame of unknown size), and which rows are shown: tentative,
+    confirmed, or lost for at most `coast_s` (and no longer than seen before) at time `now`, and at
+    least `min_px` wide and high once clipped. Returns `(boxes, rows, any_state)`: `any_state` says
+    whether any track was in a shown state before clipping."""
+    n = means.shape[0]
+    boxes = np.empty((n, 4), np.float32)
+    rows = np.empty(n, np.bool_)
+    any_state = False
+    clip = width > 1 and height > 1
+    fw, fh = np.float32(width), np.float32(height)
+    for i in range(n):
+        shown = _shown(states[i], now - last_seen[i], last_seen[i] - born[i], coast_s)
+        any_state = any_state or shown
+        x1 = means[i, 0] - means[i, 2] / 2
+        y1 = means[i, 1] - means[i, 3] / 2
+        corners = (np.float32(x1), np.float32(y1), np.float32(x1 + means[i, 2]), np.float32(y1 + means[i, 3]))
+        for c in range(4):
+            v = corners[c]
+            if clip:
+                if v < 0:
+                    v = np.float32(0.0)
+                limit = fw if c % 2 == 0 else fh
+                if v > limit:
+                    v = limit
+            boxes[i, c] = v
+        rows[i] = shown and boxes[i, 2] - boxes[i, 0] >= min_px and boxes[i, 3] - boxes[i, 1] >= min_px
+    return boxes, rows, any_state
+
+
+@njit(**_JIT)
+def step_rows(means, states, last_seen, born, now, follow_s):
+    """What a tracker step starts from, in one pass: the tracks followed by motion at time `now`
+    (tentative, confirmed, and lost for at most `follow_s` and no longer than seen before) as indices
+    `(V,)`; `means` with every lost track's size held (its w and h velocities zero: ByteTrack), a
+    copy where any is lost, else `means` itself; and the followed tracks' boxes as corners `(V, 4)`."""
+    n = means.shape[0]
+    followed = np.empty(n, np.int64)
+    count = 0
+    held, copied = means, False
+    for i in range(n):
+        if states[i] == _LOST:
+            if not copied:
+                held, copied = means.copy(), True
+            held[i, 6] = 0.0
+            held[i, 7] = 0.0
+        if not _shown(states[i], now - last_seen[i], last_seen[i] - born[i], follow_s):
+            continue
+        followed[count] = i
+        count += 1
+    boxes = np.empty((count, 4))
+    for j in range(count):
+        i = followed[j]
+        boxes[j, 0] = means[i, 0] - means[i, 2] / 2
+        boxes[j, 1] = means[i, 1] - means[i, 3] / 2
+        boxes[j, 2] = boxes[j, 0] + means[i, 2]
+        boxes[j, 3] = boxes[j, 1] + means[i, 3]
+    return held, followed[:count].copy(), boxes
+
+@njit(**_JIT)
+def carry_tracks(means, covs, visible, shift, growth, noise, quality, camera, gain, dt, horizon,
+                 position_noise, velocity_noise, min_size, travel, motion_quality, decay, learns_scale):
+    """The arithmetic of one tracker step after the motion model measured the tracks at `visible`
+    (indices into `means`): `shift` `(V, 2)` as measured (before the stream's factor `gain`),
+    `growth`, `noise`, `quality` `(V,)`, the camera's motion `camera` `(2,)` (before `gain`; not
+    finite: none). Each visible track's measured change (`MotionEstimate.deltas`, the camera's motion
+    taken off), the Kalman step (`kalman_move`), every track moved with the camera; with
+    `learns_scale`, `travel` one frame on (`MotionScale.travelled`); each visible track's motion
+    quality (the measured one, at most 1, else its own times `decay`). Returns `(means, covs,
+    travel, motion_quality)`, new arrays; the inputs are left as they were."""
+    n = means.shape[0]
+    delta = np.full((n, 4), np.nan)
+    sigma = np.ones(n)
+    cam_x, cam_y = camera[0] * gain, camera[1] * gain
+    has_camera = math.isfinite(cam_x) and math.isfinite(cam_y)
+    for j in range(len(visible)):
+        i = visible[j]
+        sx, sy = shift[j, 0], shift[j, 1]
+        if gain != 1.0:
+            sx, sy = sx * gain, sy * gain
+        delta[i, 0], delta[i, 1] = sx, sy
+        delta[i, 2] = means[i, 2] * (growth[j] - 1.0)
+        delta[i, 3] = means[i, 3] * (growth[j] - 1.0)
+        sigma[i] = noise[j]
+    if has_camera:
+        for i in range(n):
+            delta[i, 0] -= cam_x
+            delta[i, 1] -= cam_y
+    out_mean, out_cov = kalman_move(means, covs, delta, dt, horizon, sigma, position_noise, velocity_noise,
+                                    min_size)
+    if has_camera:
+        for i in range(n):
+            out_mean[i, 0] += cam_x
+            out_mean[i, 1] += cam_y
+    out_travel = travel
+    if learns_scale:
+        out_travel = np.full_like(travel, np.nan)
+        for j in range(len(visible)):
+            i = visible[j]
+            for c in range(2):
+                step = shift[j, c] if math.isfinite(shift[j, c]) else (out_mean[i, c] - means[i, c]) / gain
+                out_travel[i, c] = travel[i, c] + step
+    out_quality = motion_quality.copy()
+    for j in range(len(visible)):
+        i = visible[j]
+        q = quality[j]
+        out_quality[i] = min(q, 1.0) if math.isfinite(q) else motion_quality[i] * decay
+    return out_mean, out_cov, out_travel, out_quality
+
+
 def warm_up() -> None:
     """Compile (first run on a machine: some seconds) or load (later: a fraction of a second) every
     kernel now, with the types the tracker passes, rather than on a stream's first frames. Once per
@@ -246,6 +390,12 @@ def warm_up() -> None:
     box_motion(start, start, np.zeros(1, np.int16), boxes, 0.5, 2, 256.0, 1.0, 1.25, 0.3)
     moving_outside(start, start, 1, boxes, 0.1, sample_median(start, 1), 1.0)
     kalman_move(np.ones((1, 8)), np.ones((1, 3, 4)), np.zeros((1, 4)), 0.1, 0.1, np.ones(1), 1.0, 1.0, 1.0)
+    means, one = np.ones((1, 8)), np.ones(1)
+    in_view_rows(means, 10, 10, 1.0, 0.5)
+    step_rows(means, np.ones(1, np.int8), one, one, 1.0, 0.4)
+    shown_boxes(means, np.ones(1, np.int8), one, one, 1.0, 0.0, 10, 10, 1.0)
+    carry_tracks(means, np.ones((1, 3, 4)), np.zeros(1, np.int64), np.ones((1, 2)), one, one, one, np.ones(2), 1.0,
+                 0.1, 0.1, 1.0, 1.0, 1.0, np.zeros((1, 2)), one, 0.5, True)
     from ..sources import motion_vectors
 
     motion_vectors.warm_up()

@@ -87,13 +87,13 @@ import numpy as np
 import supervision as sv
 
 from ..config.tracker import COAST_S, LOST_S, LOW_SCORE
-from ..frame import TRACK_CLASS_ID, TRACK_CLASS_NAME, Frame, empty_detections
-from .base import Tracker, clip_to_frame, confident, untracked, weak_mask
+from ..frame import MIN_BOX_PX, TRACK_CLASS_ID, TRACK_CLASS_NAME, Frame, empty_detections
+from .base import Tracker, confident, untracked, weak_mask
 from .history import FrameHistory, FrameStep, Replay, StreamClock
 from .keyframe_objects import keyframe_objects
 from .labels import LabelVotes
-from .kalman import BoxKalmanFilter, xywh_to_xyxy, xyxy_to_xywh
-from .kernels import warm_up
+from .kalman import MIN_SIZE, BoxKalmanFilter, xywh_to_xyxy, xyxy_to_xywh
+from .kernels import carry_tracks, shown_boxes, step_rows, warm_up
 from . import association
 from .association import Found, match_stages, without_duplicates
 from .matching import box_iou, buffered_iou
@@ -296,12 +296,10 @@ class KeyframeTracker(Tracker):
 
     def objects_of(self, tracks: TrackTable, now: float) -> sv.Detections:
         """The tracks of `tracks` shown at time `now`, as detections (see the module's docs)."""
-        rows = (tracks.states == CONFIRMED) | (tracks.states == TENTATIVE)
-        rows |= tracks.coasting(now, self.coast_s)
-        if not rows.any():
+        boxes, rows, any_shown = shown_boxes(tracks.means, tracks.states, tracks.last_seen, tracks.born, float(now),
+                                             float(self.coast_s), *self._frame_size, MIN_BOX_PX)  # compiled
+        if not any_shown:
             return empty_detections()
-        boxes, shown = clip_to_frame(xywh_to_xyxy(tracks.means[:, :4]), *self._frame_size)
-        rows &= shown
         out = sv.Detections(xyxy=boxes[rows], confidence=tracks.scores[rows].astype(np.float32),
                             class_id=tracks.seen_ids[rows], tracker_id=tracks.ids[rows])
         out.data["class_name"] = tracks.seen_names[rows]
@@ -336,41 +334,22 @@ class KeyframeTracker(Tracker):
             return tracks
         then, dt = previous.time, step.time - previous.time
         states = tracks.states
-        shown = (states == TENTATIVE) | (states == CONFIRMED) | tracks.coasting(then, self.follow_s)
-        means = tracks.means
-        lost = states == LOST
-        if lost.any():  # a lost box keeps its size (ByteTrack)
-            means = means.copy()
-            means[lost, 6:8] = 0.0
-        everyone = bool(shown.all())
-        visible = slice(None) if everyone else np.flatnonzero(shown)
-        estimate = self.motion.measure(previous.record, step.record, xywh_to_xyxy(means[visible, :4]), untracked)
-        measured = estimate.shift  # as measured, before the stream's factor
-        estimate.rescale(self.scale.gain)
-        if everyone:
-            delta, noise = estimate.deltas(means[:, 2:4]), estimate.noise
-        else:
-            delta = np.full((len(tracks), 4), np.nan)
-            delta[visible] = estimate.deltas(means[visible, 2:4])
-            noise = np.ones(len(tracks))  # pixels; unused where nothing was measured
-            noise[visible] = estimate.noise
-        camera = estimate.camera if np.isfinite(estimate.camera).all() else None
-        if camera is not None:  # the velocities are the objects' own: what was measured, less the camera's
-            delta[:, :2] -= camera
+        # the tracks followed by motion, a lost box keeping its size (ByteTrack), compiled (kernels.step_rows)
+        means, visible, boxes = step_rows(tracks.means, states, tracks.last_seen, tracks.born, then, self.follow_s)
+        estimate = self.motion.measure(previous.record, step.record, boxes, untracked)
+        # the rest of the step compiled (kernels.carry_tracks): the measured change less the camera's
+        # motion, the Kalman step, every track moved with the camera, travel and motion quality
+        k = self.kalman
+        moved_means, covs, travel, quality = carry_tracks(
+            means, tracks.covs, visible, estimate.shift, estimate.growth, estimate.noise, estimate.quality,
+            np.asarray(estimate.camera, np.float64), self.scale.gain, dt, self._horizon, k.position_noise, k.velocity_noise, MIN_SIZE,
+            tracks.travel, tracks.motion_quality, math.exp(-dt / self.lost_s) if self.lost_s > 0 else 0.0,
+            self.scale.enabled)
         # a new table sharing the columns a step leaves alone (a table is never changed in place
         # once kept in the history: `_correct` copies it first)
-        moved = TrackTable(tracks.ids, states.copy(),
-                           *self.kalman.move(means, tracks.covs, delta, dt, noise, self._horizon),
-                           tracks.class_ids, tracks.class_names, tracks.seen_ids, tracks.seen_names,
-                           tracks.scores, tracks.hits, tracks.born,
-                           tracks.last_seen, tracks.motion_quality.copy(), tracks.anchor, tracks.travel)
-        if camera is not None:  # every track moves with the picture, measured or not (BoT-SORT's CMC)
-            moved.means[:, :2] += camera
-        if self.scale.enabled:  # the motion since each track's last detection, for the factor
-            moved.travel = self.scale.travelled(tracks.travel, visible, measured, moved.means[:, :2] - means[:, :2])
-        quality = estimate.quality
-        decayed = moved.motion_quality[visible] * (math.exp(-dt / self.lost_s) if self.lost_s > 0 else 0.0)
-        moved.motion_quality[visible] = np.where(np.isfinite(quality), np.minimum(quality, 1.0), decayed)
+        moved = TrackTable(tracks.ids, states.copy(), moved_means, covs, tracks.class_ids, tracks.class_names,
+                           tracks.seen_ids, tracks.seen_names, tracks.scores, tracks.hits, tracks.born,
+                           tracks.last_seen, quality, tracks.anchor, travel)
         moved = moved.in_view(*self._frame_size)
         if untracked:
             self._note_motion(moved, estimate.untracked_motion)
@@ -378,9 +357,10 @@ class KeyframeTracker(Tracker):
 
     def _note_motion(self, tracks: TrackTable, untracked_motion: float) -> None:
         confirmed = tracks.states == CONFIRMED
-        self.signals.confidence = float(tracks.motion_quality[confirmed].mean()) if confirmed.any() else 1.0
+        count = np.count_nonzero(confirmed)  # the mean as numpy's: its sum over the count, cheaper than .mean()
+        self.signals.confidence = float(np.add.reduce(tracks.motion_quality[confirmed]) / count) if count else 1.0
         self.signals.untracked_motion = untracked_motion
-        self.signals.tracks = int(confirmed.sum())
+        self.signals.tracks = count
 
     # -- association on keyframes ------------------------------------------------------------------
 

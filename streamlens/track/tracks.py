@@ -24,6 +24,7 @@ from enum import IntEnum
 import numpy as np
 
 from ..frame import MIN_BOX_PX
+from .kernels import in_view_rows
 
 #: a track ends when less than this share of its box's area is inside the frame: the object is
 #: mostly out of the picture (across one edge: its centre has left it), and the rest of its box is
@@ -109,17 +110,8 @@ class TrackTable:
         there (see tracker.py). A frame of unknown size (0 x 0) keeps every track."""
         if width <= 1 or height <= 1 or len(self) == 0:
             return self
-        centre, half = self.means[:, :2], self.means[:, 2:4] / 2
-        seen = np.minimum(centre + half, (width, height)) - np.maximum(centre - half, 0.0)  # the part inside
-        area = self.means[:, 2] * self.means[:, 3]
-        visible = (seen >= MIN_BOX_PX).all(axis=1) & (seen.prod(axis=1) >= MIN_VISIBLE * area)
+        visible = in_view_rows(self.means, width, height, MIN_BOX_PX, MIN_VISIBLE)  # compiled: every frame
         return self if visible.all() else self.select(visible)
-
-    def coasting(self, now: float, coast_s: float) -> np.ndarray:
-        """A mask of the lost tracks still shown at time `now`: lost for at most `coast_s`, and for
-        no longer than they had been seen before (a track seen once does not outlive its blink)."""
-        missing = now - self.last_seen
-        return (self.states == LOST) & (missing <= np.minimum(coast_s, self.last_seen - self.born))
 
 
 _COLUMNS = tuple(f.name for f in fields(TrackTable))
