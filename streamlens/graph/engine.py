@@ -41,7 +41,6 @@ budget controller's settings. Other threads reach them through it: admission rea
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections import deque
@@ -177,7 +176,7 @@ class Lane:
     def publish_view(self) -> None:
         """Make `view` anew from the lane as it is now (on the engine thread)."""
         signals = self.tracker.signals
-        self.view = LaneView(self.live, self.in_flight, None if signals is None else copy.copy(signals),
+        self.view = LaneView(self.live, self.in_flight, None if signals is None else signals.copy(),
                              self.stretch, self.max_staleness_s, self.max_wait_s)
 
     def too_old(self, frame: Frame, now: float | None = None) -> bool:

@@ -165,6 +165,11 @@ class TrackingSignals:
     keyframe: int | None = None
     tracks: int = 0
 
+    def copy(self) -> TrackingSignals:
+        """A copy (made for every frame of every stream: `copy.copy` costs ten times this)."""
+        return TrackingSignals(self.confidence, self.untracked_motion, self.births, self.losses, self.keyframe,
+                               self.tracks)
+
 
 class KeyframeTracker(Tracker):
     """ByteTrack-style association on keyframes, motion in between, late results caught up.
