@@ -76,6 +76,36 @@ def test_nms_matches_torchvision_batched_nms():
         assert ours.tolist() == theirs.tolist()
 
 
+
+def _greedy_nms(boxes, scores, classes, iou, max_det, across):
+    """Greedy NMS written out in numpy, as streamlens ran it before it was compiled: the reference."""
+    x1, y1, x2, y2 = np.asarray(boxes, np.float64).T
+    areas = (x2 - x1).clip(0) * (y2 - y1).clip(0)
+    order, keep = np.argsort(-scores, kind="stable"), []
+    while order.size and len(keep) < max_det:
+        best, rest = order[0], order[1:]
+        keep.append(int(best))
+        w = (np.minimum(x2[best], x2[rest]) - np.maximum(x1[best], x1[rest])).clip(0)
+        h = (np.minimum(y2[best], y2[rest]) - np.maximum(y1[best], y1[rest])).clip(0)
+        union = areas[best] + areas[rest] - w * h
+        overlap = np.divide(w * h, union, out=np.zeros_like(union), where=union > 0)
+        order = rest[overlap <= np.where(classes[rest] == classes[best], iou, across)]
+    return keep
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_nms_across_classes_and_its_cap_keep_the_boxes_the_numpy_greedy_keeps(seed):
+    rng = np.random.default_rng(seed)
+    count = int(rng.integers(0, 120))
+    xy, wh = rng.uniform(0, 300, (count, 2)), rng.uniform(0, 80, (count, 2))
+    boxes = np.concatenate([xy, xy + wh], axis=1).astype(np.float32)
+    scores = rng.choice([0.3, 0.5, 0.8, 0.9], count).astype(np.float32)  # ties: kept in index order
+    classes = rng.integers(0, 3, count)
+    for across in (0.7, 0.45):
+        for max_det in (300, 5):
+            assert nms(boxes, scores, classes, 0.45, max_det, across=across).tolist() == \
+                _greedy_nms(boxes, scores, classes, 0.45, max_det, across)
+
 def test_to_detections_maps_back_and_drops_boxes_in_the_padding():
     geometry = letterbox_geometry((1280, 720), (416, 416), center=False)  # frame rows 0..234 of the input
     found = Candidates(np.array([[13, 13, 26, 26], [13, 13, 26, 26.5], [10, 300, 50, 400]], np.float32),

@@ -26,6 +26,10 @@ def build_detector(cfg: DetectorConfig, weak_floor: float | None = None) -> Dete
     detector = _build(cfg)
     if weak_floor is not None and hasattr(detector, "floor"):  # the neural backends
         detector.floor = weak_floor
+    if cfg.backend != "motion":  # the compiled NMS, ready before the first keyframe
+        from .nms import warm_up
+
+        warm_up()
     return detector
 
 

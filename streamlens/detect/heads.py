@@ -86,6 +86,17 @@ def anchor_count(input_size: tuple[int, int], strides: tuple[int, ...] = STRIDES
     return sum((w // s) * (h // s) for s in strides)
 
 
+def is_wanted(class_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Which of `class_ids` are among the few `wanted`: `np.isin`'s answer in a quarter of its time
+    on a keyframe's 45 candidates (2.6 against 10.5 us: it sorts or builds a table first).
+
+    Example:
+        >>> is_wanted(np.array([2, 0, 7]), np.array([2, 7])).tolist()
+        [True, False, True]
+    """
+    return (np.asarray(class_ids)[:, None] == np.asarray(wanted).reshape(1, -1)).any(axis=1)
+
+
 def _cxcywh_to_xyxy(cx, cy, w, h) -> np.ndarray:
     return np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1).astype(np.float32, copy=False)
 
@@ -148,7 +159,7 @@ class YoloxHead(Head):
         scores = raw[rows, 4] * class_scores[np.arange(len(rows)), class_ids]
         keep = scores > conf
         if wanted is not None:
-            keep &= np.isin(class_ids, wanted)
+            keep &= is_wanted(class_ids, wanted)
         if not keep.any():
             return Candidates.empty()
         rows = rows[keep]
@@ -173,7 +184,7 @@ class Yolov8Head(Head):
             return Candidates.empty()
         class_ids = class_scores[:, keep].argmax(axis=0)
         if wanted is not None:
-            mask = np.isin(class_ids, wanted)
+            mask = is_wanted(class_ids, wanted)
             keep, class_ids = keep[mask], class_ids[mask]
         cx, cy, w, h = raw[:4, keep]
         found = Candidates(_cxcywh_to_xyxy(cx, cy, w, h), best[keep].astype(np.float32), class_ids.astype(np.int64))
@@ -192,7 +203,7 @@ class End2EndHead(Head):
         class_ids = raw[:, 5].astype(np.int64)
         keep = raw[:, 4] > conf
         if wanted is not None:
-            keep &= np.isin(class_ids, wanted)
+            keep &= is_wanted(class_ids, wanted)
         return Candidates(raw[keep, :4].astype(np.float32), raw[keep, 4].astype(np.float32), class_ids[keep])
 
 
