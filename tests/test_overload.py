@@ -433,6 +433,30 @@ def test_below_the_first_rung_frames_held_up_by_a_stall_are_published_late_not_d
     assert c.level == 1 and c.wait_limit_s == c.max_wait_s < 0.033
 
 
+
+def test_the_keyframes_wait_taken_on_one_slow_second_keeps_the_calm_wait_limit():
+    """Indoor K=64, every frame within the budget but for a second of 34-48 ms (a stall): that
+    second took the keyframes' wait, and the budget's limit that came with it dropped 1-63 frames a
+    trial in the small stalls of the next seconds. The keyframes' wait answers no load: the limit
+    stays at three budgets until a rung that does (here the intervals' stretch) is taken."""
+    clock = Clock()
+    streams = ["a", "b"]
+    c = BudgetController(33, streams, max_stretch=4, clock=clock, keyframe_wait=True)
+
+    def second(late: float):  # a share of each stream's 30 frames 45 ms late, the rest 10 ms
+        for k in range(30):
+            clock.now += 1 / 30
+            for name in streams:
+                c.observe(name, 45.0 if k < 30 * late else 10.0)
+        return c.tick(dict.fromkeys(streams, 0))
+
+    assert [second(0.0) for _ in range(3)] == [None] * 3
+    assert second(0.1) == "keyframes no longer wait"
+    assert c.level == 1 and c.max_wait_s < 0.033  # the limit is trimmed, but not applied yet
+    assert c.wait_limit_s == pytest.approx(CALM_WAIT_SHARE * 0.033)
+    assert second(0.1) == "keyframe intervals x1.5"  # a load that lasts
+    assert c.wait_limit_s == c.max_wait_s < 0.033
+
 def test_a_wait_limit_that_lets_no_frame_through_is_given_back():
     """A start's burst takes the wait limit down to a quarter of the budget; if then no frame is
     published at all (every one too old for that limit), there is no p95 to give it back by, so

@@ -116,6 +116,12 @@ def test_the_compiled_step_is_the_numpy_arithmetic_bit_for_bit(seed):
     assert np.array_equal(got_rows, rows & big) and np.array_equal(got_boxes[got_rows], clipped[rows & big])
 
 
+def test_the_kernels_number_the_states_as_the_track_table_does():
+    from streamlens.track import kernels
+
+    assert (kernels._TENTATIVE, kernels._CONFIRMED, kernels._LOST) == (TENTATIVE, CONFIRMED, LOST)
+
+
 def test_a_box_that_is_not_finite_is_out_of_view_as_numpy_says():
     means = np.array([[np.nan, 10.0, 5.0, 5.0, 0, 0, 0, 0], [np.inf, 10.0, 5.0, 5.0, 0, 0, 0, 0],
                       [50.0, 10.0, np.inf, 5.0, 0, 0, 0, 0], [50.0, 10.0, 5.0, 5.0, 0, 0, 0, 0]])

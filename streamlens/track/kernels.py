@@ -233,7 +233,7 @@ def kalman_move(mean, cov, delta, dt, horizon, noise, position_noise, velocity_n
     return out_mean, out_cov
 
 
-# the track states as tracks.py numbers them (TrackState), for the kernels below
+# the track states as tracks.py numbers them (TrackState; tests/test_track_step.py checks), for the kernels below
 _TENTATIVE, _CONFIRMED, _LOST = 0, 1, 2
 
 
@@ -325,6 +325,7 @@ def step_rows(means, states, last_seen, born, now, follow_s):
         boxes[j, 2] = boxes[j, 0] + means[i, 2]
         boxes[j, 3] = boxes[j, 1] + means[i, 3]
     return held, followed[:count].copy(), boxes
+
 
 @njit(**_JIT)
 def carry_tracks(means, covs, visible, shift, growth, noise, quality, camera, gain, dt, horizon,

@@ -345,11 +345,11 @@ class KeyframeTracker(Tracker):
         # the rest of the step compiled (kernels.carry_tracks): the measured change less the camera's
         # motion, the Kalman step, every track moved with the camera, travel and motion quality
         k = self.kalman
+        decay = math.exp(-dt / self.lost_s) if self.lost_s > 0 else 0.0  # an unmeasured track's motion quality
         moved_means, covs, travel, quality = carry_tracks(
             means, tracks.covs, visible, estimate.shift, estimate.growth, estimate.noise, estimate.quality,
-            np.asarray(estimate.camera, np.float64), self.scale.gain, dt, self._horizon, k.position_noise, k.velocity_noise, MIN_SIZE,
-            tracks.travel, tracks.motion_quality, math.exp(-dt / self.lost_s) if self.lost_s > 0 else 0.0,
-            self.scale.enabled)
+            np.asarray(estimate.camera, np.float64), self.scale.gain, dt, self._horizon, k.position_noise,
+            k.velocity_noise, MIN_SIZE, tracks.travel, tracks.motion_quality, decay, self.scale.enabled)
         # a new table sharing the columns a step leaves alone (a table is never changed in place
         # once kept in the history: `_correct` copies it first)
         moved = TrackTable(tracks.ids, states.copy(), moved_means, covs, tracks.class_ids, tracks.class_names,

@@ -14,7 +14,10 @@ published its result. Two parts hold it:
   that old was held up by a stall (a collection, a thread not scheduled for a tenth of a second),
   not by a load, and the p95 has room for a few late frames; dropped at the budget, six RTSP
   cameras the machine carried at half the budget lost 2-16 frames a trial to stalls. A wait
-  longer than that is a load, and a p95 over budget makes the controller climb;
+  longer than that is a load, and a p95 over budget makes the controller climb. The keyframes'
+  wait, the first rung, counts as below: it is taken on one second's p95, which one stall makes
+  (at indoor K=64 a second of 34-48 ms among seconds of 10-20 took it, and the budget's limit then
+  dropped 1-63 frames a trial in the stalls of the next seconds);
 - the ladder (ladder.py), climbed by the controller once a second (`tick`): it looks at the live
   streams' last second (the p95 of every live stream's frames together, over at least
   `MIN_SAMPLES` of them: a stream's own p95 of the few frames a second it has while shedding is
@@ -191,9 +194,12 @@ class BudgetController:
     @property
     def wait_limit_s(self) -> float:
         """How long a live frame may have waited when the engine comes to it, now: `max_wait_s` once
-        the controller has climbed; below the first rung `CALM_WAIT_SHARE` budgets (see the docs)."""
-        return (self.max_wait_s if self.applied().level
-                else max(self.max_wait_s, CALM_WAIT_SHARE * self.budget_ms / 1000))
+        the controller has climbed a rung that answers a load; `CALM_WAIT_SHARE` budgets below it,
+        the keyframes' wait included (see the docs)."""
+        rungs = self.applied()
+        if rungs.level - (not rungs.wait):  # a rung past the keyframes' wait
+            return self.max_wait_s
+        return max(self.max_wait_s, CALM_WAIT_SHARE * self.budget_ms / 1000)
 
     @property
     def shed(self) -> float:
