@@ -333,6 +333,16 @@ def test_one_slow_frame_among_a_few_a_second_is_not_overload_but_a_slow_tail_is(
     assert second("cam4", every=True) == "batching for throughput"
 
 
+def late_second(c: BudgetController, clock, streams: list[str], late: float, late_ms: float = 40.0):
+    """One second of 30 frames a stream: a `late` share of them `late_ms` end to end, the rest 10 ms;
+    then the controller's tick (what it did, or None)."""
+    for k in range(30):
+        clock.now += 1 / 30
+        for name in streams:
+            c.observe(name, late_ms if k < 30 * late else 10.0)
+    return c.tick(dict.fromkeys(streams, 0))
+
+
 def test_a_single_second_over_budget_stops_the_keyframes_waiting_but_costs_no_detections_or_frames():
     """Seen at indoor K=48: single seconds whose p95 read 34-40 ms, between seconds of 8-25 ms, each
     took a rung (keyframe intervals stretched, then frames shed), and each rung was given back only
@@ -344,11 +354,7 @@ def test_a_single_second_over_budget_stops_the_keyframes_waiting_but_costs_no_de
     c = BudgetController(33, streams, max_stretch=4, clock=clock, keyframe_wait=True)
 
     def second(late: float):  # a share of each stream's 30 frames 40 ms late, the rest 10 ms
-        for k in range(30):
-            clock.now += 1 / 30
-            for name in streams:
-                c.observe(name, 40.0 if k < 30 * late else 10.0)
-        return c.tick(dict.fromkeys(streams, 0))
+        return late_second(c, clock, streams, late)
 
     assert [second(0.0) for _ in range(5)] == [None] * 5
     assert second(0.1) == "keyframes no longer wait"
@@ -444,11 +450,7 @@ def test_the_keyframes_wait_taken_on_one_slow_second_keeps_the_calm_wait_limit()
     c = BudgetController(33, streams, max_stretch=4, clock=clock, keyframe_wait=True)
 
     def second(late: float):  # a share of each stream's 30 frames 45 ms late, the rest 10 ms
-        for k in range(30):
-            clock.now += 1 / 30
-            for name in streams:
-                c.observe(name, 45.0 if k < 30 * late else 10.0)
-        return c.tick(dict.fromkeys(streams, 0))
+        return late_second(c, clock, streams, late, late_ms=45.0)
 
     assert [second(0.0) for _ in range(3)] == [None] * 3
     assert second(0.1) == "keyframes no longer wait"

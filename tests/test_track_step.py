@@ -70,7 +70,7 @@ def test_the_compiled_step_is_the_numpy_arithmetic_bit_for_bit(seed):
     decay = math.exp(-dt / lost_s)
     kalman = BoxKalmanFilter()
 
-    # the numpy formulation (MotionEstimate.rescale and deltas, the tracker's _move, MotionScale.travelled)
+    # the numpy formulation (fb6f9ad's MotionEstimate.rescale and deltas, the tracker's _move, MotionScale.travelled)
     scaled, cam = (shift * gain, camera * gain) if gain != 1.0 else (shift, camera)
     delta = np.full((n, 4), np.nan)
     delta[visible] = np.concatenate([scaled, expected_means[visible, 2:4] * (growth[:, None] - 1.0)], axis=1)

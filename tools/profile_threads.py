@@ -32,7 +32,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from profile_engine import INDOOR_VIDEO, VIDEO, highway_run  # a tool beside this one (tools/ is the script's folder)
+from profile_engine import HIGHWAY, INDOOR, INDOOR_VIDEO, VIDEO, highway_run  # a tool beside this one (tools/)
 
 from streamlens.bench.harness import RESULTS, YOLOX_NANO, header, need, write_page
 
@@ -151,12 +151,12 @@ def main() -> int:
         standing = "; ".join(f"{n}: {rung}" for rung, n in sorted(f["rungs"].items()))
         rows.append(f"| {f['k']} | {total:.2f} | {shares} | {f['fps']:.0f} | {f['detected_share']:.1%} | "
                     f"{per_frame:.2f} | {per_detection:.1f} | {waited:.1f} | {decode_waited:.2f} | {standing} |")
-    clip = "10 fps indoor" if indoor else "720p highway"
+    clip, settings = ("10 fps indoor", INDOOR) if indoor else ("720p highway", HIGHWAY)
     text = header(f"Where each core's time goes at {args.streams} live {clip} streams",
                   more=[f"Measured {args.seconds:g} s per K after {args.warmup:g} s of warm-up; CPU time from /proc."])
     text += f"""
 `pipelines/{'indoor' if indoor else 'highway'}_yolox.yaml`'s settings (YOLOX-Nano at 416x256, one onnxruntime thread per
-engine, `mv` tracker, adaptive keyframes {'3 to 9' if indoor else '5 to 15'})
+engine, `mv` tracker, adaptive keyframes {settings['interval']} to {settings['max_interval']})
 on K live, looping copies of `{video.name}`, one zmq sink, the default engines (one per core). Cores: CPU seconds a second, by thread group (its share of the run's).
 Waiting: the detector's thread's time runnable but not on a core, per keyframe detected, and the
 source threads' per frame published (schedstat's run delay).

@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import DetectorError
 from ..frame import Frame
 from ..models.cache import model_problem
-from .heads import Candidates, mask_logits
+from .heads import Candidates, is_wanted, mask_logits
 from .input_spec import ULTRALYTICS_CONVENTION
 from .names import resolve_names, wanted_class_ids
 from .neural import NeuralDetector, PreparedInput
@@ -283,7 +283,7 @@ class UltralyticsDetector(NeuralDetector):
         for rows in rows_all:
             keep = rows[:, 4] > self.threshold
             if self.wanted is not None:
-                keep &= np.isin(rows[:, 5].astype(np.int64), self.wanted)
+                keep &= is_wanted(rows[:, 5].astype(np.int64), self.wanted)
             rows = rows[keep][np.argsort(-rows[keep, 4], kind="stable")][: self.max_det]
             cx, cy, w, h = (rows[:, 0] * width, rows[:, 1] * height, rows[:, 2] * width, rows[:, 3] * height)
             boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1).astype(np.float32)

@@ -247,6 +247,14 @@ def _shown(state, missing, seen, keep_s):
 
 
 @njit(**_JIT)
+def _corners(means, i):
+    """Row `i` of `means` (cx, cy, w, h, ...) as corners (x1, y1, x2, y2), as `kalman.xywh_to_xyxy`
+    computes them."""
+    x1 = means[i, 0] - means[i, 2] / 2
+    y1 = means[i, 1] - means[i, 3] / 2
+    return x1, y1, x1 + means[i, 2], y1 + means[i, 3]
+
+@njit(**_JIT)
 def in_view_rows(means, width, height, min_px, min_visible):
     """`TrackTable.in_view`'s mask for boxes `means[:, :4]` (cx, cy, w, h): at least `min_px` wide
     and high inside a `width` x `height` frame, and at least `min_visible` of their area there
@@ -281,9 +289,8 @@ def shown_boxes(means, states, last_seen, born, now, coast_s, width, height, min
     for i in range(n):
         shown = _shown(states[i], now - last_seen[i], last_seen[i] - born[i], coast_s)
         any_state = any_state or shown
-        x1 = means[i, 0] - means[i, 2] / 2
-        y1 = means[i, 1] - means[i, 3] / 2
-        corners = (np.float32(x1), np.float32(y1), np.float32(x1 + means[i, 2]), np.float32(y1 + means[i, 3]))
+        x1, y1, x2, y2 = _corners(means, i)
+        corners = (np.float32(x1), np.float32(y1), np.float32(x2), np.float32(y2))
         for c in range(4):
             v = corners[c]
             if clip:
@@ -319,11 +326,7 @@ def step_rows(means, states, last_seen, born, now, follow_s):
         count += 1
     boxes = np.empty((count, 4))
     for j in range(count):
-        i = followed[j]
-        boxes[j, 0] = means[i, 0] - means[i, 2] / 2
-        boxes[j, 1] = means[i, 1] - means[i, 3] / 2
-        boxes[j, 2] = boxes[j, 0] + means[i, 2]
-        boxes[j, 3] = boxes[j, 1] + means[i, 3]
+        boxes[j, 0], boxes[j, 1], boxes[j, 2], boxes[j, 3] = _corners(means, followed[j])
     return held, followed[:count].copy(), boxes
 
 
@@ -331,13 +334,19 @@ def step_rows(means, states, last_seen, born, now, follow_s):
 def carry_tracks(means, covs, visible, shift, growth, noise, quality, camera, gain, dt, horizon,
                  position_noise, velocity_noise, min_size, travel, motion_quality, decay, learns_scale):
     """The arithmetic of one tracker step after the motion model measured the tracks at `visible`
-    (indices into `means`): `shift` `(V, 2)` as measured (before the stream's factor `gain`),
-    `growth`, `noise`, `quality` `(V,)`, the camera's motion `camera` `(2,)` (before `gain`; not
-    finite: none). Each visible track's measured change (`MotionEstimate.deltas`, the camera's motion
-    taken off), the Kalman step (`kalman_move`), every track moved with the camera; with
-    `learns_scale`, `travel` one frame on (`MotionScale.travelled`); each visible track's motion
-    quality (the measured one, at most 1, else its own times `decay`). Returns `(means, covs,
-    travel, motion_quality)`, new arrays; the inputs are left as they were."""
+    (indices into `means`): `shift` `(V, 2)` as measured (before the stream's factor `gain`,
+    `motion/scale.py`), `growth`, `noise`, `quality` `(V,)` (`MotionEstimate`), the camera's motion
+    `camera` `(2,)` (before `gain`; not finite: none). Returns `(means, covs, travel,
+    motion_quality)`, new arrays; the inputs are left as they were:
+    - each visible track's measured change of (cx, cy, w, h): its shift times `gain`, its size times
+      its growth less one, less the camera's motion (the velocities are the objects' own); NaN for
+      the others, which the Kalman step (`kalman_move`) then only predicts;
+    - every track moved with the camera, measured or not (BoT-SORT's camera motion compensation);
+    - with `learns_scale`, each track's `travel` (`TrackTable.travel`) one frame on: a visible track
+      adds its shift as measured, or where there was none (a frame without vectors, a box with too
+      few) the step it took over `gain` (its prediction in the model's units: it keeps the sum
+      going); a track only predicted (lost past following) gets NaN until its next detection;
+    - each visible track's motion quality: the measured one, at most 1, else its own times `decay`."""
     n = means.shape[0]
     delta = np.full((n, 4), np.nan)
     sigma = np.ones(n)

@@ -57,17 +57,6 @@ class MotionEstimate:
         return cls(shift=np.full((count, 2), np.nan), growth=np.full(count, np.nan), noise=np.ones(count),
                    quality=np.full(count, np.nan))
 
-    def rescale(self, gain: float) -> None:
-        """Multiply what was measured of the boxes' and the camera's motion by `gain` (see `scale.py`)."""
-        if gain != 1.0:
-            self.shift = self.shift * gain
-            self.camera = self.camera * gain
-
-    def deltas(self, sizes: np.ndarray) -> np.ndarray:
-        """The measured change of each box's `(cx, cy, w, h)` given its `(w, h)` `sizes` `(N, 2)`;
-        NaN where not measured."""
-        return np.concatenate([self.shift, sizes * (self.growth[:, None] - 1.0)], axis=1)
-
 
 class MotionModel:
     """How a tracker moves its boxes from one frame to the next. One instance per stream."""

@@ -67,18 +67,6 @@ class MotionScale:
         #: matches that counted
         self.matches = 0
 
-    def travelled(self, travel: np.ndarray, visible, measured: np.ndarray, stepped: np.ndarray) -> np.ndarray:
-        """Each track's `travel` `(N, 2)` one frame on. The tracks at `visible` (a slice or indices)
-        were measured: `measured` `(V, 2)`, as the model measured them, NaN where it could not (a
-        frame without vectors, such as an I-frame, or a box with too few); there, and for the
-        tracks not measured at all, each adds the step it took, `stepped` `(N, 2)`, over the factor
-        (its prediction in the model's units: evidence of nothing, it keeps the sum going); a track
-        only predicted (not in `visible`: lost past following) has its travel made NaN until its
-        next detection."""
-        step = np.full_like(travel, np.nan)
-        step[visible] = np.where(np.isfinite(measured), measured, stepped[visible] / self.gain)
-        return travel + step
-
     @staticmethod
     def anchors(boxes: np.ndarray, width: int, height: int) -> np.ndarray:
         """Where travel is measured from: the centres of `boxes` `(N, 4)`, NaN for a box at the
